@@ -1,0 +1,120 @@
+package flight
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+)
+
+// KeyParams are the parts of a semantic key (DESIGN.md section 8).
+type KeyParams struct {
+	// Stage is the pipeline stage, e.g. "interview-evaluation". Required.
+	Stage string
+	// Tenant is always part of the key: no result is shared across tenants. Required.
+	Tenant string
+	// Input is the task input (any JSON). Key order and whitespace do not change the key.
+	Input json.RawMessage
+	// ModelVersion and PromptVersion enter the hash: a new prompt is a new key.
+	ModelVersion, PromptVersion string
+	// Params are extra key parameters (any JSON, optional) that change the answer.
+	// Irrelevant fields (timestamps, request ids) must stay out of Input and Params.
+	Params json.RawMessage
+	// Version is the key scheme version. Defaults to 1.
+	Version int
+}
+
+var (
+	stageRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	tenantRe = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	userKey  = regexp.MustCompile(`^[A-Za-z0-9._:/=+-]{1,200}$`)
+)
+
+// SemanticKey returns ai:<stage>:v<version>:<tenant>:<sha256 of the canonical JSON of input,
+// modelVersion, promptVersion and params>. Two inputs that differ only in key order or
+// whitespace get the same key; numbers are compared by their literal text (1 and 1.0 differ).
+func SemanticKey(p KeyParams) (string, error) {
+	if err := checkScope(p.Stage, p.Tenant); err != nil {
+		return "", err
+	}
+	if p.Version == 0 {
+		p.Version = 1
+	}
+	input, err := Canonical(p.Input)
+	if err != nil {
+		return "", fmt.Errorf("%w: input: %w", ErrInvalidKey, err)
+	}
+	params := json.RawMessage("null")
+	if len(bytes.TrimSpace(p.Params)) > 0 {
+		if params, err = Canonical(p.Params); err != nil {
+			return "", fmt.Errorf("%w: params: %w", ErrInvalidKey, err)
+		}
+	}
+	doc, err := json.Marshal(struct {
+		Input         json.RawMessage `json:"input"`
+		ModelVersion  string          `json:"modelVersion"`
+		PromptVersion string          `json:"promptVersion"`
+		Params        json.RawMessage `json:"params"`
+	}{input, p.ModelVersion, p.PromptVersion, params})
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	sum := sha256.Sum256(doc)
+	return "ai:" + p.Stage + ":v" + strconv.Itoa(p.Version) + ":" + p.Tenant + ":" + hex.EncodeToString(sum[:]), nil
+}
+
+// NamespacedKey turns a caller-supplied request key into a flight key that cannot reach
+// another tenant's or stage's flight: ai:<stage>:v<version>:<tenant>:rk:<requestKey>. The
+// caller's key may hold only [A-Za-z0-9._:/=+-] (no braces, no '*', no whitespace), at most
+// 200 bytes.
+func NamespacedKey(stage, tenant, requestKey string, version int) (string, error) {
+	if err := checkScope(stage, tenant); err != nil {
+		return "", err
+	}
+	if !userKey.MatchString(requestKey) {
+		return "", fmt.Errorf("%w: requestKey %q: want 1-200 of [A-Za-z0-9._:/=+-]", ErrInvalidKey, requestKey)
+	}
+	if version == 0 {
+		version = 1
+	}
+	return "ai:" + stage + ":v" + strconv.Itoa(version) + ":" + tenant + ":rk:" + requestKey, nil
+}
+
+func checkScope(stage, tenant string) error {
+	if !stageRe.MatchString(stage) {
+		return fmt.Errorf("%w: stage %q: want [a-z0-9-], at most 64", ErrInvalidKey, stage)
+	}
+	if !tenantRe.MatchString(tenant) {
+		return fmt.Errorf("%w: tenant %q: want [a-z0-9_-], 1-64", ErrInvalidKey, tenant)
+	}
+	return nil
+}
+
+// Canonical returns the canonical form of a JSON document: object keys sorted, no
+// insignificant whitespace, numbers kept as written. It rejects invalid or trailing JSON.
+func Canonical(doc json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(doc)) == 0 {
+		return nil, errors.New("empty JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("invalid JSON: trailing data")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}

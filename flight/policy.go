@@ -1,0 +1,79 @@
+package flight
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Policy holds the per-stage timing and retry values the state machine needs. It is passed
+// with every call so that one coordinator serves stages with different policies.
+type Policy struct {
+	// Lease: a flight whose heartbeat is older than this is taken over. Defaults to 5 s.
+	Lease time.Duration
+	// RunningTTL caps one attempt: past start + RunningTTL the flight is EXPIRED.
+	// Defaults to 2 min.
+	RunningTTL time.Duration
+	// StallTimeout: a RUNNING flight whose reported progress is older than this is EXPIRED
+	// although its heartbeat is fresh. Zero turns the check off. Defaults to 0.
+	StallTimeout time.Duration
+	// ResultTTL is how long a result (and the SUCCEEDED meta) answers duplicates.
+	// Defaults to 10 min.
+	ResultTTL time.Duration
+	// FailureTTL is how long a FAILED, CANCELLED or EXPIRED meta is kept. It also outlives an
+	// active flight's expireAt by this much. Defaults to 1 min.
+	FailureTTL time.Duration
+	// MaxAttempts bounds owner attempts of one flight (new, retries, takeovers and expiry
+	// takeovers all count). Defaults to 3.
+	MaxAttempts int
+	// MaxParked bounds the task ids parked on one flight; past it acquire answers
+	// FOLLOWER_WAIT with reason "full" and parks nothing. Zero means no cap. Defaults to 0.
+	MaxParked int
+}
+
+// WithDefaults returns p with every zero field set to its default.
+func (p Policy) WithDefaults() Policy {
+	if p.Lease == 0 {
+		p.Lease = 5 * time.Second
+	}
+	if p.RunningTTL == 0 {
+		p.RunningTTL = 2 * time.Minute
+	}
+	if p.ResultTTL == 0 {
+		p.ResultTTL = 10 * time.Minute
+	}
+	if p.FailureTTL == 0 {
+		p.FailureTTL = time.Minute
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = 3
+	}
+	return p
+}
+
+// Validate reports a policy the scripts cannot run with. Call it on WithDefaults' result.
+func (p Policy) Validate() error {
+	var errs []error
+	for name, d := range map[string]time.Duration{
+		"lease": p.Lease, "runningTTL": p.RunningTTL, "resultTTL": p.ResultTTL, "failureTTL": p.FailureTTL,
+	} {
+		if d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 1ms, got %v", name, d))
+		}
+	}
+	if p.StallTimeout < 0 {
+		errs = append(errs, fmt.Errorf("stallTimeout must not be negative, got %v", p.StallTimeout))
+	}
+	if p.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("maxAttempts must be at least 1, got %d", p.MaxAttempts))
+	}
+	if p.MaxParked < 0 {
+		errs = append(errs, fmt.Errorf("maxParked must not be negative, got %d", p.MaxParked))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("flight: invalid policy: %w", err)
+	}
+	return nil
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }

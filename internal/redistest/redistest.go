@@ -1,0 +1,251 @@
+// Package redistest gives tests a real Redis: a private redis-server child on a free loopback
+// port, or the server named by REDIS_URL when that is set.
+//
+// A private server keeps nothing on disk and is stopped in t.Cleanup. It can be stopped,
+// restarted on the same port, paused (SIGSTOP) and resumed, so that fault tests can take Redis
+// away in the middle of a run. With REDIS_URL set, tests share one server and isolate
+// themselves by key prefix (see Prefix); fault tests that need their own server call Start
+// directly, which always starts a private child.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a private redis-server child process. Its methods are safe for concurrent use.
+type Server struct {
+	tb   testing.TB
+	port int
+	dir  string
+	args []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Options tune a private server. The zero value is a plain server with no persistence.
+type Options struct {
+	// Args are extra redis-server arguments, e.g. "--requirepass", "x". Defaults to none.
+	Args []string
+}
+
+// Binary returns the redis-server executable: $REDIS_SERVER when set, else the one on PATH.
+func Binary() (string, error) {
+	if p := os.Getenv("REDIS_SERVER"); p != "" {
+		return p, nil
+	}
+	return exec.LookPath("redis-server")
+}
+
+// Start starts a private redis-server on a free loopback port and stops it in tb.Cleanup.
+// It fails the test when no redis-server binary is found (the Makefile installs one).
+func Start(tb testing.TB, opts *Options) *Server {
+	tb.Helper()
+	if opts == nil {
+		opts = &Options{}
+	}
+	s := &Server{tb: tb, dir: tb.TempDir(), args: opts.Args}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("redistest: free port: %v", err)
+		}
+		s.port = port
+		if lastErr = s.start(); lastErr == nil {
+			tb.Cleanup(s.kill)
+			return s
+		}
+	}
+	tb.Fatalf("redistest: start redis-server: %v", lastErr)
+	return nil
+}
+
+// Addr is the host:port the server listens on; it stays the same across Restart.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL is a redis:// URL for the server.
+func (s *Server) URL() string { return "redis://" + s.Addr() }
+
+// Client returns a new go-redis client for the server, closed in Cleanup.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	s.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) start() error {
+	bin, err := Binary()
+	if err != nil {
+		return fmt.Errorf("redis-server not found (run `make deps`): %w", err)
+	}
+	args := []string{
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning",
+	}
+	args = append(args, s.args...)
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	var logBuf strings.Builder
+	var logMu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			logMu.Lock()
+			if logBuf.Len() < 8<<10 {
+				logBuf.WriteString(sc.Text() + "\n")
+			}
+			logMu.Unlock()
+		}
+		exited <- cmd.Wait()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			logMu.Lock()
+			defer logMu.Unlock()
+			return fmt.Errorf("redis-server exited: %v: %s", err, logBuf.String())
+		default:
+		}
+		if ping(s.Addr()) == nil {
+			s.mu.Lock()
+			s.cmd = cmd
+			s.mu.Unlock()
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	return errors.New("redis-server did not answer PING within 10s")
+}
+
+func ping(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// Stop kills the server (SIGKILL: no shutdown save, like a crash). Keys are lost.
+func (s *Server) Stop() {
+	s.kill()
+}
+
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	// Wait until the port is free so that Restart can bind it again.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && ping(s.Addr()) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Restart starts the server again on the same port after Stop. Data is not kept.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.kill()
+	var err error
+	for range 50 {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.tb.Fatalf("redistest: restart: %v", err)
+}
+
+// Pause stops the server process with SIGSTOP: connections stay open but nothing answers.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// Target is a Redis for one test: a client and a key prefix unique to the test.
+type Target struct {
+	// Client talks to the server; it is closed in Cleanup.
+	Client *redis.Client
+	// URL is the server's URL, for child processes.
+	URL string
+	// Prefix is unique to the test; pass it as topics.Keyspace.Prefix.
+	Prefix string
+	// Server is the private server, or nil when REDIS_URL is used.
+	Server *Server
+}
+
+// New returns a Redis for tb: the server of REDIS_URL when it is set, else a private child.
+// The prefix is unique either way, so tests may share a server safely.
+func New(tb testing.TB) *Target {
+	tb.Helper()
+	prefix := Prefix()
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			tb.Fatalf("redistest: REDIS_URL: %v", err)
+		}
+		c := redis.NewClient(opt)
+		tb.Cleanup(func() { _ = c.Close() })
+		return &Target{Client: c, URL: u, Prefix: prefix}
+	}
+	s := Start(tb, nil)
+	return &Target{Client: s.Client(), URL: s.URL(), Prefix: prefix, Server: s}
+}
+
+// Prefix returns a fresh random key prefix such as "t3f9a1c2e:ai".
+func Prefix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:]) + ":ai"
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,36 @@
+// Package topics names every Redis stream and key Flightdeck uses and defines the task
+// envelope and terminal event that travel on those streams.
+//
+// # Wire format
+//
+// A task is one entry of the stream ai:tasks:<stage> (Keyspace.Tasks), laid out the way
+// the default marshaller of watermill-redisstream lays out a watermill message:
+//
+//   - _watermill_message_uuid (FieldUUID): the message id; any non-empty string. Required:
+//     the subscriber cannot read an entry without it.
+//   - payload (FieldPayload): the Task as a JSON object; see Task and DecodeTask.
+//   - metadata (FieldMetadata): optional watermill metadata, a msgpack map of string to
+//     string. Leave it out when enqueuing by hand.
+//
+// Any service, in any language, can enqueue a task with a plain XADD:
+//
+//	XADD ai:tasks:interview-evaluation * _watermill_message_uuid 6f1c2a9e-0b7d-4c1e-9d55-3f0f5a7c2b10 payload '{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":{"answer":"..."}}'
+//
+// Results travel the same way: one watermill message per terminal Event on
+// ai:results:<stage> (Keyspace.Results), with the Event JSON as payload (EncodeEvent).
+// Delivery is at least once; clients dedupe by taskId.
+//
+// Times on the wire are RFC 3339 strings; producers write them in UTC with milliseconds
+// (TimeLayout, FormatTime).
+package topics
+
+// Field names of a stream entry written by watermill-redisstream's default marshaller.
+const (
+	// FieldUUID holds the watermill message UUID (a string). Required on every entry.
+	FieldUUID = "_watermill_message_uuid"
+	// FieldPayload holds the message payload: Task JSON on task streams, Event JSON on
+	// result streams.
+	FieldPayload = "payload"
+	// FieldMetadata holds the watermill metadata as a msgpack map; optional.
+	FieldMetadata = "metadata"
+)

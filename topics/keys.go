@@ -1,0 +1,74 @@
+package topics
+
+import "strings"
+
+// DefaultPrefix is the namespace of every Flightdeck key unless a Keyspace says otherwise.
+const DefaultPrefix = "ai"
+
+// ConsumerGroup is the consumer group every Flightdeck consumer joins on the task streams.
+const ConsumerGroup = "flightdeck"
+
+// Keyspace builds Redis key and stream names under one prefix. The zero value uses
+// DefaultPrefix. Tests that share a Redis server give each test its own prefix.
+// A Keyspace is a plain value and safe for concurrent use.
+type Keyspace struct {
+	// Prefix is the first segment of every name. Defaults to "ai".
+	Prefix string
+}
+
+func (k Keyspace) p() string {
+	if k.Prefix == "" {
+		return DefaultPrefix
+	}
+	return k.Prefix
+}
+
+func tag(key string) string { return "{" + key + "}" }
+
+// Meta is the hash holding the state machine of the flight of requestKey.
+func (k Keyspace) Meta(requestKey string) string { return k.p() + ":flight:meta:" + tag(requestKey) }
+
+// Result is the string holding the result bytes of the flight of requestKey.
+func (k Keyspace) Result(requestKey string) string {
+	return k.p() + ":flight:result:" + tag(requestKey)
+}
+
+// Fence is the counter behind the fencing tokens of requestKey; it outlives the meta.
+func (k Keyspace) Fence(requestKey string) string { return k.p() + ":flight:fence:" + tag(requestKey) }
+
+// Waiters is the set of task ids parked on the flight of requestKey.
+func (k Keyspace) Waiters(requestKey string) string {
+	return k.p() + ":flight:waiters:" + tag(requestKey)
+}
+
+// FlightKeys returns the four keys of one flight in the order every flight script takes them:
+// meta, result, fence, waiters. All four share the {requestKey} hash tag.
+func (k Keyspace) FlightKeys(requestKey string) []string {
+	return []string{k.Meta(requestKey), k.Result(requestKey), k.Fence(requestKey), k.Waiters(requestKey)}
+}
+
+// Tasks is the task stream of stage (the watermill topic).
+func (k Keyspace) Tasks(stage string) string { return k.p() + ":tasks:" + stage }
+
+// Results is the stream of terminal events of stage.
+func (k Keyspace) Results(stage string) string { return k.p() + ":results:" + stage }
+
+// DLQ is the dead-letter stream of stage's task stream.
+func (k Keyspace) DLQ(stage string) string { return k.p() + ":tasks:" + stage + ":dlq" }
+
+// SessionLock is the session lock key of sessionID for heavy stages.
+func (k Keyspace) SessionLock(sessionID string) string {
+	return k.p() + ":session:lock:" + tag(sessionID)
+}
+
+// Consumers is the liveness record of the consumers of group.
+func (k Keyspace) Consumers(group string) string { return k.p() + ":consumers:" + group }
+
+// StageOf returns the stage of a task stream name, or "" when name is not a task stream of k.
+func (k Keyspace) StageOf(taskStream string) string {
+	s, ok := strings.CutPrefix(taskStream, k.p()+":tasks:")
+	if !ok || strings.Contains(s, ":") {
+		return ""
+	}
+	return s
+}

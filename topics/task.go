@@ -1,0 +1,181 @@
+package topics
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// TimeLayout is the layout of the times Flightdeck writes: RFC 3339 with milliseconds.
+// Readers accept any RFC 3339 time.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// FormatTime formats t in UTC with TimeLayout, e.g. for Task.EnqueuedAt.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
+
+// Task is the JSON payload of a task message on ai:tasks:<stage>. A Task is a plain value;
+// DecodeTask returns one that satisfies Validate.
+type Task struct {
+	// TaskID identifies this message; clients match terminal events to it. Required,
+	// [A-Za-z0-9._:-], at most Limits.MaxIDLen bytes.
+	TaskID string `json:"taskId"`
+	// Stage names the pipeline stage, which picks the stage policy; it equals the stage of
+	// the stream the task is on. Required, [a-z0-9-], at most 64 bytes, one of
+	// Limits.Stages when that is set.
+	Stage string `json:"stage"`
+	// Tenant owns the task; it is part of every semantic key, so results are never shared
+	// across tenants. Required, [a-z0-9_-], at most 64 bytes.
+	Tenant string `json:"tenant"`
+	// SessionID groups the tasks of one user session (session lock of heavy stages).
+	// Optional, same rules as TaskID.
+	SessionID string `json:"sessionId,omitempty"`
+	// RequestKey, when set, is the single-flight key chosen by the producer; when empty
+	// the consumer derives the semantic key from Stage, Tenant, Input, ModelVersion,
+	// PromptVersion and Params. Optional, [A-Za-z0-9._:/=+-], at most Limits.MaxKeyLen
+	// bytes. Only its syntax is checked here, not that it belongs to Tenant.
+	RequestKey string `json:"requestKey,omitempty"`
+	// Input is the model input, any JSON value except null. Required, at most
+	// Limits.MaxInputBytes. DecodeTask returns it compacted.
+	Input json.RawMessage `json:"input"`
+	// ModelVersion names the model; it enters the semantic key. Optional, printable ASCII
+	// without spaces, at most 64 bytes.
+	ModelVersion string `json:"modelVersion,omitempty"`
+	// PromptVersion names the prompt template; it enters the semantic key. Optional, same
+	// rules as ModelVersion.
+	PromptVersion string `json:"promptVersion,omitempty"`
+	// Deadline is the RFC 3339 time after which the task's result is no longer wanted.
+	// Optional; DeadlineTime parses it and CheckDeadline enforces it.
+	Deadline string `json:"deadline,omitempty"`
+	// Attempt counts earlier deliveries as seen by the producer, starting at 0. Optional,
+	// >= 0.
+	Attempt int `json:"attempt,omitempty"`
+	// EnqueuedAt is the RFC 3339 time (written with FormatTime) at which the producer
+	// enqueued the task; consumers derive the queue wait from it. Optional; EnqueuedTime
+	// parses it.
+	EnqueuedAt string `json:"enqueuedAt,omitempty"`
+	// Params holds the key params: a JSON object of extra values that enter the semantic
+	// key (irrelevant values such as request ids must stay out of it). Optional; null is
+	// the same as absent. DecodeTask returns it compacted, and nil when null.
+	Params json.RawMessage `json:"params,omitempty"`
+}
+
+// DeadlineTime returns the parsed Deadline and true, or the zero time and false when
+// Deadline is empty or not RFC 3339.
+func (t Task) DeadlineTime() (time.Time, bool) { return parseTime(t.Deadline) }
+
+// EnqueuedTime returns the parsed EnqueuedAt and true, or the zero time and false when
+// EnqueuedAt is empty or not RFC 3339.
+func (t Task) EnqueuedTime() (time.Time, bool) { return parseTime(t.EnqueuedAt) }
+
+func parseTime(s string) (time.Time, bool) {
+	if s == "" {
+		return time.Time{}, false
+	}
+	tm, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return tm, true
+}
+
+// CheckDeadline returns an *InvalidTaskError with ReasonDeadlinePassed when t has a
+// deadline that is not after now, and nil otherwise (no deadline, or an unparsable one,
+// which Validate reports).
+func (t Task) CheckDeadline(now time.Time) error {
+	d, ok := t.DeadlineTime()
+	if !ok || now.Before(d) {
+		return nil
+	}
+	return invalid(ReasonDeadlinePassed, "deadline", fmt.Sprintf("%s is not after %s", t.Deadline, FormatTime(now)))
+}
+
+// Encode validates t under the default Limits and returns its JSON payload. Input and
+// Params are compacted; no HTML escaping is applied. The error is an *InvalidTaskError,
+// or a json error when Input or Params cannot be marshalled.
+func (t Task) Encode() ([]byte, error) {
+	lim := Limits{}.WithDefaults()
+	if err := t.validate(lim, true); err != nil {
+		return nil, err
+	}
+	b, err := marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("topics: encode task %q: %w", t.TaskID, err)
+	}
+	if len(b) > lim.MaxPayloadBytes {
+		return nil, invalid(ReasonPayloadTooLarge, "", fmt.Sprintf("%d bytes, limit %d", len(b), lim.MaxPayloadBytes))
+	}
+	return b, nil
+}
+
+// DecodeTask parses and validates a task payload under lim (zero fields take their
+// defaults). It never panics and bounds its work by the payload size: the size, UTF-8
+// and nesting depth are checked before anything is unmarshalled. Unknown fields are
+// ignored. Every error is an *InvalidTaskError (errors.Is(err, ErrInvalidTask)).
+//
+// The returned Task has Input and Params compacted and Params nil when null, so that
+// DecodeTask(t.Encode()) returns t again.
+func DecodeTask(payload []byte, lim Limits) (Task, error) {
+	lim.setDefaults()
+	if len(payload) > lim.MaxPayloadBytes {
+		return Task{}, invalid(ReasonPayloadTooLarge, "", fmt.Sprintf("%d bytes, limit %d", len(payload), lim.MaxPayloadBytes))
+	}
+	if !utf8.Valid(payload) {
+		return Task{}, invalid(ReasonInvalidUTF8, "", "payload is not valid UTF-8")
+	}
+	first, err := walkJSON("", payload, lim.MaxJSONDepth)
+	if err != nil {
+		return Task{}, err
+	}
+	if first != json.Delim('{') {
+		return Task{}, invalid(ReasonBadJSON, "", "payload is not a JSON object")
+	}
+
+	var t Task
+	if err := json.Unmarshal(payload, &t); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			return Task{}, invalid(ReasonBadType, te.Field, fmt.Sprintf("JSON %s where %s expected", te.Value, te.Type))
+		}
+		return Task{}, invalid(ReasonBadJSON, "", err.Error())
+	}
+	if t.Input, err = compact(t.Input); err != nil {
+		return Task{}, invalid(ReasonBadJSON, "input", err.Error())
+	}
+	if string(t.Params) == "null" {
+		t.Params = nil
+	}
+	if t.Params, err = compact(t.Params); err != nil {
+		return Task{}, invalid(ReasonBadJSON, "params", err.Error())
+	}
+	if err := t.validate(lim, false); err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+// compact returns a compacted copy of raw, or nil when raw is empty.
+func compact(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// marshal is json.Marshal without HTML escaping, so that encoded bytes survive a decode
+// and re-encode unchanged.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,270 @@
+package topics
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func fullTask() Task {
+	return Task{
+		TaskID:        "t-1",
+		Stage:         "interview-evaluation",
+		Tenant:        "acme",
+		SessionID:     "sess-9",
+		RequestKey:    "ai:interview-evaluation:v1:acme:0f3a",
+		Input:         json.RawMessage(`{"answer":"<b>a & b</b>","n":[1,2.5,1e999]}`),
+		ModelVersion:  "gpt-4o-mini",
+		PromptVersion: "rubric-v3",
+		Deadline:      "2030-01-02T03:04:05.678Z",
+		Attempt:       2,
+		EnqueuedAt:    "2030-01-02T03:00:00.000Z",
+		Params:        json.RawMessage(`{"lang":"en"}`),
+	}
+}
+
+func TestTaskRoundTrip(t *testing.T) {
+	for _, want := range []Task{
+		fullTask(),
+		{TaskID: "t", Stage: "s", Tenant: "a", Input: json.RawMessage(`"x"`)},
+	} {
+		b, err := want.Encode()
+		if err != nil {
+			t.Fatalf("Encode: %v", err)
+		}
+		got, err := DecodeTask(b, Limits{})
+		if err != nil {
+			t.Fatalf("DecodeTask(%s): %v", b, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("round trip mismatch (-want +got):\n%s", diff)
+		}
+	}
+}
+
+func TestTaskEncodeWireFormat(t *testing.T) {
+	task := Task{TaskID: "t-1", Stage: "s", Tenant: "acme", Input: json.RawMessage("{ \"q\" : \"<a>\" }")}
+	b, err := task.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"taskId":"t-1","stage":"s","tenant":"acme","input":{"q":"<a>"}}`
+	if diff := cmp.Diff(want, string(b)); diff != "" {
+		t.Errorf("Encode mismatch (-want +got):\n%s", diff)
+	}
+
+	full, err := fullTask().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = `{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","sessionId":"sess-9",` +
+		`"requestKey":"ai:interview-evaluation:v1:acme:0f3a","input":{"answer":"<b>a & b</b>","n":[1,2.5,1e999]},` +
+		`"modelVersion":"gpt-4o-mini","promptVersion":"rubric-v3","deadline":"2030-01-02T03:04:05.678Z",` +
+		`"attempt":2,"enqueuedAt":"2030-01-02T03:00:00.000Z","params":{"lang":"en"}}`
+	if diff := cmp.Diff(want, string(full)); diff != "" {
+		t.Errorf("Encode mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestDecodeDocExample decodes the payload of the XADD example in the package doc.
+func TestDecodeDocExample(t *testing.T) {
+	payload := `{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":{"answer":"..."}}`
+	got, err := DecodeTask([]byte(payload), Limits{Stages: []string{"interview-evaluation"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Task{TaskID: "t-1", Stage: "interview-evaluation", Tenant: "acme", Input: json.RawMessage(`{"answer":"..."}`)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("DecodeTask mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestDecodeTaskCompactsInputAndParams(t *testing.T) {
+	payload := "{\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":{ \"a\" :\n[1, 2] },\"params\":{ \"k\" : \"v\" }}"
+	got, err := DecodeTask([]byte(payload), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Input) != `{"a":[1,2]}` || string(got.Params) != `{"k":"v"}` {
+		t.Errorf("Input, Params = %s, %s; want compacted", got.Input, got.Params)
+	}
+}
+
+func wantReason(t *testing.T, err error, want Reason) {
+	t.Helper()
+	ite, ok := errors.AsType[*InvalidTaskError](err)
+	if !ok {
+		t.Fatalf("error = %v, want *InvalidTaskError %s", err, want)
+	}
+	if ite.Reason != want {
+		t.Fatalf("reason = %s (%v), want %s", ite.Reason, err, want)
+	}
+}
+
+func TestDecodeTaskDeepNesting(t *testing.T) {
+	const n = 100_000
+	deep := strings.Repeat("[", n) + strings.Repeat("]", n)
+	payloads := map[string]string{
+		"InInput":      `{"taskId":"t","stage":"s","tenant":"a","input":` + deep + `}`,
+		"Unclosed":     `{"input":` + strings.Repeat("[", n),
+		"TopLevel":     deep,
+		"Objects":      strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n),
+		"InUnknownKey": `{"x":` + deep + `,"taskId":"t","stage":"s","tenant":"a","input":1}`,
+	}
+	for name, p := range payloads {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			_, err := DecodeTask([]byte(p), Limits{})
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("DecodeTask took %v", d)
+			}
+			wantReason(t, err, ReasonTooDeep)
+		})
+	}
+	t.Run("Validate", func(t *testing.T) {
+		task := Task{TaskID: "t", Stage: "s", Tenant: "a", Input: json.RawMessage(deep)}
+		wantReason(t, task.Validate(Limits{}), ReasonTooDeep)
+	})
+}
+
+func TestDecodeTaskInvalidUTF8(t *testing.T) {
+	for name, p := range map[string]string{
+		"InString":      "{\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":\"\xc3\x28\"}",
+		"InKey":         "{\"\xff\":1,\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":1}",
+		"Surrogate":     "{\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":\"\xed\xa0\x80\"}",
+		"Overlong":      "{\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":\"\xc0\xaf\"}",
+		"TruncatedRune": "{\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":\"\xe2\x82\"}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := DecodeTask([]byte(p), Limits{})
+			wantReason(t, err, ReasonInvalidUTF8)
+		})
+	}
+}
+
+func TestDecodeTaskBinaryGarbage(t *testing.T) {
+	inputs := [][]byte{
+		nil,
+		{0},
+		{0x82, 0xa6, 't', 'a', 's', 'k', 'I', 'd', 0xa1, 't'}, // msgpack
+		{0x1f, 0x8b, 0x08, 0x00},                              // gzip
+		[]byte("\x00{\"taskId\":\"t\"}"),
+		[]byte("{\"taskId\":\"t\x00\"}"),
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		b := make([]byte, rng.IntN(512))
+		for i := range b {
+			b[i] = byte(rng.UintN(256))
+		}
+		inputs = append(inputs, b)
+	}
+	for _, in := range inputs {
+		if _, err := DecodeTask(in, Limits{}); !errors.Is(err, ErrInvalidTask) {
+			t.Errorf("DecodeTask(%q) = %v, want ErrInvalidTask", in, err)
+		}
+	}
+}
+
+func TestTaskTimes(t *testing.T) {
+	task := Task{Deadline: "2030-01-02T03:04:05.678+02:00", EnqueuedAt: "2030-01-02T01:00:00.000Z"}
+	d, ok := task.DeadlineTime()
+	if want := time.Date(2030, 1, 2, 1, 4, 5, 678e6, time.UTC); !ok || !d.Equal(want) {
+		t.Errorf("DeadlineTime() = %v, %v; want %v, true", d, ok, want)
+	}
+	e, ok := task.EnqueuedTime()
+	if want := time.Date(2030, 1, 2, 1, 0, 0, 0, time.UTC); !ok || !e.Equal(want) {
+		t.Errorf("EnqueuedTime() = %v, %v; want %v, true", e, ok, want)
+	}
+	for _, s := range []string{"", "soon"} {
+		if got, ok := (Task{Deadline: s}).DeadlineTime(); ok || !got.IsZero() {
+			t.Errorf("DeadlineTime() of %q = %v, %v; want zero, false", s, got, ok)
+		}
+	}
+	if got, want := FormatTime(time.Date(2030, 1, 2, 4, 0, 0, 5e6, time.FixedZone("X", 3600))), "2030-01-02T03:00:00.005Z"; got != want {
+		t.Errorf("FormatTime = %q, want %q", got, want)
+	}
+}
+
+func TestTaskCheckDeadline(t *testing.T) {
+	deadline := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	task := Task{Deadline: FormatTime(deadline)}
+	if err := task.CheckDeadline(deadline.Add(-time.Millisecond)); err != nil {
+		t.Errorf("before deadline: %v", err)
+	}
+	wantReason(t, task.CheckDeadline(deadline), ReasonDeadlinePassed)
+	wantReason(t, task.CheckDeadline(deadline.Add(time.Hour)), ReasonDeadlinePassed)
+	if err := (Task{}).CheckDeadline(deadline); err != nil {
+		t.Errorf("no deadline: %v", err)
+	}
+}
+
+func TestTaskEncodeTooLarge(t *testing.T) {
+	// Input within its own cap, but params push the payload over 1 MiB.
+	big := `{"k":"` + strings.Repeat("x", 1<<20) + `"}`
+	task := Task{TaskID: "t", Stage: "s", Tenant: "a", Input: json.RawMessage(`1`), Params: json.RawMessage(big)}
+	_, err := task.Encode()
+	wantReason(t, err, ReasonPayloadTooLarge)
+}
+
+func FuzzDecodeTask(f *testing.F) {
+	for _, s := range []string{
+		`{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":{"answer":"..."}}`,
+		`{"taskId":"t","stage":"s","tenant":"a","sessionId":"x","requestKey":"k/+=","input":[1,"<&>"],"modelVersion":"m","promptVersion":"p","deadline":"2030-01-02T03:04:05Z","attempt":1,"enqueuedAt":"2030-01-02T03:04:05.000Z","params":{"a":null}}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1e999,"params":null,"TASKID":"u"}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":"\u2028\ud800"}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":null}`,
+		`{"taskId":"t","stage":"S","tenant":"a","input":1}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"attempt":-1}`,
+		`[]`,
+		"{\"taskId\":\"\xff\"}",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		task, err := DecodeTask(payload, Limits{})
+		if err != nil {
+			ite, ok := errors.AsType[*InvalidTaskError](err)
+			if !ok || ite.Reason == "" || !errors.Is(err, ErrInvalidTask) {
+				t.Fatalf("DecodeTask error %#v is not a *InvalidTaskError with a reason", err)
+			}
+			return
+		}
+		b, err := task.Encode()
+		if err != nil {
+			t.Fatalf("Encode of accepted task %+v: %v", task, err)
+		}
+		again, err := DecodeTask(b, Limits{})
+		if err != nil {
+			t.Fatalf("DecodeTask(Encode()) = %v; payload %q", err, b)
+		}
+		if diff := cmp.Diff(task, again); diff != "" {
+			t.Fatalf("re-decoded task mismatch (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func BenchmarkDecodeTask(b *testing.B) {
+	many := strings.Repeat("0,", (1<<20-100)/2)
+	for name, p := range map[string]string{
+		"Small": `{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":{"answer":"..."}}`,
+		// Worst case: a payload at the size cap made of tiny tokens in an ignored field.
+		"ManyTokens": `{"taskId":"t","stage":"s","tenant":"a","input":1,"x":[` + many + `0]}`,
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(p)))
+			for b.Loop() {
+				if _, err := DecodeTask([]byte(p), Limits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
