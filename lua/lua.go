@@ -1,7 +1,8 @@
 // Package lua holds Flightdeck's Redis scripts. Each script lives in its own .lua file that
 // opens with a KEYS/ARGV/Output header, and is exported here as a *redis.Script (EVALSHA with
-// an EVAL fallback on NOSCRIPT). Every key a script touches arrives in KEYS and carries the
-// flight's {requestKey} hash tag, so the scripts run unchanged on Redis Cluster.
+// an EVAL fallback on NOSCRIPT). Every key a script touches arrives in KEYS. The flight scripts'
+// keys all carry the flight's {requestKey} hash tag and the stream scripts touch one key
+// each, so every script runs unchanged on Redis Cluster.
 package lua
 
 import (
@@ -23,6 +24,12 @@ var (
 	failSrc string
 	//go:embed cancel.lua
 	cancelSrc string
+	//go:embed stream_ack.lua
+	streamAckSrc string
+	//go:embed stream_touch.lua
+	streamTouchSrc string
+	//go:embed liveness.lua
+	livenessSrc string
 )
 
 // Acquire decides who runs a flight: OWNER, FOLLOWER_WAIT, RESULT_HIT, FAILED_FINAL,
@@ -44,7 +51,16 @@ var Fail = redis.NewScript(failSrc)
 // Cancel makes an active flight CANCELLED.
 var Cancel = redis.NewScript(cancelSrc)
 
+// StreamAck acknowledges task entries only while the calling consumer still holds them.
+var StreamAck = redis.NewScript(streamAckSrc)
+
+// StreamTouch resets the idle time of an entry the calling consumer still holds.
+var StreamTouch = redis.NewScript(streamTouchSrc)
+
+// Liveness records a consumer process's heartbeat in the group's liveness hash.
+var Liveness = redis.NewScript(livenessSrc)
+
 // All lists every script, for loading them ahead of pipelines (SCRIPT LOAD).
 func All() []*redis.Script {
-	return []*redis.Script{Acquire, Start, Heartbeat, Complete, Fail, Cancel}
+	return []*redis.Script{Acquire, Start, Heartbeat, Complete, Fail, Cancel, StreamAck, StreamTouch, Liveness}
 }

@@ -1,0 +1,332 @@
+// Package handlers runs Flightdeck's consumers: watermill handlers that turn task messages
+// into flight runs (Processor), the consumer runtime with its subscribers, liveness, reclaim
+// and graceful shutdown (Consumer), and the stage policies. Model adapters live in
+// handlers/model.
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Config configures a Consumer.
+type Config struct {
+	// NewClient returns a new Redis client. Required. The consumer calls it once for its
+	// shared client and once per subscriber (watermill's subscriber closes the client it is
+	// given, and each subscriber's client carries its own stream hook). The consumer closes
+	// every client it got.
+	NewClient func() redis.UniversalClient
+	// Keyspace names keys and streams. Defaults to the "ai" prefix.
+	Keyspace topics.Keyspace
+	// Name is this process's consumer name; its subscribers are "<Name>/<n>". It must not
+	// contain '/'. Defaults to "<hostname>-<pid>".
+	Name string
+	// Stages are the stages to consume (see LoadStages). Required.
+	Stages []StageConfig
+	// Models are the model adapters by name (StageConfig.Model). Defaults to {"sim": &model.Sim{}}.
+	Models map[string]model.Model
+	// Limits bound task messages. Defaults to topics.Limits defaults, with Stages set to the
+	// consumed stages.
+	Limits topics.Limits
+	// Logger receives structured logs. Defaults to a disabled logger.
+	Logger *zerolog.Logger
+	// Registry receives the consumer's metrics. Defaults to none.
+	Registry prometheus.Registerer
+	// LivenessInterval is how often the process records that it is alive. Defaults to 1 s.
+	LivenessInterval time.Duration
+	// LivenessTimeout: a process silent this long is dead and its pending entries are claimed.
+	// Defaults to 3 x LivenessInterval.
+	LivenessTimeout time.Duration
+	// ClaimInterval is how often each subscriber looks for claimable entries. Defaults to 1 s.
+	ClaimInterval time.Duration
+	// MinClaimIdle is the idle time below which an entry is never claimed (XCLAIM MIN-IDLE;
+	// it also keeps two claimers from taking one entry). Defaults to 1 s.
+	MinClaimIdle time.Duration
+	// HardIdle: an entry idle this long is claimed even from a live consumer (a live owner
+	// resets its entry's idle time at every heartbeat, so only a stuck delivery reaches it).
+	// Defaults to 30 min.
+	HardIdle time.Duration
+	// Grace is how long running owners may finish after shutdown begins; the rest are failed
+	// as retryable and their entries left for another consumer. Defaults to 10 s.
+	Grace time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if len(c.Models) == 0 {
+		c.Models = map[string]model.Model{"sim": &model.Sim{}}
+	}
+	if c.Logger == nil {
+		l := zerolog.Nop()
+		c.Logger = &l
+	}
+	if c.LivenessInterval == 0 {
+		c.LivenessInterval = time.Second
+	}
+	if c.LivenessTimeout == 0 {
+		c.LivenessTimeout = 3 * c.LivenessInterval
+	}
+	if c.ClaimInterval == 0 {
+		c.ClaimInterval = time.Second
+	}
+	if c.MinClaimIdle == 0 {
+		c.MinClaimIdle = time.Second
+	}
+	if c.HardIdle == 0 {
+		c.HardIdle = 30 * time.Minute
+	}
+	if c.Grace == 0 {
+		c.Grace = 10 * time.Second
+	}
+	if len(c.Limits.Stages) == 0 {
+		for _, s := range c.Stages {
+			c.Limits.Stages = append(c.Limits.Stages, s.Name)
+		}
+	}
+	c.Limits = c.Limits.WithDefaults()
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NewClient == nil {
+		errs = append(errs, errors.New("NewClient is required"))
+	}
+	if len(c.Stages) == 0 {
+		errs = append(errs, errors.New("no stages"))
+	}
+	if strings.ContainsAny(c.Name, "/ \t\n") {
+		errs = append(errs, fmt.Errorf("name %q must not contain '/' or whitespace", c.Name))
+	}
+	for _, s := range c.Stages {
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if _, ok := c.Models[s.Model]; !ok {
+			errs = append(errs, fmt.Errorf("stage %s: no model adapter %q", s.Name, s.Model))
+		}
+	}
+	if c.LivenessTimeout <= c.LivenessInterval {
+		errs = append(errs, fmt.Errorf("livenessTimeout %v must exceed livenessInterval %v", c.LivenessTimeout, c.LivenessInterval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("handlers: invalid consumer config: %w", err)
+	}
+	return nil
+}
+
+// Consumer reads the task streams of its stages in consumer group "flightdeck" and runs each
+// task through its flight. Create it with NewConsumer and run it with Run.
+type Consumer struct {
+	cfg      Config
+	log      zerolog.Logger
+	rdb      redis.UniversalClient
+	coord    *flight.Coordinator
+	live     *Liveness
+	metrics  *Metrics
+	clients  []redis.UniversalClient
+	procs    map[string]*Processor
+	life     *lifecycle
+	stop     context.CancelFunc
+	abandon  context.CancelCauseFunc
+	started  chan struct{}
+	runError error
+}
+
+// NewConsumer validates cfg and prepares a consumer; nothing connects until Run.
+func NewConsumer(cfg Config) (*Consumer, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Consumer{cfg: cfg, log: cfg.Logger.With().Str("consumer", cfg.Name).Logger(),
+		metrics: NewMetrics(cfg.Registry), procs: map[string]*Processor{}, started: make(chan struct{})}
+	c.rdb = cfg.NewClient()
+	c.clients = append(c.clients, c.rdb)
+	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Keyspace: cfg.Keyspace})
+	if err != nil {
+		return nil, err
+	}
+	c.coord = coord
+	c.live = &Liveness{rdb: c.rdb, key: cfg.Keyspace.Consumers(topics.ConsumerGroup), name: cfg.Name,
+		interval: cfg.LivenessInterval, timeout: cfg.LivenessTimeout, log: c.log}
+	stop, stopCancel := context.WithCancel(context.Background())
+	owners, abandon := context.WithCancelCause(stop)
+	c.life = &lifecycle{stop: stop, owners: owners}
+	c.stop, c.abandon = stopCancel, abandon
+	writer := topics.Writer{Client: c.rdb, Keyspace: cfg.Keyspace}
+	for _, s := range cfg.Stages {
+		c.procs[s.Name] = &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
+			ks: cfg.Keyspace, model: cfg.Models[s.Model], name: cfg.Name, limits: cfg.Limits,
+			log: c.log, metrics: c.metrics, life: c.life}
+	}
+	return c, nil
+}
+
+// Name is the consumer's process name.
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Started is closed once every subscriber is subscribed.
+func (c *Consumer) Started() <-chan struct{} { return c.started }
+
+// Run consumes until ctx ends, then shuts down gracefully and returns. Shutdown order:
+//  1. stop taking new work: handlers receiving a message from now on leave it pending;
+//  2. wait up to Grace for running owners to finish and publish their events;
+//  3. fail the remaining owners as retryable (another consumer takes over at once);
+//  4. forget this process's liveness, so the others claim its pending entries right away;
+//  5. close the router and the subscribers, then the shared Redis client.
+func (c *Consumer) Run(ctx context.Context) error {
+	defer c.closeClients()
+	if err := c.coord.Load(ctx); err != nil {
+		return err
+	}
+	if err := c.live.Beat(ctx); err != nil {
+		return fmt.Errorf("handlers: first liveness beat: %w", err)
+	}
+	liveCtx, liveCancel := context.WithCancel(context.Background())
+	liveDone := make(chan struct{})
+	go func() { defer close(liveDone); c.live.Run(liveCtx) }()
+	defer func() { liveCancel(); <-liveDone }()
+
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.Grace + 5*time.Second}, wmLogger{c.log, &c.life.draining})
+	if err != nil {
+		return err
+	}
+	for _, s := range c.cfg.Stages {
+		if err := c.addStage(router, s); err != nil {
+			return err
+		}
+	}
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(context.Background()) }()
+	select {
+	case <-router.Running():
+		close(c.started)
+		c.log.Info().Int("stages", len(c.cfg.Stages)).Msg("consumer running")
+	case err := <-routerDone:
+		return fmt.Errorf("handlers: router: %w", err)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-routerDone:
+		c.log.Error().Err(err).Msg("router stopped")
+		return fmt.Errorf("handlers: router stopped: %w", err)
+	}
+
+	// 1-3: drain.
+	c.life.draining.Store(true)
+	c.log.Info().Dur("grace", c.cfg.Grace).Msg("shutting down: draining running owners")
+	drained := make(chan struct{})
+	go func() { c.life.running.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(c.cfg.Grace):
+		c.log.Warn().Msg("grace period over: abandoning running owners")
+		c.abandon(ErrShuttingDown)
+		<-drained
+	}
+	// 4: liveness.
+	liveCancel()
+	<-liveDone
+	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := c.live.Forget(fctx); err != nil {
+		c.log.Warn().Err(err).Msg("could not remove liveness entry; peers claim after the liveness timeout")
+	}
+	fcancel()
+	// 5: close.
+	c.stop()
+	if err := router.Close(); err != nil {
+		c.log.Warn().Err(err).Msg("router close")
+	}
+	<-routerDone
+	c.log.Info().Msg("consumer stopped")
+	return nil
+}
+
+func (c *Consumer) closeClients() {
+	for _, cl := range c.clients {
+		_ = cl.Close()
+	}
+}
+
+// addStage adds the stage's Concurrency subscribers to router, each with its own client and
+// the middleware chain PoisonQueue -> Retry -> Recoverer.
+func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
+	proc := c.procs[s.Name]
+	topic := c.cfg.Keyspace.Tasks(s.Name)
+	poisonable := func(err error) bool { return !errors.Is(err, ErrShuttingDown) }
+	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{w: proc.writer, stage: s.Name, consumer: c.cfg.Name},
+		c.cfg.Keyspace.DLQ(s.Name), poisonable)
+	if err != nil {
+		return err
+	}
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second,
+		Multiplier: 2, RandomizationFactor: 0.3, Logger: wmLogger{c.log, &c.life.draining},
+		ShouldRetry: func(p middleware.RetryParams) bool { return poisonable(p.Err) }}
+	for i := range s.Concurrency {
+		consumer := c.cfg.Name + "/" + strconv.Itoa(i)
+		cl := c.cfg.NewClient()
+		c.clients = append(c.clients, cl)
+		cl.AddHook(&streamHook{rdb: cl, group: topics.ConsumerGroup, consumer: consumer})
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client: cl, Unmarshaller: Unmarshaller{}, Consumer: consumer, ConsumerGroup: topics.ConsumerGroup,
+			NackResendSleep: 500 * time.Millisecond, BlockTime: 500 * time.Millisecond,
+			ClaimInterval: c.cfg.ClaimInterval, MaxIdleTime: c.cfg.MinClaimIdle,
+			ShouldClaimPendingMessage: func(xp redis.XPendingExt) bool {
+				if xp.Idle >= c.cfg.HardIdle {
+					return true
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				return !c.live.Alive(ctx, xp.Consumer)
+			},
+			DisableIndefiniteInitialBlock: true,
+		}, wmLogger{c.log, &c.life.draining})
+		if err != nil {
+			return err
+		}
+		h := router.AddNoPublisherHandler(s.Name+"/"+strconv.Itoa(i), topic, sub, proc.HandlerFunc(consumer))
+		h.AddMiddleware(pq, retry.Middleware, middleware.Recoverer)
+	}
+	return nil
+}
+
+// dlqPublisher lets watermill's PoisonQueue middleware write to the dead-letter stream in the
+// same format as the consumer's own refusals.
+type dlqPublisher struct {
+	w        topics.Writer
+	stage    string
+	consumer string
+}
+
+func (d dlqPublisher) Publish(_ string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		err := d.w.DeadLetter(m.Context(), topics.DeadLetter{Stage: d.stage, UUID: m.UUID, Payload: m.Payload,
+			Reason: "handler_failed", Detail: m.Metadata.Get(middleware.ReasonForPoisonedKey), Consumer: d.consumer})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d dlqPublisher) Close() error { return nil }

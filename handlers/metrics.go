@@ -1,0 +1,42 @@
+package handlers
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the consumer's Prometheus collectors. Label sets stay bounded: stage, outcome
+// and reason only, never a key or a task id.
+type Metrics struct {
+	tasks       *prometheus.CounterVec
+	modelCalls  *prometheus.CounterVec
+	deadLetters *prometheus.CounterVec
+	running     *prometheus.GaugeVec
+	queueWait   *prometheus.HistogramVec
+	runTime     *prometheus.HistogramVec
+	endToEnd    *prometheus.HistogramVec
+}
+
+// NewMetrics creates the collectors and registers them with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900}
+	m := &Metrics{
+		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_task_events_total",
+			Help: "Terminal events published and tasks parked, by stage and outcome (<shared>_<status> or parked)."},
+			[]string{"stage", "outcome"}),
+		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_model_calls_total",
+			Help: "Model calls started by owners."}, []string{"stage"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_dead_letters_total",
+			Help: "Task entries sent to the dead-letter stream, by reason."}, []string{"stage", "reason"}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flightdeck_running_owners",
+			Help: "Model calls running in this consumer."}, []string{"stage"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_queue_wait_seconds",
+			Help: "Time from enqueue to the first handler run.", Buckets: buckets}, []string{"stage"}),
+		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_owner_run_seconds",
+			Help: "Model call time of owners.", Buckets: buckets}, []string{"stage"}),
+		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_end_to_end_seconds",
+			Help: "Time from enqueue to the task's terminal event, for tasks answered by this consumer.", Buckets: buckets},
+			[]string{"stage"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd)
+	}
+	return m
+}

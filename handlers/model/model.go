@@ -1,0 +1,149 @@
+// Package model defines how a Flightdeck consumer runs one model call: the Model adapter
+// interface, the typed *Error every adapter returns, and two adapters: Sim, a deterministic
+// simulated model that needs no network, and OpenAI, a client for any OpenAI-compatible
+// chat-completions endpoint.
+//
+// The flight owner calls Model.Call with a context that it cancels when the flight is
+// cancelled, expired or its token goes stale; adapters must return promptly when it is done.
+// Whatever an adapter returns as error, the owner passes it through Classify and records
+// Retryable, Type and Code in the flight's meta.
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Request is one model call.
+type Request struct {
+	// Stage, TaskID, Tenant and SessionID identify the task whose flight runs the call.
+	Stage, TaskID, Tenant, SessionID string
+	// Input is the task input (any JSON). Adapters must not modify it.
+	Input json.RawMessage
+	// ModelVersion and PromptVersion are the versions that entered the semantic key.
+	ModelVersion, PromptVersion string
+	// Attempt is the 1-based flight attempt number.
+	Attempt int
+	// Consumer is the name of the consumer process running the call.
+	Consumer string
+}
+
+// ProgressFunc reports that the call made progress (a streamed chunk, a step). It feeds the
+// flight's progress liveness. It is safe to call from any goroutine and cheap. Adapters must
+// accept a nil ProgressFunc and treat it as a no-op.
+type ProgressFunc func()
+
+// report calls f if it is set.
+func (f ProgressFunc) report() {
+	if f != nil {
+		f()
+	}
+}
+
+// Model is a model adapter. Implementations are safe for concurrent use.
+type Model interface {
+	// Name is the adapter's short name as a stage policy names it ("sim", "openai").
+	Name() string
+	// Call runs req once and returns the model's output as JSON. It must return when ctx is
+	// done. progress may be nil. A failed call returns an error that Classify maps
+	// faithfully: adapters return *Error for every failure they can tell apart.
+	Call(ctx context.Context, req Request, progress ProgressFunc) (json.RawMessage, error)
+}
+
+// Error types: the values of Error.Type, recorded as errorType in the flight's meta.
+const (
+	// TypeTimeout is a call that ran out of time: context deadline, network timeout,
+	// connection reset, HTTP 408. Retryable.
+	TypeTimeout = "timeout"
+	// TypeRateLimited is a call the provider refused for rate limits (HTTP 429). Retryable;
+	// RetryAfter carries the provider's hint.
+	TypeRateLimited = "rate_limited"
+	// TypeUpstream is a provider or transport failure (HTTP 5xx, unknown errors). Retryable.
+	TypeUpstream = "upstream"
+	// TypeBadRequest is a request the provider, or the adapter itself, rejects as invalid
+	// (HTTP 4xx other than 408 and 429, unusable input). Final: retrying cannot help.
+	TypeBadRequest = "bad_request"
+	// TypeCancelled is a call whose context was cancelled. Final.
+	TypeCancelled = "cancelled"
+	// TypeBadOutput is a response the adapter cannot use (malformed, empty, too large).
+	// Retryable.
+	TypeBadOutput = "bad_output"
+	// TypeSimulated is a failure Sim was told to produce; Retryable as requested.
+	TypeSimulated = "simulated"
+)
+
+// Error is a classified model call failure. Adapters return *Error; Classify turns any error
+// into one.
+type Error struct {
+	// Retryable reports whether another attempt may succeed.
+	Retryable bool
+	// Type is one of the Type constants.
+	Type string
+	// Code is a finer, adapter-specific reason such as "http_429"; may be empty.
+	Code string
+	// Message is a human-readable description; it never contains credentials.
+	Message string
+	// RetryAfter is the provider's hint for when to retry; 0 when none was given.
+	RetryAfter time.Duration
+	// Err is the underlying error, if any.
+	Err error
+}
+
+// Error returns "model: <type> (<code>): <message>: <err>", leaving out the empty parts.
+func (e *Error) Error() string {
+	s := "model: " + e.Type
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Classify turns err into an *Error:
+//   - nil stays nil;
+//   - an *Error anywhere in err's chain is returned as is;
+//   - context.Canceled is a final TypeCancelled;
+//   - context.DeadlineExceeded and network timeouts are a retryable TypeTimeout;
+//   - anything else is a retryable TypeUpstream.
+//
+// Except for the first two cases, the result wraps err.
+func Classify(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e
+	}
+	if errors.Is(err, context.Canceled) {
+		return &Error{Type: TypeCancelled, Code: "canceled", Err: err}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Retryable: true, Type: TypeTimeout, Code: "deadline_exceeded", Err: err}
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return &Error{Retryable: true, Type: TypeTimeout, Code: "net_timeout", Err: err}
+	}
+	return &Error{Retryable: true, Type: TypeUpstream, Code: "unclassified", Err: err}
+}
+
+// contextError classifies why ctx is done, keeping its cause (context.Cause) in the chain.
+// ctx must be done.
+func contextError(ctx context.Context) *Error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return Classify(err)
+}

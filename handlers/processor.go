@@ -1,0 +1,453 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/lua"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Errors that end a handler run without acknowledging its message.
+var (
+	// ErrShuttingDown: the consumer is stopping; the entry stays pending and another consumer
+	// claims it once this one's liveness is gone. Never retried, never dead-lettered.
+	ErrShuttingDown = errors.New("handlers: consumer shutting down")
+	// errEntryLost: another consumer claimed the entry this owner holds; this one is a zombie.
+	errEntryLost = errors.New("handlers: stream entry claimed by another consumer")
+)
+
+// lifecycle is shared by a consumer's processors: it tells them when to stop taking work
+// and when to abandon running owners.
+type lifecycle struct {
+	// stop is cancelled when handlers must return (after the grace period).
+	stop context.Context
+	// owners is cancelled, with cause ErrShuttingDown, when running owners must give up.
+	owners   context.Context
+	draining atomic.Bool
+	running  sync.WaitGroup
+}
+
+// Processor turns the task messages of one stage into flight runs: it decodes and validates
+// each message (dead-lettering what it cannot read), acquires the flight, and as owner runs
+// the model with a heartbeat, or parks the task as a follower, or answers it from the flight's
+// outcome. It publishes one terminal event per task. Safe for concurrent use.
+type Processor struct {
+	stage   StageConfig
+	pol     flight.Policy
+	coord   *flight.Coordinator
+	writer  topics.Writer
+	rdb     redis.UniversalClient
+	ks      topics.Keyspace
+	model   model.Model
+	name    string
+	limits  topics.Limits
+	log     zerolog.Logger
+	metrics *Metrics
+	life    *lifecycle
+}
+
+// entry is the stream entry a handler run holds.
+type entry struct {
+	consumer string // stream consumer name "<process>/<n>"
+	id       string // stream entry id
+}
+
+// HandlerFunc returns the watermill handler for one subscriber, whose stream consumer name is
+// consumer.
+func (p *Processor) HandlerFunc(consumer string) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		if p.life.draining.Load() {
+			return ErrShuttingDown
+		}
+		ent := entry{consumer: consumer, id: msg.Metadata.Get(MetaEntryID)}
+		return p.handle(msg, ent)
+	}
+}
+
+func (p *Processor) handle(msg *message.Message, ent entry) error {
+	ctx := p.life.stop
+	log := p.log.With().Str("consumer", ent.consumer).Str("entry", ent.id).Logger()
+	if reason := msg.Metadata.Get(MetaBadEntry); reason != "" {
+		var raw map[string]any
+		if md := msg.Metadata.Get(MetaRawMetadata); md != "" {
+			raw = map[string]any{"metadata": md}
+		}
+		return p.deadLetter(ctx, log, msg, reason, msg.Metadata.Get(MetaBadDetail), raw)
+	}
+	task, err := topics.DecodeTask(msg.Payload, p.limits)
+	if err != nil {
+		reason := "invalid_task"
+		var ite *topics.InvalidTaskError
+		if errors.As(err, &ite) {
+			reason = string(ite.Reason)
+		}
+		return p.deadLetter(ctx, log, msg, reason, err.Error(), nil)
+	}
+	if task.Stage != p.stage.Name {
+		return p.deadLetter(ctx, log, msg, "stage_mismatch",
+			fmt.Sprintf("task stage %q arrived on the stream of stage %q", task.Stage, p.stage.Name), nil)
+	}
+	key, err := TaskKey(task)
+	if err != nil {
+		return p.deadLetter(ctx, log, msg, "bad_key", err.Error(), nil)
+	}
+	log = log.With().Str("stage", task.Stage).Str("taskId", task.TaskID).Str("requestKey", key).Logger()
+	t := &taskRun{p: p, task: task, key: key, ent: ent, log: log, received: time.Now()}
+	if enq, ok := task.EnqueuedTime(); ok {
+		t.queued = time.Since(enq)
+		p.metrics.queueWait.WithLabelValues(task.Stage).Observe(t.queued.Seconds())
+	}
+	if err := task.CheckDeadline(time.Now()); err != nil {
+		return t.finish(ctx, topics.Event{Status: topics.StatusExpired, Shared: topics.SharedOwner,
+			ErrorType: "deadline", ErrorCode: "deadline_passed", Error: err.Error()}, nil)
+	}
+	return t.run(ctx)
+}
+
+// TaskKey returns the flight key of a task: its requestKey namespaced by tenant and stage when
+// the producer gave one, else the semantic key of its input, versions and params.
+func TaskKey(t topics.Task) (string, error) {
+	if t.RequestKey != "" {
+		return flight.NamespacedKey(t.Stage, t.Tenant, t.RequestKey, 1)
+	}
+	return flight.SemanticKey(flight.KeyParams{Stage: t.Stage, Tenant: t.Tenant, Input: t.Input,
+		ModelVersion: t.ModelVersion, PromptVersion: t.PromptVersion, Params: t.Params})
+}
+
+func (p *Processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *message.Message, reason, detail string, raw map[string]any) error {
+	err := p.writer.DeadLetter(ctx, topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: msg.Payload,
+		Raw: raw, Reason: reason, Detail: detail, Consumer: p.name})
+	if err != nil {
+		return fmt.Errorf("handlers: dead-letter %s: %w", msg.UUID, err)
+	}
+	p.metrics.deadLetters.WithLabelValues(p.stage.Name, reason).Inc()
+	log.Warn().Str("reason", reason).Str("detail", detail).Str("uuid", msg.UUID).Msg("task dead-lettered")
+	return nil
+}
+
+// taskRun is one handler run of one task.
+type taskRun struct {
+	p        *Processor
+	task     topics.Task
+	key      string
+	ent      entry
+	log      zerolog.Logger
+	received time.Time
+	queued   time.Duration
+}
+
+// run acquires the flight until the task is answered or parked.
+func (t *taskRun) run(ctx context.Context) error {
+	p := t.p
+	for {
+		if err := ctx.Err(); err != nil {
+			return ErrShuttingDown
+		}
+		d, err := p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, TaskID: t.task.TaskID,
+			Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol})
+		if err != nil {
+			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
+		}
+		log := t.log.With().Int64("token", d.Token).Logger()
+		switch d.Action {
+		case flight.ActionOwner:
+			log.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner")
+			done, err := t.own(ctx, d, log)
+			if done || err != nil {
+				return err
+			}
+		case flight.ActionFollowerWait:
+			if d.Reason == flight.ReasonParked {
+				p.metrics.tasks.WithLabelValues(t.task.Stage, "parked").Inc()
+				log.Debug().Str("owner", d.OwnerID).Msg("parked on the running flight")
+				return nil
+			}
+			// Not parked: this is the owner's own task delivered again (its consumer looked
+			// dead, or the producer sent the task id twice), or the flight's park set is full.
+			// Wait for the flight to end or its lease to lapse, then acquire again.
+			if !sleep(ctx, p.stage.HeartbeatInterval) {
+				return ErrShuttingDown
+			}
+		case flight.ActionResultHit:
+			return t.finish(ctx, topics.Event{Status: topics.StatusSucceeded, Shared: topics.SharedHit,
+				OwnerToken: d.Token, Attempts: d.Attempts}, &d)
+		case flight.ActionFailedFinal:
+			return t.finish(ctx, topics.Event{Status: topics.StatusFailed, Shared: topics.SharedFollower,
+				OwnerToken: d.Token, Attempts: d.Attempts, ErrorType: d.ErrorType, ErrorCode: d.ErrorCode, Error: d.Error}, &d)
+		case flight.ActionCancelled:
+			return t.finish(ctx, topics.Event{Status: topics.StatusCancelled, Shared: topics.SharedFollower,
+				OwnerToken: d.Token, Attempts: d.Attempts, ErrorType: d.ErrorType, ErrorCode: d.ErrorCode, Error: d.Error}, &d)
+		case flight.ActionExpired:
+			return t.finish(ctx, topics.Event{Status: topics.StatusExpired, Shared: topics.SharedFollower,
+				OwnerToken: d.Token, Attempts: d.Attempts, ErrorType: d.ErrorType, ErrorCode: d.ErrorCode, Error: d.Error}, &d)
+		default:
+			return fmt.Errorf("handlers: task %s: %w: action %q", t.task.TaskID, flight.ErrProtocol, d.Action)
+		}
+	}
+}
+
+// own runs the flight as its owner. done reports that the task is settled (answered, parked
+// on another owner, or left to another consumer); !done asks run to acquire again.
+func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger) (done bool, err error) {
+	p := t.p
+	p.life.running.Add(1)
+	defer p.life.running.Done()
+	switch err := p.coord.Start(ctx, t.key, d.Token, p.pol); {
+	case errors.Is(err, flight.ErrStaleToken):
+		return true, nil // another owner took over at once; it answers this task too
+	case errors.Is(err, flight.ErrCancelled):
+		return true, t.finishOwn(ctx, d, topics.StatusCancelled, "cancelled", "cancelled", "flight cancelled")
+	case errors.Is(err, flight.ErrExpired):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
+	}
+
+	runCtx, cancel := context.WithCancelCause(p.life.owners)
+	defer cancel(nil)
+	var progress atomic.Int64
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t.heartbeat(runCtx, cancel, d.Token, &progress, log)
+	}()
+	start := time.Now()
+	p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
+	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
+	out, callErr := p.model.Call(runCtx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID,
+		Tenant: t.task.Tenant, SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
+		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name}, func() { progress.Add(1) })
+	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
+	runTime := time.Since(start)
+	cause := context.Cause(runCtx)
+	cancel(nil)
+	<-hbDone
+	p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(runTime.Seconds())
+	log = log.With().Dur("runMs", runTime).Logger()
+
+	// A call that returned a result goes on to complete whatever the heartbeat saw meanwhile:
+	// complete itself refuses a fenced-off owner. A call that failed after its run was
+	// cancelled failed because of that cancellation.
+	if callErr != nil && cause != nil {
+		switch {
+		case errors.Is(cause, flight.ErrStaleToken), errors.Is(cause, errEntryLost):
+			log.Warn().Err(cause).Msg("fenced off: another owner answers this task")
+			return true, nil
+		case errors.Is(cause, flight.ErrCancelled):
+			return true, t.finishOwn(ctx, d, topics.StatusCancelled, "cancelled", "cancelled", "flight cancelled")
+		case errors.Is(cause, flight.ErrExpired):
+			log.Warn().Msg("flight expired during the run; acquiring again")
+			return false, nil
+		case errors.Is(cause, ErrShuttingDown):
+			return t.abandon(d, log)
+		}
+	}
+
+	if callErr != nil {
+		me := model.Classify(callErr)
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), p.stage.Lease)
+		defer fcancel()
+		res, err := p.coord.Fail(fctx, t.key, d.Token, flight.Failure{Retryable: me.Retryable, Type: me.Type,
+			Code: me.Code, Message: me.Error()}, p.pol)
+		switch {
+		case errors.Is(err, flight.ErrStaleToken):
+			return true, nil
+		case errors.Is(err, flight.ErrCancelled):
+			return true, t.finishOwn(ctx, d, topics.StatusCancelled, "cancelled", "cancelled", "flight cancelled")
+		case errors.Is(err, flight.ErrExpired):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("handlers: task %s: record failure: %w", t.task.TaskID, err)
+		}
+		log.Warn().Err(me).Bool("retryable", me.Retryable).Bool("final", res.Final).Msg("model call failed")
+		if !res.Final {
+			back := time.Duration(100<<min(d.Attempts, 6)) * time.Millisecond
+			if me.RetryAfter > back {
+				back = min(me.RetryAfter, p.stage.Lease)
+			}
+			if !sleep(ctx, back) {
+				return true, ErrShuttingDown
+			}
+			return false, nil
+		}
+		ev := topics.Event{Status: topics.StatusFailed, OwnerToken: d.Token, Attempts: d.Attempts,
+			ErrorType: me.Type, ErrorCode: me.Code, Error: me.Error(), RunMs: runTime.Milliseconds()}
+		return true, t.publish(ctx, ev, res.Parked)
+	}
+
+	parked, err := t.complete(ctx, d.Token, out)
+	switch {
+	case errors.Is(err, flight.ErrStaleToken):
+		log.Warn().Msg("result refused: another owner holds the flight")
+		return true, nil
+	case errors.Is(err, flight.ErrCancelled):
+		return true, t.finishOwn(ctx, d, topics.StatusCancelled, "cancelled", "cancelled", "flight cancelled")
+	case errors.Is(err, flight.ErrExpired):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("handlers: task %s: store result: %w", t.task.TaskID, err)
+	}
+	log.Info().Int("followers", len(parked)).Msg("owner completed")
+	ev := topics.Event{Status: topics.StatusSucceeded, OwnerToken: d.Token, Attempts: d.Attempts,
+		RunMs: runTime.Milliseconds()}
+	ev.SetResult(out, p.stage.MaxInlineResult, p.ks.Result(t.key))
+	return true, t.publish(ctx, ev, parked)
+}
+
+// complete stores the result, retrying a Redis error for up to a lease: the model already
+// ran, and giving up here would make the next owner run it again.
+func (t *taskRun) complete(ctx context.Context, token int64, out []byte) ([]string, error) {
+	p := t.p
+	deadline := time.Now().Add(p.stage.Lease)
+	ctx = context.WithoutCancel(ctx)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, p.stage.Lease)
+		parked, err := p.coord.Complete(cctx, t.key, token, out, p.pol)
+		cancel()
+		if err == nil || isFlightAnswer(err) || time.Now().Add(wait).After(deadline) {
+			return parked, err
+		}
+		t.log.Warn().Err(err).Msg("storing the result failed; retrying")
+		time.Sleep(wait)
+	}
+}
+
+func isFlightAnswer(err error) bool {
+	var se *flight.StateError
+	return errors.Is(err, flight.ErrStaleToken) || errors.Is(err, flight.ErrCancelled) ||
+		errors.Is(err, flight.ErrExpired) || errors.As(err, &se)
+}
+
+// abandon gives a running flight up on shutdown: it is failed as retryable so that the
+// consumer that claims the entry takes over at once, and the entry is left pending.
+func (t *taskRun) abandon(d flight.Decision, log zerolog.Logger) (bool, error) {
+	p := t.p
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	res, err := p.coord.Fail(ctx, t.key, d.Token, flight.Failure{Retryable: true, Type: "shutdown",
+		Code: "consumer_stopped", Message: "the owner's consumer shut down"}, p.pol)
+	if err == nil && res.Final {
+		ev := topics.Event{Status: topics.StatusFailed, OwnerToken: d.Token, Attempts: d.Attempts,
+			ErrorType: "shutdown", ErrorCode: "consumer_stopped", Error: "the owner's consumer shut down"}
+		return true, t.publish(ctx, ev, res.Parked)
+	}
+	log.Warn().Err(err).Msg("owner abandoned on shutdown; the entry stays pending for another consumer")
+	return true, ErrShuttingDown
+}
+
+// heartbeat renews the lease every HeartbeatInterval and keeps the stream entry from being
+// claimed; it cancels the run when the flight is cancelled, expired or fenced off, or when
+// another consumer claimed the entry.
+func (t *taskRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, token int64, progress *atomic.Int64, log zerolog.Logger) {
+	p := t.p
+	tick := time.NewTicker(p.stage.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		hctx, hcancel := context.WithTimeout(ctx, p.stage.HeartbeatInterval)
+		prog := ""
+		if n := progress.Load(); n > 0 {
+			prog = strconv.FormatInt(n, 10)
+		}
+		err := p.coord.Heartbeat(hctx, t.key, token, prog, p.pol)
+		if err == nil && t.ent.id != "" {
+			var held int64
+			held, err = lua.StreamTouch.Run(hctx, p.rdb, []string{p.ks.Tasks(t.task.Stage)},
+				topics.ConsumerGroup, t.ent.consumer, t.ent.id).Int64()
+			if err == nil && held == 0 {
+				err = errEntryLost
+			}
+		}
+		hcancel()
+		switch {
+		case err == nil:
+		case isFlightAnswer(err), errors.Is(err, errEntryLost):
+			cancel(err)
+			return
+		case ctx.Err() == nil:
+			log.Warn().Err(err).Msg("heartbeat failed")
+		}
+	}
+}
+
+// finishOwn answers the task itself (the canceller or the last acquirer answered the others).
+func (t *taskRun) finishOwn(ctx context.Context, d flight.Decision, st topics.Status, typ, code, msg string) error {
+	return t.publish(ctx, topics.Event{Status: st, OwnerToken: d.Token, Attempts: d.Attempts,
+		ErrorType: typ, ErrorCode: code, Error: msg}, nil)
+}
+
+// finish answers the task from a flight's outcome, with the parked tasks it hands back.
+func (t *taskRun) finish(ctx context.Context, ev topics.Event, d *flight.Decision) error {
+	var parked []string
+	if d != nil {
+		if len(d.Result) > 0 {
+			ev.SetResult(d.Result, t.p.stage.MaxInlineResult, t.p.ks.Result(t.key))
+		}
+		parked = d.Parked
+	}
+	return t.publish(ctx, ev, parked)
+}
+
+// publish writes the task's own event (ev.Shared, default owner) and one event per parked
+// task (shared follower), then removes the parked ids from the flight.
+func (t *taskRun) publish(ctx context.Context, ev topics.Event, parked []string) error {
+	p := t.p
+	if ev.Shared == "" {
+		ev.Shared = topics.SharedOwner
+	}
+	ev.Stage, ev.Tenant, ev.RequestKey, ev.Consumer = t.task.Stage, t.task.Tenant, t.key, p.name
+	ev.FinishedAt = time.Now()
+	own := ev
+	own.TaskID = t.task.TaskID
+	own.QueuedMs = t.queued.Milliseconds()
+	events := make([]topics.Event, 0, 1+len(parked))
+	events = append(events, own)
+	for _, id := range parked {
+		if id == t.task.TaskID {
+			continue
+		}
+		f := ev
+		f.TaskID = id
+		f.Shared = topics.SharedFollower
+		events = append(events, f)
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := p.writer.PublishEvents(ctx, events...); err != nil {
+		return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
+	}
+	if err := p.coord.Release(ctx, t.key, parked...); err != nil {
+		t.log.Warn().Err(err).Msg("releasing parked tasks failed; a later caller answers them again")
+	}
+	for _, e := range events {
+		p.metrics.tasks.WithLabelValues(e.Stage, string(e.Shared)+"_"+string(e.Status)).Inc()
+	}
+	p.metrics.endToEnd.WithLabelValues(t.task.Stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}

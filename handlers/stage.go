@@ -1,0 +1,213 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+)
+
+// The four stages of the original system (DESIGN.md section 7).
+const (
+	StageEvaluation = "interview-evaluation"
+	StageFollowup   = "interview-followup"
+	StageExtraction = "interview-extraction"
+	StageDemeanor   = "interview-demeanor"
+)
+
+// StageConfig is the policy of one stage. A zero field takes the stage's built-in default
+// (for the four built-in stages) or the generic default named in its comment.
+type StageConfig struct {
+	// Name is the stage name; its task stream is ai:tasks:<Name>.
+	Name string `yaml:"-"`
+	// Model names the model adapter: "sim" or "openai". Defaults to "sim".
+	Model string `yaml:"model"`
+	// Mode is the degradation mode (DISTRIBUTED_ONLY, LOCAL_ONLY, HYBRID, BYPASS).
+	// Defaults to HYBRID.
+	Mode string `yaml:"mode"`
+	// HeartbeatInterval is how often an owner renews its lease. Defaults to 1 s.
+	HeartbeatInterval time.Duration `yaml:"heartbeatInterval"`
+	// Lease: an owner silent this long is taken over. Defaults to 5 s.
+	Lease time.Duration `yaml:"lease"`
+	// RunningTTL caps one model attempt. Defaults to 2 min.
+	RunningTTL time.Duration `yaml:"runningTTL"`
+	// StallTimeout: a run whose model reports no progress this long is taken over (only for
+	// adapters that report progress, such as streaming). Defaults to 0 (off).
+	StallTimeout time.Duration `yaml:"stallTimeout"`
+	// ResultTTL is how long a result answers duplicates. Defaults to 10 min.
+	ResultTTL time.Duration `yaml:"resultTTL"`
+	// FailureTTL is how long a failed, cancelled or expired flight is remembered.
+	// Defaults to 1 min.
+	FailureTTL time.Duration `yaml:"failureTTL"`
+	// MaxAttempts bounds owner attempts of one flight. Defaults to 3.
+	MaxAttempts int `yaml:"maxAttempts"`
+	// MaxParked bounds the tasks parked on one flight. Defaults to 10000.
+	MaxParked int `yaml:"maxParked"`
+	// WaitTimeout bounds how long an in-process follower waits before it re-acquires.
+	// Defaults to the lease.
+	WaitTimeout time.Duration `yaml:"waitTimeout"`
+	// L1Replay keeps a finished result in process memory for a short replay. Defaults per stage.
+	L1Replay *bool `yaml:"l1Replay"`
+	// Concurrency is the number of subscribers (parallel owners) per consumer. Defaults to 4.
+	Concurrency int `yaml:"concurrency"`
+	// RateLimit caps model calls per second per consumer in degraded mode (0 = none).
+	RateLimit float64 `yaml:"rateLimit"`
+	// SessionLock runs one task per session at a time across the fleet. Defaults per stage.
+	SessionLock *bool `yaml:"sessionLock"`
+	// MaxInlineResult is the largest result carried inline in events; larger ones carry only
+	// resultRef. Defaults to 64 KiB.
+	MaxInlineResult int `yaml:"maxInlineResult"`
+}
+
+func ptr(b bool) *bool { return &b }
+
+// DefaultStages returns the built-in policies of the four stages of DESIGN.md section 7.
+func DefaultStages() map[string]StageConfig {
+	light := func(name string) StageConfig {
+		return StageConfig{Name: name, HeartbeatInterval: time.Second, Lease: 5 * time.Second,
+			RunningTTL: 2 * time.Minute, ResultTTL: 10 * time.Minute, L1Replay: ptr(true), SessionLock: ptr(false)}
+	}
+	return map[string]StageConfig{
+		StageEvaluation: light(StageEvaluation),
+		StageFollowup:   light(StageFollowup),
+		StageExtraction: {Name: StageExtraction, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
+			RunningTTL: 15 * time.Minute, ResultTTL: 24 * time.Hour, L1Replay: ptr(true), SessionLock: ptr(true)},
+		StageDemeanor: {Name: StageDemeanor, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
+			RunningTTL: 10 * time.Minute, ResultTTL: time.Hour, L1Replay: ptr(false), SessionLock: ptr(true)},
+	}
+}
+
+// WithDefaults returns c with every zero field set to its generic default.
+func (c StageConfig) WithDefaults() StageConfig {
+	if c.Model == "" {
+		c.Model = "sim"
+	}
+	if c.Mode == "" {
+		c.Mode = "HYBRID"
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 5 * time.Second
+	}
+	if c.RunningTTL == 0 {
+		c.RunningTTL = 2 * time.Minute
+	}
+	if c.ResultTTL == 0 {
+		c.ResultTTL = 10 * time.Minute
+	}
+	if c.FailureTTL == 0 {
+		c.FailureTTL = time.Minute
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
+	if c.MaxParked == 0 {
+		c.MaxParked = 10000
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = c.Lease
+	}
+	if c.L1Replay == nil {
+		c.L1Replay = ptr(false)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.SessionLock == nil {
+		c.SessionLock = ptr(false)
+	}
+	if c.MaxInlineResult == 0 {
+		c.MaxInlineResult = 64 << 10
+	}
+	return c
+}
+
+// Validate reports values a consumer cannot run with.
+func (c StageConfig) Validate() error {
+	var errs []error
+	if _, err := flight.SemanticKey(flight.KeyParams{Stage: c.Name, Tenant: "t", Input: []byte("0")}); err != nil {
+		errs = append(errs, fmt.Errorf("name: %w", err))
+	}
+	switch c.Mode {
+	case "DISTRIBUTED_ONLY", "LOCAL_ONLY", "HYBRID", "BYPASS":
+	default:
+		errs = append(errs, fmt.Errorf("mode %q: want DISTRIBUTED_ONLY, LOCAL_ONLY, HYBRID or BYPASS", c.Mode))
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.Lease {
+		errs = append(errs, fmt.Errorf("heartbeatInterval %v must be positive and below the lease %v", c.HeartbeatInterval, c.Lease))
+	}
+	if c.Concurrency < 1 || c.Concurrency > 256 {
+		errs = append(errs, fmt.Errorf("concurrency %d: want 1-256", c.Concurrency))
+	}
+	if err := c.Policy().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stage %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// Policy is the flight policy of the stage.
+func (c StageConfig) Policy() flight.Policy {
+	return flight.Policy{Lease: c.Lease, RunningTTL: c.RunningTTL, StallTimeout: c.StallTimeout,
+		ResultTTL: c.ResultTTL, FailureTTL: c.FailureTTL, MaxAttempts: c.MaxAttempts, MaxParked: c.MaxParked}
+}
+
+// fileConfig is the YAML stage file: {stages: {<name>: {<field>: <value>}}}.
+type fileConfig struct {
+	Stages map[string]yaml.Node `yaml:"stages"`
+}
+
+// LoadStages returns the built-in stages overridden by the YAML file at path (none when path
+// is ""). A file may override any field of a built-in stage and may add stages. When only is
+// non-empty, just those stages are returned. Every returned stage has its defaults set and
+// is valid.
+func LoadStages(path string, only []string) ([]StageConfig, error) {
+	stages := DefaultStages()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("handlers: stage config: %w", err)
+		}
+		var fc fileConfig
+		if err := yaml.Unmarshal(raw, &fc); err != nil {
+			return nil, fmt.Errorf("handlers: stage config %s: %w", path, err)
+		}
+		for name, node := range fc.Stages {
+			sc := stages[name]
+			if err := node.Decode(&sc); err != nil {
+				return nil, fmt.Errorf("handlers: stage config %s: stage %s: %w", path, name, err)
+			}
+			sc.Name = name
+			stages[name] = sc
+		}
+	}
+	names := only
+	if len(names) == 0 {
+		for n := range stages {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	}
+	out := make([]StageConfig, 0, len(names))
+	for _, n := range names {
+		sc, ok := stages[n]
+		if !ok {
+			return nil, fmt.Errorf("handlers: unknown stage %q", n)
+		}
+		sc = sc.WithDefaults()
+		if err := sc.Validate(); err != nil {
+			return nil, fmt.Errorf("handlers: %w", err)
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}

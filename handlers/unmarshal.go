@@ -1,0 +1,75 @@
+package handlers
+
+import (
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata keys the consumer sets on every message it reads. They overwrite any value a
+// producer put there.
+const (
+	// MetaEntryID holds the message's stream entry id.
+	MetaEntryID = "_flightdeck_xid"
+	// MetaBadEntry holds the reason an entry could not be read as a watermill message.
+	MetaBadEntry = "_flightdeck_bad_entry"
+	// MetaBadDetail holds what was wrong with such an entry.
+	MetaBadDetail = "_flightdeck_bad_detail"
+	// MetaRawMetadata keeps such an entry's raw metadata field for the dead-letter stream.
+	MetaRawMetadata = "_flightdeck_raw_metadata"
+)
+
+// Unmarshaller reads task stream entries and never fails: the watermill-redisstream
+// subscriber stops for good on an unmarshal error, and the bad entry then stays pending to
+// stop the next consumer that claims it. An entry the default unmarshaller refuses (no uuid,
+// metadata that is not msgpack, values of the wrong type) becomes a message with
+// MetaBadEntry set, which the handler sends to the dead-letter stream and acknowledges.
+type Unmarshaller struct{}
+
+// Unmarshal implements redisstream.Unmarshaller.
+func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err error) {
+	xid, _ := values[xidField].(string)
+	clean := make(map[string]any, len(values))
+	for k, v := range values {
+		if k != xidField {
+			clean[k] = v
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			msg = badMessage(clean, "bad_entry", fmt.Sprintf("unreadable entry: %v", r))
+		}
+		if msg.Metadata == nil {
+			msg.Metadata = message.Metadata{}
+		}
+		msg.Metadata.Set(MetaEntryID, xid)
+		err = nil
+	}()
+	if _, ok := clean[redisstream.UUIDHeaderKey].(string); !ok {
+		return badMessage(clean, "missing_uuid", "entry has no "+redisstream.UUIDHeaderKey+" field"), nil
+	}
+	m, uerr := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(clean)
+	if uerr != nil {
+		return badMessage(clean, "bad_metadata", uerr.Error()), nil
+	}
+	delete(m.Metadata, MetaBadEntry)
+	delete(m.Metadata, MetaBadDetail)
+	return m, nil
+}
+
+func badMessage(values map[string]any, reason, detail string) *message.Message {
+	id, _ := values[redisstream.UUIDHeaderKey].(string)
+	if id == "" {
+		id = watermill.NewUUID()
+	}
+	payload, _ := values["payload"].(string)
+	m := message.NewMessage(id, []byte(payload))
+	m.Metadata.Set(MetaBadEntry, reason)
+	m.Metadata.Set(MetaBadDetail, detail)
+	if md, ok := values["metadata"]; ok {
+		m.Metadata.Set(MetaRawMetadata, fmt.Sprint(md))
+	}
+	return m
+}

@@ -1,0 +1,194 @@
+package topics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Default stream caps (approximate MAXLEN, trimmed by XADD).
+const (
+	// DefaultTaskMaxLen caps a task stream. Trimming only drops entries that are far older
+	// than any pending one in normal operation; size it above the backlog you accept.
+	DefaultTaskMaxLen = 1_000_000
+	// DefaultResultMaxLen caps a result stream.
+	DefaultResultMaxLen = 1_000_000
+	// DefaultDLQMaxLen caps a dead-letter stream.
+	DefaultDLQMaxLen = 100_000
+)
+
+// Dead-letter entry fields, beside FieldUUID and FieldPayload (the refused entry's own).
+const (
+	// FieldReason holds the machine-readable reason (a Reason, or a handler reason).
+	FieldReason = "reason"
+	// FieldDetail holds a human-readable description of what was wrong.
+	FieldDetail = "detail"
+	// FieldConsumer names the consumer that refused the entry.
+	FieldConsumer = "consumer"
+	// FieldOriginal holds the refused entry's raw fields as a JSON object, when they could not
+	// be kept as uuid and payload.
+	FieldOriginal = "original"
+)
+
+// Writer appends entries in watermill-redisstream's wire format (FieldUUID, FieldPayload),
+// pipelined, with an approximate MAXLEN. It is safe for concurrent use; it does not close its
+// client.
+type Writer struct {
+	// Client is the Redis client. Required.
+	Client redis.UniversalClient
+	// Keyspace names the streams. Defaults to the "ai" prefix.
+	Keyspace Keyspace
+	// TaskMaxLen, ResultMaxLen and DLQMaxLen cap the streams (MAXLEN ~). Zero means the
+	// Default...MaxLen constant; a negative value turns trimming off.
+	TaskMaxLen, ResultMaxLen, DLQMaxLen int64
+}
+
+func maxLen(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// EnqueueTask validates t and appends it to its stage's task stream; it returns the entry id.
+func (w Writer) EnqueueTask(ctx context.Context, t Task) (string, error) {
+	payload, err := t.Encode()
+	if err != nil {
+		return "", err
+	}
+	id, err := w.Client.XAdd(ctx, &redis.XAddArgs{
+		Stream: w.Keyspace.Tasks(t.Stage), MaxLen: maxLen(w.TaskMaxLen, DefaultTaskMaxLen), Approx: true,
+		Values: []any{FieldUUID, uuid.NewString(), FieldPayload, payload},
+	}).Result()
+	if err != nil {
+		return "", fmt.Errorf("topics: enqueue %s: %w", t.TaskID, err)
+	}
+	return id, nil
+}
+
+// PublishEvents appends events to their stages' result streams in one pipeline.
+func (w Writer) PublishEvents(ctx context.Context, events ...Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	payloads := make([][]byte, len(events))
+	for i, e := range events {
+		b, err := EncodeEvent(e)
+		if err != nil {
+			return err
+		}
+		payloads[i] = b
+	}
+	cmds, err := w.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range events {
+			p.XAdd(ctx, &redis.XAddArgs{
+				Stream: w.Keyspace.Results(e.Stage), MaxLen: maxLen(w.ResultMaxLen, DefaultResultMaxLen), Approx: true,
+				Values: []any{FieldUUID, uuid.NewString(), FieldPayload, payloads[i]},
+			})
+		}
+		return nil
+	})
+	if err == nil {
+		for _, c := range cmds {
+			if err = c.Err(); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("topics: publish %d events: %w", len(events), err)
+	}
+	return nil
+}
+
+// DeadLetter is an entry refused by a consumer.
+type DeadLetter struct {
+	// Stage is the stage whose task stream held the entry.
+	Stage string
+	// UUID and Payload are the entry's own fields, when it had them.
+	UUID    string
+	Payload []byte
+	// Raw holds all the entry's fields when UUID or Payload could not be read.
+	Raw map[string]any
+	// Reason is machine-readable, Detail human-readable.
+	Reason, Detail string
+	// Consumer names the consumer that refused it.
+	Consumer string
+}
+
+// DeadLetter appends d to its stage's dead-letter stream.
+func (w Writer) DeadLetter(ctx context.Context, d DeadLetter) error {
+	if d.Stage == "" || d.Reason == "" {
+		return errors.New("topics: dead letter needs a stage and a reason")
+	}
+	id := d.UUID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	values := []any{FieldUUID, id, FieldPayload, d.Payload, FieldReason, d.Reason,
+		FieldDetail, d.Detail, FieldConsumer, d.Consumer}
+	if len(d.Raw) > 0 {
+		raw, err := json.Marshal(d.Raw)
+		if err != nil {
+			raw = []byte(fmt.Sprintf("%q", fmt.Sprint(d.Raw)))
+		}
+		values = append(values, FieldOriginal, raw)
+	}
+	err := w.Client.XAdd(ctx, &redis.XAddArgs{
+		Stream: w.Keyspace.DLQ(d.Stage), MaxLen: maxLen(w.DLQMaxLen, DefaultDLQMaxLen), Approx: true, Values: values,
+	}).Err()
+	if err != nil {
+		return fmt.Errorf("topics: dead letter to %s: %w", w.Keyspace.DLQ(d.Stage), err)
+	}
+	return nil
+}
+
+// ReadEvents reads result-stream entries after the given ids (stream name to id, exclusive:
+// "0" for all, "$" for new ones) with XREAD, blocking up to block (negative: do not block;
+// zero blocks forever, as XREAD does), and decodes them. Entries that are not valid events
+// carry Err and are counted in bad.
+func ReadEvents(ctx context.Context, rdb redis.UniversalClient, streams map[string]string, count int64, block time.Duration) (events []StreamEvent, bad int, err error) {
+	args := make([]string, 0, 2*len(streams))
+	ids := make([]string, 0, len(streams))
+	for s, id := range streams {
+		args = append(args, s)
+		ids = append(ids, id)
+	}
+	args = append(args, ids...)
+	res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: args, Count: count, Block: block}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, xs := range res {
+		for _, m := range xs.Messages {
+			se := StreamEvent{Stream: xs.Stream, ID: m.ID}
+			p, _ := m.Values[FieldPayload].(string)
+			if se.Event, err = DecodeEvent([]byte(p)); err != nil {
+				bad++
+				se.Err = err
+			}
+			events = append(events, se)
+		}
+	}
+	return events, bad, nil
+}
+
+// StreamEvent is one entry of a result stream.
+type StreamEvent struct {
+	// Stream and ID locate the entry.
+	Stream, ID string
+	// Event is the decoded event; Err is set instead when the entry is not a valid event.
+	Event Event
+	Err   error
+}
