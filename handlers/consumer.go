@@ -58,9 +58,10 @@ type Config struct {
 	// MinClaimIdle is the idle time below which an entry is never claimed (XCLAIM MIN-IDLE;
 	// it also keeps two claimers from taking one entry). Defaults to 1 s.
 	MinClaimIdle time.Duration
-	// HardIdle: an entry idle this long is claimed even from a live consumer (a live owner
-	// resets its entry's idle time at every heartbeat, so only a stuck delivery reaches it).
-	// Defaults to 30 min.
+	// HardIdle: an entry idle this long is claimed even from a live consumer. A live owner
+	// resets its entry's idle time at every heartbeat, so this reaches only entries a busy
+	// subscriber prefetched (watermill holds up to two per subscriber) or a stuck delivery;
+	// a handler that finds its entry claimed away drops it. Defaults to 30 s.
 	HardIdle time.Duration
 	// Grace is how long running owners may finish after shutdown begins; the rest are failed
 	// as retryable and their entries left for another consumer. Defaults to 10 s.
@@ -92,7 +93,7 @@ func (c *Config) setDefaults() {
 		c.MinClaimIdle = time.Second
 	}
 	if c.HardIdle == 0 {
-		c.HardIdle = 30 * time.Minute
+		c.HardIdle = 30 * time.Second
 	}
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Second
@@ -286,25 +287,31 @@ func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 		consumer := c.cfg.Name + "/" + strconv.Itoa(i)
 		cl := c.cfg.NewClient()
 		c.clients = append(c.clients, cl)
-		cl.AddHook(&streamHook{rdb: cl, group: topics.ConsumerGroup, consumer: consumer})
+		sl := &slot{}
+		cl.AddHook(&streamHook{rdb: cl, group: topics.ConsumerGroup, consumer: consumer, slot: sl})
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 			Client: cl, Unmarshaller: Unmarshaller{}, Consumer: consumer, ConsumerGroup: topics.ConsumerGroup,
 			NackResendSleep: 500 * time.Millisecond, BlockTime: 500 * time.Millisecond,
 			ClaimInterval: c.cfg.ClaimInterval, MaxIdleTime: c.cfg.MinClaimIdle,
 			ShouldClaimPendingMessage: func(xp redis.XPendingExt) bool {
-				if xp.Idle >= c.cfg.HardIdle {
-					return true
+				if xp.Consumer == consumer {
+					return false // our own prefetched entry: the read loop delivers it
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				return !c.live.Alive(ctx, xp.Consumer)
+				if xp.Idle < c.cfg.HardIdle {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					if c.live.Alive(ctx, xp.Consumer) {
+						return false
+					}
+				}
+				return sl.mayClaim()
 			},
 			DisableIndefiniteInitialBlock: true,
 		}, wmLogger{c.log, &c.life.draining})
 		if err != nil {
 			return err
 		}
-		h := router.AddNoPublisherHandler(s.Name+"/"+strconv.Itoa(i), topic, sub, proc.HandlerFunc(consumer))
+		h := router.AddNoPublisherHandler(s.Name+"/"+strconv.Itoa(i), topic, sub, proc.HandlerFunc(consumer, sl))
 		h.AddMiddleware(pq, retry.Middleware, middleware.Recoverer)
 	}
 	return nil

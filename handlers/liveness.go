@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -112,6 +113,21 @@ type streamHook struct {
 	rdb      redis.UniversalClient
 	group    string
 	consumer string
+	slot     *slot
+}
+
+// slot is the state of one subscriber that its claim veto needs. watermill's claim loop
+// pushes every entry it claims through the subscriber's one-message channel, so a subscriber
+// that claimed several entries would run them one after another; the veto lets a subscriber
+// claim one entry at a time, and only while it is idle.
+type slot struct {
+	busy     atomic.Bool // the handler is running a message
+	claiming atomic.Bool // the veto approved a claim that has not reached the handler yet
+}
+
+// mayClaim reserves the slot for one claimed entry.
+func (s *slot) mayClaim() bool {
+	return !s.busy.Load() && s.claiming.CompareAndSwap(false, true)
 }
 
 // xidField is the entry field the hook adds; it overwrites any value a producer put there.
@@ -151,6 +167,9 @@ func (h *streamHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			err := next(ctx, cmd)
 			if c, ok := cmd.(*redis.XMessageSliceCmd); ok {
 				stamp(c.Val())
+				if len(c.Val()) == 0 && h.slot != nil {
+					h.slot.claiming.Store(false) // another subscriber was faster
+				}
 			}
 			return err
 		}

@@ -66,8 +66,13 @@ type entry struct {
 
 // HandlerFunc returns the watermill handler for one subscriber, whose stream consumer name is
 // consumer.
-func (p *Processor) HandlerFunc(consumer string) message.NoPublishHandlerFunc {
+func (p *Processor) HandlerFunc(consumer string, sl *slot) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
+		if sl != nil {
+			sl.claiming.Store(false)
+			sl.busy.Store(true)
+			defer sl.busy.Store(false)
+		}
 		if p.life.draining.Load() {
 			return ErrShuttingDown
 		}
@@ -148,12 +153,29 @@ type taskRun struct {
 	queued   time.Duration
 }
 
+// touch resets the idle time of the task's entry; false when another consumer holds it now.
+// Errors count as held: the flight's fencing still protects the result.
+func (t *taskRun) touch(ctx context.Context) bool {
+	if t.ent.id == "" {
+		return true
+	}
+	held, err := lua.StreamTouch.Run(ctx, t.p.rdb, []string{t.p.ks.Tasks(t.task.Stage)},
+		topics.ConsumerGroup, t.ent.consumer, t.ent.id).Int64()
+	return err != nil || held == 1
+}
+
 // run acquires the flight until the task is answered or parked.
 func (t *taskRun) run(ctx context.Context) error {
 	p := t.p
 	for {
 		if err := ctx.Err(); err != nil {
 			return ErrShuttingDown
+		}
+		// A prefetched entry may have waited long enough to be claimed by another consumer;
+		// then that consumer runs it and this delivery is dropped.
+		if !t.touch(ctx) {
+			t.log.Info().Msg("entry claimed by another consumer meanwhile; dropping this delivery")
+			return nil
 		}
 		d, err := p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, TaskID: t.task.TaskID,
 			Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol})
@@ -366,13 +388,8 @@ func (t *taskRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc,
 			prog = strconv.FormatInt(n, 10)
 		}
 		err := p.coord.Heartbeat(hctx, t.key, token, prog, p.pol)
-		if err == nil && t.ent.id != "" {
-			var held int64
-			held, err = lua.StreamTouch.Run(hctx, p.rdb, []string{p.ks.Tasks(t.task.Stage)},
-				topics.ConsumerGroup, t.ent.consumer, t.ent.id).Int64()
-			if err == nil && held == 0 {
-				err = errEntryLost
-			}
+		if err == nil && !t.touch(hctx) {
+			err = errEntryLost
 		}
 		hcancel()
 		switch {

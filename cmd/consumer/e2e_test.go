@@ -1,0 +1,407 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// binary is the consumer built once for all tests of this package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "flightdeck-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "consumer")
+	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build consumer:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Stage timings for the process tests: a short lease so that takeovers happen in seconds.
+const (
+	testLease     = 1500 * time.Millisecond
+	claimInterval = 200 * time.Millisecond
+)
+
+const stageYAML = `stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 1500ms
+    concurrency: 4
+  interview-followup:
+    heartbeatInterval: 250ms
+    lease: 1500ms
+    concurrency: 4
+`
+
+type e2e struct {
+	t      *testing.T
+	ctx    context.Context
+	r      *redistest.Target
+	ks     topics.Keyspace
+	w      topics.Writer
+	coord  *flight.Coordinator
+	config string
+}
+
+func newE2E(t *testing.T) *e2e {
+	r := redistest.New(t)
+	cfg := filepath.Join(t.TempDir(), "stages.yaml")
+	if err := os.WriteFile(cfg, []byte(stageYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ks := topics.Keyspace{Prefix: r.Prefix}
+	coord, _ := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks})
+	return &e2e{t: t, ctx: context.Background(), r: r, ks: ks, w: topics.Writer{Client: r.Client, Keyspace: ks},
+		coord: coord, config: cfg}
+}
+
+// proc is one consumer process.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	http    string
+	logPath string
+	done    chan struct{}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs a consumer process and waits until it serves /healthz.
+func (e *e2e) start(name string) *proc {
+	e.t.Helper()
+	p := &proc{name: name, http: freeAddr(e.t), logPath: filepath.Join(e.t.TempDir(), name+".log"), done: make(chan struct{})}
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p.cmd = exec.Command(binary, "--config", e.config, "--stages", "interview-evaluation,interview-followup",
+		"--prefix", e.r.Prefix, "--name", name, "--http", p.http, "--grace", "3s",
+		"--liveness-interval", "200ms", "--claim-interval", claimInterval.String(), "--log-level", "info")
+	p.cmd.Env = append(os.Environ(), "REDIS_URL="+e.r.URL)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	e.t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if e.t.Failed() {
+			b, _ := os.ReadFile(p.logPath)
+			lines := strings.Split(string(b), "\n")
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+			e.t.Logf("--- last log lines of %s:\n%s", name, strings.Join(lines, "\n"))
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.http + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		select {
+		case <-p.done:
+			b, _ := os.ReadFile(p.logPath)
+			e.t.Fatalf("consumer %s exited at start:\n%s", name, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("consumer %s did not become healthy", name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// modelCalls scrapes flightdeck_model_calls_total from a consumer's /metrics.
+func (p *proc) modelCalls(t *testing.T) int {
+	t.Helper()
+	resp, err := http.Get("http://" + p.http + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "flightdeck_model_calls_total{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += int(v)
+		}
+	}
+	return n
+}
+
+func task(id, stage string, key, latencyMs int) topics.Task {
+	return topics.Task{TaskID: id, Stage: stage, Tenant: "acme",
+		Input: json.RawMessage(fmt.Sprintf(`{"question":"q%d","answer":"a%d","sim":{"latencyMs":%d}}`, key, key, latencyMs))}
+}
+
+// collect reads result streams from the start until every id in want has an event or the
+// timeout passes; it returns every event per task id (duplicates included).
+func (e *e2e) collect(stages []string, want map[string]bool, timeout time.Duration) map[string][]topics.Event {
+	e.t.Helper()
+	from := map[string]string{}
+	for _, s := range stages {
+		from[e.ks.Results(s)] = "0"
+	}
+	got := map[string][]topics.Event{}
+	missing := len(want)
+	deadline := time.Now().Add(timeout)
+	for missing > 0 && time.Now().Before(deadline) {
+		evs, _, err := topics.ReadEvents(e.ctx, e.r.Client, from, 1000, 200*time.Millisecond)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, ev := range evs {
+			from[ev.Stream] = ev.ID
+			if ev.Err != nil {
+				e.t.Errorf("undecodable event %s: %v", ev.ID, ev.Err)
+				continue
+			}
+			id := ev.Event.TaskID
+			if want[id] && len(got[id]) == 0 {
+				missing--
+			}
+			got[id] = append(got[id], ev.Event)
+		}
+	}
+	return got
+}
+
+// TestThreeConsumers600Tasks: 3 consumer processes, 600 tasks over 60 keys in concurrent
+// bursts, a sixth of them through a raw XADD as a non-Go service would send them: every task
+// gets its terminal event with its key's single result, and the model runs exactly 60 times.
+func TestThreeConsumers600Tasks(t *testing.T) {
+	e := newE2E(t)
+	procs := []*proc{e.start("c1"), e.start("c2"), e.start("c3")}
+	stages := []string{handlers.StageEvaluation, handlers.StageFollowup}
+	want := map[string]bool{}
+	var wg sync.WaitGroup
+	for burst := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := burst * 100; i < (burst+1)*100; i++ {
+				k := i % 60
+				tk := task(fmt.Sprintf("t%03d", i), stages[k%2], k, 100)
+				if burst == 5 { // raw XADD, exactly as the README shows
+					payload, _ := json.Marshal(tk)
+					err := e.r.Client.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(tk.Stage),
+						Values: []any{"_watermill_message_uuid", "raw-" + tk.TaskID, "payload", payload}}).Err()
+					if err != nil {
+						t.Error(err)
+					}
+					continue
+				}
+				if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for i := range 600 {
+		want[fmt.Sprintf("t%03d", i)] = true
+	}
+	wg.Wait()
+	got := e.collect(stages, want, 60*time.Second)
+	if len(got) != 600 {
+		t.Fatalf("%d of 600 tasks got an event", len(got))
+	}
+	results := map[string]string{}
+	for id, evs := range got {
+		ev := evs[0]
+		if ev.Status != topics.StatusSucceeded {
+			t.Errorf("%s: %s %s", id, ev.Status, ev.Error)
+			continue
+		}
+		if r, ok := results[ev.RequestKey]; ok && r != string(ev.Result) {
+			t.Errorf("%s: key %s has two results:\n%s\n%s", id, ev.RequestKey, r, ev.Result)
+		}
+		results[ev.RequestKey] = string(ev.Result)
+	}
+	runs := 0
+	for _, p := range procs {
+		runs += p.modelCalls(t)
+	}
+	if len(results) != 60 || runs != 60 {
+		t.Errorf("%d keys, %d model runs; want 60 and 60", len(results), runs)
+	}
+}
+
+// waitOwned waits until every key's flight is RUNNING under owner and returns the tokens.
+func (e *e2e) waitOwned(keys []string, owner string, timeout time.Duration) map[string]int64 {
+	e.t.Helper()
+	tokens := map[string]int64{}
+	deadline := time.Now().Add(timeout)
+	for len(tokens) < len(keys) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("only %d of %d flights running under %s", len(tokens), len(keys), owner)
+		}
+		for _, k := range keys {
+			if m, err := e.coord.Get(e.ctx, k); err == nil && m.Status == flight.StatusRunning && m.OwnerID == owner {
+				tokens[k] = m.OwnerToken
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return tokens
+}
+
+func keyOf(t *testing.T, tk topics.Task) string {
+	k, err := handlers.TaskKey(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestSIGKILLOwner: a consumer is killed while it owns slow tasks; another consumer takes them
+// over with larger tokens within lease + claim interval (plus the liveness timeout that tells
+// it the first one is dead), and every task, followers included, gets its event.
+func TestSIGKILLOwner(t *testing.T) {
+	e := newE2E(t)
+	a := e.start("victim")
+	var keys []string
+	want := map[string]bool{}
+	for i := range 4 {
+		tk := task(fmt.Sprintf("slow%d", i), handlers.StageEvaluation, 100+i, 2500)
+		keys = append(keys, keyOf(t, tk))
+		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		want[tk.TaskID] = true
+	}
+	before := e.waitOwned(keys, "victim", 10*time.Second)
+	for i := range 4 { // followers parked on the victim's flights
+		tk := task(fmt.Sprintf("dup%d", i), handlers.StageEvaluation, 100+i, 2500)
+		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		want[tk.TaskID] = true
+	}
+	time.Sleep(300 * time.Millisecond)
+	b := e.start("rescuer")
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	after := e.waitOwned(keys, "rescuer", 15*time.Second)
+	took := time.Since(killed)
+	// The lease counts from the victim's last heartbeat, before the kill; the rescuer also
+	// needs the liveness timeout (3 x 200ms) and one claim interval to see the entries.
+	if limit := testLease + claimInterval + time.Second; took > limit {
+		t.Errorf("takeover took %v, want within lease + claim interval (+1s slack): %v", took, limit)
+	}
+	for k, tok := range after {
+		if tok <= before[k] {
+			t.Errorf("%s: takeover token %d not above %d", k, tok, before[k])
+		}
+	}
+	got := e.collect([]string{handlers.StageEvaluation}, want, 20*time.Second)
+	for id := range want {
+		evs := got[id]
+		if len(evs) == 0 {
+			t.Errorf("%s: no event", id)
+			continue
+		}
+		if evs[0].Status != topics.StatusSucceeded || evs[0].Consumer != "rescuer" {
+			t.Errorf("%s: %+v", id, evs[0])
+		}
+	}
+	if n := b.modelCalls(t); n != 4 {
+		t.Errorf("rescuer ran the model %d times, want 4", n)
+	}
+}
+
+// TestSIGSTOPZombie: an owner is stopped past its lease and continued after another consumer
+// took over and finished: the task finishes once with the new owner's token, the zombie's late
+// result is refused, and no second event appears for the key.
+func TestSIGSTOPZombie(t *testing.T) {
+	e := newE2E(t)
+	a := e.start("zombie")
+	tk := task("z1", handlers.StageEvaluation, 7, 2000)
+	key := keyOf(t, tk)
+	if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	before := e.waitOwned([]string{key}, "zombie", 10*time.Second)[key]
+	b := e.start("fresh")
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	got := e.collect([]string{handlers.StageEvaluation}, map[string]bool{"z1": true}, 20*time.Second)
+	if len(got["z1"]) != 1 {
+		t.Fatalf("events for z1 while the zombie sleeps: %+v", got["z1"])
+	}
+	ev := got["z1"][0]
+	if ev.Consumer != "fresh" || ev.OwnerToken <= before || ev.Status != topics.StatusSucceeded {
+		t.Fatalf("event %+v, want fresh's with a token above %d", ev, before)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Give the zombie time to wake, find its token stale and try to write.
+	time.Sleep(3 * time.Second)
+	got = e.collect([]string{handlers.StageEvaluation}, map[string]bool{"z1": true}, time.Second)
+	if len(got["z1"]) != 1 {
+		t.Errorf("%d events for z1 after the zombie woke, want 1: %+v", len(got["z1"]), got["z1"])
+	}
+	m, err := e.coord.Get(e.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := e.coord.Result(e.ctx, key)
+	if m.OwnerToken != ev.OwnerToken || m.Status != flight.StatusSucceeded || !strings.Contains(string(res), `"consumer":"fresh"`) {
+		t.Errorf("stored flight %s token %d result %s; want fresh's", m.Status, m.OwnerToken, res)
+	}
+	if n := e.r.Client.XPending(e.ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count; n != 0 {
+		t.Errorf("%d entries pending after the run", n)
+	}
+	if b.modelCalls(t) != 1 {
+		t.Errorf("fresh ran the model %d times", b.modelCalls(t))
+	}
+}
