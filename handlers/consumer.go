@@ -236,14 +236,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// 1-3: drain.
 	c.life.draining.Store(true)
 	c.log.Info().Dur("grace", c.cfg.Grace).Msg("shutting down: draining running owners")
-	drained := make(chan struct{})
-	go func() { c.life.running.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(c.cfg.Grace):
-		c.log.Warn().Msg("grace period over: abandoning running owners")
-		c.abandon(ErrShuttingDown)
-		<-drained
+	graceEnd := time.Now().Add(c.cfg.Grace)
+	for c.life.running.Load() > 0 {
+		if time.Now().After(graceEnd) && c.life.owners.Err() == nil {
+			c.log.Warn().Int64("owners", c.life.running.Load()).Msg("grace period over: abandoning running owners")
+			c.abandon(ErrShuttingDown)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	// 4: liveness.
 	liveCancel()

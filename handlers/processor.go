@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +35,7 @@ type lifecycle struct {
 	// owners is cancelled, with cause ErrShuttingDown, when running owners must give up.
 	owners   context.Context
 	draining atomic.Bool
-	running  sync.WaitGroup
+	running  atomic.Int64 // owner runs in progress
 }
 
 // Processor turns the task messages of one stage into flight runs: it decodes and validates
@@ -225,7 +224,7 @@ func (t *taskRun) run(ctx context.Context) error {
 func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger) (done bool, err error) {
 	p := t.p
 	p.life.running.Add(1)
-	defer p.life.running.Done()
+	defer p.life.running.Add(-1)
 	switch err := p.coord.Start(ctx, t.key, d.Token, p.pol); {
 	case errors.Is(err, flight.ErrStaleToken):
 		return true, nil // another owner took over at once; it answers this task too

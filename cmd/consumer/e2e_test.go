@@ -126,7 +126,7 @@ func (e *e2e) start(name string) *proc {
 		if e.t.Failed() {
 			b, _ := os.ReadFile(p.logPath)
 			lines := strings.Split(string(b), "\n")
-			if len(lines) > 40 {
+			if len(lines) > 40 && !strings.Contains(string(b), "DATA RACE") {
 				lines = lines[len(lines)-40:]
 			}
 			e.t.Logf("--- last log lines of %s:\n%s", name, strings.Join(lines, "\n"))
@@ -403,5 +403,47 @@ func TestSIGSTOPZombie(t *testing.T) {
 	}
 	if b.modelCalls(t) != 1 {
 		t.Errorf("fresh ran the model %d times", b.modelCalls(t))
+	}
+}
+
+// TestSIGTERMGraceful: on SIGTERM a consumer stops reading, lets an owner that finishes within
+// the grace period publish its event, fails the slower one as retryable and exits 0; another
+// consumer takes the slow one over at once (without waiting for a lease or liveness timeout).
+func TestSIGTERMGraceful(t *testing.T) {
+	e := newE2E(t)
+	a := e.start("leaving")
+	fast := task("fast", handlers.StageEvaluation, 1, 1000)
+	slow := task("slow", handlers.StageEvaluation, 2, 6000)
+	for _, tk := range []topics.Task{fast, slow} {
+		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitOwned([]string{keyOf(t, fast), keyOf(t, slow)}, "leaving", 10*time.Second)
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	termAt := time.Now()
+	b := e.start("staying")
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("consumer did not exit after SIGTERM")
+	}
+	if took := time.Since(termAt); took > 3*time.Second+2*time.Second {
+		t.Errorf("shutdown took %v with a 3s grace period", took)
+	}
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	got := e.collect([]string{handlers.StageEvaluation}, map[string]bool{"fast": true, "slow": true}, 20*time.Second)
+	if evs := got["fast"]; len(evs) != 1 || evs[0].Consumer != "leaving" || evs[0].Status != topics.StatusSucceeded {
+		t.Errorf("fast: %+v, want leaving's result", evs)
+	}
+	if evs := got["slow"]; len(evs) != 1 || evs[0].Consumer != "staying" || evs[0].Status != topics.StatusSucceeded || evs[0].Attempts != 2 {
+		t.Errorf("slow: %+v, want staying's result on attempt 2", evs)
+	}
+	if n := b.modelCalls(t); n != 1 {
+		t.Errorf("staying ran the model %d times, want 1", n)
 	}
 }
