@@ -36,8 +36,9 @@ bench: deps
 chaos: deps
 	$(GO) test -race -count=1 -timeout 60m -tags chaos $(PKGS)
 
+# demo: a private redis-server (or $$REDIS_URL), two consumers, a producer; prints the events.
 demo: deps
-	@if [ -f cmd/demo/main.go ]; then $(GO) run ./cmd/demo; else echo "pipeline not built yet: see the open pipeline issue"; fi
+	@bash scripts/demo.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -46,6 +46,8 @@ type Writer struct {
 	// TaskMaxLen, ResultMaxLen and DLQMaxLen cap the streams (MAXLEN ~). Zero means the
 	// Default...MaxLen constant; a negative value turns trimming off.
 	TaskMaxLen, ResultMaxLen, DLQMaxLen int64
+	// Limits bound the tasks EnqueueTasks accepts. Zero fields take their defaults.
+	Limits Limits
 }
 
 func maxLen(v, def int64) int64 {
@@ -58,20 +60,49 @@ func maxLen(v, def int64) int64 {
 	return v
 }
 
-// EnqueueTask validates t and appends it to its stage's task stream; it returns the entry id.
+// EnqueueTask validates t under w.Limits and appends it to its stage's task stream; it
+// returns the entry id.
 func (w Writer) EnqueueTask(ctx context.Context, t Task) (string, error) {
-	payload, err := t.Encode()
+	ids, err := w.EnqueueTasks(ctx, []Task{t})
 	if err != nil {
 		return "", err
 	}
-	id, err := w.Client.XAdd(ctx, &redis.XAddArgs{
-		Stream: w.Keyspace.Tasks(t.Stage), MaxLen: maxLen(w.TaskMaxLen, DefaultTaskMaxLen), Approx: true,
-		Values: []any{FieldUUID, uuid.NewString(), FieldPayload, payload},
-	}).Result()
-	if err != nil {
-		return "", fmt.Errorf("topics: enqueue %s: %w", t.TaskID, err)
+	return ids[0], nil
+}
+
+// EnqueueTasks validates every task under w.Limits, then appends them all in one pipeline.
+// An invalid task writes nothing. On a Redis error it returns the ids of the leading tasks
+// known to be appended, with the error; later ones may have been appended too.
+func (w Writer) EnqueueTasks(ctx context.Context, tasks []Task) ([]string, error) {
+	payloads := make([][]byte, len(tasks))
+	for i, t := range tasks {
+		b, err := t.EncodeWith(w.Limits)
+		if err != nil {
+			return nil, fmt.Errorf("topics: enqueue %q: %w", t.TaskID, err)
+		}
+		payloads[i] = b
 	}
-	return id, nil
+	cmds := make([]*redis.StringCmd, 0, len(tasks))
+	_, err := w.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range tasks {
+			cmds = append(cmds, p.XAdd(ctx, &redis.XAddArgs{
+				Stream: w.Keyspace.Tasks(t.Stage), MaxLen: maxLen(w.TaskMaxLen, DefaultTaskMaxLen), Approx: true,
+				Values: []any{FieldUUID, uuid.NewString(), FieldPayload, payloads[i]},
+			}))
+		}
+		return nil
+	})
+	ids := make([]string, 0, len(tasks))
+	for _, c := range cmds {
+		if c.Err() != nil {
+			break
+		}
+		ids = append(ids, c.Val())
+	}
+	if err != nil {
+		return ids, fmt.Errorf("topics: enqueue: %d of %d appended: %w", len(ids), len(tasks), err)
+	}
+	return ids, nil
 }
 
 // PublishEvents appends events to their stages' result streams in one pipeline.

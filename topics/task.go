@@ -95,8 +95,11 @@ func (t Task) CheckDeadline(now time.Time) error {
 // Encode validates t under the default Limits and returns its JSON payload. Input and
 // Params are compacted; no HTML escaping is applied. The error is an *InvalidTaskError,
 // or a json error when Input or Params cannot be marshalled.
-func (t Task) Encode() ([]byte, error) {
-	lim := Limits{}.WithDefaults()
+func (t Task) Encode() ([]byte, error) { return t.EncodeWith(Limits{}) }
+
+// EncodeWith is Encode under lim (zero fields take their defaults).
+func (t Task) EncodeWith(lim Limits) ([]byte, error) {
+	lim = lim.WithDefaults()
 	if err := t.validate(lim, true); err != nil {
 		return nil, err
 	}

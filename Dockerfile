@@ -1,0 +1,14 @@
+# Builds the consumer and producer binaries into one small image.
+FROM golang:1.26-alpine AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -o /out/consumer ./cmd/consumer && \
+    CGO_ENABLED=0 go build -trimpath -o /out/producer ./cmd/producer
+
+FROM alpine:3.20
+RUN adduser -D -u 10001 flightdeck
+COPY --from=build /out/consumer /out/producer /usr/local/bin/
+USER flightdeck
+ENTRYPOINT []

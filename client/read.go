@@ -1,0 +1,309 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Read loop tuning.
+const (
+	// readBlock is the XREAD BLOCK of the read loops: short, so that a cancelled context
+	// ends a loop within this long even without a deadline.
+	readBlock = 500 * time.Millisecond
+	// readCount is the XREAD COUNT per stream.
+	readCount = 1000
+	// lookBack is how far before a receipt's task entry Await and Collect start reading the
+	// result stream, so that an event published before the call is not missed. Both streams
+	// are stamped by the same Redis clock; the margin covers a Redis failover to a replica
+	// whose clock is slightly behind.
+	lookBack = 5 * time.Second
+	// Backoff between retries of a failed XREAD.
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// follow reads the streams of cur (stream name to the last id seen, exclusive) until handle
+// returns true (follow returns nil) or ctx ends (follow returns the context's error). It
+// advances cur as it goes. Redis errors are reported to Config.Errors and retried with
+// exponential backoff and jitter.
+func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(topics.StreamEvent) bool) error {
+	backoff := minBackoff
+	for {
+		block := readBlock
+		if dl, ok := ctx.Deadline(); ok {
+			// Block no longer than the context lives, so that the read ends by itself rather
+			// than by a connection deadline (which would cost the pooled connection).
+			left := time.Until(dl) - 5*time.Millisecond
+			if left < time.Millisecond {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			block = min(block, left)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		events, _, err := topics.ReadEvents(ctx, c.rdb, cur, readCount, block)
+		if err != nil {
+			if cerr := ctxErr(ctx); cerr != nil {
+				return cerr
+			}
+			c.report(fmt.Errorf("client: read %s: %w", streamNames(cur), err))
+			if !sleep(ctx, jitter(backoff)) {
+				return ctx.Err()
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		for _, se := range events {
+			cur[se.Stream] = se.ID
+			if handle(se) {
+				return nil
+			}
+		}
+	}
+}
+
+// ctxErr returns ctx's error, or context.DeadlineExceeded when its deadline has passed but
+// its timer has not fired yet (a read that failed with an i/o timeout at the deadline).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *Client) report(err error) {
+	if c.cfg.Errors != nil {
+		c.cfg.Errors(err)
+	}
+}
+
+// jitter returns d scaled by a random factor in [0.5, 1.5).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
+}
+
+// sleep waits d or until ctx ends; it reports whether it waited the whole d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func streamNames(cur map[string]string) string {
+	if len(cur) == 1 {
+		for s := range cur {
+			return s
+		}
+	}
+	return strconv.Itoa(len(cur)) + " streams"
+}
+
+// startMillis returns the millisecond, on the Redis clock, after which Await and Collect
+// read r's result stream: the task entry's time minus lookBack. A receipt without a valid
+// StreamID falls back to EnqueuedAt (the client clock) minus lookBack, else to 0 (the
+// whole stream).
+func startMillis(r Receipt) int64 {
+	m, _, ok := parseID(r.StreamID)
+	ms := int64(min(m, math.MaxInt64))
+	switch {
+	case ok:
+	case !r.EnqueuedAt.IsZero():
+		ms = r.EnqueuedAt.UnixMilli()
+	default:
+		return 0
+	}
+	return max(ms-lookBack.Milliseconds(), 0)
+}
+
+// parseID parses a stream id "ms-seq" or "ms".
+func parseID(id string) (ms, seq uint64, ok bool) {
+	msPart, seqPart, hasSeq := strings.Cut(id, "-")
+	ms, err := strconv.ParseUint(msPart, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	if hasSeq {
+		if seq, err = strconv.ParseUint(seqPart, 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return ms, seq, true
+}
+
+func checkReceipt(r Receipt) error {
+	if r.TaskID == "" || r.Stage == "" {
+		return fmt.Errorf("client: receipt %+v: TaskID and Stage are required", r)
+	}
+	return nil
+}
+
+// Await waits for the terminal event of the task of r on ai:results:<r.Stage> and returns
+// the first one published. It starts reading 5 s before the task's entry time (from
+// r.StreamID, which the same Redis clock stamps), so an event published before Await was
+// called is found too; events of other tasks are skipped. It blocks in XREAD for at most
+// 500 ms at a time, so a cancelled ctx ends it promptly. Redis errors are retried with
+// backoff (and reported to Config.Errors) until ctx ends; the error then wraps ctx.Err().
+func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
+	if err := checkReceipt(r); err != nil {
+		return topics.Event{}, err
+	}
+	var got topics.Event
+	cur := map[string]string{c.ks.Results(r.Stage): strconv.FormatInt(startMillis(r), 10) + "-0"}
+	err := c.follow(ctx, cur, func(se topics.StreamEvent) bool {
+		if se.Err == nil && se.Event.TaskID == r.TaskID {
+			got = se.Event
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return topics.Event{}, fmt.Errorf("client: await %s: %w", r.TaskID, err)
+	}
+	return got, nil
+}
+
+// Collect waits for the terminal events of all receipts with one reader over the result
+// streams of every stage involved, and calls fn once per receipt with the first event
+// published for its task id (later duplicates are dropped; receipts that share a task id
+// count once). fn runs on Collect's goroutine, in stream order per stage. Each stage's
+// stream is read from 5 s before its earliest receipt, as Await does, in batches of up to
+// 1000 entries, with O(1) work per entry, so 10k receipts cost about as many entries read.
+//
+// Collect returns nil once every receipt has its event. When ctx ends first it returns an
+// error that wraps ctx.Err() and tells how many events are missing. Redis errors are retried
+// with backoff (and reported to Config.Errors).
+func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics.Event)) error {
+	pending := make(map[string]struct{}, len(receipts))
+	from := make(map[string]int64) // result stream -> earliest start millisecond
+	for _, r := range receipts {
+		if err := checkReceipt(r); err != nil {
+			return err
+		}
+		pending[r.TaskID] = struct{}{}
+		s := c.ks.Results(r.Stage)
+		ms := startMillis(r)
+		if cur, ok := from[s]; !ok || ms < cur {
+			from[s] = ms
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	total := len(pending)
+	cur := make(map[string]string, len(from))
+	for s, ms := range from {
+		cur[s] = strconv.FormatInt(ms, 10) + "-0"
+	}
+	err := c.follow(ctx, cur, func(se topics.StreamEvent) bool {
+		if se.Err != nil {
+			return false
+		}
+		if _, ok := pending[se.Event.TaskID]; !ok {
+			return false
+		}
+		delete(pending, se.Event.TaskID)
+		fn(se.Event)
+		return len(pending) == 0
+	})
+	if err != nil {
+		return fmt.Errorf("client: collect: %d of %d events missing: %w", len(pending), total, err)
+	}
+	return nil
+}
+
+// Subscribe follows the result streams of stages and sends every entry on the returned
+// channel, in stream order per stage (entries that are not valid events carry Err). from
+// is where to start on every stream: "$" for entries added after Subscribe returns, "0" for
+// all entries, or a stream id ("ms-seq" or "ms") to start after. "$" is resolved to each
+// stream's last id before Subscribe returns, so no entry is lost across reconnects.
+//
+// The loop blocks in XREAD for at most 500 ms at a time; Redis errors are retried with
+// exponential backoff (and reported to Config.Errors). The channel is closed when ctx ends;
+// the caller must keep receiving until then, or the loop stalls (it never drops entries).
+// Subscribe returns an error when stages is empty, a stage or from is malformed, or "$"
+// cannot be resolved.
+func (c *Client) Subscribe(ctx context.Context, stages []string, from string) (<-chan topics.StreamEvent, error) {
+	if len(stages) == 0 {
+		return nil, errors.New("client: subscribe: no stages")
+	}
+	for _, s := range stages {
+		if s == "" || strings.ContainsAny(s, ": \t\r\n") {
+			return nil, fmt.Errorf("client: subscribe: malformed stage %q", s)
+		}
+	}
+	cur := make(map[string]string, len(stages))
+	switch {
+	case from == "$":
+		ids, err := c.lastIDs(ctx, stages)
+		if err != nil {
+			return nil, err
+		}
+		cur = ids
+	default:
+		ms, seq, ok := parseID(from)
+		if !ok {
+			return nil, fmt.Errorf("client: subscribe: from %q is not \"$\", \"0\" or a stream id", from)
+		}
+		for _, s := range stages {
+			cur[c.ks.Results(s)] = fmt.Sprintf("%d-%d", ms, seq)
+		}
+	}
+	ch := make(chan topics.StreamEvent, 256)
+	go func() {
+		defer close(ch)
+		_ = c.follow(ctx, cur, func(se topics.StreamEvent) bool {
+			select {
+			case ch <- se:
+				return false
+			case <-ctx.Done():
+				return true
+			}
+		})
+	}()
+	return ch, nil
+}
+
+// lastIDs returns the id of the last entry of each stage's result stream ("0-0" for a
+// stream that is empty or missing), in one round trip.
+func (c *Client) lastIDs(ctx context.Context, stages []string) (map[string]string, error) {
+	cmds := make(map[string]*redis.XMessageSliceCmd, len(stages))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, s := range stages {
+			name := c.ks.Results(s)
+			cmds[name] = p.XRevRangeN(ctx, name, "+", "-", 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client: subscribe: read stream ends: %w", err)
+	}
+	ids := make(map[string]string, len(cmds))
+	for name, cmd := range cmds {
+		ids[name] = "0-0"
+		if msgs := cmd.Val(); len(msgs) > 0 {
+			ids[name] = msgs[0].ID
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// maxShownResult caps the stored result inspect prints.
+const maxShownResult = 2 << 10
+
+func (a *app) tail(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("tail", "[--stages a,b] [--from $|0|ID]")
+	stagesFlag := fs.String("stages", defaultStages, "comma-separated `stages` to follow")
+	from := fs.String("from", "$", "where to start: `$` (new events only), 0 (everything) or a stream id")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	stages := splitList(*stagesFlag)
+	switch {
+	case len(pos) > 0:
+		return usagef("unexpected argument %q", pos[0])
+	case len(stages) == 0:
+		return usagef("--stages is empty")
+	}
+	rdb, c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	ch, err := c.Subscribe(ctx, stages, *from)
+	if err != nil {
+		return err
+	}
+	for se := range ch { // closed when a signal ends ctx
+		if se.Err != nil {
+			fmt.Fprintf(a.stderr, "producer: skipping malformed entry %s of %s: %v\n", se.ID, se.Stream, se.Err)
+			continue
+		}
+		if err := writeJSON(a.stdout, se.Event); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inspection is what inspect prints. TTLs are in milliseconds as Redis PTTL answers them:
+// -1 for a key without expiry, -2 for a missing key.
+type inspection struct {
+	RequestKey  string   `json:"requestKey"`
+	Status      string   `json:"status"`
+	Stage       string   `json:"stage"`
+	Tenant      string   `json:"tenant"`
+	SessionID   string   `json:"sessionId,omitempty"`
+	OwnerID     string   `json:"ownerId"`
+	OwnerTaskID string   `json:"ownerTaskId"`
+	OwnerToken  int64    `json:"ownerToken"`
+	Attempts    int      `json:"attempts"`
+	CreatedAt   string   `json:"createdAt,omitempty"`
+	UpdatedAt   string   `json:"updatedAt,omitempty"`
+	HeartbeatAt string   `json:"heartbeatAt,omitempty"`
+	ProgressAt  string   `json:"progressAt,omitempty"`
+	ExpireAt    string   `json:"expireAt,omitempty"`
+	Progress    string   `json:"progress,omitempty"`
+	Retryable   bool     `json:"retryable"`
+	ErrorType   string   `json:"errorType,omitempty"`
+	ErrorCode   string   `json:"errorCode,omitempty"`
+	Error       string   `json:"error,omitempty"`
+	ResultRef   string   `json:"resultRef,omitempty"`
+	Parked      []string `json:"parked"`
+	TTLMs       struct {
+		Meta   int64 `json:"meta"`
+		Result int64 `json:"result"`
+		Fence  int64 `json:"fence"`
+	} `json:"ttlMs"`
+	// Result is the stored result when it is JSON of at most 2 KB; ResultText holds it (or
+	// its first 2 KB) otherwise.
+	Result          json.RawMessage `json:"result,omitempty"`
+	ResultText      string          `json:"resultText,omitempty"`
+	ResultBytes     int             `json:"resultBytes,omitempty"`
+	ResultTruncated bool            `json:"resultTruncated,omitempty"`
+}
+
+func (a *app) inspect(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("inspect", "KEY")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want exactly one request key, got %d arguments", len(pos))
+	}
+	key := pos[0]
+	rdb, c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	m, err := c.Inspect(ctx, key)
+	if errors.Is(err, flight.ErrNotFound) {
+		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
+	}
+	if err != nil {
+		return err
+	}
+	out := inspection{
+		RequestKey: key, Status: string(m.Status), Stage: m.Stage, Tenant: m.Tenant,
+		SessionID: m.SessionID, OwnerID: m.OwnerID, OwnerTaskID: m.TaskID, OwnerToken: m.OwnerToken,
+		Attempts: m.Attempts, CreatedAt: stamp(m.CreatedAt), UpdatedAt: stamp(m.UpdatedAt),
+		HeartbeatAt: stamp(m.HeartbeatAt), ProgressAt: stamp(m.ProgressAt), ExpireAt: stamp(m.ExpireAt),
+		Progress: m.Progress, Retryable: m.Retryable, ErrorType: m.ErrorType, ErrorCode: m.ErrorCode,
+		Error: m.Error, ResultRef: m.ResultRef, Parked: m.Parked,
+	}
+	if out.Parked == nil {
+		out.Parked = []string{}
+	}
+	out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = ttlMs(m.MetaTTL), ttlMs(m.ResultTTL), ttlMs(m.FenceTTL)
+	res, err := c.Result(ctx, key)
+	switch {
+	case errors.Is(err, flight.ErrNotFound):
+	case err != nil:
+		return err
+	case len(res) <= maxShownResult && json.Valid(res):
+		out.Result = res
+	default:
+		out.ResultBytes = len(res)
+		shown := res
+		if len(shown) > maxShownResult {
+			shown = shown[:maxShownResult]
+			for len(shown) > 0 && !utf8.Valid(shown) { // do not cut a rune in half
+				shown = shown[:len(shown)-1]
+			}
+			out.ResultTruncated = true
+		}
+		out.ResultText = string(shown)
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+	return err
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return topics.FormatTime(t)
+}
+
+// ttlMs turns a go-redis PTTL answer into milliseconds, keeping -1 and -2 as Redis sends them.
+func ttlMs(d time.Duration) int64 {
+	if d < 0 {
+		return int64(d)
+	}
+	return d.Milliseconds()
+}
+
+func (a *app) cancel(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("cancel", "KEY [--reason R]")
+	reason := fs.String("reason", "cancelled by producer CLI", "`reason`, stored as the flight's error and sent in the events")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want exactly one request key, got %d arguments", len(pos))
+	}
+	key := pos[0]
+	rdb, c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	res, err := c.Cancel(ctx, key, *reason)
+	if se, ok := errors.AsType[*flight.StateError](err); ok {
+		return fmt.Errorf("flight %q already ended with status %s; nothing to cancel", key, se.Status)
+	}
+	if errors.Is(err, flight.ErrNotFound) {
+		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "cancelled %s: answered %d parked tasks\n", key, len(res.Answered))
+	if res.OwnerTaskID != "" {
+		fmt.Fprintf(a.stdout, "the owner's task %s is answered by its owner when its heartbeat sees the cancel\n", res.OwnerTaskID)
+	}
+	return nil
+}

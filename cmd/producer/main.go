@@ -1,0 +1,273 @@
+// Command producer enqueues Flightdeck tasks and watches their terminal events: one task, a
+// JSONL file or a generated load; it can also follow result streams, inspect a flight and
+// cancel it. It is a thin shell over package client; run it with -h for the usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1 // an error, a timeout with missing events, a flight not found
+	exitUsage = 2 // bad command line
+)
+
+const usageText = `producer: enqueue Flightdeck tasks and watch their terminal events.
+
+Usage:
+  producer [global options] <command> [options] [args]
+
+Commands:
+  enqueue   enqueue one task:  enqueue --stage S --tenant T --input JSON [--session ID] [--key K]
+                               [--id ID] [--model-version V] [--prompt-version V] [--deadline RFC3339]
+            or a JSONL file:   enqueue -f tasks.jsonl ("-" reads stdin; one topics.Task JSON per line,
+                               --stage/--tenant/--session/--model-version/--prompt-version fill
+                               empty fields) [--progress]
+            both take [--wait] [--timeout 60s]
+  load      enqueue a generated load: N tasks over K distinct inputs, round-robin over stages,
+            paced by a token bucket: load [--n 600] [--keys 60] [--rate 200] [--burst 20]
+            [--stages a,b] [--tenant load] [--latency-ms 50] [--progress] [--wait] [--timeout 60s]
+  tail      follow result streams and print each event as a JSON line until SIGINT/SIGTERM:
+            tail [--stages a,b] [--from $|0|ID]
+  inspect   print the flight of a request key as indented JSON (state, parked tasks, key TTLs,
+            stored result up to 2 KB): inspect KEY
+  cancel    cancel the flight of a request key and answer its parked tasks: cancel KEY [--reason R]
+
+Global options (accepted before or after the command):
+  --redis URL     Redis URL; default $REDIS_URL, else redis://127.0.0.1:6379/0. Keep a password
+                  off the command line by putting it in $REDIS_URL (or $REDIS_PASSWORD).
+  --prefix P      keyspace prefix of every stream and key (default "ai")
+
+--wait prints each task's first terminal event as one JSON line on stdout as it arrives, then a
+final line {"summary":{...}} (tasks, events, missing, distinctKeys, owner, hit, follower, local,
+failures, p50Ms, p99Ms, wallMs) and a table on stderr. Latency is the event's arrival minus the
+task's enqueuedAt. --timeout counts from the last enqueue.
+
+Exit status: 0 on success (with --wait: every event arrived, failed ones included), 1 on an
+error, a --wait timeout or a flight not found, 2 on a usage error.
+Run 'producer <command> -h' for the options of one command.
+`
+
+// defaultStages are the four stages of the original system, as a flag value.
+const defaultStages = "interview-evaluation,interview-followup,interview-extraction,interview-demeanor"
+
+func main() {
+	// go-redis logs dial failures on its own; the commands report errors themselves.
+	redis.SetLogger(quietLogger{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// app holds the global options and the standard streams of one run.
+type app struct {
+	redisURL string
+	prefix   string
+	stdin    io.Reader
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, prefix: topics.DefaultPrefix}
+	u, err := redisconn.URL("", os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "producer:", err)
+		return 1
+	}
+	a.redisURL = u
+	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usageText) }
+	a.globalFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	switch cmd {
+	case "enqueue":
+		err = a.enqueue(ctx, rest)
+	case "load":
+		err = a.load(ctx, rest)
+	case "tail":
+		err = a.tail(ctx, rest)
+	case "inspect":
+		err = a.inspect(ctx, rest)
+	case "cancel":
+		err = a.cancel(ctx, rest)
+	case "help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "producer: unknown command %q\n\n%s", cmd, usageText)
+		return exitUsage
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errFlagParse):
+		return exitUsage // the flag package has printed the problem and the usage
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "producer %s: %v (see 'producer %s -h')\n", cmd, ue.msg, cmd)
+		return exitUsage
+	case errors.Is(err, errReported):
+		return exitFail
+	default:
+		fmt.Fprintf(stderr, "producer %s: %v\n", cmd, err)
+		return exitFail
+	}
+}
+
+// usageError is a bad command line detected after flag parsing.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// errFlagParse marks a flag error the flag package already printed.
+var errFlagParse = errors.New("bad flags")
+
+// errReported marks a failure whose message was already printed.
+var errReported = errors.New("failure reported")
+
+func (a *app) globalFlags(fs *flag.FlagSet) {
+	// The current values are the defaults, so that a subcommand's flag set keeps what the
+	// global parse set.
+	fs.Var(urlFlag{&a.redisURL}, "redis", "Redis `URL`, from $REDIS_URL when set (keep passwords there, off the command line)")
+	fs.StringVar(&a.prefix, "prefix", a.prefix, "keyspace `prefix`")
+}
+
+// urlFlag is a string flag whose value is shown with its password redacted (in -h output).
+type urlFlag struct{ p *string }
+
+func (f urlFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return redactURL(*f.p)
+}
+
+func (f urlFlag) Set(s string) error { *f.p = s; return nil }
+
+// redactURL returns u with its password replaced by "xxxxx".
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(malformed URL)"
+	}
+	return u.Redacted()
+}
+
+// newFlagSet returns a subcommand's flag set with the global options and a usage line.
+func (a *app) newFlagSet(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(a.stderr, "Usage: producer %s %s\n\nOptions:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	a.globalFlags(fs)
+	return fs
+}
+
+// parse parses args with flags and positional arguments in any order.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errFlagParse
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// connect opens the Redis client and the Flightdeck client. Messages never show the
+// password of the URL.
+func (a *app) connect(ctx context.Context) (*redis.Client, *client.Client, error) {
+	opt, err := redis.ParseURL(a.redisURL)
+	if err != nil {
+		msg := "malformed URL"
+		if u, perr := url.Parse(a.redisURL); perr == nil {
+			msg = strings.ReplaceAll(err.Error(), a.redisURL, u.Redacted())
+			if p, ok := u.User.Password(); ok && p != "" {
+				msg = strings.ReplaceAll(msg, p, "xxxxx")
+			}
+		}
+		return nil, nil, usagef("invalid Redis URL (--redis or $REDIS_URL): %s", msg)
+	}
+	if opt.Password == "" {
+		opt.Password = os.Getenv("REDIS_PASSWORD")
+	}
+	rdb := redisconn.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", opt.Addr, err)
+	}
+	c, err := client.New(client.Config{
+		Client:   rdb,
+		Keyspace: topics.Keyspace{Prefix: a.prefix},
+		Errors: func(err error) {
+			fmt.Fprintf(a.stderr, "producer: %v (retrying)\n", err)
+		},
+	})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return rdb, c, nil
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+const stage = "interview-evaluation"
+
+// cli runs the built binary against one Redis under its own prefix.
+type cli struct {
+	t      *testing.T
+	bin    string
+	r      *redistest.Target
+	prefix string
+	ks     topics.Keyspace
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (c *cli) run(stdin string, args ...string) result {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, append([]string{"--redis", c.r.URL, "--prefix", c.prefix}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errOut
+	err := cmd.Run()
+	res := result{stdout: out.String(), stderr: errOut.String()}
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		res.code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("run %v: %v", args, err)
+	}
+	return res
+}
+
+// tasks returns the decoded entries of a task stream.
+func (c *cli) tasks(stage string) []topics.Task {
+	c.t.Helper()
+	msgs, err := c.r.Client.XRange(context.Background(), c.ks.Tasks(stage), "-", "+").Result()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []topics.Task
+	for _, m := range msgs {
+		p, _ := m.Values[topics.FieldPayload].(string)
+		task, err := topics.DecodeTask([]byte(p), topics.Limits{})
+		if err != nil {
+			c.t.Fatalf("entry %s: %v", m.ID, err)
+		}
+		out = append(out, task)
+	}
+	return out
+}
+
+// consume plays a consumer until ctx ends: one SUCCEEDED owner event per task of stage.
+func (c *cli) consume(ctx context.Context, stage string) {
+	w := topics.Writer{Client: c.r.Client, Keyspace: c.ks}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	c.t.Cleanup(wg.Wait)
+	go func() {
+		defer wg.Done()
+		last := "0"
+		for ctx.Err() == nil {
+			res, err := c.r.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{c.ks.Tasks(stage), last}, Block: 100 * time.Millisecond}).Result()
+			if err != nil {
+				continue
+			}
+			for _, m := range res[0].Messages {
+				last = m.ID
+				p, _ := m.Values[topics.FieldPayload].(string)
+				task, err := topics.DecodeTask([]byte(p), topics.Limits{})
+				if err != nil {
+					c.t.Errorf("consumer: %v", err)
+					continue
+				}
+				e := topics.Event{TaskID: task.TaskID, RequestKey: "k:" + string(task.Input), Stage: task.Stage,
+					Tenant: task.Tenant, Status: topics.StatusSucceeded, Shared: topics.SharedOwner, FinishedAt: time.Now()}
+				if err := w.PublishEvents(ctx, e); err != nil && ctx.Err() == nil {
+					c.t.Errorf("consumer: %v", err)
+				}
+			}
+		}
+	}()
+}
+
+func lines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
+
+func TestCLI(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "producer")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	r := redistest.New(t)
+	newCLI := func(t *testing.T) *cli {
+		p := redistest.Prefix()
+		return &cli{t: t, bin: bin, r: r, prefix: p, ks: topics.Keyspace{Prefix: p}}
+	}
+
+	t.Run("EnqueueOne", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--session", "s-1",
+			"--input", `{"q": 1}`, "--key", "ai:custom:k1", "--model-version", "m1")
+		if res.code != 0 {
+			t.Fatalf("exit %d: %s", res.code, res.stderr)
+		}
+		var rc client.Receipt
+		if err := json.Unmarshal([]byte(res.stdout), &rc); err != nil {
+			t.Fatalf("receipt %q: %v", res.stdout, err)
+		}
+		got := c.tasks(stage)
+		if len(got) != 1 {
+			t.Fatalf("%d entries on the stream, want 1", len(got))
+		}
+		tk := got[0]
+		if tk.TaskID != rc.TaskID || tk.Tenant != "acme" || tk.SessionID != "s-1" || tk.RequestKey != "ai:custom:k1" ||
+			tk.ModelVersion != "m1" || string(tk.Input) != `{"q":1}` || tk.EnqueuedAt == "" {
+			t.Errorf("task = %+v, receipt %+v", tk, rc)
+		}
+	})
+
+	t.Run("LoadWithoutWait", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		res := c.run("", "load", "--n", "20", "--keys", "5", "--latency-ms", "7")
+		if res.code != 0 {
+			t.Fatalf("exit %d: %s", res.code, res.stderr)
+		}
+		if !strings.Contains(res.stderr, "enqueued 20 of 20 tasks") {
+			t.Errorf("stderr = %q, want the final count line", res.stderr)
+		}
+		inputs := map[string]int{}
+		total := 0
+		for _, s := range splitList(defaultStages) {
+			tasks := c.tasks(s)
+			if len(tasks) != 5 {
+				t.Errorf("stage %s has %d tasks, want 5 (round robin)", s, len(tasks))
+			}
+			for _, tk := range tasks {
+				inputs[string(tk.Input)]++
+				total++
+				if tk.Tenant != "load" {
+					t.Errorf("tenant = %q", tk.Tenant)
+				}
+			}
+		}
+		if total != 20 || len(inputs) != 5 {
+			t.Errorf("%d tasks over %d distinct inputs, want 20 over 5: %v", total, len(inputs), inputs)
+		}
+		if _, ok := inputs[`{"question":"q3","answer":"answer 3","sim":{"latencyMs":7}}`]; !ok {
+			t.Errorf("inputs = %v", inputs)
+		}
+	})
+
+	t.Run("EnqueueFile", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		file := filepath.Join(t.TempDir(), "tasks.jsonl")
+		body := `{"taskId":"f-1","input":{"a":1}}` + "\n\n" +
+			`{"taskId":"f-2","input":{"a":2},"tenant":"other"}` + "\n" +
+			`{"input":"three","stage":"interview-followup"}` + "\n"
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := c.run("", "enqueue", "-f", file, "--stage", stage, "--tenant", "acme")
+		if res.code != 0 {
+			t.Fatalf("exit %d: %s", res.code, res.stderr)
+		}
+		a, b := c.tasks(stage), c.tasks("interview-followup")
+		if len(a) != 2 || len(b) != 1 {
+			t.Fatalf("%d + %d entries, want 2 + 1", len(a), len(b))
+		}
+		if a[0].TaskID != "f-1" || a[0].Tenant != "acme" || a[1].Tenant != "other" || b[0].TaskID == "" || b[0].Tenant != "acme" {
+			t.Errorf("tasks = %+v %+v", a, b)
+		}
+
+		// A bad line is reported with its number and nothing is enqueued.
+		bad := `{"taskId":"ok","input":1}` + "\n" + `{"taskId":"bad id","input":1}` + "\n"
+		res = c.run(bad, "--prefix", c.prefix+"x", "enqueue", "-f", "-", "--stage", stage, "--tenant", "acme")
+		if res.code != 1 || !strings.Contains(res.stderr, "-:2:") {
+			t.Errorf("bad file: exit %d, stderr %q", res.code, res.stderr)
+		}
+		if n := c.r.Client.XLen(context.Background(), topics.Keyspace{Prefix: c.prefix + "x"}.Tasks(stage)).Val(); n != 0 {
+			t.Errorf("%d tasks enqueued from a bad file", n)
+		}
+	})
+
+	t.Run("InspectAndCancel", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		res := c.run("", "inspect", "ai:unknown:v1:acme:0")
+		if res.code != 1 || !strings.Contains(res.stderr, "no flight") {
+			t.Errorf("inspect unknown: exit %d, stderr %q", res.code, res.stderr)
+		}
+		res = c.run("", "cancel", "ai:unknown:v1:acme:0")
+		if res.code != 1 || !strings.Contains(res.stderr, "no flight") {
+			t.Errorf("cancel unknown: exit %d, stderr %q", res.code, res.stderr)
+		}
+
+		coord, err := flight.NewCoordinator(flight.Config{Client: c.r.Client, Keyspace: c.ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const key = "ai:interview-evaluation:v1:acme:k2"
+		for _, id := range []string{"owner", "p-1"} {
+			if _, err := coord.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "n1", TaskID: id, Stage: stage, Tenant: "acme"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res = c.run("", "inspect", key)
+		if res.code != 0 {
+			t.Fatalf("inspect: exit %d: %s", res.code, res.stderr)
+		}
+		var in inspection
+		if err := json.Unmarshal([]byte(res.stdout), &in); err != nil {
+			t.Fatalf("inspect output %q: %v", res.stdout, err)
+		}
+		if in.Status != "PENDING" || in.OwnerTaskID != "owner" || len(in.Parked) != 1 || in.TTLMs.Meta <= 0 || in.TTLMs.Result != -2 {
+			t.Errorf("inspect = %+v", in)
+		}
+		res = c.run("", "cancel", key, "--reason", "bye")
+		if res.code != 0 || !strings.Contains(res.stdout, "answered 1 parked tasks") {
+			t.Errorf("cancel: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+		}
+	})
+
+	t.Run("WaitAnswered", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		c.consume(ctx, stage)
+		res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", `{"q":2}`, "--wait", "--timeout", "2s")
+		if res.code != 0 {
+			t.Fatalf("exit %d: %s", res.code, res.stderr)
+		}
+		out := lines(res.stdout)
+		if len(out) != 2 {
+			t.Fatalf("stdout = %q, want an event line and a summary line", res.stdout)
+		}
+		e, err := topics.DecodeEvent([]byte(out[0]))
+		if err != nil || e.Status != topics.StatusSucceeded {
+			t.Errorf("event line %q: %+v, %v", out[0], e, err)
+		}
+		var sum struct{ Summary client.Summary }
+		if err := json.Unmarshal([]byte(out[1]), &sum); err != nil {
+			t.Fatalf("summary line %q: %v", out[1], err)
+		}
+		if s := sum.Summary; s.Tasks != 1 || s.Events != 1 || s.Missing != 0 || s.Owner != 1 || s.DistinctKeys != 1 {
+			t.Errorf("summary = %+v", s)
+		}
+		if !strings.Contains(res.stderr, "owner runs") {
+			t.Errorf("stderr = %q, want the summary table", res.stderr)
+		}
+	})
+
+	t.Run("WaitTimeout", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		start := time.Now()
+		res := c.run("", "load", "--n", "3", "--keys", "1", "--stages", stage, "--wait", "--timeout", "500ms")
+		if res.code != 1 {
+			t.Fatalf("exit %d, want 1: %s", res.code, res.stderr)
+		}
+		if !strings.Contains(res.stderr, "3 of 3 events missing") {
+			t.Errorf("stderr = %q", res.stderr)
+		}
+		if !strings.Contains(res.stdout, `{"summary":{"tasks":3,"events":0,"missing":3`) {
+			t.Errorf("stdout = %q", res.stdout)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("took %v", d)
+		}
+	})
+
+	t.Run("Usage", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		for _, args := range [][]string{{}, {"nope"}} {
+			cmd := exec.Command(c.bin, args...)
+			var errOut bytes.Buffer
+			cmd.Stderr = &errOut
+			err := cmd.Run()
+			ee, ok := errors.AsType[*exec.ExitError](err)
+			if !ok || ee.ExitCode() != 2 {
+				t.Errorf("%v: %v, want exit 2", args, err)
+			}
+			for _, sub := range []string{"enqueue", "load", "tail", "inspect", "cancel"} {
+				if !strings.Contains(errOut.String(), sub) {
+					t.Errorf("%v: usage does not list %s", args, sub)
+				}
+			}
+		}
+		if err := exec.Command(c.bin, "-h").Run(); err != nil {
+			t.Errorf("-h: %v", err)
+		}
+		res := c.run("", "enqueue", "--stage", stage)
+		if res.code != 2 || !strings.Contains(res.stderr, "required") {
+			t.Errorf("enqueue without tenant/input: exit %d, %q", res.code, res.stderr)
+		}
+		res = c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", "{")
+		if res.code != 2 {
+			t.Errorf("enqueue with bad JSON: exit %d", res.code)
+		}
+	})
+}

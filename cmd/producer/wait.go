@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// waiter prints the first terminal event of each enqueued task as it arrives. Events are read
+// by loop (from a subscription opened before the first enqueue) and matched to receipts by
+// a client.Tally, whatever comes first.
+type waiter struct {
+	a      *app
+	tally  *client.Tally
+	cancel context.CancelFunc // ends the subscription
+
+	mu      sync.Mutex // serializes counting and printing; guards stopped
+	stopped bool       // set by stop: nothing is counted or printed afterwards
+}
+
+func newWaiter(a *app, t *client.Tally, cancel context.CancelFunc) *waiter {
+	return &waiter{a: a, tally: t, cancel: cancel}
+}
+
+// loop reads the subscription until it is closed or the waiter is stopped.
+func (w *waiter) loop(ch <-chan topics.StreamEvent) {
+	for se := range ch {
+		if se.Err != nil {
+			fmt.Fprintf(w.a.stderr, "producer: skipping malformed entry %s of %s: %v\n", se.ID, se.Stream, se.Err)
+			continue
+		}
+		w.mu.Lock()
+		if w.stopped {
+			w.mu.Unlock()
+			return
+		}
+		if w.tally.Observe(se.Event, time.Now()) {
+			w.print(se.Event)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// expect registers a receipt; an event that came before it is printed now.
+func (w *waiter) expect(r client.Receipt) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.tally.Expect(r); ok && !w.stopped {
+		w.print(e)
+	}
+}
+
+// print writes one event line. w.mu is held.
+func (w *waiter) print(e topics.Event) {
+	if err := writeJSON(w.a.stdout, e); err != nil {
+		fmt.Fprintf(w.a.stderr, "producer: %v\n", err)
+	}
+}
+
+// stop ends the subscription; once it returns nothing more is counted or printed, so the
+// tally's summary matches the printed events. It does not wait for the subscription's
+// current XREAD to return.
+func (w *waiter) stop() {
+	w.cancel()
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+}
+
+// printTable writes the summary as a human-readable table.
+func printTable(out io.Writer, s client.Summary) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	rows := []struct {
+		name  string
+		value any
+	}{
+		{"tasks", s.Tasks}, {"events", s.Events}, {"missing", s.Missing},
+		{"distinct keys", s.DistinctKeys}, {"owner runs", s.Owner}, {"hits", s.Hit},
+		{"followers", s.Follower}, {"local", s.Local}, {"failures", s.Failures},
+		{"latency p50", fmt.Sprintf("%.1f ms", s.P50Ms)}, {"latency p99", fmt.Sprintf("%.1f ms", s.P99Ms)},
+		{"wall time", (time.Duration(s.WallMs) * time.Millisecond).String()},
+	}
+	fmt.Fprintln(tw, strings.Repeat("-", 28))
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%v\n", r.name, r.value)
+	}
+	_ = tw.Flush()
+}
+
+// progress draws "\r[=====>    ] 1234/5000" on a terminal, redrawn at most every 100 ms.
+type progress struct {
+	out     io.Writer
+	total   int
+	enabled bool
+	drawn   time.Time // when the bar was last drawn
+	shown   int       // the count last drawn
+}
+
+const barWidth = 30
+
+func newProgress(out io.Writer, total int, enabled bool) *progress {
+	return &progress{out: out, total: total, enabled: enabled}
+}
+
+func (p *progress) set(done int) {
+	if !p.enabled || (done < p.total && time.Since(p.drawn) < 100*time.Millisecond) {
+		return
+	}
+	p.draw(done)
+}
+
+func (p *progress) draw(done int) {
+	p.drawn, p.shown = time.Now(), done
+	fill := 0
+	if p.total > 0 {
+		fill = min(done*barWidth/p.total, barWidth)
+	}
+	bar := strings.Repeat("=", fill)
+	if fill < barWidth {
+		bar += ">" + strings.Repeat(" ", barWidth-fill-1)
+	}
+	fmt.Fprintf(p.out, "\r[%s] %d/%d", bar, done, p.total)
+}
+
+// finish ends the bar's line and prints the final count line.
+func (p *progress) finish(done int, elapsed time.Duration) {
+	if p.enabled {
+		if p.shown != done {
+			p.draw(done)
+		}
+		fmt.Fprintln(p.out)
+	}
+	perSec := 0.0
+	if s := elapsed.Seconds(); s > 0 {
+		perSec = float64(done) / s
+	}
+	fmt.Fprintf(p.out, "enqueued %d of %d tasks in %v (%.0f/s)\n", done, p.total, elapsed.Round(time.Millisecond), perSec)
+}
