@@ -61,6 +61,11 @@ func (k Keyspace) SessionLock(sessionID string) string {
 	return k.p() + ":session:lock:" + tag(sessionID)
 }
 
+// SessionFence is the fencing counter of sessionID's session lock; it outlives the lock.
+func (k Keyspace) SessionFence(sessionID string) string {
+	return k.p() + ":session:fence:" + tag(sessionID)
+}
+
 // Consumers is the liveness record of the consumers of group.
 func (k Keyspace) Consumers(group string) string { return k.p() + ":consumers:" + group }
 

@@ -45,9 +45,12 @@ func Options(url string) (*redis.Options, error) {
 }
 
 // NewClient returns a client on a copy of opt: go-redis keeps per-client state in Options, so
-// clients must not share one. Maintenance notifications (a Redis Enterprise feature) are off.
+// clients must not share one. Context deadlines bound every command (ContextTimeoutEnabled),
+// so a coordination budget holds even against a Redis that stopped answering. Maintenance
+// notifications (a Redis Enterprise feature) are off.
 func NewClient(opt *redis.Options) *redis.Client {
 	o := *opt
+	o.ContextTimeoutEnabled = true
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return redis.NewClient(&o)
 }
