@@ -37,3 +37,68 @@ type StateError struct {
 func (e *StateError) Error() string {
 	return fmt.Sprintf("flight: %s not allowed in status %s", e.Op, e.Status)
 }
+
+// Errors of the Executor.
+var (
+	// ErrCoordinationUnavailable: Redis could not be used to coordinate (connection refused,
+	// timeout, script error, or the circuit breaker is open). DISTRIBUTED_ONLY stages return it
+	// at once; HYBRID stages fall back to in-process single-flight instead.
+	ErrCoordinationUnavailable = errors.New("flight: coordination unavailable")
+	// ErrUncertainOutcome: the model answered but its result could be stored neither in Redis
+	// nor in the local spool. Do returns it together with the value: the value is good, but
+	// other nodes will not see it.
+	ErrUncertainOutcome = errors.New("flight: uncertain outcome")
+	// ErrFailed: the flight failed for good (see *OutcomeError for the error fields).
+	ErrFailed = errors.New("flight: failed")
+	// ErrUnknownStage: the executor has no options for the stage.
+	ErrUnknownStage = errors.New("flight: unknown stage")
+)
+
+// CoordinationError wraps the failure behind ErrCoordinationUnavailable.
+type CoordinationError struct {
+	// Err is the underlying error (a go-redis error, a timeout, gobreaker.ErrOpenState).
+	Err error
+	// BreakerOpen is true when the call was not made because the breaker is open.
+	BreakerOpen bool
+}
+
+func (e *CoordinationError) Error() string {
+	if e.BreakerOpen {
+		return "flight: coordination unavailable: circuit breaker open"
+	}
+	return "flight: coordination unavailable: " + e.Err.Error()
+}
+
+// Unwrap returns the underlying error.
+func (e *CoordinationError) Unwrap() error { return e.Err }
+
+// Is matches ErrCoordinationUnavailable.
+func (e *CoordinationError) Is(target error) bool { return target == ErrCoordinationUnavailable }
+
+// OutcomeError is a flight that ended without a result: FAILED, CANCELLED or EXPIRED. It
+// matches ErrFailed, ErrCancelled or ErrExpired with errors.Is.
+type OutcomeError struct {
+	// Status is the flight's final status.
+	Status Status
+	// Type, Code and Message describe the failure (a model error class, "cancelled", ...).
+	Type, Code, Message string
+	// Retryable tells whether the underlying model error was retryable (attempts ran out).
+	Retryable bool
+}
+
+func (e *OutcomeError) Error() string {
+	return fmt.Sprintf("flight: %s (%s/%s): %s", e.Status, e.Type, e.Code, e.Message)
+}
+
+// Is matches the sentinel of the status.
+func (e *OutcomeError) Is(target error) bool {
+	switch e.Status {
+	case StatusFailed:
+		return target == ErrFailed
+	case StatusCancelled:
+		return target == ErrCancelled
+	case StatusExpired:
+		return target == ErrExpired
+	}
+	return false
+}

@@ -1,8 +1,8 @@
 // Package lua holds Flightdeck's Redis scripts. Each script lives in its own .lua file that
 // opens with a KEYS/ARGV/Output header, and is exported here as a *redis.Script (EVALSHA with
-// an EVAL fallback on NOSCRIPT). Every key a script touches arrives in KEYS. The flight scripts'
-// keys all carry the flight's {requestKey} hash tag and the stream scripts touch one key
-// each, so every script runs unchanged on Redis Cluster.
+// an EVAL fallback on NOSCRIPT). Every key a script touches arrives in KEYS, and the keys of
+// one call share one hash tag (a flight's {requestKey}, a session's {sessionId}) or are a
+// single stream, so every script runs unchanged on Redis Cluster.
 package lua
 
 import (
@@ -30,6 +30,10 @@ var (
 	streamTouchSrc string
 	//go:embed liveness.lua
 	livenessSrc string
+	//go:embed session_lock.lua
+	sessionLockSrc string
+	//go:embed restore.lua
+	restoreSrc string
 )
 
 // Acquire decides who runs a flight: OWNER, FOLLOWER_WAIT, RESULT_HIT, FAILED_FINAL,
@@ -60,7 +64,13 @@ var StreamTouch = redis.NewScript(streamTouchSrc)
 // Liveness records a consumer process's heartbeat in the group's liveness hash.
 var Liveness = redis.NewScript(livenessSrc)
 
+// SessionLock acquires, renews or releases the fenced, leased lock of one interview session.
+var SessionLock = redis.NewScript(sessionLockSrc)
+
+// Restore writes back an uncertain outcome: a result the model produced while Redis was down.
+var Restore = redis.NewScript(restoreSrc)
+
 // All lists every script, for loading them ahead of pipelines (SCRIPT LOAD).
 func All() []*redis.Script {
-	return []*redis.Script{Acquire, Start, Heartbeat, Complete, Fail, Cancel, StreamAck, StreamTouch, Liveness}
+	return []*redis.Script{Acquire, Start, Heartbeat, Complete, Fail, Cancel, StreamAck, StreamTouch, Liveness, Restore, SessionLock}
 }

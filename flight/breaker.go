@@ -1,0 +1,99 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+)
+
+// BreakerConfig configures the coordination circuit breaker.
+type BreakerConfig struct {
+	// FailureThreshold: this many consecutive coordination failures open the breaker.
+	// Defaults to 5.
+	FailureThreshold uint32
+	// OpenTimeout is how long the breaker stays open before it lets half-open probes through.
+	// Defaults to 5 s.
+	OpenTimeout time.Duration
+	// Jitter: each node adds a random share of up to this much to OpenTimeout, chosen once, so
+	// that a fleet does not probe a recovering Redis in lockstep. Defaults to OpenTimeout / 5.
+	Jitter time.Duration
+	// HalfOpenProbes is how many calls may probe while half-open; that many successes close
+	// the breaker. Defaults to 3.
+	HalfOpenProbes uint32
+}
+
+func (c BreakerConfig) withDefaults() BreakerConfig {
+	if c.FailureThreshold == 0 {
+		c.FailureThreshold = 5
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = 5 * time.Second
+	}
+	if c.Jitter == 0 {
+		c.Jitter = c.OpenTimeout / 5
+	}
+	if c.HalfOpenProbes == 0 {
+		c.HalfOpenProbes = 3
+	}
+	return c
+}
+
+// IsCoordinationFailure reports whether err means Redis could not be used (connection
+// refused, timeout, script error), as opposed to an answer of the state machine (stale token,
+// cancelled, expired, a state conflict), a protocol error, or the caller giving up.
+func IsCoordinationFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *StateError
+	switch {
+	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
+		errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrProtocol),
+		errors.Is(err, ErrAlreadyDone), errors.Is(err, ErrLockLost),
+		errors.Is(err, context.Canceled), errors.Is(err, redis.Nil), errors.As(err, &se):
+		return false
+	}
+	return true
+}
+
+// newBreaker returns the breaker every coordination call of an executor goes through.
+func newBreaker(cfg BreakerConfig, onChange func(from, to gobreaker.State)) *gobreaker.CircuitBreaker[any] {
+	cfg = cfg.withDefaults()
+	timeout := cfg.OpenTimeout
+	if cfg.Jitter > 0 {
+		timeout += rand.N(cfg.Jitter)
+	}
+	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:        "coordination",
+		MaxRequests: cfg.HalfOpenProbes,
+		Timeout:     timeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.FailureThreshold },
+		IsSuccessful: func(err error) bool {
+			return !IsCoordinationFailure(err)
+		},
+		IsExcluded:    func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(_ string, from, to gobreaker.State) { onChange(from, to) },
+	})
+}
+
+// call runs one coordination call through the breaker. While the breaker is open it returns
+// ErrCoordinationUnavailable without calling f (no command reaches Redis).
+func call[T any](cb *gobreaker.CircuitBreaker[any], f func() (T, error)) (T, error) {
+	var zero T
+	v, err := cb.Execute(func() (any, error) { return f() })
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return zero, &CoordinationError{Err: err, BreakerOpen: true}
+	}
+	if err != nil {
+		if IsCoordinationFailure(err) {
+			return zero, &CoordinationError{Err: err}
+		}
+		return zero, err
+	}
+	t, _ := v.(T)
+	return t, nil
+}

@@ -1,0 +1,688 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/time/rate"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Mode is how a stage coordinates (DESIGN.md section 6).
+type Mode string
+
+// The four modes.
+const (
+	// ModeDistributedOnly coordinates through Redis (L1 + L2) and fails fast with
+	// ErrCoordinationUnavailable when Redis cannot be used.
+	ModeDistributedOnly Mode = "DISTRIBUTED_ONLY"
+	// ModeLocalOnly uses in-process single-flight (L1) only.
+	ModeLocalOnly Mode = "LOCAL_ONLY"
+	// ModeHybrid coordinates through Redis and falls back to in-process single-flight when
+	// coordination fails before ownership is known.
+	ModeHybrid Mode = "HYBRID"
+	// ModeBypass runs every call, with no single-flight at all.
+	ModeBypass Mode = "BYPASS"
+)
+
+// Budget splits a call's time: coordination calls (acquire, start, each wait), the model run,
+// and storing the result each get their own deadline.
+type Budget struct {
+	// Coordination bounds each coordination round trip (acquire, start, heartbeat).
+	// Defaults to 500 ms.
+	Coordination time.Duration
+	// Execution bounds the function's run. Defaults to the policy's RunningTTL.
+	Execution time.Duration
+	// Result bounds storing the result (complete or fail, and its events). Defaults to 2 s.
+	Result time.Duration
+}
+
+// StageOptions are the executor's per-stage settings.
+type StageOptions struct {
+	// Mode defaults to ModeHybrid.
+	Mode Mode
+	// Policy is the flight policy; zero fields take their defaults.
+	Policy Policy
+	// HeartbeatInterval is how often an owner renews its lease. Defaults to Lease / 5.
+	HeartbeatInterval time.Duration
+	// WaitTimeout: a follower waiting this long without news re-acquires (the owner may be
+	// dead, and the re-acquire then takes over); it never runs the function just because
+	// waiting took long. Defaults to the lease.
+	WaitTimeout time.Duration
+	// L1Replay keeps a successful result in process memory this long. Defaults to 0 (off).
+	L1Replay time.Duration
+	// Budget splits the call's time. Zero fields take their defaults.
+	Budget Budget
+	// DegradedConcurrency caps concurrent function runs of the stage in degraded mode (and in
+	// LOCAL_ONLY and BYPASS), so a fleet running everything locally cannot swamp the model.
+	// Defaults to 4.
+	DegradedConcurrency int
+	// DegradedRate caps function runs per second in degraded mode (0 = no cap).
+	// Defaults to 0.
+	DegradedRate float64
+	// DegradedBurst is the rate limiter's burst. Defaults to 1.
+	DegradedBurst int
+}
+
+func (o StageOptions) withDefaults() StageOptions {
+	if o.Mode == "" {
+		o.Mode = ModeHybrid
+	}
+	o.Policy = o.Policy.WithDefaults()
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = o.Policy.Lease / 5
+	}
+	if o.WaitTimeout == 0 {
+		o.WaitTimeout = o.Policy.Lease
+	}
+	if o.Budget.Coordination == 0 {
+		o.Budget.Coordination = 500 * time.Millisecond
+	}
+	if o.Budget.Execution == 0 {
+		o.Budget.Execution = o.Policy.RunningTTL
+	}
+	if o.Budget.Result == 0 {
+		o.Budget.Result = 2 * time.Second
+	}
+	if o.DegradedConcurrency == 0 {
+		o.DegradedConcurrency = 4
+	}
+	if o.DegradedBurst == 0 {
+		o.DegradedBurst = 1
+	}
+	return o
+}
+
+// ExecutorConfig configures an Executor.
+type ExecutorConfig struct {
+	// Coordinator is the L2 state machine. Required unless every stage is LOCAL_ONLY or BYPASS.
+	Coordinator *Coordinator
+	// Client reads result streams for followers and publishes owners' events. Defaults to the
+	// coordinator's client.
+	Client redis.UniversalClient
+	// NodeID names this process as flight owner. Defaults to "<hostname>-<pid>".
+	NodeID string
+	// Stages are the per-stage options; Do refuses other stages with ErrUnknownStage.
+	Stages map[string]StageOptions
+	// Breaker configures the coordination circuit breaker.
+	Breaker BreakerConfig
+	// SpoolPath is the append-only file of uncertain outcomes. Defaults to
+	// $TMPDIR/flightdeck-spool-<NodeID>.jsonl.
+	SpoolPath string
+	// FlushInterval is how often spooled outcomes are written back. Defaults to 1 s.
+	FlushInterval time.Duration
+	// Logger receives structured logs. Defaults to a disabled logger.
+	Logger *zerolog.Logger
+	// Registry receives the singleflight_* metrics. Defaults to none.
+	Registry prometheus.Registerer
+}
+
+// Fn is the expensive call. progress reports that it made progress (streamed a chunk,
+// finished a step); the owner's heartbeat carries it, so a run whose heartbeat is fresh but
+// whose progress stalled past the stall timeout is taken over.
+type Fn func(ctx context.Context, progress func()) ([]byte, error)
+
+// Result is what Do answers.
+type Result struct {
+	// Value is the function's result.
+	Value []byte
+	// Shared tells how this call got it: owner (ran the function under coordination),
+	// follower (another owner's run), hit (a stored result), local (degraded or local mode).
+	Shared topics.Shared
+	// Token is the flight's fencing token (0 for local runs).
+	Token int64
+	// Uncertain is true when the value could not be stored in Redis: it was spooled and is
+	// written back when Redis answers again. The function is never run again for it.
+	Uncertain bool
+}
+
+// Executor runs functions once per key: L1 in-process single-flight in front of the L2 Redis
+// state machine, with per-stage modes, a circuit breaker on coordination, degraded-mode caps,
+// time budgets and a spool for uncertain outcomes. Safe for concurrent use; call Start before
+// Do and Close when done.
+type Executor struct {
+	cfg     ExecutorConfig
+	log     zerolog.Logger
+	coord   *Coordinator
+	rdb     redis.UniversalClient
+	writer  topics.Writer
+	cb      *gobreaker.CircuitBreaker[any]
+	metrics *Metrics
+	disp    *dispatcher
+	spool   *Spool
+	stages  map[string]*stageRuntime
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type stageRuntime struct {
+	name     string
+	opt      StageOptions
+	l1       *Local[Result]
+	sem      *semaphore.Weighted
+	limiter  *rate.Limiter
+	degraded atomic.Bool
+}
+
+// NewExecutor validates cfg and opens the spool.
+func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
+	if cfg.NodeID == "" {
+		host, _ := os.Hostname()
+		cfg.NodeID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.Logger == nil {
+		l := zerolog.Nop()
+		cfg.Logger = &l
+	}
+	if cfg.FlushInterval == 0 {
+		cfg.FlushInterval = time.Second
+	}
+	if cfg.SpoolPath == "" {
+		cfg.SpoolPath = filepath.Join(os.TempDir(), "flightdeck-spool-"+cfg.NodeID+".jsonl")
+	}
+	e := &Executor{cfg: cfg, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(), coord: cfg.Coordinator,
+		metrics: NewMetrics(cfg.Registry), stages: map[string]*stageRuntime{}}
+	for name, o := range cfg.Stages {
+		o = o.withDefaults()
+		switch o.Mode {
+		case ModeDistributedOnly, ModeHybrid:
+			if cfg.Coordinator == nil {
+				return nil, fmt.Errorf("flight: stage %s: mode %s needs a Coordinator", name, o.Mode)
+			}
+		case ModeLocalOnly, ModeBypass:
+		default:
+			return nil, fmt.Errorf("flight: stage %s: unknown mode %q", name, o.Mode)
+		}
+		if err := o.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("flight: stage %s: %w", name, err)
+		}
+		lim := rate.Inf
+		if o.DegradedRate > 0 {
+			lim = rate.Limit(o.DegradedRate)
+		}
+		e.stages[name] = &stageRuntime{name: name, opt: o, l1: NewLocal[Result](LocalConfig{Replay: o.L1Replay}),
+			sem: semaphore.NewWeighted(int64(o.DegradedConcurrency)), limiter: rate.NewLimiter(lim, o.DegradedBurst)}
+	}
+	e.cb = newBreaker(cfg.Breaker, e.breakerChanged)
+	if cfg.Coordinator != nil {
+		e.rdb = cfg.Client
+		if e.rdb == nil {
+			e.rdb = cfg.Coordinator.rdb
+		}
+		e.writer = topics.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.ks}
+		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen)
+		sp, err := OpenSpool(cfg.SpoolPath)
+		if err != nil {
+			return nil, err
+		}
+		e.spool = sp
+		e.metrics.spooled.Set(float64(sp.Len()))
+	}
+	return e, nil
+}
+
+// Start runs the result dispatcher and the spool flusher until Close.
+func (e *Executor) Start(ctx context.Context) {
+	ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if e.disp == nil {
+		return
+	}
+	e.wg.Add(2)
+	go func() { defer e.wg.Done(); e.disp.run(ctx) }()
+	go func() { defer e.wg.Done(); e.flushLoop(ctx) }()
+}
+
+// Close stops the background work and closes the spool. It does not close the Redis client.
+func (e *Executor) Close() error {
+	if e.cancel != nil {
+		e.cancel()
+	}
+	e.wg.Wait()
+	if e.spool != nil {
+		return e.spool.Close()
+	}
+	return nil
+}
+
+// Spooled is the number of uncertain outcomes waiting to be written back.
+func (e *Executor) Spooled() int {
+	if e.spool == nil {
+		return 0
+	}
+	return e.spool.Len()
+}
+
+func (e *Executor) breakerOpen() bool { return e.cb.State() == gobreaker.StateOpen }
+
+func (e *Executor) breakerChanged(from, to gobreaker.State) {
+	e.metrics.breakerState.Set(float64(map[gobreaker.State]int{gobreaker.StateClosed: 0,
+		gobreaker.StateHalfOpen: 1, gobreaker.StateOpen: 2}[to]))
+	switch to {
+	case gobreaker.StateOpen:
+		e.metrics.circuitOpen.Inc()
+		e.log.Warn().Str("from", from.String()).Msg("coordination circuit breaker open: no Redis calls until the probe")
+	case gobreaker.StateHalfOpen:
+		e.log.Info().Msg("coordination circuit breaker half-open: probing Redis")
+	case gobreaker.StateClosed:
+		e.log.Info().Msg("coordination circuit breaker closed: coordinating again")
+	}
+}
+
+// Do runs fn for key under the stage's mode: at most once across the fleet (DISTRIBUTED_ONLY,
+// HYBRID while Redis answers), once per process (LOCAL_ONLY, HYBRID degraded), or every time
+// (BYPASS). Concurrent callers of one key in this process share one run (L1); a caller whose
+// ctx ends returns ctx's error without cancelling the run others wait for. A panic in fn is
+// re-raised in every caller waiting on that run. A model error is never retried locally: it
+// fails the flight (retried by the state machine while attempts and retryability allow).
+func (e *Executor) Do(ctx context.Context, stage, key string, fn Fn) (Result, error) {
+	st, ok := e.stages[stage]
+	if !ok {
+		return Result{}, fmt.Errorf("%w: %q", ErrUnknownStage, stage)
+	}
+	if err := CheckKey(key); err != nil {
+		return Result{}, err
+	}
+	if st.opt.Mode == ModeBypass {
+		return e.runLocal(ctx, st, fn, false)
+	}
+	lr, err := st.l1.Do(ctx, key, func(ctx context.Context) (Result, error) {
+		if st.opt.Mode == ModeLocalOnly {
+			return e.runLocal(ctx, st, fn, false)
+		}
+		return e.distributed(ctx, st, key, fn)
+	})
+	if lr.Leader {
+		e.metrics.localOwner.WithLabelValues(stage).Inc()
+	} else {
+		e.metrics.localWaiter.WithLabelValues(stage).Inc()
+	}
+	res := lr.Value
+	if !lr.Leader && res.Shared == topics.SharedOwner {
+		res.Shared = topics.SharedFollower
+	}
+	return res, err
+}
+
+// runLocal runs fn in this process under the stage's degraded caps.
+func (e *Executor) runLocal(ctx context.Context, st *stageRuntime, fn Fn, degraded bool) (Result, error) {
+	if err := st.sem.Acquire(ctx, 1); err != nil {
+		return Result{}, err
+	}
+	defer st.sem.Release(1)
+	if err := st.limiter.Wait(ctx); err != nil {
+		return Result{}, err
+	}
+	if degraded {
+		e.metrics.fallbackExecution.WithLabelValues(st.name).Inc()
+	}
+	ctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Execution)
+	defer cancel()
+	v, err := fn(ctx, func() {})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Value: v, Shared: topics.SharedLocal}, nil
+}
+
+// fallback handles a coordination failure before ownership is known.
+func (e *Executor) fallback(ctx context.Context, st *stageRuntime, fn Fn, cause error) (Result, error) {
+	kind := "unavailable"
+	var ce *CoordinationError
+	switch {
+	case errors.Is(cause, ErrProtocol):
+		kind = "protocol"
+		e.metrics.unknownAction.WithLabelValues(st.name).Inc()
+		e.log.Error().Err(cause).Str("stage", st.name).Msg("coordination protocol error")
+	case errors.As(cause, &ce) && ce.BreakerOpen:
+		kind = "breaker_open"
+	}
+	e.metrics.distributedFailure.WithLabelValues(st.name, kind).Inc()
+	if st.opt.Mode == ModeDistributedOnly {
+		if errors.Is(cause, ErrCoordinationUnavailable) {
+			return Result{}, cause
+		}
+		return Result{}, &CoordinationError{Err: cause}
+	}
+	if st.degraded.CompareAndSwap(false, true) {
+		e.metrics.degraded.WithLabelValues(st.name).Set(1)
+		e.log.Warn().Err(cause).Str("stage", st.name).
+			Msg("coordination unavailable: node degraded to in-process single-flight for this stage")
+	}
+	e.metrics.localFallback.WithLabelValues(st.name).Inc()
+	return e.runLocal(ctx, st, fn, true)
+}
+
+func (e *Executor) coordinated(st *stageRuntime) {
+	if st.degraded.CompareAndSwap(true, false) {
+		e.metrics.degraded.WithLabelValues(st.name).Set(0)
+		e.log.Info().Str("stage", st.name).Msg("coordination back: stage leaves degraded mode")
+	}
+}
+
+// distributed is the L1 leader's path through the state machine.
+func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string, fn Fn) (Result, error) {
+	pol := st.opt.Policy
+	for {
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		e.metrics.distributedRequest.WithLabelValues(st.name).Inc()
+		d, err := call(e.cb, func() (Decision, error) {
+			cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+			defer cancel()
+			return e.coord.Acquire(cctx, AcquireParams{Key: key, OwnerID: e.cfg.NodeID, Stage: st.name, Policy: pol})
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			return e.fallback(ctx, st, fn, err)
+		}
+		e.coordinated(st)
+		switch d.Action {
+		case ActionOwner:
+			res, again, err := e.own(ctx, st, key, d, fn)
+			if !again {
+				return res, err
+			}
+		case ActionFollowerWait:
+			if err := e.follow(ctx, st, key); err != nil {
+				return Result{}, err
+			}
+		case ActionResultHit:
+			return Result{Value: d.Result, Shared: topics.SharedHit, Token: d.Token}, nil
+		case ActionFailedFinal:
+			return Result{}, &OutcomeError{Status: StatusFailed, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		case ActionCancelled:
+			return Result{}, &OutcomeError{Status: StatusCancelled, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		case ActionExpired:
+			return Result{}, &OutcomeError{Status: StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		default:
+			return e.fallback(ctx, st, fn, fmt.Errorf("%w: action %q", ErrProtocol, d.Action))
+		}
+	}
+}
+
+// follow waits for the flight of key to end, for at most WaitTimeout; the caller then
+// acquires again. It registers with the dispatcher first, then looks at the flight, so an
+// event published in between is not missed.
+func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) error {
+	wctx, cancel := context.WithTimeout(ctx, st.opt.WaitTimeout)
+	defer cancel()
+	reg, err := call(e.cb, func() (regResult, error) {
+		cctx, ccancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+		defer ccancel()
+		ch, un, err := e.disp.register(cctx, e.coord.ks.Results(st.name), key)
+		return regResult{ch, un}, err
+	})
+	if err != nil {
+		// Cannot listen: wait out the timeout, then acquire again (never run at once).
+		<-wctx.Done()
+		return ctx.Err()
+	}
+	defer reg.unregister()
+	status, err := call(e.cb, func() (string, error) {
+		return e.rdb.HGet(wctx, e.coord.ks.Meta(key), "status").Result()
+	})
+	if err == nil && status != string(StatusPending) && status != string(StatusRunning) {
+		return nil
+	}
+	select {
+	case <-reg.ch:
+	case <-wctx.Done():
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e.metrics.waitTimeout.WithLabelValues(st.name).Inc()
+	}
+	return nil
+}
+
+type regResult struct {
+	ch         <-chan struct{}
+	unregister func()
+}
+
+// own runs fn as the flight's owner. again asks the caller to acquire again (the flight
+// expired, was taken over, or a retryable failure left attempts).
+func (e *Executor) own(ctx context.Context, st *stageRuntime, key string, d Decision, fn Fn) (res Result, again bool, err error) {
+	pol := st.opt.Policy
+	_, err = call(e.cb, func() (any, error) {
+		cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+		defer cancel()
+		return nil, e.coord.Start(cctx, key, d.Token, pol)
+	})
+	switch {
+	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrExpired):
+		return Result{}, true, nil
+	case errors.Is(err, ErrCancelled):
+		return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+	case err != nil:
+		// We own the flight but cannot start it: the model has not run, so this is still a
+		// failure before the outcome is known. The flight's lease lapses by itself.
+		return resFallback(e.fallback(ctx, st, fn, err))
+	}
+
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	runCtx, cancelBudget := context.WithTimeout(runCtx, st.opt.Budget.Execution)
+	defer cancelBudget()
+	var progress atomic.Int64
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		e.heartbeat(runCtx, cancelRun, st, key, d.Token, &progress)
+	}()
+	v, fnErr := fn(runCtx, func() { progress.Add(1) })
+	cause := context.Cause(runCtx)
+	cancelRun(nil)
+	<-hbDone
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
+	defer rcancel()
+	if fnErr != nil {
+		switch {
+		case errors.Is(cause, ErrStaleToken), errors.Is(cause, ErrExpired):
+			return Result{}, true, nil // another owner runs it now (or will): follow or take over
+		case errors.Is(cause, ErrCancelled):
+			return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+		}
+		if ctx.Err() != nil {
+			return Result{}, false, ctx.Err()
+		}
+		f := classify(fnErr)
+		out, err := call(e.cb, func() (FailOutcome, error) { return e.coord.Fail(rctx, key, d.Token, f, pol) })
+		if err != nil {
+			// The failure could not be recorded; the model is still not re-run here.
+			return Result{}, false, fnErr
+		}
+		if out.Final {
+			e.publish(rctx, st, key, topics.Event{Status: topics.StatusFailed, OwnerToken: d.Token, Attempts: d.Attempts,
+				ErrorType: f.Type, ErrorCode: f.Code, Error: f.Message}, out.Parked)
+			return Result{}, false, fnErr
+		}
+		return Result{}, true, nil
+	}
+
+	res = Result{Value: v, Shared: topics.SharedOwner, Token: d.Token}
+	parked, err := call(e.cb, func() ([]string, error) { return e.coord.Complete(rctx, key, d.Token, v, pol) })
+	switch {
+	case err == nil:
+		e.publish(rctx, st, key, topics.Event{Status: topics.StatusSucceeded, OwnerToken: d.Token, Attempts: d.Attempts,
+			Result: v}, parked)
+		return res, false, nil
+	case IsCoordinationFailure(err) || errors.Is(err, ErrCoordinationUnavailable):
+		// The model answered, the write failed: hand the value over and spool it.
+		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
+		res.Uncertain = true
+		o := Outcome{Stage: st.name, Key: key, Token: d.Token, Result: v, ResultTTL: pol.ResultTTL, At: time.Now()}
+		if serr := e.spool.Add(o); serr != nil {
+			e.log.Error().Err(serr).Str("requestKey", key).Msg("uncertain outcome could not be spooled")
+			return res, false, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
+		}
+		e.metrics.spooled.Set(float64(e.spool.Len()))
+		e.log.Warn().Err(err).Str("requestKey", key).Int64("token", d.Token).
+			Msg("result write failed: uncertain outcome spooled for write-back")
+		return res, false, nil
+	default:
+		// Refused (fenced off, cancelled, expired): our value is still good for our callers;
+		// the flight's own outcome stands for everybody else.
+		e.log.Info().Err(err).Str("requestKey", key).Msg("result refused by the flight")
+		return res, false, nil
+	}
+}
+
+func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
+
+// heartbeat renews the lease with progress until ctx ends; it cancels the run when the flight
+// answers cancelled, expired or stale. Failed heartbeats are not fatal: the lease decides.
+func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, st *stageRuntime, key string, token int64, progress *atomic.Int64) {
+	t := time.NewTicker(st.opt.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		prog := ""
+		if n := progress.Load(); n > 0 {
+			prog = strconv.FormatInt(n, 10)
+		}
+		_, err := call(e.cb, func() (any, error) {
+			hctx, hcancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+			defer hcancel()
+			return nil, e.coord.Heartbeat(hctx, key, token, prog, st.opt.Policy)
+		})
+		if errors.Is(err, ErrCancelled) || errors.Is(err, ErrExpired) || errors.Is(err, ErrStaleToken) {
+			cancel(err)
+			return
+		}
+	}
+}
+
+// publish writes the owner's event (it wakes in-process followers on every node) and one
+// event per parked stream task, then releases the parked ids. Failures are logged: the flight
+// holds the outcome and parked tasks are flushed by the next caller.
+func (e *Executor) publish(ctx context.Context, st *stageRuntime, key string, ev topics.Event, parked []string) {
+	ev.Stage, ev.RequestKey, ev.Consumer, ev.FinishedAt = st.name, key, e.cfg.NodeID, time.Now()
+	ev.Tenant = tenantOf(key)
+	own := ev
+	own.TaskID = "exec-" + uuid.NewString()
+	own.Shared = topics.SharedOwner
+	events := []topics.Event{own}
+	for _, id := range parked {
+		f := ev
+		f.TaskID, f.Shared = id, topics.SharedFollower
+		events = append(events, f)
+	}
+	if err := e.writer.PublishEvents(ctx, events...); err != nil {
+		e.log.Warn().Err(err).Str("requestKey", key).Msg("publishing events failed")
+		return
+	}
+	if err := e.coord.Release(ctx, key, parked...); err != nil {
+		e.log.Warn().Err(err).Str("requestKey", key).Msg("releasing parked tasks failed")
+	}
+}
+
+// tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey
+// (ai:<stage>:v<n>:<tenant>:...); "" for other keys.
+func tenantOf(key string) string {
+	parts := strings.SplitN(key, ":", 5)
+	if len(parts) == 5 && parts[0] == "ai" {
+		return parts[3]
+	}
+	return ""
+}
+
+// classify turns a function error into the flight failure it records. Errors that implement
+// Retryable() bool (the model adapters' errors do) say whether a retry may help; others are
+// retryable, except context cancellation.
+func classify(err error) Failure {
+	f := Failure{Retryable: true, Type: "error", Code: "error", Message: err.Error()}
+	var r interface{ Retryable() bool }
+	var typed interface {
+		ErrorType() string
+		ErrorCode() string
+	}
+	switch {
+	case errors.As(err, &r):
+		f.Retryable = r.Retryable()
+	case errors.Is(err, context.Canceled):
+		f.Retryable = false
+	}
+	if errors.As(err, &typed) {
+		f.Type, f.Code = typed.ErrorType(), typed.ErrorCode()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		f.Type, f.Code = "timeout", "deadline_exceeded"
+	}
+	return f
+}
+
+// flushLoop writes spooled uncertain outcomes back while coordination works.
+func (e *Executor) flushLoop(ctx context.Context) {
+	t := time.NewTicker(e.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if e.spool.Len() == 0 || e.breakerOpen() {
+			continue
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rep, err := e.spool.Flush(fctx, e.coord)
+		cancel()
+		e.metrics.spooled.Set(float64(e.spool.Len()))
+		if rep.Written > 0 || rep.Refused > 0 {
+			e.log.Info().Int("written", rep.Written).Int("refused", rep.Refused).Int("kept", rep.Kept).
+				Msg("uncertain outcomes written back")
+		}
+		if err != nil {
+			e.log.Debug().Err(err).Msg("spool flush incomplete")
+		}
+		for key, ids := range rep.Parked {
+			if len(ids) == 0 {
+				continue
+			}
+			st := e.stages[stageOf(key)]
+			if st == nil {
+				continue
+			}
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			res, rerr := e.coord.Result(pctx, key)
+			if rerr == nil {
+				e.publish(pctx, st, key, topics.Event{Status: topics.StatusSucceeded, Result: res}, ids)
+			}
+			pcancel()
+		}
+	}
+}
+
+// stageOf reads the stage out of a key built by SemanticKey or NamespacedKey.
+func stageOf(key string) string {
+	parts := strings.SplitN(key, ":", 3)
+	if len(parts) == 3 && parts[0] == "ai" {
+		return parts[1]
+	}
+	return ""
+}

@@ -1,0 +1,445 @@
+package flight_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+const stage = "interview-evaluation"
+
+// counter is a go-redis hook that counts the commands a client sends.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// syncBuf is a goroutine-safe log sink.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// node is one executor with its own client, log and metrics on a private Redis.
+type node struct {
+	e    *flight.Executor
+	cmds *counter
+	log  *syncBuf
+	reg  *prometheus.Registry
+}
+
+func newNode(t *testing.T, srv *redistest.Server, prefix, name string, opt flight.StageOptions) *node {
+	t.Helper()
+	rdb := redisconn.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	n := &node{cmds: &counter{}, log: &syncBuf{}, reg: prometheus.NewRegistry()}
+	rdb.AddHook(n.cmds)
+	coord, err := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := zerolog.New(n.log)
+	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: name,
+		Stages:        map[string]flight.StageOptions{stage: opt},
+		Breaker:       flight.BreakerConfig{FailureThreshold: 3, OpenTimeout: 300 * time.Millisecond, Jitter: time.Millisecond},
+		SpoolPath:     filepath.Join(t.TempDir(), name+".spool"),
+		FlushInterval: 100 * time.Millisecond, Logger: &log, Registry: n.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(context.Background())
+	t.Cleanup(func() { _ = e.Close() })
+	n.e = e
+	return n
+}
+
+// metric returns the value of a counter or gauge with the given stage label (summed).
+func (n *node) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.Counter != nil {
+				sum += m.Counter.GetValue()
+			}
+			if m.Gauge != nil {
+				sum += m.Gauge.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func fastPolicy() flight.StageOptions {
+	return flight.StageOptions{Policy: flight.Policy{Lease: time.Second, RunningTTL: 10 * time.Second, MaxAttempts: 1},
+		HeartbeatInterval: 100 * time.Millisecond, Budget: flight.Budget{Coordination: 200 * time.Millisecond}}
+}
+
+// burst runs n concurrent Do calls on key and returns their results; fn counts its runs.
+func burst(t *testing.T, e *flight.Executor, n int, key string, fn flight.Fn) []flight.Result {
+	t.Helper()
+	results := make([]flight.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], errs[i] = e.Do(context.Background(), stage, key, fn) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	return results
+}
+
+func slowFn(runs *atomic.Int64, d time.Duration, v string) flight.Fn {
+	return func(ctx context.Context, progress func()) ([]byte, error) {
+		runs.Add(1)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return []byte(v), nil
+	}
+}
+
+// TestHybridKeepsWorkingWhileRedisIsDown: 50 concurrent identical calls run the function once
+// while Redis is up and once per process while it is down; a log line and a metric say so.
+func TestHybridKeepsWorkingWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	n := newNode(t, srv, redistest.Prefix(), "n1", fastPolicy())
+	var runs atomic.Int64
+	res := burst(t, n.e, 50, "k-up", slowFn(&runs, 100*time.Millisecond, `"up"`))
+	shared := map[topics.Shared]int{}
+	for _, r := range res {
+		shared[r.Shared]++
+	}
+	if runs.Load() != 1 || shared[topics.SharedOwner] != 1 || shared[topics.SharedFollower] != 49 {
+		t.Fatalf("Redis up: %d runs, shared %v", runs.Load(), shared)
+	}
+
+	srv.Stop()
+	runs.Store(0)
+	res = burst(t, n.e, 50, "k-down", slowFn(&runs, 100*time.Millisecond, `"down"`))
+	if runs.Load() != 1 {
+		t.Errorf("Redis down: %d runs of 50 identical calls, want 1", runs.Load())
+	}
+	for _, r := range res {
+		if r.Shared != topics.SharedLocal || string(r.Value) != `"down"` {
+			t.Fatalf("Redis down: %+v", r)
+		}
+	}
+	if !strings.Contains(n.log.String(), "node degraded to in-process single-flight") {
+		t.Errorf("no degraded log line:\n%s", n.log.String())
+	}
+	if n.metric(t, "singleflight_degraded") != 1 || n.metric(t, "singleflight_local_fallback_total") < 1 ||
+		n.metric(t, "singleflight_fallback_execution_total") != 1 {
+		t.Errorf("metrics: degraded %v, local_fallback %v, fallback_execution %v", n.metric(t, "singleflight_degraded"),
+			n.metric(t, "singleflight_local_fallback_total"), n.metric(t, "singleflight_fallback_execution_total"))
+	}
+}
+
+// TestDistributedOnlyFailsFast: with Redis stopped, or paused so that connections hang,
+// DISTRIBUTED_ONLY answers ErrCoordinationUnavailable within the coordination budget.
+func TestDistributedOnlyFailsFast(t *testing.T) {
+	for _, fault := range []string{"stopped", "paused"} {
+		t.Run(fault, func(t *testing.T) {
+			srv := redistest.Start(t, nil)
+			opt := fastPolicy()
+			opt.Mode = flight.ModeDistributedOnly
+			n := newNode(t, srv, redistest.Prefix(), "n1", opt)
+			var runs atomic.Int64
+			if _, err := n.e.Do(context.Background(), stage, "warm", slowFn(&runs, 0, "1")); err != nil {
+				t.Fatal(err) // connections are open before the fault
+			}
+			if fault == "stopped" {
+				srv.Stop()
+			} else {
+				srv.Pause()
+				defer srv.Resume()
+			}
+			start := time.Now()
+			_, err := n.e.Do(context.Background(), stage, "k", slowFn(&runs, 0, "1"))
+			took := time.Since(start)
+			if !errors.Is(err, flight.ErrCoordinationUnavailable) {
+				t.Fatalf("err = %v, want ErrCoordinationUnavailable", err)
+			}
+			if took > 2*opt.Budget.Coordination {
+				t.Errorf("failing took %v, coordination budget %v", took, opt.Budget.Coordination)
+			}
+			if runs.Load() != 1 {
+				t.Errorf("the function ran %d times", runs.Load())
+			}
+		})
+	}
+}
+
+func TestBypassRunsEveryCall(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	opt := fastPolicy()
+	opt.Mode = flight.ModeBypass
+	opt.DegradedConcurrency = 50
+	n := newNode(t, srv, redistest.Prefix(), "n1", opt)
+	var runs atomic.Int64
+	before := n.cmds.n.Load()
+	burst(t, n.e, 20, "k", slowFn(&runs, 20*time.Millisecond, "1"))
+	if runs.Load() != 20 {
+		t.Errorf("%d runs of 20 calls", runs.Load())
+	}
+	if n.cmds.n.Load() != before {
+		t.Errorf("BYPASS sent %d Redis commands", n.cmds.n.Load()-before)
+	}
+}
+
+func TestLocalOnly(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	opt := fastPolicy()
+	opt.Mode = flight.ModeLocalOnly
+	n := newNode(t, srv, redistest.Prefix(), "n1", opt)
+	var runs atomic.Int64
+	before := n.cmds.n.Load()
+	res := burst(t, n.e, 30, "k", slowFn(&runs, 50*time.Millisecond, "1"))
+	if runs.Load() != 1 || res[0].Shared != topics.SharedLocal || n.cmds.n.Load() != before {
+		t.Errorf("runs %d, shared %s, commands %d", runs.Load(), res[0].Shared, n.cmds.n.Load()-before)
+	}
+}
+
+// TestBreaker: once the breaker opens no command reaches Redis; after Redis restarts, half-open
+// probes close it and calls are coordinated again.
+func TestBreaker(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	n := newNode(t, srv, redistest.Prefix(), "n1", fastPolicy())
+	var runs atomic.Int64
+	fn := slowFn(&runs, 0, `"v"`)
+	srv.Stop()
+	for i := 0; n.metric(t, "singleflight_circuit_open_total") == 0; i++ {
+		if i > 20 {
+			t.Fatal("breaker did not open")
+		}
+		if _, err := n.e.Do(context.Background(), stage, fmt.Sprint("trip-", i), fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := n.cmds.n.Load()
+	for i := range 20 {
+		r, err := n.e.Do(context.Background(), stage, fmt.Sprint("open-", i), fn)
+		if err != nil || r.Shared != topics.SharedLocal {
+			t.Fatalf("call while open: %+v %v", r, err)
+		}
+	}
+	if d := n.cmds.n.Load() - sent; d != 0 {
+		t.Errorf("%d commands reached the client while the breaker was open", d)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; ; i++ {
+		r, err := n.e.Do(context.Background(), stage, fmt.Sprint("back-", i), fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Shared == topics.SharedOwner {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("calls were not coordinated again after Redis restarted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n.metric(t, "singleflight_breaker_state") != 0 {
+		t.Errorf("breaker state %v, want closed", n.metric(t, "singleflight_breaker_state"))
+	}
+	if n.metric(t, "singleflight_degraded") != 0 {
+		t.Error("still degraded after coordinating again")
+	}
+}
+
+// TestModelErrorNeverRerunLocally: a model failure fails the flight; it is not run again in
+// degraded mode, also when recording the failure itself fails because Redis went away.
+func TestModelErrorNeverRerunLocally(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	n := newNode(t, srv, redistest.Prefix(), "n1", fastPolicy())
+	var runs atomic.Int64
+	boom := errors.New("model said no")
+	_, err := n.e.Do(context.Background(), stage, "k1", func(context.Context, func()) ([]byte, error) {
+		runs.Add(1)
+		return nil, boom
+	})
+	if !errors.Is(err, boom) || runs.Load() != 1 {
+		t.Fatalf("err %v runs %d", err, runs.Load())
+	}
+	// The flight remembers the failure: a second call does not run the model either.
+	if _, err := n.e.Do(context.Background(), stage, "k1", slowFn(&runs, 0, "x")); !errors.Is(err, flight.ErrFailed) || runs.Load() != 1 {
+		t.Fatalf("second call: err %v runs %d", err, runs.Load())
+	}
+	// Redis dies during the run; the failure cannot be recorded; still no local re-run.
+	_, err = n.e.Do(context.Background(), stage, "k2", func(context.Context, func()) ([]byte, error) {
+		runs.Add(1)
+		srv.Stop()
+		return nil, boom
+	})
+	if !errors.Is(err, boom) || runs.Load() != 2 {
+		t.Fatalf("err %v runs %d", err, runs.Load())
+	}
+}
+
+// TestUncertainOutcome: the model answered, the result write failed because Redis died: the
+// value reaches every local waiter, is spooled, and is written back after the restart; the
+// function ran once.
+func TestUncertainOutcome(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	n := newNode(t, srv, prefix, "n1", fastPolicy())
+	var runs atomic.Int64
+	res := burst(t, n.e, 10, "k", func(ctx context.Context, _ func()) ([]byte, error) {
+		runs.Add(1)
+		time.Sleep(50 * time.Millisecond) // let the other nine join
+		srv.Stop()
+		return []byte(`{"score":9}`), nil
+	})
+	for _, r := range res {
+		if string(r.Value) != `{"score":9}` || !r.Uncertain {
+			t.Fatalf("result %+v", r)
+		}
+	}
+	if n.e.Spooled() != 1 || n.metric(t, "singleflight_result_write_failure_total") != 1 {
+		t.Fatalf("spooled %d, write failures %v", n.e.Spooled(), n.metric(t, "singleflight_result_write_failure_total"))
+	}
+	srv.Restart() // without persistence: the flight is gone, only the spool has the result
+	deadline := time.Now().Add(10 * time.Second)
+	for n.e.Spooled() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the spool was not written back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c, _ := flight.NewCoordinator(flight.Config{Client: srv.Client(), Keyspace: topics.Keyspace{Prefix: prefix}})
+	d, err := c.Acquire(context.Background(), flight.AcquireParams{Key: "k", OwnerID: "other", Policy: flight.Policy{}})
+	if err != nil || d.Action != flight.ActionResultHit || string(d.Result) != `{"score":9}` {
+		t.Fatalf("after write-back: %+v %v", d, err)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("the function ran %d times", runs.Load())
+	}
+}
+
+// TestStalledProgressIsTakenOver: an owner whose heartbeat is fresh but whose function stopped
+// reporting progress loses the flight once the stall timeout passes: its run is aborted, the
+// next attempt (on either node) produces the result, and both nodes get that one result.
+func TestStalledProgressIsTakenOver(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	opt := fastPolicy()
+	opt.Policy.StallTimeout = 400 * time.Millisecond
+	opt.Policy.MaxAttempts = 3
+	opt.WaitTimeout = 200 * time.Millisecond
+	a := newNode(t, srv, prefix, "a", opt)
+	b := newNode(t, srv, prefix, "b", opt)
+	var first atomic.Bool
+	var later atomic.Int64
+	stuck := make(chan struct{})
+	aborted := make(chan time.Time, 1)
+	fn := func(name string) flight.Fn {
+		return func(ctx context.Context, progress func()) ([]byte, error) {
+			if first.CompareAndSwap(false, true) {
+				progress()
+				close(stuck)
+				<-ctx.Done() // hangs without progress, heartbeat still fresh
+				aborted <- time.Now()
+				return nil, ctx.Err()
+			}
+			later.Add(1)
+			return []byte(`"` + name + `"`), nil
+		}
+	}
+	var aRes flight.Result
+	var aErr error
+	done := make(chan struct{})
+	go func() { defer close(done); aRes, aErr = a.e.Do(context.Background(), stage, "k", fn("a")) }()
+	<-stuck
+	start := time.Now()
+	bRes, bErr := b.e.Do(context.Background(), stage, "k", fn("b"))
+	<-done
+	if aErr != nil || bErr != nil || string(aRes.Value) != string(bRes.Value) || len(aRes.Value) == 0 {
+		t.Fatalf("a: %+v %v; b: %+v %v", aRes, aErr, bRes, bErr)
+	}
+	if at := <-aborted; at.Sub(start) < 300*time.Millisecond {
+		t.Errorf("stalled run aborted after %v, before the stall timeout", at.Sub(start))
+	}
+	if later.Load() != 1 {
+		t.Errorf("%d runs after the stalled one, want 1", later.Load())
+	}
+}
+
+// TestWaiterLeavesOnContext: an in-process follower whose context ends returns at once.
+func TestWaiterLeavesOnContext(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	n := newNode(t, srv, redistest.Prefix(), "n1", fastPolicy())
+	var runs atomic.Int64
+	go func() { _, _ = n.e.Do(context.Background(), stage, "k", slowFn(&runs, time.Second, "1")) }()
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := n.e.Do(ctx, stage, "k", slowFn(&runs, 0, "2")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err %v", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("waiter left after %v", took)
+	}
+}
+
+// TestCrossNodeFollower: a follower on another node is woken by the owner's event through the
+// result dispatcher and gets the owner's value without running the function.
+func TestCrossNodeFollower(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	opt := fastPolicy()
+	opt.WaitTimeout = 5 * time.Second // the event, not the timeout, must wake the follower
+	a := newNode(t, srv, prefix, "a", opt)
+	b := newNode(t, srv, prefix, "b", opt)
+	var runs atomic.Int64
+	go func() { _, _ = a.e.Do(context.Background(), stage, "k", slowFn(&runs, 300*time.Millisecond, `"a"`)) }()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	r, err := b.e.Do(context.Background(), stage, "k", slowFn(&runs, 0, `"b"`))
+	if err != nil || string(r.Value) != `"a"` || runs.Load() != 1 {
+		t.Fatalf("b: %+v %v runs %d", r, err, runs.Load())
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("follower woke after %v", took)
+	}
+}

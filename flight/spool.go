@@ -1,0 +1,384 @@
+package flight
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Outcome is one uncertain outcome (DESIGN.md section 6): the owner's model answered, but the
+// result could not be written to Redis. It is kept in a Spool until Restore writes it back.
+type Outcome struct {
+	// Stage and Tenant are stored in the meta if Restore has to create it.
+	Stage, Tenant string
+	// Key is the request key of the flight.
+	Key string
+	// Token is the fencing token the owner held when its model answered. Must be positive.
+	Token int64
+	// Result is the model's answer, written back as is.
+	Result []byte
+	// ResultTTL is the stage's resultTTL; zero takes Policy's default (10 min). It counts from
+	// the write-back. Must be zero or at least 1 ms.
+	ResultTTL time.Duration
+	// At is when the model answered; it is kept for inspection only.
+	At time.Time
+}
+
+func (o Outcome) validate() error {
+	if err := CheckKey(o.Key); err != nil {
+		return err
+	}
+	if o.Token <= 0 {
+		return fmt.Errorf("flight: outcome %q: token must be positive, got %d", o.Key, o.Token)
+	}
+	if o.ResultTTL != 0 && o.ResultTTL < time.Millisecond {
+		return fmt.Errorf("flight: outcome %q: resultTTL must be zero or at least 1ms, got %v", o.Key, o.ResultTTL)
+	}
+	return nil
+}
+
+func (o Outcome) clone() Outcome {
+	o.Result = bytes.Clone(o.Result)
+	return o
+}
+
+// spoolVersion is the "v" field of every spool line; lines of other versions are skipped.
+const spoolVersion = 1
+
+// spoolLine is one line of the spool file. Result is base64 (encoding/json's []byte form).
+type spoolLine struct {
+	V           int       `json:"v"`
+	Stage       string    `json:"stage"`
+	Tenant      string    `json:"tenant"`
+	Key         string    `json:"key"`
+	Token       int64     `json:"token"`
+	Result      []byte    `json:"result"`
+	ResultTTLMs int64     `json:"resultTTLMs"`
+	At          time.Time `json:"at"`
+}
+
+func encodeOutcome(o Outcome) ([]byte, error) {
+	b, err := json.Marshal(spoolLine{V: spoolVersion, Stage: o.Stage, Tenant: o.Tenant, Key: o.Key,
+		Token: o.Token, Result: o.Result, ResultTTLMs: o.ResultTTL.Milliseconds(), At: o.At})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func decodeOutcome(line []byte) (Outcome, error) {
+	var l spoolLine
+	if err := json.Unmarshal(line, &l); err != nil {
+		return Outcome{}, err
+	}
+	if l.V != spoolVersion {
+		return Outcome{}, fmt.Errorf("flight: spool line version %d", l.V)
+	}
+	o := Outcome{Stage: l.Stage, Tenant: l.Tenant, Key: l.Key, Token: l.Token, Result: l.Result,
+		ResultTTL: time.Duration(l.ResultTTLMs) * time.Millisecond, At: l.At}
+	return o, o.validate()
+}
+
+// Spool is an append-only file of uncertain outcomes, one JSON line each, fsynced at every
+// Add, so that a result the model produced while Redis was down survives a crash of the
+// process until Flush writes it back. It is safe for concurrent use. One Spool owns its file:
+// do not open the same path twice at once (in one process or several).
+type Spool struct {
+	path string
+
+	// flushMu serialises Flush calls. It is taken before mu, never after.
+	flushMu sync.Mutex
+
+	// mu guards every field below.
+	mu sync.Mutex
+	// f is the file that Add appends to; nil after Close.
+	f *os.File
+	// size is the length of f's valid content: a failed Add truncates back to it.
+	size int64
+	// pending holds the outcomes in file order. Only Flush removes entries, from a prefix it
+	// snapshot, so entries added during a Flush stay behind that prefix.
+	pending []Outcome
+	// skipped counts the corrupt or truncated lines OpenSpool found.
+	skipped int
+	// dirty is set while the file holds lines that pending does not (skipped ones): the next
+	// Flush rewrites it.
+	dirty bool
+}
+
+// OpenSpool opens the spool file at path, creating it (mode 0600) and its directories (0700)
+// when missing. It loads the outcomes a previous process left there; corrupt or truncated lines
+// (a crash in the middle of a write) are skipped and counted in Skipped, never an error. They
+// leave the file at the next Flush. The caller closes the spool.
+func OpenSpool(path string) (*Spool, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("flight: open spool: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("flight: open spool: %w", err)
+	}
+	s, err := loadSpool(path, f)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("flight: open spool %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func loadSpool(path string, f *os.File) (*Spool, error) {
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	s := &Spool{path: path, f: f, size: int64(len(data))}
+	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		o, err := decodeOutcome(line)
+		if err != nil {
+			s.skipped++
+			continue
+		}
+		s.pending = append(s.pending, o)
+	}
+	s.dirty = s.skipped > 0
+	// A torn last line: end it, so that the next Add starts a line of its own.
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		if _, err := f.Write([]byte{'\n'}); err != nil {
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			return nil, err
+		}
+		s.size++
+	}
+	// Make the file's creation durable too.
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path is the spool file's path.
+func (s *Spool) Path() string { return s.path }
+
+// Add appends o to the spool and fsyncs the file before it returns. On error nothing was
+// added. o.Result is copied.
+func (s *Spool) Add(o Outcome) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	o = o.clone()
+	line, err := encodeOutcome(o)
+	if err != nil {
+		return fmt.Errorf("flight: spool add %q: %w", o.Key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return fmt.Errorf("flight: spool add %q: %w", o.Key, os.ErrClosed)
+	}
+	if err := s.appendLocked(line); err != nil {
+		return fmt.Errorf("flight: spool add %q: %w", o.Key, err)
+	}
+	s.pending = append(s.pending, o)
+	return nil
+}
+
+// appendLocked writes and fsyncs line; on failure it cuts the file back to its valid length so
+// that a partial line cannot glue onto the next one.
+func (s *Spool) appendLocked(line []byte) error {
+	_, err := s.f.Write(line)
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if err != nil {
+		if terr := s.f.Truncate(s.size); terr == nil {
+			_, _ = s.f.Seek(s.size, io.SeekStart)
+		}
+		return err
+	}
+	s.size += int64(len(line))
+	return nil
+}
+
+// Len is the number of pending outcomes.
+func (s *Spool) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+// Pending returns a copy of the pending outcomes, oldest first.
+func (s *Spool) Pending() []Outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Outcome, len(s.pending))
+	for i, o := range s.pending {
+		out[i] = o.clone()
+	}
+	return out
+}
+
+// Skipped is the number of corrupt or truncated lines OpenSpool skipped.
+func (s *Spool) Skipped() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skipped
+}
+
+// FlushReport is the result of one Flush.
+type FlushReport struct {
+	// Written counts outcomes Restore wrote back.
+	Written int
+	// Refused counts outcomes Restore refused (ErrStaleToken, ErrAlreadyDone): another owner's
+	// outcome stands, and these leave the spool as settled.
+	Refused int
+	// Kept counts outcomes that stay in the spool for a later Flush (Redis still down, ctx done).
+	// Outcomes added while the Flush ran are not counted; they stay too.
+	Kept int
+	// Parked maps each written key to the task ids parked on its flight: the caller publishes
+	// their terminal events, then calls Coordinator.Release. Never nil.
+	Parked map[string][]string
+}
+
+// Flush writes every pending outcome back with c.Restore, oldest first, one call each under
+// ctx (give the client or ctx a deadline: against a dead Redis every call waits for it).
+// Written and refused (ErrStaleToken, ErrAlreadyDone) outcomes leave the spool; outcomes hit
+// by any other error stay, and so do the rest once ctx is done or Redis fails to answer. The file is then rewritten
+// atomically (temp file, fsync, rename) with what stays. The error joins every outcome's error
+// and a failed rewrite; the report is valid either way. Concurrent Flush calls run one by one;
+// Add may run meanwhile.
+func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+
+	rep := FlushReport{Parked: map[string][]string{}}
+	s.mu.Lock()
+	if s.f == nil {
+		s.mu.Unlock()
+		return rep, fmt.Errorf("flight: spool flush: %w", os.ErrClosed)
+	}
+	snap := slices.Clone(s.pending)
+	s.mu.Unlock()
+
+	var (
+		kept []Outcome
+		errs []error
+	)
+loop:
+	for i, o := range snap {
+		if err := ctx.Err(); err != nil {
+			kept = append(kept, snap[i:]...)
+			errs = append(errs, fmt.Errorf("flight: spool flush: %d outcomes not tried: %w", len(snap)-i, err))
+			break
+		}
+		parked, err := c.Restore(ctx, o.Key, o.Token, o.Result, RestoreParams{
+			Stage: o.Stage, Tenant: o.Tenant, Policy: Policy{ResultTTL: o.ResultTTL}})
+		switch {
+		case err == nil:
+			rep.Written++
+			if len(parked) > 0 {
+				rep.Parked[o.Key] = append(rep.Parked[o.Key], parked...)
+			}
+		case errors.Is(err, ErrStaleToken), errors.Is(err, ErrAlreadyDone):
+			rep.Refused++
+		case IsCoordinationFailure(err):
+			// Redis is still away: keep this and the rest for the next flush instead of
+			// paying a connection timeout per outcome.
+			kept = append(kept, snap[i:]...)
+			errs = append(errs, err)
+			break loop
+		default:
+			kept = append(kept, o)
+			errs = append(errs, err)
+		}
+	}
+	rep.Kept = len(kept)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rep.Written+rep.Refused == 0 && !s.dirty {
+		return rep, errors.Join(errs...)
+	}
+	// Only Flush removes entries, so s.pending still starts with snap.
+	next := append(kept, s.pending[len(snap):]...)
+	s.pending = next
+	if s.f == nil { // closed meanwhile: the next OpenSpool and Flush settle the file
+		errs = append(errs, fmt.Errorf("flight: spool flush: %w", os.ErrClosed))
+		return rep, errors.Join(errs...)
+	}
+	if err := s.rewriteLocked(next); err != nil {
+		// The old file still holds every line: nothing is lost, settled ones come back after a
+		// restart and are refused then.
+		errs = append(errs, fmt.Errorf("flight: spool flush: rewrite %s: %w", s.path, err))
+	}
+	return rep, errors.Join(errs...)
+}
+
+// rewriteLocked replaces the file with outs: a temp file in the same directory, fsynced, then
+// renamed over the spool. The temp file's handle becomes the one Add appends to.
+func (s *Spool) rewriteLocked(outs []Outcome) error {
+	var buf bytes.Buffer
+	for _, o := range outs {
+		line, err := encodeOutcome(o)
+		if err != nil {
+			return err
+		}
+		buf.Write(line)
+	}
+	dir := filepath.Dir(s.path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*") // mode 0600
+	if err != nil {
+		return err
+	}
+	if _, err = tmp.Write(buf.Bytes()); err == nil {
+		if err = tmp.Sync(); err == nil {
+			err = os.Rename(tmp.Name(), s.path)
+		}
+	}
+	if err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	old := s.f
+	s.f, s.size, s.dirty = tmp, int64(buf.Len()), false
+	_ = old.Close()
+	return syncDir(dir)
+}
+
+// Close closes the spool file. Pending outcomes stay in the file for the next OpenSpool;
+// Len and Pending keep answering, Add and Flush fail. Closing twice is a no-op.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	if err != nil {
+		return fmt.Errorf("flight: spool close: %w", err)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so that a file created or renamed in it survives a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,577 @@
+package flight_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestRestoreTable has one row per rule of restore.lua.
+func TestRestoreTable(t *testing.T) {
+	b := setup(t)
+	rp := flight.RestoreParams{Stage: "interview-evaluation", Tenant: "acme", Policy: b.pol}
+	type want struct {
+		err      error         // sentinel, or nil when the result is written
+		parked   []string      // ids Restore returns
+		status   flight.Status // after the call
+		owner    string        // meta ownerId after the call
+		attempts int
+		result   string // stored result after the call ("" = none)
+	}
+	rows := []struct {
+		name    string
+		arrange func(key string) int64 // returns the token to restore with
+		want    want
+	}{{
+		name: "same token RUNNING/written, parked ids returned",
+		arrange: func(key string) int64 {
+			d := b.own(key)
+			b.acquire(key, "C", "tc")
+			b.acquire(key, "D", "td")
+			return d.Token
+		},
+		want: want{parked: []string{"tc", "td"}, status: flight.StatusSucceeded, owner: "A", attempts: 1,
+			result: "restored"},
+	}, {
+		name:    "same token PENDING/written",
+		arrange: func(key string) int64 { return b.acquire(key, "A", "ta").Token },
+		want:    want{status: flight.StatusSucceeded, owner: "A", attempts: 1, result: "restored"},
+	}, {
+		name: "same token EXPIRED/written",
+		arrange: func(key string) int64 {
+			d := b.own(key)
+			b.set(key, "status", "EXPIRED", "errorCode", "lease_lost")
+			return d.Token
+		},
+		want: want{status: flight.StatusSucceeded, owner: "A", attempts: 1, result: "restored"},
+	}, {
+		name: "other token RUNNING/ErrStaleToken, nothing written",
+		arrange: func(key string) int64 {
+			d := b.own(key)
+			return d.Token - 1
+		},
+		want: want{err: flight.ErrStaleToken, status: flight.StatusRunning, owner: "A", attempts: 1},
+	}, {
+		name: "same token FAILED/ErrStaleToken, nothing written",
+		arrange: func(key string) int64 {
+			d := b.own(key)
+			if _, err := b.c.Fail(b.ctx, key, d.Token, flight.Failure{Type: "bad_request", Code: "400"}, b.pol); err != nil {
+				t.Fatal(err)
+			}
+			return d.Token
+		},
+		want: want{err: flight.ErrStaleToken, status: flight.StatusFailed, owner: "A", attempts: 1},
+	}, {
+		name: "same token CANCELLED/ErrStaleToken, nothing written",
+		arrange: func(key string) int64 {
+			d := b.own(key)
+			if _, err := b.c.Cancel(b.ctx, key, "user", b.pol); err != nil {
+				t.Fatal(err)
+			}
+			return d.Token
+		},
+		want: want{err: flight.ErrStaleToken, status: flight.StatusCancelled, owner: "A", attempts: 1},
+	}, {
+		name: "SUCCEEDED/ErrAlreadyDone, the first result stays",
+		arrange: func(key string) int64 {
+			d := b.own(key)
+			if _, err := b.c.Complete(b.ctx, key, d.Token, []byte("first"), b.pol); err != nil {
+				t.Fatal(err)
+			}
+			return d.Token
+		},
+		want: want{err: flight.ErrAlreadyDone, status: flight.StatusSucceeded, owner: "A", attempts: 1,
+			result: "first"},
+	}}
+	for i, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			key := "restore-" + strconv.Itoa(i)
+			token := row.arrange(key)
+			parked, err := b.c.Restore(b.ctx, key, token, []byte("restored"), rp)
+			if row.want.err == nil && err != nil || row.want.err != nil && !errors.Is(err, row.want.err) {
+				t.Fatalf("Restore err = %v, want %v", err, row.want.err)
+			}
+			slices.Sort(parked)
+			if diff := cmp.Diff(row.want.parked, parked); diff != "" {
+				t.Errorf("parked (-want +got):\n%s", diff)
+			}
+			m := b.get(key)
+			if m.Status != row.want.status || m.OwnerID != row.want.owner || m.Attempts != row.want.attempts {
+				t.Errorf("meta = %s owner %q attempts %d, want %s owner %q attempts %d",
+					m.Status, m.OwnerID, m.Attempts, row.want.status, row.want.owner, row.want.attempts)
+			}
+			got, err := b.rdb.Get(b.ctx, b.ks.Result(key)).Result()
+			if errors.Is(err, redis.Nil) {
+				got = ""
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if got != row.want.result {
+				t.Errorf("stored result = %q, want %q", got, row.want.result)
+			}
+			if row.want.err == nil {
+				near(t, "meta", m.MetaTTL, b.pol.ResultTTL)
+				near(t, "result", m.ResultTTL, b.pol.ResultTTL)
+				if m.OwnerToken != token || m.ResultRef != b.ks.Result(key) || m.Error != "" {
+					t.Errorf("meta token %d ref %q error %q, want %d %q none",
+						m.OwnerToken, m.ResultRef, m.Error, token, b.ks.Result(key))
+				}
+			}
+		})
+	}
+
+	t.Run("meta absent/written, fence raised", func(t *testing.T) {
+		key := "restore-absent"
+		// A token from the future (as if the lost Redis's clock ran ahead): only the fence
+		// keeps later tokens above it.
+		token := (b.now() + 3_600_000) * 1000
+		before := b.now()
+		parked, err := b.c.Restore(b.ctx, key, token, []byte(`{"score":9}`), rp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(parked) != 0 {
+			t.Errorf("parked = %v, want none", parked)
+		}
+		m := b.get(key)
+		wantFields := map[string]string{
+			"status": "SUCCEEDED", "stage": "interview-evaluation", "tenant": "acme", "sessionId": "",
+			"requestKey": key, "ownerId": "", "ownerToken": strconv.FormatInt(token, 10), "taskId": "",
+			"attempts": "1", "resultRef": b.ks.Result(key), "retryable": "", "errorType": "",
+			"errorCode": "", "error": "", "progress": "",
+		}
+		for f, want := range wantFields {
+			if got, ok := m.Fields[f]; !ok || got != want {
+				t.Errorf("meta %s = %q (present %v), want %q", f, got, ok, want)
+			}
+		}
+		for _, f := range []string{"createdAt", "updatedAt", "heartbeatAt", "progressAt", "expireAt", "restoredAt"} {
+			v, err := strconv.ParseInt(m.Fields[f], 10, 64)
+			if err != nil || v < before || v > b.now() {
+				t.Errorf("meta %s = %q, want Redis now", f, m.Fields[f])
+			}
+		}
+		near(t, "meta", m.MetaTTL, b.pol.ResultTTL)
+		near(t, "result", m.ResultTTL, b.pol.ResultTTL)
+		fence, err := b.rdb.Get(b.ctx, b.ks.Fence(key)).Int64()
+		if err != nil || fence < token {
+			t.Errorf("fence = %d (%v), want >= %d", fence, err, token)
+		}
+		if m.FenceTTL < b.pol.ResultTTL {
+			t.Errorf("fence TTL = %v, want at least resultTTL %v", m.FenceTTL, b.pol.ResultTTL)
+		}
+
+		d := b.acquire(key, "B", "tb")
+		if d.Action != flight.ActionResultHit || string(d.Result) != `{"score":9}` || d.Token != token {
+			t.Fatalf("acquire after restore = %+v, want RESULT_HIT with the restored result", d)
+		}
+		// Once the flight is gone again, the next owner's token still exceeds the restored one.
+		b.rdb.Del(b.ctx, b.ks.Meta(key), b.ks.Result(key))
+		d = b.acquire(key, "B", "tb")
+		if d.Action != flight.ActionOwner || d.Token <= token {
+			t.Fatalf("acquire = %+v, want OWNER with a token above %d", d, token)
+		}
+	})
+
+	t.Run("meta absent, fence ahead/fence kept", func(t *testing.T) {
+		key := "restore-fence-ahead"
+		ahead := (b.now() + 7_200_000) * 1000
+		if err := b.rdb.Set(b.ctx, b.ks.Fence(key), ahead, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.c.Restore(b.ctx, key, ahead-5, []byte("x"), rp); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := b.rdb.Get(b.ctx, b.ks.Fence(key)).Int64(); got != ahead {
+			t.Errorf("fence = %d, want %d (never lowered)", got, ahead)
+		}
+	})
+
+	t.Run("invalid key/ErrInvalidKey", func(t *testing.T) {
+		if _, err := b.c.Restore(b.ctx, "a{b}", 1, nil, rp); !errors.Is(err, flight.ErrInvalidKey) {
+			t.Errorf("err = %v, want ErrInvalidKey", err)
+		}
+	})
+}
+
+// spoolOutcome is the i-th test outcome.
+func spoolOutcome(i int, token int64) flight.Outcome {
+	return flight.Outcome{
+		Stage: "interview-evaluation", Tenant: "acme", Key: "spool-" + strconv.Itoa(i), Token: token,
+		Result: []byte(fmt.Sprintf(`{"n":%d}`, i)), ResultTTL: 10 * time.Minute,
+		At: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC),
+	}
+}
+
+func openSpool(t *testing.T, path string) *flight.Spool {
+	t.Helper()
+	sp, err := flight.OpenSpool(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sp.Close() })
+	return sp
+}
+
+func TestSpoolReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "b", "outcomes.jsonl")
+	sp := openSpool(t, path)
+	var want []flight.Outcome
+	for i := range 3 {
+		o := spoolOutcome(i, int64(100+i))
+		if err := sp.Add(o); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, o)
+	}
+	if err := sp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Add(spoolOutcome(9, 1)); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Add after Close: err = %v, want os.ErrClosed", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("file mode = %v, want 0600", fi.Mode().Perm())
+	}
+
+	sp2 := openSpool(t, path)
+	if sp2.Len() != 3 || sp2.Skipped() != 0 {
+		t.Fatalf("reopened: Len %d Skipped %d, want 3 0", sp2.Len(), sp2.Skipped())
+	}
+	if diff := cmp.Diff(want, sp2.Pending()); diff != "" {
+		t.Errorf("Pending (-want +got):\n%s", diff)
+	}
+}
+
+func TestSpoolRejectsBadOutcomes(t *testing.T) {
+	sp := openSpool(t, filepath.Join(t.TempDir(), "s.jsonl"))
+	for name, o := range map[string]flight.Outcome{
+		"empty key":     {Token: 1},
+		"braces":        {Key: "a{b}", Token: 1},
+		"zero token":    {Key: "k"},
+		"sub-ms TTL":    {Key: "k", Token: 1, ResultTTL: time.Microsecond},
+		"negative TTL":  {Key: "k", Token: 1, ResultTTL: -time.Second},
+		"negative tok.": {Key: "k", Token: -3},
+	} {
+		if err := sp.Add(o); err == nil {
+			t.Errorf("%s: Add accepted %+v", name, o)
+		}
+	}
+	if sp.Len() != 0 {
+		t.Errorf("Len = %d, want 0", sp.Len())
+	}
+}
+
+func TestSpoolSkipsCorruptLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	sp := openSpool(t, path)
+	for i := range 3 {
+		if err := sp.Add(spoolOutcome(i, int64(100+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A crash in the middle of the last write: the line is cut short, without its newline.
+	if err := os.WriteFile(path, data[:len(data)-15], 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	sp2 := openSpool(t, path)
+	if sp2.Len() != 2 || sp2.Skipped() != 1 {
+		t.Fatalf("Len %d Skipped %d, want 2 1", sp2.Len(), sp2.Skipped())
+	}
+	// The next line must not glue onto the torn one.
+	if err := sp2.Add(spoolOutcome(3, 103)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Garbage in the middle is skipped too.
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("not json\n{\"v\":1,\"key\":\"\",\"token\":1}\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	sp3 := openSpool(t, path)
+	if sp3.Add(spoolOutcome(4, 104)) != nil {
+		t.Fatal("add")
+	}
+	var keys []string
+	for _, o := range sp3.Pending() {
+		keys = append(keys, o.Key)
+	}
+	if diff := cmp.Diff([]string{"spool-0", "spool-1", "spool-3", "spool-4"}, keys); diff != "" {
+		t.Errorf("pending keys (-want +got):\n%s", diff)
+	}
+	if sp3.Skipped() != 3 {
+		t.Errorf("Skipped = %d, want 3", sp3.Skipped())
+	}
+}
+
+// spoolRedis is a private Redis that a test can stop, with a coordinator whose client honours
+// context deadlines and dials once per attempt, so that calls against a stopped Redis fail fast.
+type spoolRedis struct {
+	srv *redistest.Server
+	rdb *redis.Client
+	c   *flight.Coordinator
+}
+
+func newSpoolRedis(t *testing.T) *spoolRedis {
+	t.Helper()
+	srv := redistest.Start(t, nil)
+	rdb := redisconn.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: redistest.Prefix()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &spoolRedis{srv: srv, rdb: rdb, c: c}
+}
+
+func TestSpoolFlushKeepsOutcomesWhileRedisIsDown(t *testing.T) {
+	r := newSpoolRedis(t)
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	sp := openSpool(t, path)
+	for i := range 3 {
+		if err := sp.Add(spoolOutcome(i, int64(100+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r.srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := sp.Flush(ctx, r.c)
+	t.Logf("flush against a stopped Redis took %v: %v", time.Since(start), err)
+	if err == nil {
+		t.Fatal("Flush with Redis down: no error")
+	}
+	if errors.Is(err, flight.ErrStaleToken) || errors.Is(err, flight.ErrAlreadyDone) {
+		t.Errorf("err = %v, want connection errors only", err)
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); !ok || len(j.Unwrap()) != 1 {
+		t.Errorf("err = %v, want the first connection error only (the rest are not tried)", err)
+	}
+	if diff := cmp.Diff(flight.FlushReport{Kept: 3, Parked: map[string][]string{}}, rep); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+	if sp.Len() != 3 {
+		t.Fatalf("Len = %d after a failed flush, want 3", sp.Len())
+	}
+	if n := openReadOnlyLen(t, path); n != 3 {
+		t.Fatalf("file holds %d outcomes, want 3", n)
+	}
+
+	r.srv.Restart()
+	rep, err = sp.Flush(context.Background(), r.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(flight.FlushReport{Written: 3, Parked: map[string][]string{}}, rep); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+	if sp.Len() != 0 {
+		t.Errorf("Len = %d, want 0", sp.Len())
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Errorf("file after flush: %v, %v; want empty", fi.Size(), err)
+	}
+	for i := range 3 {
+		o := spoolOutcome(i, 0)
+		got, err := r.c.Result(context.Background(), o.Key)
+		if err != nil || string(got) != string(o.Result) {
+			t.Errorf("Result(%s) = %q, %v; want %q", o.Key, got, err, o.Result)
+		}
+	}
+	// The spool still appends after its file was replaced.
+	if err := sp.Add(spoolOutcome(7, 7)); err != nil {
+		t.Fatal(err)
+	}
+	if n := openReadOnlyLen(t, path); n != 1 {
+		t.Errorf("file holds %d outcomes after a new Add, want 1", n)
+	}
+}
+
+// openReadOnlyLen counts the outcomes a fresh OpenSpool loads from path, the way the next
+// process would. It copies the file first so that two Spools never share it.
+func openReadOnlyLen(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "copy.jsonl")
+	if err := os.WriteFile(cp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sp := openSpool(t, cp)
+	return sp.Len()
+}
+
+func TestSpoolFlushSettlesRefusedAndReportsParked(t *testing.T) {
+	b := setup(t)
+	sp := openSpool(t, filepath.Join(t.TempDir(), "s.jsonl"))
+	// written, with parked followers
+	d := b.own("k-parked")
+	b.acquire("k-parked", "C", "tc")
+	// refused: another owner's result is there
+	d2 := b.own("k-done")
+	if _, err := b.c.Complete(b.ctx, "k-done", d2.Token, []byte("theirs"), b.pol); err != nil {
+		t.Fatal(err)
+	}
+	// refused: a newer owner took over
+	d3 := b.own("k-stale")
+	for _, o := range []flight.Outcome{
+		{Key: "k-parked", Token: d.Token, Result: []byte("mine")},
+		{Key: "k-done", Token: d2.Token - 1, Result: []byte("mine")},
+		{Key: "k-stale", Token: d3.Token - 1, Result: []byte("mine")},
+	} {
+		if err := sp.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := sp.Flush(b.ctx, b.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := flight.FlushReport{Written: 1, Refused: 2, Parked: map[string][]string{"k-parked": {"tc"}}}
+	if diff := cmp.Diff(want, rep); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+	if sp.Len() != 0 {
+		t.Errorf("Len = %d, want 0", sp.Len())
+	}
+	if got, _ := b.c.Result(b.ctx, "k-done"); string(got) != "theirs" {
+		t.Errorf("k-done result = %q, want theirs", got)
+	}
+	if m := b.get("k-stale"); m.Status != flight.StatusRunning {
+		t.Errorf("k-stale status = %s, want RUNNING", m.Status)
+	}
+}
+
+// TestSpoolConcurrentAddAndFlush adds from many goroutines while Flush runs; no outcome is lost.
+func TestSpoolConcurrentAddAndFlush(t *testing.T) {
+	b := setup(t)
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	sp := openSpool(t, path)
+	const n = 40
+	var wg sync.WaitGroup
+	written := 0
+	var mu sync.Mutex
+	for i := range n {
+		wg.Go(func() {
+			if err := sp.Add(spoolOutcome(i, int64(1000+i))); err != nil {
+				t.Error(err)
+			}
+		})
+		if i%10 == 0 {
+			wg.Go(func() {
+				rep, err := sp.Flush(b.ctx, b.c)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				written += rep.Written
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	rep, err := sp.Flush(b.ctx, b.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written += rep.Written
+	if written != n || sp.Len() != 0 {
+		t.Errorf("written %d, Len %d; want %d, 0", written, sp.Len(), n)
+	}
+	if k := openReadOnlyLen(t, path); k != 0 {
+		t.Errorf("file holds %d outcomes, want 0", k)
+	}
+	for i := range n {
+		if _, err := b.c.Result(b.ctx, spoolOutcome(i, 0).Key); err != nil {
+			t.Errorf("outcome %d: %v", i, err)
+		}
+	}
+}
+
+// TestSpoolUncertainOutcomeStory is DESIGN.md section 6's last row end to end: the model
+// answered, Redis died before the result was written, and came back empty.
+func TestSpoolUncertainOutcomeStory(t *testing.T) {
+	r := newSpoolRedis(t)
+	ctx := context.Background()
+	pol := flight.Policy{ResultTTL: 10 * time.Minute}
+	sp := openSpool(t, filepath.Join(t.TempDir(), "spool", "outcomes.jsonl"))
+	const key = "story"
+	acq := flight.AcquireParams{Key: key, OwnerID: "A", TaskID: "ta", Stage: "interview-evaluation",
+		Tenant: "acme", Policy: pol}
+
+	d, err := r.c.Acquire(ctx, acq)
+	if err != nil || d.Action != flight.ActionOwner {
+		t.Fatalf("acquire = %+v, %v", d, err)
+	}
+	if err := r.c.Start(ctx, key, d.Token, pol); err != nil {
+		t.Fatal(err)
+	}
+	result := []byte(`{"score":8,"summary":"solid"}`) // the model answered
+
+	r.srv.Stop()
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = r.c.Complete(cctx, key, d.Token, result, pol)
+	cancel()
+	if err == nil || errors.Is(err, flight.ErrStaleToken) {
+		t.Fatalf("Complete with Redis down: err = %v, want a connection error", err)
+	}
+	if err := sp.Add(flight.Outcome{Stage: acq.Stage, Tenant: acq.Tenant, Key: key, Token: d.Token,
+		Result: result, ResultTTL: pol.ResultTTL, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+
+	r.srv.Restart() // without persistence: the flight's meta is gone
+	if _, err := r.c.Get(ctx, key); !errors.Is(err, flight.ErrNotFound) {
+		t.Fatalf("Get after restart: %v, want ErrNotFound", err)
+	}
+	rep, err := sp.Flush(ctx, r.c)
+	if err != nil || rep.Written != 1 || sp.Len() != 0 {
+		t.Fatalf("Flush = %+v, %v; Len %d", rep, err, sp.Len())
+	}
+
+	acq.OwnerID, acq.TaskID = "B", "tb"
+	d2, err := r.c.Acquire(ctx, acq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2.Action != flight.ActionResultHit || string(d2.Result) != string(result) || d2.Token != d.Token {
+		t.Errorf("acquire after flush = %+v, want RESULT_HIT with the spooled result", d2)
+	}
+}
