@@ -218,6 +218,18 @@ func (s *Spool) Len() int {
 	return len(s.pending)
 }
 
+// Has reports whether an outcome for key is spooled.
+func (s *Spool) Has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.pending {
+		if o.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // Pending returns a copy of the pending outcomes, oldest first.
 func (s *Spool) Pending() []Outcome {
 	s.mu.Lock()

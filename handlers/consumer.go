@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,10 @@ type Config struct {
 	// Grace is how long running owners may finish after shutdown begins; the rest are failed
 	// as retryable and their entries left for another consumer. Defaults to 10 s.
 	Grace time.Duration
+	// SpoolPath is the append-only file of uncertain outcomes (results the model produced but
+	// Redis could not store). Defaults to $TMPDIR/flightdeck-spool-<Name>.jsonl; give each
+	// consumer its own durable path in production.
+	SpoolPath string
 }
 
 func (c *Config) setDefaults() {
@@ -97,6 +102,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Second
+	}
+	if c.SpoolPath == "" {
+		c.SpoolPath = filepath.Join(os.TempDir(), "flightdeck-spool-"+c.Name+".jsonl")
 	}
 	if len(c.Limits.Stages) == 0 {
 		for _, s := range c.Stages {
@@ -143,6 +151,7 @@ type Consumer struct {
 	coord    *flight.Coordinator
 	live     *Liveness
 	metrics  *Metrics
+	spool    *flight.Spool
 	clients  []redis.UniversalClient
 	procs    map[string]*Processor
 	life     *lifecycle
@@ -173,11 +182,17 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	owners, abandon := context.WithCancelCause(stop)
 	c.life = &lifecycle{stop: stop, owners: owners}
 	c.stop, c.abandon = stopCancel, abandon
+	sp, err := flight.OpenSpool(cfg.SpoolPath)
+	if err != nil {
+		_ = c.rdb.Close()
+		return nil, err
+	}
+	c.spool = sp
 	writer := topics.Writer{Client: c.rdb, Keyspace: cfg.Keyspace}
 	for _, s := range cfg.Stages {
 		c.procs[s.Name] = &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
 			ks: cfg.Keyspace, model: cfg.Models[s.Model], name: cfg.Name, limits: cfg.Limits,
-			log: c.log, metrics: c.metrics, life: c.life}
+			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp}
 	}
 	return c, nil
 }
@@ -205,6 +220,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	liveCtx, liveCancel := context.WithCancel(context.Background())
 	liveDone := make(chan struct{})
 	go func() { defer close(liveDone); c.live.Run(liveCtx) }()
+	flushDone := make(chan struct{})
+	go func() { defer close(flushDone); c.flushLoop(liveCtx) }()
+	defer func() { liveCancel(); <-flushDone }()
 	defer func() { liveCancel(); <-liveDone }()
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.Grace + 5*time.Second}, wmLogger{c.log, &c.life.draining})
@@ -266,6 +284,33 @@ func (c *Consumer) closeClients() {
 	for _, cl := range c.clients {
 		_ = cl.Close()
 	}
+	_ = c.spool.Close()
+}
+
+// flushLoop writes spooled uncertain outcomes back every second while there are any.
+// Redelivered tasks also flush their own key before acquiring.
+func (c *Consumer) flushLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.spool.Len() == 0 {
+			continue
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rep, err := c.spool.Flush(fctx, c.coord)
+		cancel()
+		if rep.Written+rep.Refused > 0 {
+			c.log.Info().Int("written", rep.Written).Int("refused", rep.Refused).Int("kept", rep.Kept).
+				Msg("uncertain outcomes written back")
+		} else if err != nil {
+			c.log.Debug().Err(err).Msg("spool flush failed; retrying")
+		}
+	}
 }
 
 // addStage adds the stage's Concurrency subscribers to router, each with its own client and
@@ -273,7 +318,7 @@ func (c *Consumer) closeClients() {
 func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 	proc := c.procs[s.Name]
 	topic := c.cfg.Keyspace.Tasks(s.Name)
-	poisonable := func(err error) bool { return !errors.Is(err, ErrShuttingDown) }
+	poisonable := func(err error) bool { return !leavesPending(err) }
 	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{w: proc.writer, stage: s.Name, consumer: c.cfg.Name},
 		c.cfg.Keyspace.DLQ(s.Name), poisonable)
 	if err != nil {

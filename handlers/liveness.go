@@ -152,6 +152,9 @@ func (h *streamHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			argv := []any{h.group, h.consumer}
 			argv = append(argv, args[3:]...)
 			n, err := lua.StreamAck.Run(ctx, h.rdb, []string{stream}, argv...).Int64()
+			if err != nil && strings.Contains(err.Error(), "NOGROUP") {
+				err = nil // the group (and the entry) are gone: nothing left to acknowledge
+			}
 			ic.SetVal(n)
 			ic.SetErr(err)
 			return err
@@ -161,6 +164,11 @@ func (h *streamHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				for _, xs := range c.Val() {
 					stamp(xs.Messages)
 				}
+			}
+			if err != nil && strings.HasPrefix(err.Error(), "NOGROUP") {
+				// Redis lost the group (a restart without persistence): create it again so
+				// the subscriber's next read works. watermill creates it only at Subscribe.
+				h.recreateGroup(ctx, cmd.Args())
 			}
 			return err
 		case "xclaim":
@@ -183,5 +191,18 @@ func stamp(msgs []redis.XMessage) {
 			msgs[i].Values = map[string]any{}
 		}
 		msgs[i].Values[xidField] = msgs[i].ID
+	}
+}
+
+// recreateGroup creates the consumer group of an XREADGROUP's stream (args: xreadgroup group
+// <g> <c> [count n] [block ms] streams <stream> <id>).
+func (h *streamHook) recreateGroup(ctx context.Context, args []any) {
+	for i, a := range args {
+		if s, ok := a.(string); ok && strings.EqualFold(s, "streams") && i+1 < len(args) {
+			if stream, ok := args[i+1].(string); ok {
+				_ = h.rdb.XGroupCreateMkStream(ctx, stream, h.group, "0").Err()
+			}
+			return
+		}
 	}
 }

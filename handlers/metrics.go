@@ -12,6 +12,7 @@ type Metrics struct {
 	queueWait   *prometheus.HistogramVec
 	runTime     *prometheus.HistogramVec
 	endToEnd    *prometheus.HistogramVec
+	spooled     prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -34,9 +35,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_end_to_end_seconds",
 			Help: "Time from enqueue to the task's terminal event, for tasks answered by this consumer.", Buckets: buckets},
 			[]string{"stage"}),
+		spooled: prometheus.NewCounter(prometheus.CounterOpts{Name: "singleflight_result_write_failure_total",
+			Help: "Model results that could not be stored (uncertain outcomes, spooled for write-back)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.spooled)
 	}
 	return m
 }

@@ -25,7 +25,15 @@ var (
 	ErrShuttingDown = errors.New("handlers: consumer shutting down")
 	// errEntryLost: another consumer claimed the entry this owner holds; this one is a zombie.
 	errEntryLost = errors.New("handlers: stream entry claimed by another consumer")
+	// errRedeliver: the run gave its flight up (its session lock was lost); the message is
+	// not acknowledged and comes back to queue again. Never retried, never dead-lettered.
+	errRedeliver = errors.New("handlers: task given up for redelivery")
 )
+
+// leavesPending reports errors after which the message stays pending on purpose.
+func leavesPending(err error) bool {
+	return errors.Is(err, ErrShuttingDown) || errors.Is(err, errRedeliver)
+}
 
 // lifecycle is shared by a consumer's processors: it tells them when to stop taking work
 // and when to abandon running owners.
@@ -53,8 +61,10 @@ type Processor struct {
 	name    string
 	limits  topics.Limits
 	log     zerolog.Logger
-	metrics *Metrics
-	life    *lifecycle
+	metrics  *Metrics
+	life     *lifecycle
+	sessions *flight.SessionLock
+	spool    *flight.Spool
 }
 
 // entry is the stream entry a handler run holds.
@@ -150,22 +160,122 @@ type taskRun struct {
 	log      zerolog.Logger
 	received time.Time
 	queued   time.Duration
+	// lockLost is closed when the task's session lock was lost while it ran.
+	lockLost chan struct{}
 }
 
-// touch resets the idle time of the task's entry; false when another consumer holds it now.
-// Errors count as held: the flight's fencing still protects the result.
+// touch resets the idle time of the task's entry; false when another consumer holds it now
+// or somebody acknowledged it. An entry that vanished from the stream (a Redis restart
+// without persistence) and errors count as held: the flight's fencing still protects the
+// result.
 func (t *taskRun) touch(ctx context.Context) bool {
 	if t.ent.id == "" {
 		return true
 	}
-	held, err := lua.StreamTouch.Run(ctx, t.p.rdb, []string{t.p.ks.Tasks(t.task.Stage)},
+	r, err := lua.StreamTouch.Run(ctx, t.p.rdb, []string{t.p.ks.Tasks(t.task.Stage)},
 		topics.ConsumerGroup, t.ent.consumer, t.ent.id).Int64()
-	return err != nil || held == 1
+	return err != nil || r == 1 || r == 2
 }
 
-// run acquires the flight until the task is answered or parked.
+// errSessionLockLost cancels a run whose session lock expired under it.
+var errSessionLockLost = errors.New("handlers: session lock lost")
+
+// run acquires the flight until the task is answered or parked. Tasks of session-locked
+// stages first take their session's lock, so that one heavy task per session runs at a time
+// across the fleet.
 func (t *taskRun) run(ctx context.Context) error {
+	if t.p.stage.SessionLock != nil && *t.p.stage.SessionLock && t.task.SessionID != "" {
+		release, err := t.lockSession(ctx)
+		if errors.Is(err, errEntryLost) {
+			return nil // another consumer holds the entry now and runs it
+		}
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	return t.acquireLoop(ctx)
+}
+
+// lockSession waits for the session lock (touching the task's entry meanwhile, so it is not
+// claimed away), keeps it renewed, and returns the function that releases it.
+func (t *taskRun) lockSession(ctx context.Context) (func(), error) {
 	p := t.p
+	holder := p.name + "/" + t.task.TaskID
+	var token int64
+	for {
+		if ctx.Err() != nil {
+			return nil, ErrShuttingDown
+		}
+		if !t.touch(ctx) {
+			return nil, errEntryLost
+		}
+		tok, ok, err := p.sessions.TryAcquire(ctx, t.task.SessionID, holder, p.stage.Lease)
+		if err != nil {
+			return nil, fmt.Errorf("handlers: task %s: session lock: %w", t.task.TaskID, err)
+		}
+		if ok {
+			token = tok
+			break
+		}
+		if !sleep(ctx, min(p.stage.HeartbeatInterval, 250*time.Millisecond)) {
+			return nil, ErrShuttingDown
+		}
+	}
+	t.log.Debug().Int64("sessionToken", token).Msg("session lock held")
+	t.lockLost = make(chan struct{})
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(p.stage.HeartbeatInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			if err := p.sessions.Renew(rctx, t.task.SessionID, token, p.stage.Lease); errors.Is(err, flight.ErrLockLost) {
+				t.log.Warn().Msg("session lock lost")
+				close(t.lockLost)
+				return
+			}
+		}
+	}()
+	return func() {
+		stop()
+		<-done
+		rel, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := p.sessions.Release(rel, t.task.SessionID, token); err != nil && !errors.Is(err, flight.ErrLockLost) {
+			t.log.Warn().Err(err).Msg("session lock release failed; it expires with its lease")
+		}
+	}, nil
+}
+
+// flushSpooled writes back a spooled outcome of the task's key before the flight is acquired,
+// so that the redelivered owner's task is answered from it instead of running the model
+// again. It answers false while the outcome is still spooled (Redis away).
+func (t *taskRun) flushSpooled(ctx context.Context) bool {
+	p := t.p
+	if !p.spool.Has(t.key) {
+		return true
+	}
+	fctx, cancel := context.WithTimeout(ctx, p.stage.Lease)
+	defer cancel()
+	if _, err := p.spool.Flush(fctx, p.coord); err != nil {
+		t.log.Debug().Err(err).Msg("spool flush failed")
+	}
+	return !p.spool.Has(t.key)
+}
+
+func (t *taskRun) acquireLoop(ctx context.Context) error {
+	p := t.p
+	if !t.flushSpooled(ctx) {
+		sleep(ctx, p.stage.HeartbeatInterval)
+		return errRedeliver
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return ErrShuttingDown
@@ -272,7 +382,11 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 			log.Warn().Msg("flight expired during the run; acquiring again")
 			return false, nil
 		case errors.Is(cause, ErrShuttingDown):
-			return t.abandon(d, log)
+			return t.abandon(d, log, "consumer_stopped", ErrShuttingDown)
+		case errors.Is(cause, errSessionLockLost):
+			// Another task of the session may run now: give the flight up as retryable and
+			// leave the entry pending; it comes back and queues for the lock again.
+			return t.abandon(d, log, "session_lock_lost", errRedeliver)
 		}
 	}
 
@@ -318,7 +432,17 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 	case errors.Is(err, flight.ErrExpired):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("handlers: task %s: store result: %w", t.task.TaskID, err)
+		// The model answered but the result cannot be stored: an uncertain outcome. Spool it
+		// (it is written back when Redis answers) and leave the message pending; when it
+		// comes back the spooled result answers it. The model is not run again for it.
+		o := flight.Outcome{Stage: t.task.Stage, Tenant: t.task.Tenant, Key: t.key, Token: d.Token, Result: out,
+			ResultTTL: p.pol.ResultTTL, At: time.Now()}
+		if serr := p.spool.Add(o); serr != nil {
+			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
+		}
+		p.metrics.spooled.Inc()
+		log.Warn().Err(err).Msg("result write failed: uncertain outcome spooled; the task waits for the write-back")
+		return true, errRedeliver
 	}
 	log.Info().Int("followers", len(parked)).Msg("owner completed")
 	ev := topics.Event{Status: topics.StatusSucceeded, OwnerToken: d.Token, Attempts: d.Attempts,
@@ -337,6 +461,9 @@ func (t *taskRun) complete(ctx context.Context, token int64, out []byte) ([]stri
 		cctx, cancel := context.WithTimeout(ctx, p.stage.Lease)
 		parked, err := p.coord.Complete(cctx, t.key, token, out, p.pol)
 		cancel()
+		if errors.Is(err, flight.ErrStaleToken) {
+			return t.restore(ctx, token, out)
+		}
 		if err == nil || isFlightAnswer(err) || time.Now().Add(wait).After(deadline) {
 			return parked, err
 		}
@@ -345,27 +472,45 @@ func (t *taskRun) complete(ctx context.Context, token int64, out []byte) ([]stri
 	}
 }
 
+// restore handles a complete refused for a stale token. When the flight is simply gone (its
+// meta expired, or Redis restarted without persistence) nobody else holds it: the result is
+// written back with Restore, which refuses when another owner holds the flight or a result
+// is already stored. ErrStaleToken then stands.
+func (t *taskRun) restore(ctx context.Context, token int64, out []byte) ([]string, error) {
+	p := t.p
+	rctx, cancel := context.WithTimeout(ctx, p.stage.Lease)
+	defer cancel()
+	parked, err := p.coord.Restore(rctx, t.key, token, out, flight.RestoreParams{Stage: t.task.Stage,
+		Tenant: t.task.Tenant, Policy: p.pol})
+	if err != nil {
+		return nil, flight.ErrStaleToken
+	}
+	t.log.Warn().Msg("the flight was gone when the result arrived; result restored")
+	return parked, nil
+}
+
 func isFlightAnswer(err error) bool {
 	var se *flight.StateError
 	return errors.Is(err, flight.ErrStaleToken) || errors.Is(err, flight.ErrCancelled) ||
 		errors.Is(err, flight.ErrExpired) || errors.As(err, &se)
 }
 
-// abandon gives a running flight up on shutdown: it is failed as retryable so that the
-// consumer that claims the entry takes over at once, and the entry is left pending.
-func (t *taskRun) abandon(d flight.Decision, log zerolog.Logger) (bool, error) {
+// abandon gives a running flight up: it is failed as retryable (code says why) so that the
+// next acquire takes over at once, and the message is left pending (leave is returned).
+func (t *taskRun) abandon(d flight.Decision, log zerolog.Logger, code string, leave error) (bool, error) {
 	p := t.p
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	res, err := p.coord.Fail(ctx, t.key, d.Token, flight.Failure{Retryable: true, Type: "shutdown",
-		Code: "consumer_stopped", Message: "the owner's consumer shut down"}, p.pol)
+	msg := "the owner gave the flight up: " + code
+	res, err := p.coord.Fail(ctx, t.key, d.Token, flight.Failure{Retryable: true, Type: "abandoned",
+		Code: code, Message: msg}, p.pol)
 	if err == nil && res.Final {
 		ev := topics.Event{Status: topics.StatusFailed, OwnerToken: d.Token, Attempts: d.Attempts,
-			ErrorType: "shutdown", ErrorCode: "consumer_stopped", Error: "the owner's consumer shut down"}
+			ErrorType: "abandoned", ErrorCode: code, Error: msg}
 		return true, t.publish(ctx, ev, res.Parked)
 	}
-	log.Warn().Err(err).Msg("owner abandoned on shutdown; the entry stays pending for another consumer")
-	return true, ErrShuttingDown
+	log.Warn().Err(err).Str("code", code).Msg("owner gave the flight up; the entry stays pending")
+	return true, leave
 }
 
 // heartbeat renews the lease every HeartbeatInterval and keeps the stream entry from being
@@ -378,6 +523,9 @@ func (t *taskRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc,
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-t.lockLost: // nil (never ready) for stages without a session lock
+			cancel(errSessionLockLost)
 			return
 		case <-tick.C:
 		}
