@@ -51,16 +51,16 @@ type lifecycle struct {
 // the model with a heartbeat, or parks the task as a follower, or answers it from the flight's
 // outcome. It publishes one terminal event per task. Safe for concurrent use.
 type Processor struct {
-	stage   StageConfig
-	pol     flight.Policy
-	coord   *flight.Coordinator
-	writer  topics.Writer
-	rdb     redis.UniversalClient
-	ks      topics.Keyspace
-	model   model.Model
-	name    string
-	limits  topics.Limits
-	log     zerolog.Logger
+	stage    StageConfig
+	pol      flight.Policy
+	coord    *flight.Coordinator
+	writer   topics.Writer
+	rdb      redis.UniversalClient
+	ks       topics.Keyspace
+	model    model.Model
+	name     string
+	limits   topics.Limits
+	log      zerolog.Logger
 	metrics  *Metrics
 	life     *lifecycle
 	sessions *flight.SessionLock
