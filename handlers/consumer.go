@@ -192,7 +192,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	for _, s := range cfg.Stages {
 		c.procs[s.Name] = &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
 			ks: cfg.Keyspace, model: cfg.Models[s.Model], name: cfg.Name, limits: cfg.Limits,
-			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp}
+			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
+			local: flight.NewLocal[[]byte](flight.LocalConfig{})}
 	}
 	return c, nil
 }

@@ -337,3 +337,37 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 		})
 	}
 }
+
+// TestUncoordinatedModes: LOCAL_ONLY runs a key once per consumer process, BYPASS once per
+// task; every task still gets its event, marked shared "local".
+func TestUncoordinatedModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		wantRuns int64
+	}{{"LOCAL_ONLY", 1}, {"BYPASS", 6}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			b := setup(t)
+			b.consumer("c1", func(c *handlers.Config) {
+				for i := range c.Stages {
+					c.Stages[i].Mode = tc.mode
+					c.Stages[i].Concurrency = 8
+				}
+			})
+			for i := range 6 {
+				b.enqueue(topics.Task{TaskID: fmt.Sprint("m", i), Stage: handlers.StageEvaluation, Input: simInput(1, 300)})
+			}
+			got := b.events([]string{handlers.StageEvaluation}, 6, 10*time.Second)
+			if len(got) != 6 {
+				t.Fatalf("%d of 6 answered", len(got))
+			}
+			for id, evs := range got {
+				if evs[0].Shared != topics.SharedLocal || evs[0].Status != topics.StatusSucceeded {
+					t.Errorf("%s: %+v", id, evs[0])
+				}
+			}
+			if b.runs.Load() != tc.wantRuns {
+				t.Errorf("%d model runs, want %d", b.runs.Load(), tc.wantRuns)
+			}
+		})
+	}
+}

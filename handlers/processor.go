@@ -65,6 +65,7 @@ type Processor struct {
 	life     *lifecycle
 	sessions *flight.SessionLock
 	spool    *flight.Spool
+	local    *flight.Local[[]byte] // LOCAL_ONLY stages
 }
 
 // entry is the stream entry a handler run holds.
@@ -272,6 +273,10 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 
 func (t *taskRun) acquireLoop(ctx context.Context) error {
 	p := t.p
+	switch p.stage.Mode {
+	case string(flight.ModeBypass), string(flight.ModeLocalOnly):
+		return t.runUncoordinated(ctx)
+	}
 	if !t.flushSpooled(ctx) {
 		sleep(ctx, p.stage.HeartbeatInterval)
 		return errRedeliver
@@ -487,6 +492,42 @@ func (t *taskRun) restore(ctx context.Context, token int64, out []byte) ([]strin
 	}
 	t.log.Warn().Msg("the flight was gone when the result arrived; result restored")
 	return parked, nil
+}
+
+// runUncoordinated runs the model without the flight state machine: for LOCAL_ONLY stages
+// once per key per process (concurrent tasks of one key share the run), for BYPASS stages
+// once per task. The task's event says shared "local".
+func (t *taskRun) runUncoordinated(ctx context.Context) error {
+	p := t.p
+	call := func(ctx context.Context) ([]byte, error) {
+		p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
+		rctx, cancel := context.WithTimeout(ctx, p.stage.RunningTTL)
+		defer cancel()
+		return p.model.Call(rctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
+			SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
+			PromptVersion: t.task.PromptVersion, Attempt: 1, Consumer: p.name}, nil)
+	}
+	start := time.Now()
+	var out []byte
+	var err error
+	if p.stage.Mode == string(flight.ModeLocalOnly) {
+		var lr flight.LocalResult[[]byte]
+		lr, err = p.local.Do(ctx, t.key, call)
+		out = lr.Value
+	} else {
+		out, err = call(ctx)
+	}
+	ev := topics.Event{Status: topics.StatusSucceeded, Shared: topics.SharedLocal, RunMs: time.Since(start).Milliseconds()}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ErrShuttingDown
+		}
+		me := model.Classify(err)
+		ev.Status, ev.ErrorType, ev.ErrorCode, ev.Error = topics.StatusFailed, me.Type, me.Code, me.Error()
+	} else {
+		ev.SetResult(out, p.stage.MaxInlineResult, "")
+	}
+	return t.publish(ctx, ev, nil)
 }
 
 func isFlightAnswer(err error) bool {

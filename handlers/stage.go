@@ -27,7 +27,11 @@ type StageConfig struct {
 	Name string `yaml:"-"`
 	// Model names the model adapter: "sim" or "openai". Defaults to "sim".
 	Model string `yaml:"model"`
-	// Mode is the degradation mode (DISTRIBUTED_ONLY, LOCAL_ONLY, HYBRID, BYPASS).
+	// Mode is the stage's coordination mode. HYBRID and DISTRIBUTED_ONLY run each key once
+	// across the fleet (a consumer cannot degrade further: without Redis it has no stream to
+	// read and nowhere to publish, so a message whose coordination fails is retried and then
+	// redelivered). LOCAL_ONLY runs each key once per consumer process (in-process
+	// single-flight) and BYPASS runs every task; both still publish one event per task.
 	// Defaults to HYBRID.
 	Mode string `yaml:"mode"`
 	// HeartbeatInterval is how often an owner renews its lease. Defaults to 1 s.
