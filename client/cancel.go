@@ -75,7 +75,7 @@ func (c *Client) Cancel(ctx context.Context, requestKey, reason string) (CancelR
 		if err := c.w.PublishEvents(ctx, events...); err != nil {
 			return res, fmt.Errorf("client: cancel %q: %w", requestKey, err)
 		}
-		if err := c.coord.Release(ctx, requestKey, chunk...); err != nil {
+		if _, err := c.coord.Release(ctx, requestKey, chunk...); err != nil {
 			return res, fmt.Errorf("client: cancel %q: %w", requestKey, err)
 		}
 		res.Answered = append(res.Answered, chunk...)

@@ -60,14 +60,24 @@ func IsCoordinationFailure(err error) bool {
 	return true
 }
 
-// newBreaker returns the breaker every coordination call of an executor goes through.
-func newBreaker(cfg BreakerConfig, onChange func(from, to gobreaker.State)) *gobreaker.CircuitBreaker[any] {
+// Breaker guards coordination calls with a circuit breaker (sony/gobreaker/v2): after
+// FailureThreshold consecutive coordination failures it opens and refuses calls without making
+// them; after OpenTimeout plus this node's jitter it lets HalfOpenProbes calls probe, which
+// close it again. Only coordination failures count (IsCoordinationFailure). Safe for concurrent
+// use.
+type Breaker struct {
+	cb *gobreaker.CircuitBreaker[any]
+}
+
+// NewBreaker returns a breaker; onChange (may be nil) is called on every state change with
+// the new state ("closed", "half-open", "open").
+func NewBreaker(cfg BreakerConfig, onChange func(from, to string)) *Breaker {
 	cfg = cfg.withDefaults()
 	timeout := cfg.OpenTimeout
 	if cfg.Jitter > 0 {
 		timeout += rand.N(cfg.Jitter)
 	}
-	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+	return &Breaker{cb: gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "coordination",
 		MaxRequests: cfg.HalfOpenProbes,
 		Timeout:     timeout,
@@ -75,16 +85,28 @@ func newBreaker(cfg BreakerConfig, onChange func(from, to gobreaker.State)) *gob
 		IsSuccessful: func(err error) bool {
 			return !IsCoordinationFailure(err)
 		},
-		IsExcluded:    func(err error) bool { return errors.Is(err, context.Canceled) },
-		OnStateChange: func(_ string, from, to gobreaker.State) { onChange(from, to) },
-	})
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if onChange != nil {
+				onChange(from.String(), to.String())
+			}
+		},
+	})}
 }
 
-// call runs one coordination call through the breaker. While the breaker is open it returns
-// ErrCoordinationUnavailable without calling f (no command reaches Redis).
-func call[T any](cb *gobreaker.CircuitBreaker[any], f func() (T, error)) (T, error) {
+// State is "closed", "half-open" or "open".
+func (b *Breaker) State() string { return b.cb.State().String() }
+
+// Open reports whether the breaker refuses calls now.
+func (b *Breaker) Open() bool { return b.cb.State() == gobreaker.StateOpen }
+
+// Guard runs one coordination call through the breaker. While the breaker is open it returns a
+// *CoordinationError (errors.Is ErrCoordinationUnavailable) without calling f, so no command
+// reaches Redis; a coordination failure of f is wrapped the same way; other errors (state
+// machine answers) pass through unchanged.
+func Guard[T any](b *Breaker, f func() (T, error)) (T, error) {
 	var zero T
-	v, err := cb.Execute(func() (any, error) { return f() })
+	v, err := b.cb.Execute(func() (any, error) { return f() })
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return zero, &CoordinationError{Err: err, BreakerOpen: true}
 	}

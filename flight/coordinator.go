@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -105,20 +106,22 @@ type AcquireParams struct {
 
 // Meta is the whole stored state of one flight, as read by Get.
 type Meta struct {
-	Status                       Status
-	Stage, Tenant, SessionID     string
-	RequestKey                   string
-	OwnerID, TaskID              string
-	OwnerToken                   int64
-	Attempts                     int
-	CreatedAt, UpdatedAt         time.Time
-	HeartbeatAt, ProgressAt      time.Time
-	ExpireAt                     time.Time
-	Progress                     string
-	Retryable                    bool
-	ErrorType, ErrorCode, Error  string
-	ResultRef                    string
+	Status                      Status
+	Stage, Tenant, SessionID    string
+	RequestKey                  string
+	OwnerID, TaskID             string
+	OwnerToken                  int64
+	Attempts                    int
+	CreatedAt, UpdatedAt        time.Time
+	HeartbeatAt, ProgressAt     time.Time
+	ExpireAt                    time.Time
+	Progress                    string
+	Retryable                   bool
+	ErrorType, ErrorCode, Error string
+	ResultRef                   string
+	// Parked lists the parked task ids (sorted); ParkedAt says when each was parked.
 	Parked                       []string
+	ParkedAt                     map[string]time.Time
 	MetaTTL, ResultTTL, FenceTTL time.Duration
 	// Fields holds every raw meta field, including ones this version does not know.
 	Fields map[string]string
@@ -356,22 +359,33 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p Policy) 
 	return CancelOutcome{OwnerTaskID: owner, Parked: strs(rest[1:])}, nil
 }
 
-// Release removes task ids from the flight's parked set once their events are published.
-func (c *Coordinator) Release(ctx context.Context, key string, taskIDs ...string) error {
+// Release removes task ids from the flight's parked tasks once their events are published,
+// and answers when each was parked (Redis time; absent for ids that were not parked).
+func (c *Coordinator) Release(ctx context.Context, key string, taskIDs ...string) (map[string]time.Time, error) {
 	if len(taskIDs) == 0 {
-		return nil
+		return nil, nil
 	}
 	if err := CheckKey(key); err != nil {
-		return err
+		return nil, err
 	}
-	members := make([]any, len(taskIDs))
-	for i, id := range taskIDs {
-		members[i] = id
+	var at *redis.SliceCmd
+	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		at = p.HMGet(ctx, c.ks.Waiters(key), taskIDs...)
+		p.HDel(ctx, c.ks.Waiters(key), taskIDs...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flight: release %q: %w", key, err)
 	}
-	if err := c.rdb.SRem(ctx, c.ks.Waiters(key), members...).Err(); err != nil {
-		return fmt.Errorf("flight: release %q: %w", key, err)
+	since := make(map[string]time.Time, len(taskIDs))
+	for i, v := range at.Val() {
+		if s, ok := v.(string); ok {
+			if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+				since[taskIDs[i]] = time.UnixMilli(ms)
+			}
+		}
 	}
-	return nil
+	return since, nil
 }
 
 // Get reads the whole stored state of key's flight for inspection, with the parked task ids
@@ -382,14 +396,14 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 	}
 	var (
 		fields                    *redis.MapStringStringCmd
-		parked                    *redis.StringSliceCmd
+		parked                    *redis.MapStringStringCmd
 		metaTTL, resTTL, fenceTTL *redis.DurationCmd
 	)
 	// A transaction, not a plain pipeline: all keys share one slot, and MULTI keeps the
 	// snapshot consistent.
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		fields = p.HGetAll(ctx, c.ks.Meta(key))
-		parked = p.SMembers(ctx, c.ks.Waiters(key))
+		parked = p.HGetAll(ctx, c.ks.Waiters(key))
 		metaTTL = p.PTTL(ctx, c.ks.Meta(key))
 		resTTL = p.PTTL(ctx, c.ks.Result(key))
 		fenceTTL = p.PTTL(ctx, c.ks.Fence(key))
@@ -402,6 +416,15 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 	if len(f) == 0 {
 		return Meta{}, fmt.Errorf("flight: get %q: %w", key, ErrNotFound)
 	}
+	var ids []string
+	parkedAt := map[string]time.Time{}
+	for id, ms := range parked.Val() {
+		ids = append(ids, id)
+		if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			parkedAt[id] = time.UnixMilli(v)
+		}
+	}
+	sort.Strings(ids)
 	i64 := func(k string) int64 { v, _ := strconv.ParseInt(f[k], 10, 64); return v }
 	at := func(k string) time.Time {
 		if v := i64(k); v > 0 {
@@ -416,7 +439,7 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 		CreatedAt: at("createdAt"), UpdatedAt: at("updatedAt"), HeartbeatAt: at("heartbeatAt"),
 		ProgressAt: at("progressAt"), ExpireAt: at("expireAt"), Progress: f["progress"],
 		Retryable: f["retryable"] == "1", ErrorType: f["errorType"], ErrorCode: f["errorCode"],
-		Error: f["error"], ResultRef: f["resultRef"], Parked: parked.Val(),
+		Error: f["error"], ResultRef: f["resultRef"], Parked: ids, ParkedAt: parkedAt,
 		MetaTTL: metaTTL.Val(), ResultTTL: resTTL.Val(), FenceTTL: fenceTTL.Val(), Fields: f,
 	}, nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
@@ -161,7 +160,7 @@ type Executor struct {
 	coord   *Coordinator
 	rdb     redis.UniversalClient
 	writer  topics.Writer
-	cb      *gobreaker.CircuitBreaker[any]
+	cb      *Breaker
 	metrics *Metrics
 	disp    *dispatcher
 	spool   *Spool
@@ -219,7 +218,7 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		e.stages[name] = &stageRuntime{name: name, opt: o, l1: NewLocal[Result](LocalConfig{Replay: o.L1Replay}),
 			sem: semaphore.NewWeighted(int64(o.DegradedConcurrency)), limiter: rate.NewLimiter(lim, o.DegradedBurst)}
 	}
-	e.cb = newBreaker(cfg.Breaker, e.breakerChanged)
+	e.cb = NewBreaker(cfg.Breaker, e.breakerChanged)
 	if cfg.Coordinator != nil {
 		e.rdb = cfg.Client
 		if e.rdb == nil {
@@ -268,18 +267,20 @@ func (e *Executor) Spooled() int {
 	return e.spool.Len()
 }
 
-func (e *Executor) breakerOpen() bool { return e.cb.State() == gobreaker.StateOpen }
+func (e *Executor) breakerOpen() bool { return e.cb.Open() }
 
-func (e *Executor) breakerChanged(from, to gobreaker.State) {
-	e.metrics.breakerState.Set(float64(map[gobreaker.State]int{gobreaker.StateClosed: 0,
-		gobreaker.StateHalfOpen: 1, gobreaker.StateOpen: 2}[to]))
+// BreakerState is the coordination breaker's state: closed, half-open or open.
+func (e *Executor) BreakerState() string { return e.cb.State() }
+
+func (e *Executor) breakerChanged(from, to string) {
+	e.metrics.breakerState.Set(map[string]float64{"closed": 0, "half-open": 1, "open": 2}[to])
 	switch to {
-	case gobreaker.StateOpen:
+	case "open":
 		e.metrics.circuitOpen.Inc()
-		e.log.Warn().Str("from", from.String()).Msg("coordination circuit breaker open: no Redis calls until the probe")
-	case gobreaker.StateHalfOpen:
+		e.log.Warn().Str("from", from).Msg("coordination circuit breaker open: no Redis calls until the probe")
+	case "half-open":
 		e.log.Info().Msg("coordination circuit breaker half-open: probing Redis")
-	case gobreaker.StateClosed:
+	case "closed":
 		e.log.Info().Msg("coordination circuit breaker closed: coordinating again")
 	}
 }
@@ -383,7 +384,7 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 			return Result{}, err
 		}
 		e.metrics.distributedRequest.WithLabelValues(st.name).Inc()
-		d, err := call(e.cb, func() (Decision, error) {
+		d, err := Guard(e.cb, func() (Decision, error) {
 			cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 			defer cancel()
 			return e.coord.Acquire(cctx, AcquireParams{Key: key, OwnerID: e.cfg.NodeID, Stage: st.name, Policy: pol})
@@ -425,7 +426,7 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) error {
 	wctx, cancel := context.WithTimeout(ctx, st.opt.WaitTimeout)
 	defer cancel()
-	reg, err := call(e.cb, func() (regResult, error) {
+	reg, err := Guard(e.cb, func() (regResult, error) {
 		cctx, ccancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 		defer ccancel()
 		ch, un, err := e.disp.register(cctx, e.coord.ks.Results(st.name), key)
@@ -437,7 +438,7 @@ func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) err
 		return ctx.Err()
 	}
 	defer reg.unregister()
-	status, err := call(e.cb, func() (string, error) {
+	status, err := Guard(e.cb, func() (string, error) {
 		return e.rdb.HGet(wctx, e.coord.ks.Meta(key), "status").Result()
 	})
 	if err == nil && status != string(StatusPending) && status != string(StatusRunning) {
@@ -463,7 +464,7 @@ type regResult struct {
 // expired, was taken over, or a retryable failure left attempts).
 func (e *Executor) own(ctx context.Context, st *stageRuntime, key string, d Decision, fn Fn) (res Result, again bool, err error) {
 	pol := st.opt.Policy
-	_, err = call(e.cb, func() (any, error) {
+	_, err = Guard(e.cb, func() (any, error) {
 		cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 		defer cancel()
 		return nil, e.coord.Start(cctx, key, d.Token, pol)
@@ -507,7 +508,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, key string, d Deci
 			return Result{}, false, ctx.Err()
 		}
 		f := classify(fnErr)
-		out, err := call(e.cb, func() (FailOutcome, error) { return e.coord.Fail(rctx, key, d.Token, f, pol) })
+		out, err := Guard(e.cb, func() (FailOutcome, error) { return e.coord.Fail(rctx, key, d.Token, f, pol) })
 		if err != nil {
 			// The failure could not be recorded; the model is still not re-run here.
 			return Result{}, false, fnErr
@@ -521,7 +522,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, key string, d Deci
 	}
 
 	res = Result{Value: v, Shared: topics.SharedOwner, Token: d.Token}
-	parked, err := call(e.cb, func() ([]string, error) { return e.coord.Complete(rctx, key, d.Token, v, pol) })
+	parked, err := Guard(e.cb, func() ([]string, error) { return e.coord.Complete(rctx, key, d.Token, v, pol) })
 	switch {
 	case err == nil:
 		e.publish(rctx, st, key, topics.Event{Status: topics.StatusSucceeded, OwnerToken: d.Token, Attempts: d.Attempts,
@@ -565,7 +566,7 @@ func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 		if n := progress.Load(); n > 0 {
 			prog = strconv.FormatInt(n, 10)
 		}
-		_, err := call(e.cb, func() (any, error) {
+		_, err := Guard(e.cb, func() (any, error) {
 			hctx, hcancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 			defer hcancel()
 			return nil, e.coord.Heartbeat(hctx, key, token, prog, st.opt.Policy)
@@ -596,7 +597,7 @@ func (e *Executor) publish(ctx context.Context, st *stageRuntime, key string, ev
 		e.log.Warn().Err(err).Str("requestKey", key).Msg("publishing events failed")
 		return
 	}
-	if err := e.coord.Release(ctx, key, parked...); err != nil {
+	if _, err := e.coord.Release(ctx, key, parked...); err != nil {
 		e.log.Warn().Err(err).Str("requestKey", key).Msg("releasing parked tasks failed")
 	}
 }

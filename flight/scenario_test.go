@@ -233,7 +233,7 @@ func TestCancelReachesOwner(t *testing.T) {
 	if _, err := b.c.Complete(b.ctx, "cx", a.Token, []byte(`1`), b.pol); !errors.Is(err, flight.ErrCancelled) {
 		t.Errorf("complete after cancel: %v", err)
 	}
-	if err := b.c.Release(b.ctx, "cx", out.Parked...); err != nil {
+	if _, err := b.c.Release(b.ctx, "cx", out.Parked...); err != nil {
 		t.Fatal(err)
 	}
 	if d := b.acquire("cx", "B", "tb"); d.Action != flight.ActionCancelled || d.Error != "interview closed" || len(d.Parked) != 0 {

@@ -5,14 +5,15 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the consumer's Prometheus collectors. Label sets stay bounded: stage, outcome
 // and reason only, never a key or a task id.
 type Metrics struct {
-	tasks       *prometheus.CounterVec
-	modelCalls  *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	running     *prometheus.GaugeVec
-	queueWait   *prometheus.HistogramVec
-	runTime     *prometheus.HistogramVec
-	endToEnd    *prometheus.HistogramVec
-	spooled     prometheus.Counter
+	tasks        *prometheus.CounterVec
+	modelCalls   *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	running      *prometheus.GaugeVec
+	queueWait    *prometheus.HistogramVec
+	runTime      *prometheus.HistogramVec
+	endToEnd     *prometheus.HistogramVec
+	followerWait *prometheus.HistogramVec
+	spooled      prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -35,11 +36,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_end_to_end_seconds",
 			Help: "Time from enqueue to the task's terminal event, for tasks answered by this consumer.", Buckets: buckets},
 			[]string{"stage"}),
+		followerWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_follower_wait_seconds",
+			Help: "Time a parked follower waited for its flight's outcome (park to event).", Buckets: buckets},
+			[]string{"stage"}),
 		spooled: prometheus.NewCounter(prometheus.CounterOpts{Name: "singleflight_result_write_failure_total",
 			Help: "Model results that could not be stored (uncertain outcomes, spooled for write-back)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.spooled)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.spooled)
 	}
 	return m
 }

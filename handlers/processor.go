@@ -636,8 +636,12 @@ func (t *taskRun) publish(ctx context.Context, ev topics.Event, parked []string)
 	if err := p.writer.PublishEvents(ctx, events...); err != nil {
 		return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
 	}
-	if err := p.coord.Release(ctx, t.key, parked...); err != nil {
+	since, err := p.coord.Release(ctx, t.key, parked...)
+	if err != nil {
 		t.log.Warn().Err(err).Msg("releasing parked tasks failed; a later caller answers them again")
+	}
+	for _, at := range since {
+		p.metrics.followerWait.WithLabelValues(t.task.Stage).Observe(time.Since(at).Seconds())
 	}
 	for _, e := range events {
 		p.metrics.tasks.WithLabelValues(e.Stage, string(e.Shared)+"_"+string(e.Status)).Inc()

@@ -3,7 +3,7 @@
 -- KEYS[1] -> ai:flight:meta:{K}     (hash: the state machine)
 -- KEYS[2] -> ai:flight:result:{K}   (string: result bytes)
 -- KEYS[3] -> ai:flight:fence:{K}    (string: last fencing token issued; outlives the meta)
--- KEYS[4] -> ai:flight:waiters:{K}  (set: parked task ids)
+-- KEYS[4] -> ai:flight:waiters:{K}  (hash: parked task id -> parked at, Unix ms)
 -- ARGV[1]  -> ownerId of the caller
 -- ARGV[2]  -> taskId of the caller ("" for in-process callers, who are never parked)
 -- ARGV[3]  -> stage
@@ -67,7 +67,7 @@ local function own(reason, attempts, fresh, meta)
   else
     createdAt = meta.createdAt or now
     local prevTask = meta.taskId or ''
-    if prevTask ~= '' and prevTask ~= taskId then redis.call('SADD', KEYS[4], prevTask) end
+    if prevTask ~= '' and prevTask ~= taskId then redis.call('HSETNX', KEYS[4], prevTask, now) end
   end
   redis.call('HDEL', KEYS[1], 'cancelReason')
   redis.call('HSET', KEYS[1],
@@ -83,7 +83,7 @@ end
 
 -- expire ends a flight whose attempts are spent; the last owner's task joins the parked ids.
 local function expire(meta, code)
-  if (meta.taskId or '') ~= '' then redis.call('SADD', KEYS[4], meta.taskId) end
+  if (meta.taskId or '') ~= '' then redis.call('HSETNX', KEYS[4], meta.taskId, now) end
   redis.call('HSET', KEYS[1], 'status', 'EXPIRED', 'updatedAt', now,
     'retryable', '0', 'errorType', 'expired', 'errorCode', code,
     'error', 'flight ' .. code .. ' after ' .. (meta.attempts or '?') .. ' attempts')
@@ -91,7 +91,7 @@ local function expire(meta, code)
   redis.call('PEXPIRE', KEYS[4], failureTTL)
   meta.status, meta.errorType, meta.errorCode = 'EXPIRED', 'expired', code
   meta.error = 'flight ' .. code .. ' after ' .. (meta.attempts or '?') .. ' attempts'
-  return reply('EXPIRED', code, meta, '', redis.call('SMEMBERS', KEYS[4]))
+  return reply('EXPIRED', code, meta, '', redis.call('HKEYS', KEYS[4]))
 end
 
 local raw = redis.call('HGETALL', KEYS[1])
@@ -103,13 +103,13 @@ local attempts = tonumber(meta.attempts or '0') or 0
 
 if status == 'SUCCEEDED' then
   local result = redis.call('GET', KEYS[2])
-  if result then return reply('RESULT_HIT', '', meta, result, redis.call('SMEMBERS', KEYS[4])) end
+  if result then return reply('RESULT_HIT', '', meta, result, redis.call('HKEYS', KEYS[4])) end
   return own('result_lost', 1, true, meta)
 end
 
 if status == 'FAILED' then
   if meta.retryable == '1' and attempts < maxAttempts then return own('retry', attempts + 1, false, meta) end
-  return reply('FAILED_FINAL', meta.errorCode or '', meta, '', redis.call('SMEMBERS', KEYS[4]))
+  return reply('FAILED_FINAL', meta.errorCode or '', meta, '', redis.call('HKEYS', KEYS[4]))
 end
 
 if status == 'PENDING' or status == 'RUNNING' then
@@ -132,12 +132,12 @@ if status == 'PENDING' or status == 'RUNNING' then
   end
   local reason = 'not_parked'
   if taskId ~= '' and taskId ~= meta.taskId then
-    if redis.call('SISMEMBER', KEYS[4], taskId) == 1 then
+    if redis.call('HEXISTS', KEYS[4], taskId) == 1 then
       reason = 'parked'
-    elseif maxParked > 0 and redis.call('SCARD', KEYS[4]) >= maxParked then
+    elseif maxParked > 0 and redis.call('HLEN', KEYS[4]) >= maxParked then
       reason = 'full'
     else
-      redis.call('SADD', KEYS[4], taskId)
+      redis.call('HSET', KEYS[4], taskId, now)
       local ttl = redis.call('PTTL', KEYS[1])
       if ttl <= 0 then ttl = activeTTL end
       redis.call('PEXPIRE', KEYS[4], ttl)
@@ -149,11 +149,11 @@ end
 
 if status == 'EXPIRED' then
   if attempts < maxAttempts then return own('expired', attempts + 1, false, meta) end
-  return reply('EXPIRED', meta.errorCode or '', meta, '', redis.call('SMEMBERS', KEYS[4]))
+  return reply('EXPIRED', meta.errorCode or '', meta, '', redis.call('HKEYS', KEYS[4]))
 end
 
 if status == 'CANCELLED' then
-  return reply('CANCELLED', meta.errorCode or '', meta, '', redis.call('SMEMBERS', KEYS[4]))
+  return reply('CANCELLED', meta.errorCode or '', meta, '', redis.call('HKEYS', KEYS[4]))
 end
 
 return reply('CORRUPT', tostring(status), meta, '', {})

@@ -26,5 +26,5 @@ if status ~= 'CANCELLED' then
   redis.call('PEXPIRE', KEYS[4], failureTTL)
 end
 local out = { 'OK', m[2] or '' }
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = id end
+for _, id in ipairs(redis.call('HKEYS', KEYS[4])) do out[#out + 1] = id end
 return out

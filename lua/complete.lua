@@ -27,5 +27,5 @@ redis.call('HSET', KEYS[1], 'status', 'SUCCEEDED', 'updatedAt', now, 'resultRef'
 redis.call('PEXPIRE', KEYS[1], resultTTL)
 redis.call('PEXPIRE', KEYS[4], resultTTL)
 local out = { 'OK', 'SUCCEEDED' }
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = id end
+for _, id in ipairs(redis.call('HKEYS', KEYS[4])) do out[#out + 1] = id end
 return out

@@ -30,5 +30,5 @@ redis.call('PEXPIRE', KEYS[4], failureTTL)
 local final = 0
 if ARGV[2] ~= '1' or (tonumber(m[3] or '0') or 0) >= maxAttempts then final = 1 end
 local out = { 'OK', final }
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = id end
+for _, id in ipairs(redis.call('HKEYS', KEYS[4])) do out[#out + 1] = id end
 return out

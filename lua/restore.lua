@@ -38,7 +38,7 @@ local function succeed()
   redis.call('PEXPIRE', KEYS[1], resultTTL)
   if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], resultTTL) end
   local out = { 'OK' }
-  for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = id end
+  for _, id in ipairs(redis.call('HKEYS', KEYS[4])) do out[#out + 1] = id end
   return out
 end
 

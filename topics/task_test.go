@@ -225,6 +225,23 @@ func FuzzDecodeTask(f *testing.F) {
 		`[]`,
 		"{\"taskId\":\"\xff\"}",
 		"",
+		// Hostile payloads: control bytes, braces and '*' in ids and keys, a tenant with ':',
+		// invalid UTF-8 inside a string, nesting past the cap, huge numbers, duplicate and
+		// case-folded field names, trailing data, a BOM.
+		`{"taskId":"t\u0000\n","stage":"s","tenant":"a","input":1}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"requestKey":"ai:s:v1:b:{x}*"}`,
+		`{"taskId":"t","stage":"s","tenant":"a:b","input":1}`,
+		"{\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":\"\xed\xa0\x80\"}",
+		`{"taskId":"t","stage":"s","tenant":"a","input":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":{"a":1},"params":{"b":` + strings.Repeat(`{"c":`, 31) + `1` + strings.Repeat("}", 31) + `}}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"attempt":1` + strings.Repeat("0", 30) + `}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"attempt":1.5}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"TENANT":"b","Tenant":"c"}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1} {"taskId":"u"}`,
+		"\ufeff{\"taskId\":\"t\",\"stage\":\"s\",\"tenant\":\"a\",\"input\":1}",
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"deadline":"2030-13-45T99:00:00Z","enqueuedAt":"now"}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"params":[1]}`,
+		`{"taskId":"t","stage":"s","tenant":"a","input":1,"modelVersion":"gpt 4","promptVersion":"\u00e9"}`,
 	} {
 		f.Add([]byte(s))
 	}
