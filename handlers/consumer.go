@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
@@ -67,6 +68,8 @@ type Config struct {
 	// Grace is how long running owners may finish after shutdown begins; the rest are failed
 	// as retryable and their entries left for another consumer. Defaults to 10 s.
 	Grace time.Duration
+	// Breaker configures the circuit breaker around the consumer's flight acquires.
+	Breaker flight.BreakerConfig
 	// SpoolPath is the append-only file of uncertain outcomes (results the model produced but
 	// Redis could not store). Defaults to $TMPDIR/flightdeck-spool-<Name>.jsonl; give each
 	// consumer its own durable path in production.
@@ -145,20 +148,21 @@ func (c *Config) validate() error {
 // Consumer reads the task streams of its stages in consumer group "flightdeck" and runs each
 // task through its flight. Create it with NewConsumer and run it with Run.
 type Consumer struct {
-	cfg      Config
-	log      zerolog.Logger
-	rdb      redis.UniversalClient
-	coord    *flight.Coordinator
-	live     *Liveness
-	metrics  *Metrics
-	spool    *flight.Spool
-	clients  []redis.UniversalClient
-	procs    map[string]*Processor
-	life     *lifecycle
-	stop     context.CancelFunc
-	abandon  context.CancelCauseFunc
-	started  chan struct{}
-	runError error
+	cfg     Config
+	log     zerolog.Logger
+	rdb     redis.UniversalClient
+	coord   *flight.Coordinator
+	live    *Liveness
+	metrics *Metrics
+	spool   *flight.Spool
+	clients []redis.UniversalClient
+	procs   map[string]*Processor
+	life    *lifecycle
+	stop    context.CancelFunc
+	abandon context.CancelCauseFunc
+	started chan struct{}
+	breaker *flight.Breaker
+	stopped atomic.Bool
 }
 
 // NewConsumer validates cfg and prepares a consumer; nothing connects until Run.
@@ -169,8 +173,21 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	}
 	c := &Consumer{cfg: cfg, log: cfg.Logger.With().Str("consumer", cfg.Name).Logger(),
 		metrics: NewMetrics(cfg.Registry), procs: map[string]*Processor{}, started: make(chan struct{})}
+	c.breaker = flight.NewBreaker(cfg.Breaker, func(from, to string) {
+		c.metrics.breaker.Set(map[string]float64{"closed": 0, "half-open": 1, "open": 2}[to])
+		c.log.Warn().Str("from", from).Str("to", to).Msg("coordination circuit breaker changed state")
+	})
 	c.rdb = cfg.NewClient()
 	c.clients = append(c.clients, c.rdb)
+	if cfg.Registry != nil {
+		stages := make([]string, len(cfg.Stages))
+		for i, s := range cfg.Stages {
+			stages[i] = s.Name
+		}
+		if err := cfg.Registry.Register(newRedisCollector(c.rdb, cfg.Keyspace, stages)); err != nil {
+			return nil, fmt.Errorf("handlers: register metrics: %w", err)
+		}
+	}
 	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Keyspace: cfg.Keyspace})
 	if err != nil {
 		return nil, err
@@ -193,13 +210,64 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		c.procs[s.Name] = &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
 			ks: cfg.Keyspace, model: cfg.Models[s.Model], name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
-			local: flight.NewLocal[[]byte](flight.LocalConfig{})}
+			local: flight.NewLocal[[]byte](flight.LocalConfig{}), breaker: c.breaker}
 	}
 	return c, nil
 }
 
 // Name is the consumer's process name.
 func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Status is a consumer's own view of itself, for the dashboard and /readyz.
+type Status struct {
+	Name string `json:"name"`
+	// Stages are the stages it consumes, with their modes.
+	Stages map[string]string `json:"stages"`
+	// Started is true once every subscriber runs; Draining once shutdown began.
+	Started  bool `json:"started"`
+	Draining bool `json:"draining"`
+	// RunningOwners counts model calls in progress.
+	RunningOwners int64 `json:"runningOwners"`
+	// Spooled counts uncertain outcomes waiting for write-back.
+	Spooled int `json:"spooled"`
+	// Breaker is the coordination breaker's state: closed, half-open or open.
+	Breaker string `json:"breaker"`
+}
+
+// Status reports the consumer's own state.
+func (c *Consumer) Status() Status {
+	st := Status{Name: c.cfg.Name, Stages: map[string]string{}, Draining: c.life.draining.Load(),
+		RunningOwners: c.life.running.Load(), Spooled: c.spool.Len(), Breaker: c.breaker.State()}
+	select {
+	case <-c.started:
+		st.Started = !c.stopped.Load()
+	default:
+	}
+	for _, s := range c.cfg.Stages {
+		st.Stages[s.Name] = s.Mode
+	}
+	return st
+}
+
+// Ready reports whether the consumer should receive work: its subscribers run, it is not
+// shutting down, its breaker is not open and Redis answers a PING within a second.
+func (c *Consumer) Ready(ctx context.Context) error {
+	st := c.Status()
+	switch {
+	case !st.Started:
+		return errors.New("subscribers not running")
+	case st.Draining:
+		return errors.New("shutting down")
+	case st.Breaker == "open":
+		return errors.New("coordination breaker open")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := c.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
 
 // Started is closed once every subscriber is subscribed.
 func (c *Consumer) Started() <-chan struct{} { return c.started }
@@ -277,6 +345,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.log.Warn().Err(err).Msg("router close")
 	}
 	<-routerDone
+	c.stopped.Store(true)
 	c.log.Info().Msg("consumer stopped")
 	return nil
 }

@@ -14,6 +14,7 @@ type Metrics struct {
 	endToEnd     *prometheus.HistogramVec
 	followerWait *prometheus.HistogramVec
 	spooled      prometheus.Counter
+	breaker      prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -39,11 +40,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		followerWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_follower_wait_seconds",
 			Help: "Time a parked follower waited for its flight's outcome (park to event).", Buckets: buckets},
 			[]string{"stage"}),
+		breaker: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flightdeck_breaker_state",
+			Help: "The consumer's coordination circuit breaker: 0 closed, 1 half-open, 2 open."}),
 		spooled: prometheus.NewCounter(prometheus.CounterOpts{Name: "singleflight_result_write_failure_total",
 			Help: "Model results that could not be stored (uncertain outcomes, spooled for write-back)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.spooled)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.spooled, m.breaker)
 	}
 	return m
 }

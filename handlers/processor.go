@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -66,6 +67,7 @@ type Processor struct {
 	sessions *flight.SessionLock
 	spool    *flight.Spool
 	local    *flight.Local[[]byte] // LOCAL_ONLY stages
+	breaker  *flight.Breaker
 }
 
 // entry is the stream entry a handler run holds.
@@ -93,7 +95,11 @@ func (p *Processor) HandlerFunc(consumer string, sl *slot) message.NoPublishHand
 
 func (p *Processor) handle(msg *message.Message, ent entry) error {
 	ctx := p.life.stop
-	log := p.log.With().Str("consumer", ent.consumer).Str("entry", ent.id).Logger()
+	corr := middleware.MessageCorrelationID(msg)
+	if corr == "" {
+		corr = msg.UUID
+	}
+	log := p.log.With().Str("consumer", ent.consumer).Str("entry", ent.id).Str("correlationId", corr).Logger()
 	if reason := msg.Metadata.Get(MetaBadEntry); reason != "" {
 		var raw map[string]any
 		if md := msg.Metadata.Get(MetaRawMetadata); md != "" {
@@ -291,8 +297,10 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 			t.log.Info().Msg("entry claimed by another consumer meanwhile; dropping this delivery")
 			return nil
 		}
-		d, err := p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, TaskID: t.task.TaskID,
-			Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol})
+		d, err := flight.Guard(p.breaker, func() (flight.Decision, error) {
+			return p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, TaskID: t.task.TaskID,
+				Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol})
+		})
 		if err != nil {
 			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
 		}

@@ -447,3 +447,91 @@ func TestSIGTERMGraceful(t *testing.T) {
 		t.Errorf("staying ran the model %d times, want 1", n)
 	}
 }
+
+// scrape returns every sample of a consumer's /metrics as "name{labels}" -> value.
+func (p *proc) scrape(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.http + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// TestMetricsAfterARun: after 10 tasks over 2 keys and one malformed entry, /metrics holds the
+// right counts: 2 model runs, 2 owner events, 8 follower or hit events, 1 dead letter with its
+// reason, a DLQ length of 1, histogram counts, and no pending entries; labels never carry a
+// key or a task id.
+func TestMetricsAfterARun(t *testing.T) {
+	e := newE2E(t)
+	p := e.start("metered")
+	want := map[string]bool{}
+	for i := range 10 {
+		tk := task(fmt.Sprintf("m%d", i), handlers.StageEvaluation, i%2, 200)
+		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		want[tk.TaskID] = true
+	}
+	e.r.Client.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
+		Values: []any{"_watermill_message_uuid", "bad", "payload", "{not json"}})
+	if got := e.collect([]string{handlers.StageEvaluation}, want, 20*time.Second); len(got) != 10 {
+		t.Fatalf("%d of 10 events", len(got))
+	}
+	const st = `stage="interview-evaluation"`
+	var m map[string]float64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m = p.scrape(t)
+		if m[`flightdeck_dead_letters_total{reason="bad_json",`+st+`}`] == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	followersAndHits := m[`flightdeck_task_events_total{outcome="follower_SUCCEEDED",`+st+`}`] +
+		m[`flightdeck_task_events_total{outcome="hit_SUCCEEDED",`+st+`}`]
+	checks := []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"model calls", m[`flightdeck_model_calls_total{`+st+`}`], 2},
+		{"owner events", m[`flightdeck_task_events_total{outcome="owner_SUCCEEDED",`+st+`}`], 2},
+		{"follower + hit events", followersAndHits, 8},
+		{"dead letters", m[`flightdeck_dead_letters_total{reason="bad_json",`+st+`}`], 1},
+		{"dlq length", m[`flightdeck_dlq_length{`+st+`}`], 1},
+		{"owner run count", m[`flightdeck_owner_run_seconds_count{`+st+`}`], 2},
+		{"end-to-end count (owner and hit tasks)", m[`flightdeck_end_to_end_seconds_count{`+st+`}`],
+			2 + m[`flightdeck_task_events_total{outcome="hit_SUCCEEDED",`+st+`}`]},
+		{"running owners", m[`flightdeck_running_owners{`+st+`}`], 0},
+		{"breaker closed", m[`flightdeck_breaker_state`], 0},
+		{"backlog", m[`flightdeck_backlog_entries{`+st+`}`], 0},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if n := m[`flightdeck_follower_wait_seconds_count{`+st+`}`] + m[`flightdeck_task_events_total{outcome="hit_SUCCEEDED",`+st+`}`]; n != 8 {
+		t.Errorf("follower waits observed + hits = %v, want 8", n)
+	}
+	for k := range m {
+		if strings.Contains(k, "ai:interview") || strings.Contains(k, `"m1"`) {
+			t.Errorf("a metric label carries a key or task id: %s", k)
+		}
+	}
+}
