@@ -307,7 +307,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		log := t.log.With().Int64("token", d.Token).Logger()
 		switch d.Action {
 		case flight.ActionOwner:
-			log.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner")
+			log.Info().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner: running the model")
 			done, err := t.own(ctx, d, log)
 			if done || err != nil {
 				return err

@@ -7,7 +7,8 @@
 //
 // The Redis URL comes from --redis, else REDIS_URL, else redis://127.0.0.1:6379/0; put a
 // password in REDIS_URL (or REDIS_URL_FILE) rather than on the command line. The OpenAI
-// adapter reads OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY or OPENAI_API_KEY_FILE.
+// adapter reads OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY or OPENAI_API_KEY_FILE. The
+// dashboard's actions (cancel, requeue) need FLIGHTDECK_UI_TOKEN or FLIGHTDECK_UI_TOKEN_FILE.
 package main
 
 import (
@@ -28,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
@@ -50,7 +52,7 @@ func run(args []string) error {
 		stages      = fs.String("stages", "", "comma-separated stages to consume (default: every configured stage)")
 		concurrency = fs.Int("concurrency", 0, "subscribers per stage (default: the stage's concurrency, 4)")
 		name        = fs.String("name", "", "consumer name (default host-pid)")
-		httpAddr    = fs.String("http", os.Getenv("FLIGHTDECK_HTTP"), "serve /metrics and /healthz on this address ($FLIGHTDECK_HTTP)")
+		httpAddr    = fs.String("http", os.Getenv("FLIGHTDECK_HTTP"), "serve /metrics, /healthz, /readyz and the /ui dashboard on this address; \":9090\" binds loopback, give a host to bind others ($FLIGHTDECK_HTTP)")
 		grace       = fs.Duration("grace", 10*time.Second, "on SIGTERM, how long running owners may finish")
 		livenessInt = fs.Duration("liveness-interval", time.Second, "how often this consumer records it is alive")
 		claimInt    = fs.Duration("claim-interval", time.Second, "how often subscribers look for entries of dead consumers")
@@ -113,21 +115,44 @@ func run(args []string) error {
 	defer stop()
 
 	if *httpAddr != "" {
-		// Listen before anything else: a port in use is a clear error at start.
-		ln, err := net.Listen("tcp", *httpAddr)
+		token, err := secretFromEnv("FLIGHTDECK_UI_TOKEN")
 		if err != nil {
-			return fmt.Errorf("--http %s: %w", *httpAddr, err)
+			return err
+		}
+		stageNames := make([]string, len(stageCfgs))
+		for i, s := range stageCfgs {
+			stageNames[i] = s.Name
+		}
+		adminRdb := redisconn.NewClient(opt)
+		defer adminRdb.Close()
+		insp, err := admin.New(admin.Config{Client: adminRdb, Keyspace: topics.Keyspace{Prefix: *prefix},
+			Stages: stageNames, LivenessTimeout: 3 * *livenessInt})
+		if err != nil {
+			return err
+		}
+		// Listen before anything else: a port in use is a clear error at start. An address
+		// without a host binds loopback only.
+		addr := *httpAddr
+		if strings.HasPrefix(addr, ":") {
+			addr = "127.0.0.1" + addr
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("--http %s: %w", addr, err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-c.Started():
-				fmt.Fprintln(w, "ok")
-			default:
-				http.Error(w, "starting", http.StatusServiceUnavailable)
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			if err := c.Ready(r.Context()); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
 			}
+			fmt.Fprintln(w, "ready")
 		})
+		mux.Handle("/ui/", admin.Handler(admin.HandlerConfig{Inspector: insp, Token: token,
+			Node: func() any { return c.Status() }}))
+		mux.Handle("/ui", http.RedirectHandler("/ui/", http.StatusFound))
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -139,7 +164,7 @@ func run(args []string) error {
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 		}()
-		log.Info().Str("addr", ln.Addr().String()).Msg("http listening")
+		log.Info().Str("addr", ln.Addr().String()).Bool("actions", token != "").Msg("http listening: /metrics /healthz /readyz /ui/")
 	}
 	log.Info().Str("name", c.Name()).Int("stages", len(stageCfgs)).Msg("starting")
 	return c.Run(ctx)
@@ -160,4 +185,20 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want json or console", format)
 	}
 	return l.Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// secretFromEnv reads a secret from $NAME, or from the file named by $NAME_FILE; never from a
+// flag, which would show in a process listing.
+func secretFromEnv(name string) (string, error) {
+	if v := os.Getenv(name); v != "" {
+		return v, nil
+	}
+	if f := os.Getenv(name + "_FILE"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", nil
 }

@@ -1,9 +1,17 @@
 // Package redisconn turns Flightdeck's Redis settings into go-redis clients: the URL from a
-// flag, REDIS_URL or REDIS_URL_FILE, and one fresh *redis.Options per client.
+// flag, REDIS_URL or REDIS_URL_FILE, TLS files from REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE and
+// REDIS_TLS_KEY_FILE, and one fresh *redis.Options per client.
+//
+// A URL may carry an ACL user and a password (redis://user:password@host:6379/0) and selects
+// TLS with the rediss:// scheme. No error of this package repeats a URL or a password.
 package redisconn
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -35,13 +43,104 @@ func URL(flagURL string, getenv func(string) string) (string, error) {
 }
 
 // Options parses a redis:// or rediss:// URL. The error never repeats the URL, which may hold
-// a password.
+// a password. A rediss:// URL verifies the server against the system's root CAs; use
+// OptionsWithTLS or OptionsFromEnv for a private CA or a client certificate.
 func Options(url string) (*redis.Options, error) {
+	return OptionsWithTLS(url, TLSFiles{})
+}
+
+// TLSFiles names the PEM files of a TLS connection to Redis. The zero value adds nothing to
+// what the URL says.
+type TLSFiles struct {
+	// CAFile holds the CA certificates that sign the server's certificate; they replace the
+	// system's root CAs. Env REDIS_TLS_CA_FILE. Defaults to the system's roots.
+	CAFile string
+	// CertFile and KeyFile hold the client certificate and its private key, for a server that
+	// verifies clients (redis-server --tls-auth-clients yes). Both or neither. Env
+	// REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE. Default to none.
+	CertFile, KeyFile string
+}
+
+// IsZero reports whether f names no file.
+func (f TLSFiles) IsZero() bool { return f == TLSFiles{} }
+
+// TLSFilesFromEnv reads REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE through
+// getenv (os.Getenv in production).
+func TLSFilesFromEnv(getenv func(string) string) TLSFiles {
+	return TLSFiles{CAFile: getenv("REDIS_TLS_CA_FILE"), CertFile: getenv("REDIS_TLS_CERT_FILE"),
+		KeyFile: getenv("REDIS_TLS_KEY_FILE")}
+}
+
+// OptionsFromEnv is OptionsWithTLS(url, TLSFilesFromEnv(getenv)): a drop-in for Options in
+// commands, which pass os.Getenv.
+func OptionsFromEnv(url string, getenv func(string) string) (*redis.Options, error) {
+	return OptionsWithTLS(url, TLSFilesFromEnv(getenv))
+}
+
+// OptionsWithTLS parses a redis:// or rediss:// URL and applies files to its TLS settings:
+// the CA file replaces the system's root CAs, the certificate and key are presented to the
+// server. Files require a rediss:// URL: with redis:// the connection would silently stay
+// in plain text, so that is an error. TLS 1.2 is the minimum; the server name checked is the
+// URL's host (go-redis's skip_verify=true query option turns checking off: tests only).
+// The error never repeats the URL, which may hold a password.
+func OptionsWithTLS(url string, files TLSFiles) (*redis.Options, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redisconn: invalid Redis URL: %w", err)
+		return nil, fmt.Errorf("redisconn: invalid Redis URL: %w", redact(err, url))
+	}
+	if files.IsZero() {
+		return opt, nil
+	}
+	if opt.TLSConfig == nil {
+		return nil, errors.New("redisconn: REDIS_TLS_* files are set but the Redis URL is not rediss://")
+	}
+	if files.CAFile != "" {
+		pem, err := os.ReadFile(files.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisconn: REDIS_TLS_CA_FILE: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redisconn: REDIS_TLS_CA_FILE %s: no PEM certificate in it", files.CAFile)
+		}
+		opt.TLSConfig.RootCAs = pool
+	}
+	switch {
+	case files.CertFile != "" && files.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
+		if err != nil {
+			// The error names the files and what is wrong, never key material.
+			return nil, fmt.Errorf("redisconn: REDIS_TLS_CERT_FILE/REDIS_TLS_KEY_FILE: %w", err)
+		}
+		opt.TLSConfig.Certificates = []tls.Certificate{cert}
+	case files.CertFile != "" || files.KeyFile != "":
+		return nil, errors.New("redisconn: REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE go together")
 	}
 	return opt, nil
+}
+
+// redact returns err without the URL or its password: url.Parse errors quote the whole URL.
+func redact(err error, raw string) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = fmt.Errorf("%s: malformed URL", ue.Op)
+	}
+	msg := err.Error()
+	secret := ""
+	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+		secret, _ = u.User.Password()
+	} else if i, j := strings.Index(raw, "://"), strings.LastIndex(raw, "@"); i >= 0 && j > i {
+		secret = raw[i+3 : j] // unparsable: hide all of user:password
+	}
+	if raw != "" && strings.Contains(msg, raw) || secret != "" && strings.Contains(msg, secret) {
+		if raw != "" {
+			msg = strings.ReplaceAll(msg, raw, "<url>")
+		}
+		if secret != "" {
+			msg = strings.ReplaceAll(msg, secret, "xxxxx")
+		}
+		return errors.New(msg)
+	}
+	return err
 }
 
 // NewClient returns a client on a copy of opt: go-redis keeps per-client state in Options, so

@@ -1,5 +1,6 @@
 // Package redistest gives tests a real Redis: a private redis-server child on a free loopback
-// port, or the server named by REDIS_URL when that is set.
+// port, or the server named by REDIS_URL when that is set. A private server may serve TLS
+// only, with a CA and certificates made for it, and may load ACL users (Options).
 //
 // A private server keeps nothing on disk and is stopped in t.Cleanup. It can be stopped,
 // restarted on the same port, paused (SIGSTOP) and resumed, so that fault tests can take Redis
@@ -18,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,7 @@ type Server struct {
 	port int
 	dir  string
 	args []string
+	tls  *TLSFiles // nil: plain TCP
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -43,6 +46,15 @@ type Server struct {
 type Options struct {
 	// Args are extra redis-server arguments, e.g. "--requirepass", "x". Defaults to none.
 	Args []string
+	// TLS makes the server listen with TLS only (--tls-port on the free port, --port 0), with
+	// a CA, a server and a client certificate made for it in a temporary directory (see
+	// Server.TLS). Clients may present the client certificate; they need not. Defaults to
+	// false.
+	TLS bool
+	// ACL holds ACL file lines loaded with --aclfile, e.g. "user app on >secret ~ai:* +ping".
+	// A "default" user that the lines do not name keeps full access without a password, so
+	// Client and Target helpers still work. Defaults to none (no ACL file).
+	ACL []string
 }
 
 // Binary returns the redis-server executable: $REDIS_SERVER when set, else the one on PATH.
@@ -60,7 +72,21 @@ func Start(tb testing.TB, opts *Options) *Server {
 	if opts == nil {
 		opts = &Options{}
 	}
-	s := &Server{tb: tb, dir: tb.TempDir(), args: opts.Args}
+	s := &Server{tb: tb, dir: tb.TempDir(), args: append([]string(nil), opts.Args...)}
+	if opts.TLS {
+		f, err := makeTLSFiles(tb.TempDir())
+		if err != nil {
+			tb.Fatalf("redistest: TLS files: %v", err)
+		}
+		s.tls = f
+	}
+	if len(opts.ACL) > 0 {
+		path := filepath.Join(tb.TempDir(), "users.acl")
+		if err := os.WriteFile(path, []byte(strings.Join(opts.ACL, "\n")+"\n"), 0o600); err != nil {
+			tb.Fatalf("redistest: ACL file: %v", err)
+		}
+		s.args = append(s.args, "--aclfile", path)
+	}
 	var lastErr error
 	for range 5 {
 		port, err := freePort()
@@ -80,14 +106,37 @@ func Start(tb testing.TB, opts *Options) *Server {
 // Addr is the host:port the server listens on; it stays the same across Restart.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// URL is a redis:// URL for the server.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
+// URL is a redis:// URL for the server, rediss:// for a TLS server (whose clients need the
+// test CA: TLS().CAFile).
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr()
+	}
+	return "redis://" + s.Addr()
+}
 
-// Client returns a new go-redis client for the server, closed in Cleanup.
+// TLS returns the files of a TLS server, or nil when the server speaks plain TCP.
+func (s *Server) TLS() *TLSFiles { return s.tls }
+
+// Client returns a new go-redis client for the server as the default user (on a TLS server:
+// trusting the test CA, presenting the client certificate), closed in Cleanup.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(s.options())
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// options are the client options of the default user.
+func (s *Server) options() *redis.Options {
+	opt := &redis.Options{Addr: s.Addr()}
+	if s.tls != nil {
+		cfg, err := s.tls.ClientConfig(true)
+		if err != nil {
+			s.tb.Fatalf("redistest: %v", err)
+		}
+		opt.TLSConfig = cfg
+	}
+	return opt
 }
 
 func (s *Server) start() error {
@@ -99,6 +148,11 @@ func (s *Server) start() error {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning",
+	}
+	if s.tls != nil {
+		args[1] = "0"
+		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", s.tls.CertFile,
+			"--tls-key-file", s.tls.KeyFile, "--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", "optional")
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
@@ -134,7 +188,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server exited: %v: %s", err, logBuf.String())
 		default:
 		}
-		if ping(s.Addr()) == nil {
+		if s.ping() == nil {
 			s.mu.Lock()
 			s.cmd = cmd
 			s.mu.Unlock()
@@ -146,8 +200,10 @@ func (s *Server) start() error {
 	return errors.New("redis-server did not answer PING within 10s")
 }
 
-func ping(addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+func (s *Server) ping() error {
+	opt := s.options()
+	opt.MaxRetries, opt.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(opt)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -171,7 +227,7 @@ func (s *Server) kill() {
 	_ = cmd.Process.Kill()
 	// Wait until the port is free so that Restart can bind it again.
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && ping(s.Addr()) == nil {
+	for time.Now().Before(deadline) && s.ping() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
