@@ -307,7 +307,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		log := t.log.With().Int64("token", d.Token).Logger()
 		switch d.Action {
 		case flight.ActionOwner:
-			log.Info().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner: running the model")
+			log.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner")
 			done, err := t.own(ctx, d, log)
 			if done || err != nil {
 				return err
@@ -368,6 +368,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 		t.heartbeat(runCtx, cancel, d.Token, &progress, log)
 	}()
 	start := time.Now()
+	log.Info().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("model call")
 	p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
 	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
 	out, callErr := p.model.Call(runCtx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID,
