@@ -110,8 +110,8 @@ func (d *dispatcher) run(ctx context.Context) {
 			}
 			continue
 		}
-		res, err := d.rdb.XRead(ctx, &redis.XReadArgs{Streams: append(args, ids...), Count: 1000,
-			Block: 500 * time.Millisecond}).Result()
+		res, err := topics.XRead(ctx, d.rdb, &redis.XReadArgs{Streams: append(args, ids...), Count: 1000,
+			Block: 500 * time.Millisecond})
 		if errors.Is(err, redis.Nil) {
 			continue
 		}

@@ -99,12 +99,32 @@ func (c *redisCollector) read(ctx context.Context) []prometheus.Metric {
 // parkedFollowers sums the sizes of the stage's waiter hashes, scanning at most maxScan keys.
 func (c *redisCollector) parkedFollowers(ctx context.Context, stage string) (int64, error) {
 	prefix := strings.TrimSuffix(c.ks.Waiters("x"), "{x}")
-	it := c.rdb.Scan(ctx, 0, prefix+"{ai:"+stage+":*", 1000).Iterator()
-	var keys []string
-	for it.Next(ctx) && len(keys) < c.maxScan {
-		keys = append(keys, it.Val())
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	scan := func(ctx context.Context, node redis.UniversalClient) error {
+		it := node.Scan(ctx, 0, prefix+"{ai:"+stage+":*", 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			full := len(keys) >= c.maxScan
+			if !full {
+				keys = append(keys, it.Val())
+			}
+			mu.Unlock()
+			if full {
+				break
+			}
+		}
+		return it.Err()
 	}
-	if err := it.Err(); err != nil {
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
+	} else {
+		err = scan(ctx, c.rdb)
+	}
+	if err != nil {
 		return 0, err
 	}
 	var total int64

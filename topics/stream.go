@@ -194,7 +194,7 @@ func ReadEvents(ctx context.Context, rdb redis.UniversalClient, streams map[stri
 		ids = append(ids, id)
 	}
 	args = append(args, ids...)
-	res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: args, Count: count, Block: block}).Result()
+	res, err := XRead(ctx, rdb, &redis.XReadArgs{Streams: args, Count: count, Block: block})
 	if errors.Is(err, redis.Nil) {
 		return nil, 0, nil
 	}

@@ -65,7 +65,9 @@ const stageYAML = `stages:
 type e2e struct {
 	t      *testing.T
 	ctx    context.Context
-	r      *redistest.Target
+	rdb    redis.UniversalClient
+	url    string
+	prefix string
 	ks     topics.Keyspace
 	w      topics.Writer
 	coord  *flight.Coordinator
@@ -74,14 +76,19 @@ type e2e struct {
 
 func newE2E(t *testing.T) *e2e {
 	r := redistest.New(t)
+	return newE2EOn(t, r.Client, r.URL, r.Prefix)
+}
+
+// newE2EOn sets a test up on any Redis: a single node or a cluster (url in cluster form).
+func newE2EOn(t *testing.T, rdb redis.UniversalClient, url, prefix string) *e2e {
 	cfg := filepath.Join(t.TempDir(), "stages.yaml")
 	if err := os.WriteFile(cfg, []byte(stageYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ks := topics.Keyspace{Prefix: r.Prefix}
-	coord, _ := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks})
-	return &e2e{t: t, ctx: context.Background(), r: r, ks: ks, w: topics.Writer{Client: r.Client, Keyspace: ks},
-		coord: coord, config: cfg}
+	ks := topics.Keyspace{Prefix: prefix}
+	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: ks})
+	return &e2e{t: t, ctx: context.Background(), rdb: rdb, url: url, prefix: prefix, ks: ks,
+		w: topics.Writer{Client: rdb, Keyspace: ks}, coord: coord, config: cfg}
 }
 
 // proc is one consumer process.
@@ -111,9 +118,9 @@ func (e *e2e) start(name string) *proc {
 		e.t.Fatal(err)
 	}
 	p.cmd = exec.Command(binary, "--config", e.config, "--stages", "interview-evaluation,interview-followup",
-		"--prefix", e.r.Prefix, "--name", name, "--http", p.http, "--grace", "3s",
+		"--prefix", e.prefix, "--name", name, "--http", p.http, "--grace", "3s",
 		"--liveness-interval", "200ms", "--claim-interval", claimInterval.String(), "--log-level", "info")
-	p.cmd.Env = append(os.Environ(), "REDIS_URL="+e.r.URL)
+	p.cmd.Env = append(os.Environ(), "REDIS_URL="+e.url)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -192,7 +199,7 @@ func (e *e2e) collect(stages []string, want map[string]bool, timeout time.Durati
 	missing := len(want)
 	deadline := time.Now().Add(timeout)
 	for missing > 0 && time.Now().Before(deadline) {
-		evs, _, err := topics.ReadEvents(e.ctx, e.r.Client, from, 1000, 200*time.Millisecond)
+		evs, _, err := topics.ReadEvents(e.ctx, e.rdb, from, 1000, 200*time.Millisecond)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -215,8 +222,16 @@ func (e *e2e) collect(stages []string, want map[string]bool, timeout time.Durati
 // TestThreeConsumers600Tasks: 3 consumer processes, 600 tasks over 60 keys in concurrent
 // bursts, a sixth of them through a raw XADD as a non-Go service would send them: every task
 // gets its terminal event with its key's single result, and the model runs exactly 60 times.
-func TestThreeConsumers600Tasks(t *testing.T) {
-	e := newE2E(t)
+func TestThreeConsumers600Tasks(t *testing.T) { run600(t, newE2E(t)) }
+
+// TestThreeConsumers600TasksOnCluster runs the same test on a 3-master Redis Cluster: every
+// flight lives in one slot, streams and keys spread over the masters.
+func TestThreeConsumers600TasksOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	run600(t, newE2EOn(t, c.Client(), c.URL(), redistest.Prefix()))
+}
+
+func run600(t *testing.T, e *e2e) {
 	procs := []*proc{e.start("c1"), e.start("c2"), e.start("c3")}
 	stages := []string{handlers.StageEvaluation, handlers.StageFollowup}
 	want := map[string]bool{}
@@ -230,7 +245,7 @@ func TestThreeConsumers600Tasks(t *testing.T) {
 				tk := task(fmt.Sprintf("t%03d", i), stages[k%2], k, 100)
 				if burst == 5 { // raw XADD, exactly as the README shows
 					payload, _ := json.Marshal(tk)
-					err := e.r.Client.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(tk.Stage),
+					err := e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(tk.Stage),
 						Values: []any{"_watermill_message_uuid", "raw-" + tk.TaskID, "payload", payload}}).Err()
 					if err != nil {
 						t.Error(err)
@@ -398,7 +413,7 @@ func TestSIGSTOPZombie(t *testing.T) {
 	if m.OwnerToken != ev.OwnerToken || m.Status != flight.StatusSucceeded || !strings.Contains(string(res), `"consumer":"fresh"`) {
 		t.Errorf("stored flight %s token %d result %s; want fresh's", m.Status, m.OwnerToken, res)
 	}
-	if n := e.r.Client.XPending(e.ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count; n != 0 {
+	if n := e.rdb.XPending(e.ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count; n != 0 {
 		t.Errorf("%d entries pending after the run", n)
 	}
 	if b.modelCalls(t) != 1 {
@@ -487,7 +502,7 @@ func TestMetricsAfterARun(t *testing.T) {
 		}
 		want[tk.TaskID] = true
 	}
-	e.r.Client.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
+	e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
 		Values: []any{"_watermill_message_uuid", "bad", "payload", "{not json"}})
 	if got := e.collect([]string{handlers.StageEvaluation}, want, 20*time.Second); len(got) != 10 {
 		t.Fatalf("%d of 10 events", len(got))

@@ -225,27 +225,36 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // connect opens the Redis client and the Flightdeck client. Messages never show the
 // password of the URL.
-func (a *app) connect(ctx context.Context) (*redis.Client, *client.Client, error) {
-	opt, err := redis.ParseURL(a.redisURL)
-	if err != nil {
-		msg := "malformed URL"
-		if u, perr := url.Parse(a.redisURL); perr == nil {
-			msg = strings.ReplaceAll(err.Error(), a.redisURL, u.Redacted())
-			if p, ok := u.User.Password(); ok && p != "" {
-				msg = strings.ReplaceAll(msg, p, "xxxxx")
-			}
+func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Client, error) {
+	var rdb redis.UniversalClient
+	if redisconn.IsCluster(a.redisURL) {
+		newClient, err := redisconn.Universal(a.redisURL)
+		if err != nil {
+			return nil, nil, usagef("invalid Redis Cluster URL (--redis or $REDIS_URL)")
 		}
-		return nil, nil, usagef("invalid Redis URL (--redis or $REDIS_URL): %s", msg)
+		rdb = newClient()
+	} else {
+		opt, err := redis.ParseURL(a.redisURL)
+		if err != nil {
+			msg := "malformed URL"
+			if u, perr := url.Parse(a.redisURL); perr == nil {
+				msg = strings.ReplaceAll(err.Error(), a.redisURL, u.Redacted())
+				if p, ok := u.User.Password(); ok && p != "" {
+					msg = strings.ReplaceAll(msg, p, "xxxxx")
+				}
+			}
+			return nil, nil, usagef("invalid Redis URL (--redis or $REDIS_URL): %s", msg)
+		}
+		if opt.Password == "" {
+			opt.Password = os.Getenv("REDIS_PASSWORD")
+		}
+		rdb = redisconn.NewClient(opt)
 	}
-	if opt.Password == "" {
-		opt.Password = os.Getenv("REDIS_PASSWORD")
-	}
-	rdb := redisconn.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", opt.Addr, err)
+		return nil, nil, fmt.Errorf("cannot reach Redis: %w", err)
 	}
 	c, err := client.New(client.Config{
 		Client:   rdb,
