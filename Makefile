@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps build vet test race bench chaos demo fmt tidy clean
+.PHONY: all deps build vet test race bench chaos chaos-short demo fmt tidy clean test-ui
 
 all: build
 
@@ -30,11 +30,30 @@ vet:
 test: deps vet
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
+# test-ui: the dashboard's browser test in headless Chromium (Debian's chromium, installed with
+# apt-get when missing). Screenshots are kept in $(UI_ARTIFACTS); UPDATE_SCREENSHOTS=1 also
+# refreshes docs/img/dashboard*.png.
+UI_ARTIFACTS ?= $(or $(TMPDIR),/tmp)/flightdeck-ui-artifacts
+test-ui: deps
+	@test -x /usr/bin/chromium || { \
+		echo "chromium not found: installing it with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	}
+	@mkdir -p $(UI_ARTIFACTS)
+	$(GO) test -tags browser -count=1 -timeout 5m -v -run Browser -artifacts -outputdir $(UI_ARTIFACTS) ./admin/
+
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
+# chaos: the seeded fault-injection run (cmd/chaos): its own redis-server with AOF, three
+# consumer processes, SIGKILL/SIGSTOP of consumers, Redis restarts and pauses, then the
+# checker; exits non-zero on any violation. chaos-short is the ~45 s version CI runs.
 chaos: deps
-	$(GO) test -race -count=1 -timeout 60m -tags chaos $(PKGS)
+	$(GO) run ./cmd/chaos --seed 1 --duration 5m
+
+chaos-short: deps
+	$(GO) run ./cmd/chaos --seed 1 --duration 40s
 
 # demo: a private redis-server (or $$REDIS_URL), two consumers, a producer; prints the events.
 demo: deps

@@ -69,23 +69,26 @@ func (c *redisCollector) read(ctx context.Context) []prometheus.Metric {
 		out = append(out, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
 	}
 	for _, stage := range c.stages {
-		tasks := c.ks.Tasks(stage)
-		if p, err := c.rdb.XPending(ctx, tasks, topics.ConsumerGroup).Result(); err == nil {
-			perProc := map[string]int64{}
-			for name, n := range p.Consumers {
-				perProc[ProcessOf(name)] += n
+		perProc := map[string]int64{}
+		var backlog int64
+		for _, tasks := range c.ks.TaskStreams(stage) {
+			if p, err := c.rdb.XPending(ctx, tasks, topics.ConsumerGroup).Result(); err == nil {
+				for name, n := range p.Consumers {
+					perProc[ProcessOf(name)] += n
+				}
 			}
-			for proc, n := range perProc {
-				gauge(c.pending, float64(n), stage, proc)
-			}
-		}
-		if groups, err := c.rdb.XInfoGroups(ctx, tasks).Result(); err == nil {
-			for _, g := range groups {
-				if g.Name == topics.ConsumerGroup && g.Lag >= 0 {
-					gauge(c.backlog, float64(g.Lag), stage)
+			if groups, err := c.rdb.XInfoGroups(ctx, tasks).Result(); err == nil {
+				for _, g := range groups {
+					if g.Name == topics.ConsumerGroup && g.Lag > 0 {
+						backlog += g.Lag
+					}
 				}
 			}
 		}
+		for proc, n := range perProc {
+			gauge(c.pending, float64(n), stage, proc)
+		}
+		gauge(c.backlog, float64(backlog), stage)
 		if n, err := c.rdb.XLen(ctx, c.ks.DLQ(stage)).Result(); err == nil {
 			gauge(c.dlq, float64(n), stage)
 		}

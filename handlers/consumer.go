@@ -163,11 +163,14 @@ type Consumer struct {
 	started chan struct{}
 	breaker *flight.Breaker
 	stopped atomic.Bool
+	// subscribers counts the subscribers made, for unique stream consumer names.
+	subscribers int
 }
 
 // NewConsumer validates cfg and prepares a consumer; nothing connects until Run.
 func NewConsumer(cfg Config) (*Consumer, error) {
 	cfg.setDefaults()
+	cfg.Keyspace = Keyspace(cfg.Keyspace, cfg.Stages)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -383,11 +386,10 @@ func (c *Consumer) flushLoop(ctx context.Context) {
 	}
 }
 
-// addStage adds the stage's Concurrency subscribers to router, each with its own client and
-// the middleware chain PoisonQueue -> Retry -> Recoverer.
+// addStage adds the stage's Concurrency subscribers per task stream (partition) to router,
+// each with its own client and the middleware chain PoisonQueue -> Retry -> Recoverer.
 func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 	proc := c.procs[s.Name]
-	topic := c.cfg.Keyspace.Tasks(s.Name)
 	poisonable := func(err error) bool { return !leavesPending(err) }
 	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{w: proc.writer, stage: s.Name, consumer: c.cfg.Name},
 		c.cfg.Keyspace.DLQ(s.Name), poisonable)
@@ -397,38 +399,49 @@ func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second,
 		Multiplier: 2, RandomizationFactor: 0.3, Logger: wmLogger{c.log, &c.life.draining},
 		ShouldRetry: func(p middleware.RetryParams) bool { return poisonable(p.Err) }}
-	for i := range s.Concurrency {
-		consumer := c.cfg.Name + "/" + strconv.Itoa(i)
-		cl := c.cfg.NewClient()
-		c.clients = append(c.clients, cl)
-		sl := &slot{}
-		cl.AddHook(&streamHook{rdb: cl, group: topics.ConsumerGroup, consumer: consumer, slot: sl})
-		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: cl, Unmarshaller: Unmarshaller{}, Consumer: consumer, ConsumerGroup: topics.ConsumerGroup,
-			NackResendSleep: 500 * time.Millisecond, BlockTime: 500 * time.Millisecond,
-			ClaimInterval: c.cfg.ClaimInterval, MaxIdleTime: c.cfg.MinClaimIdle,
-			ShouldClaimPendingMessage: func(xp redis.XPendingExt) bool {
-				if xp.Consumer == consumer {
-					return false // our own prefetched entry: the read loop delivers it
-				}
-				if xp.Idle < c.cfg.HardIdle {
-					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-					defer cancel()
-					if c.live.Alive(ctx, xp.Consumer) {
-						return false
-					}
-				}
-				return sl.mayClaim()
-			},
-			DisableIndefiniteInitialBlock: true,
-		}, wmLogger{c.log, &c.life.draining})
-		if err != nil {
-			return err
+	for part, topic := range c.cfg.Keyspace.TaskStreams(s.Name) {
+		for i := range s.Concurrency {
+			sub, sl, consumer, err := c.subscriber()
+			name := fmt.Sprintf("%s/%d/%d", s.Name, part, i)
+			if err != nil {
+				return fmt.Errorf("handlers: subscriber %s: %w", name, err)
+			}
+			h := router.AddNoPublisherHandler(name, topic, sub, proc.HandlerFunc(topic, consumer, sl))
+			h.AddMiddleware(pq, retry.Middleware, middleware.Recoverer)
 		}
-		h := router.AddNoPublisherHandler(s.Name+"/"+strconv.Itoa(i), topic, sub, proc.HandlerFunc(consumer, sl))
-		h.AddMiddleware(pq, retry.Middleware, middleware.Recoverer)
 	}
 	return nil
+}
+
+// subscriber makes one watermill subscriber on its own client, with the stream hook and the
+// claim veto; its stream consumer name is "<Name>/<n>" with n unique in this process.
+func (c *Consumer) subscriber() (*redisstream.Subscriber, *slot, string, error) {
+	consumer := c.cfg.Name + "/" + strconv.Itoa(c.subscribers)
+	c.subscribers++
+	cl := c.cfg.NewClient()
+	c.clients = append(c.clients, cl)
+	sl := &slot{}
+	cl.AddHook(&streamHook{rdb: cl, group: topics.ConsumerGroup, consumer: consumer, slot: sl})
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+		Client: cl, Unmarshaller: Unmarshaller{}, Consumer: consumer, ConsumerGroup: topics.ConsumerGroup,
+		NackResendSleep: 500 * time.Millisecond, BlockTime: 500 * time.Millisecond,
+		ClaimInterval: c.cfg.ClaimInterval, MaxIdleTime: c.cfg.MinClaimIdle,
+		ShouldClaimPendingMessage: func(xp redis.XPendingExt) bool {
+			if xp.Consumer == consumer {
+				return false // our own prefetched entry: the read loop delivers it
+			}
+			if xp.Idle < c.cfg.HardIdle {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if c.live.Alive(ctx, xp.Consumer) {
+					return false
+				}
+			}
+			return sl.mayClaim()
+		},
+		DisableIndefiniteInitialBlock: true,
+	}, wmLogger{c.log, &c.life.draining})
+	return sub, sl, consumer, err
 }
 
 // dlqPublisher lets watermill's PoisonQueue middleware write to the dead-letter stream in the

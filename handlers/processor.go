@@ -72,13 +72,14 @@ type Processor struct {
 
 // entry is the stream entry a handler run holds.
 type entry struct {
+	stream   string // the task stream (partition) it came from
 	consumer string // stream consumer name "<process>/<n>"
 	id       string // stream entry id
 }
 
-// HandlerFunc returns the watermill handler for one subscriber, whose stream consumer name is
-// consumer.
-func (p *Processor) HandlerFunc(consumer string, sl *slot) message.NoPublishHandlerFunc {
+// HandlerFunc returns the watermill handler for one subscriber of stream, whose stream
+// consumer name is consumer.
+func (p *Processor) HandlerFunc(stream, consumer string, sl *slot) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		if sl != nil {
 			sl.claiming.Store(false)
@@ -88,7 +89,7 @@ func (p *Processor) HandlerFunc(consumer string, sl *slot) message.NoPublishHand
 		if p.life.draining.Load() {
 			return ErrShuttingDown
 		}
-		ent := entry{consumer: consumer, id: msg.Metadata.Get(MetaEntryID)}
+		ent := entry{stream: stream, consumer: consumer, id: msg.Metadata.Get(MetaEntryID)}
 		return p.handle(msg, ent)
 	}
 }
@@ -179,7 +180,7 @@ func (t *taskRun) touch(ctx context.Context) bool {
 	if t.ent.id == "" {
 		return true
 	}
-	r, err := lua.StreamTouch.Run(ctx, t.p.rdb, []string{t.p.ks.Tasks(t.task.Stage)},
+	r, err := lua.StreamTouch.Run(ctx, t.p.rdb, []string{t.ent.stream},
 		topics.ConsumerGroup, t.ent.consumer, t.ent.id).Int64()
 	return err != nil || r == 1 || r == 2
 }

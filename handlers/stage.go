@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // The four stages of the original system (DESIGN.md section 7).
@@ -63,6 +64,10 @@ type StageConfig struct {
 	RateLimit float64 `yaml:"rateLimit"`
 	// SessionLock runs one task per session at a time across the fleet. Defaults per stage.
 	SessionLock *bool `yaml:"sessionLock"`
+	// Partitions splits the stage's task stream into this many streams ai:tasks:<stage>:<p>
+	// (see topics.Keyspace.Partitions); each consumer runs Concurrency subscribers on each.
+	// Producers must use the same count. Defaults to 1 (one stream ai:tasks:<stage>).
+	Partitions int `yaml:"partitions"`
 	// MaxInlineResult is the largest result carried inline in events; larger ones carry only
 	// resultRef. Defaults to 64 KiB.
 	MaxInlineResult int `yaml:"maxInlineResult"`
@@ -127,6 +132,9 @@ func (c StageConfig) WithDefaults() StageConfig {
 	if c.SessionLock == nil {
 		c.SessionLock = ptr(false)
 	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
+	}
 	if c.MaxInlineResult == 0 {
 		c.MaxInlineResult = 64 << 10
 	}
@@ -146,6 +154,9 @@ func (c StageConfig) Validate() error {
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.Lease {
 		errs = append(errs, fmt.Errorf("heartbeatInterval %v must be positive and below the lease %v", c.HeartbeatInterval, c.Lease))
+	}
+	if c.Partitions < 1 || c.Partitions > 64 {
+		errs = append(errs, fmt.Errorf("partitions %d: want 1-64", c.Partitions))
 	}
 	if c.Concurrency < 1 || c.Concurrency > 256 {
 		errs = append(errs, fmt.Errorf("concurrency %d: want 1-256", c.Concurrency))
@@ -214,4 +225,19 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 		out = append(out, sc)
 	}
 	return out, nil
+}
+
+// Keyspace returns ks with the stages' partition counts set.
+func Keyspace(ks topics.Keyspace, stages []StageConfig) topics.Keyspace {
+	parts := map[string]int{}
+	for k, v := range ks.Partitions {
+		parts[k] = v
+	}
+	for _, s := range stages {
+		if s.Partitions > 1 {
+			parts[s.Name] = s.Partitions
+		}
+	}
+	ks.Partitions = parts
+	return ks
 }

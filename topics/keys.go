@@ -1,6 +1,10 @@
 package topics
 
-import "strings"
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
 
 // DefaultPrefix is the namespace of every Flightdeck key unless a Keyspace says otherwise.
 const DefaultPrefix = "ai"
@@ -14,6 +18,12 @@ const ConsumerGroup = "flightdeck"
 type Keyspace struct {
 	// Prefix is the first segment of every name. Defaults to "ai".
 	Prefix string
+	// Partitions splits a stage's task stream into P streams ai:tasks:<stage>:<p>, so that on
+	// Redis Cluster one busy stage spreads over several shards. Producers pick a partition by
+	// task id; every consumer of the stage reads all of them. Stages not listed (or with
+	// P <= 1) keep the one stream ai:tasks:<stage>. Producers and consumers must agree.
+	// Must not be modified once in use.
+	Partitions map[string]int
 }
 
 func (k Keyspace) p() string {
@@ -47,8 +57,40 @@ func (k Keyspace) FlightKeys(requestKey string) []string {
 	return []string{k.Meta(requestKey), k.Result(requestKey), k.Fence(requestKey), k.Waiters(requestKey)}
 }
 
-// Tasks is the task stream of stage (the watermill topic).
+// Tasks is the task stream of an unpartitioned stage (the watermill topic); see TaskStreams.
 func (k Keyspace) Tasks(stage string) string { return k.p() + ":tasks:" + stage }
+
+func (k Keyspace) partitions(stage string) int {
+	if n, ok := k.Partitions[stage]; ok {
+		return n
+	}
+	return k.Partitions["*"]
+}
+
+// TaskStreams lists every task stream of stage: ai:tasks:<stage>, or ai:tasks:<stage>:<p>
+// for each of its partitions.
+func (k Keyspace) TaskStreams(stage string) []string {
+	n := k.partitions(stage)
+	if n <= 1 {
+		return []string{k.Tasks(stage)}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = k.Tasks(stage) + ":" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// TaskStreamFor is the task stream a task of stage with taskID goes to.
+func (k Keyspace) TaskStreamFor(stage, taskID string) string {
+	n := k.partitions(stage)
+	if n <= 1 {
+		return k.Tasks(stage)
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(taskID))
+	return k.Tasks(stage) + ":" + strconv.Itoa(int(h.Sum32()%uint32(n)))
+}
 
 // Results is the stream of terminal events of stage.
 func (k Keyspace) Results(stage string) string { return k.p() + ":results:" + stage }
@@ -72,8 +114,14 @@ func (k Keyspace) Consumers(group string) string { return k.p() + ":consumers:" 
 // StageOf returns the stage of a task stream name, or "" when name is not a task stream of k.
 func (k Keyspace) StageOf(taskStream string) string {
 	s, ok := strings.CutPrefix(taskStream, k.p()+":tasks:")
-	if !ok || strings.Contains(s, ":") {
+	if !ok {
 		return ""
+	}
+	if stage, part, found := strings.Cut(s, ":"); found {
+		if _, err := strconv.Atoi(part); err != nil || strings.Contains(part, ":") {
+			return ""
+		}
+		return stage
 	}
 	return s
 }

@@ -86,7 +86,7 @@ func (w Writer) EnqueueTasks(ctx context.Context, tasks []Task) ([]string, error
 	_, err := w.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range tasks {
 			cmds = append(cmds, p.XAdd(ctx, &redis.XAddArgs{
-				Stream: w.Keyspace.Tasks(t.Stage), MaxLen: maxLen(w.TaskMaxLen, DefaultTaskMaxLen), Approx: true,
+				Stream: w.Keyspace.TaskStreamFor(t.Stage, t.TaskID), MaxLen: maxLen(w.TaskMaxLen, DefaultTaskMaxLen), Approx: true,
 				Values: []any{FieldUUID, uuid.NewString(), FieldPayload, payloads[i]},
 			}))
 		}

@@ -141,7 +141,7 @@ func (e *e2e) start(name string) *proc {
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://" + p.http + "/healthz")
+		resp, err := http.Get("http://" + p.http + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -548,5 +548,57 @@ func TestMetricsAfterARun(t *testing.T) {
 		if strings.Contains(k, "ai:interview") || strings.Contains(k, `"m1"`) {
 			t.Errorf("a metric label carries a key or task id: %s", k)
 		}
+	}
+}
+
+// TestPartitionedStageOnCluster: a stage split into 3 task-stream partitions on a 3-master
+// cluster: producers spread tasks over the partitions, which live on different masters, and two
+// consumers reading all partitions answer every task with one model run per key.
+func TestPartitionedStageOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	e := newE2EOn(t, c.Client(), c.URL(), redistest.Prefix())
+	yaml := strings.Replace(stageYAML, "  interview-evaluation:\n", "  interview-evaluation:\n    partitions: 3\n", 1)
+	if err := os.WriteFile(e.config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.ks.Partitions = map[string]int{handlers.StageEvaluation: 3}
+	e.w.Keyspace = e.ks
+	procs := []*proc{e.start("p1"), e.start("p2")}
+	want := map[string]bool{}
+	for i := range 120 {
+		tk := task(fmt.Sprintf("pt%03d", i), handlers.StageEvaluation, i%12, 50)
+		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		want[tk.TaskID] = true
+	}
+	got := e.collect([]string{handlers.StageEvaluation}, want, 30*time.Second)
+	if len(got) != 120 {
+		t.Fatalf("%d of 120 tasks answered", len(got))
+	}
+	runs := 0
+	for _, p := range procs {
+		runs += p.modelCalls(t)
+	}
+	if runs != 12 {
+		t.Errorf("%d model runs, want 12", runs)
+	}
+	masters := map[string]bool{}
+	for _, s := range e.ks.TaskStreams(handlers.StageEvaluation) {
+		n, err := e.rdb.XLen(e.ctx, s).Result()
+		if err != nil || n == 0 {
+			t.Errorf("partition %s holds %d entries (%v)", s, n, err)
+		}
+		slot, _ := e.rdb.ClusterKeySlot(e.ctx, s).Result()
+		for _, sh := range e.rdb.(*redis.ClusterClient).ClusterShards(e.ctx).Val() {
+			for _, r := range sh.Slots {
+				if slot >= r.Start && slot <= r.End {
+					masters[fmt.Sprint(sh.Nodes[0].Port)] = true
+				}
+			}
+		}
+	}
+	if len(masters) < 2 {
+		t.Errorf("the 3 partitions live on %d master(s); want them spread", len(masters))
 	}
 }

@@ -70,7 +70,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	opt, err := redisconn.Options(url)
+	newClient, err := redisconn.UniversalFromEnv(url, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func run(args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := handlers.NewConsumer(handlers.Config{
-		NewClient: redisconn.Factory(opt),
+		NewClient: newClient,
 		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Models: models,
 		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
 	})
@@ -123,9 +123,9 @@ func run(args []string) error {
 		for i, s := range stageCfgs {
 			stageNames[i] = s.Name
 		}
-		adminRdb := redisconn.NewClient(opt)
+		adminRdb := newClient()
 		defer adminRdb.Close()
-		insp, err := admin.New(admin.Config{Client: adminRdb, Keyspace: topics.Keyspace{Prefix: *prefix},
+		insp, err := admin.New(admin.Config{Client: adminRdb, Keyspace: handlers.Keyspace(topics.Keyspace{Prefix: *prefix}, stageCfgs),
 			Stages: stageNames, LivenessTimeout: 3 * *livenessInt})
 		if err != nil {
 			return err

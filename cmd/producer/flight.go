@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -103,13 +104,19 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	m, err := c.Inspect(ctx, key)
+	// The dashboard's read model: the same record /ui/api/flight serves.
+	insp, err := admin.New(admin.Config{Client: rdb, Keyspace: c.Keyspace()})
+	if err != nil {
+		return err
+	}
+	d, err := insp.Flight(ctx, key)
 	if errors.Is(err, flight.ErrNotFound) {
 		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
 	}
 	if err != nil {
 		return err
 	}
+	m := d.Meta
 	out := inspection{
 		RequestKey: key, Status: string(m.Status), Stage: m.Stage, Tenant: m.Tenant,
 		SessionID: m.SessionID, OwnerID: m.OwnerID, OwnerTaskID: m.TaskID, OwnerToken: m.OwnerToken,
@@ -122,11 +129,9 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		out.Parked = []string{}
 	}
 	out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = ttlMs(m.MetaTTL), ttlMs(m.ResultTTL), ttlMs(m.FenceTTL)
-	res, err := c.Result(ctx, key)
+	res := []byte(d.Result)
 	switch {
-	case errors.Is(err, flight.ErrNotFound):
-	case err != nil:
-		return err
+	case len(res) == 0:
 	case len(res) <= maxShownResult && json.Valid(res):
 		out.Result = res
 	default:

@@ -55,6 +55,7 @@ Global options (accepted before or after the command):
   --redis URL     Redis URL; default $REDIS_URL, else redis://127.0.0.1:6379/0. Keep a password
                   off the command line by putting it in $REDIS_URL (or $REDIS_PASSWORD).
   --prefix P      keyspace prefix of every stream and key (default "ai")
+  --partitions N  task stream partitions per stage, as the consumers' stage config says (default 1)
 
 --wait prints each task's first terminal event as one JSON line on stdout as it arrives, then a
 final line {"summary":{...}} (tasks, events, missing, distinctKeys, owner, hit, follower, local,
@@ -86,6 +87,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 type app struct {
 	redisURL string
 	prefix   string
+	parts    int
 	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
@@ -169,6 +171,7 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 	// global parse set.
 	fs.Var(urlFlag{&a.redisURL}, "redis", "Redis `URL`, from $REDIS_URL when set (keep passwords there, off the command line)")
 	fs.StringVar(&a.prefix, "prefix", a.prefix, "keyspace `prefix`")
+	fs.IntVar(&a.parts, "partitions", a.parts, "task stream `partitions` per stage")
 }
 
 // urlFlag is a string flag whose value is shown with its password redacted (in -h output).
@@ -228,13 +231,13 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Client, error) {
 	var rdb redis.UniversalClient
 	if redisconn.IsCluster(a.redisURL) {
-		newClient, err := redisconn.Universal(a.redisURL)
+		newClient, err := redisconn.UniversalFromEnv(a.redisURL, os.Getenv)
 		if err != nil {
 			return nil, nil, usagef("invalid Redis Cluster URL (--redis or $REDIS_URL)")
 		}
 		rdb = newClient()
 	} else {
-		opt, err := redis.ParseURL(a.redisURL)
+		opt, err := redisconn.OptionsFromEnv(a.redisURL, os.Getenv)
 		if err != nil {
 			msg := "malformed URL"
 			if u, perr := url.Parse(a.redisURL); perr == nil {
@@ -258,7 +261,7 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 	}
 	c, err := client.New(client.Config{
 		Client:   rdb,
-		Keyspace: topics.Keyspace{Prefix: a.prefix},
+		Keyspace: topics.Keyspace{Prefix: a.prefix, Partitions: map[string]int{"*": a.parts}},
 		Errors: func(err error) {
 			fmt.Fprintf(a.stderr, "producer: %v (retrying)\n", err)
 		},

@@ -88,12 +88,48 @@ func OptionsWithTLS(url string, files TLSFiles) (*redis.Options, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisconn: invalid Redis URL: %w", redact(err, url))
 	}
-	if files.IsZero() {
-		return opt, nil
+	if opt.TLSConfig, err = withTLSFiles(opt.TLSConfig, files); err != nil {
+		return nil, err
 	}
-	if opt.TLSConfig == nil {
+	return opt, nil
+}
+
+// UniversalFromEnv is Universal with the TLS files of TLSFilesFromEnv(getenv) applied, for a
+// single-node or a cluster URL: a drop-in for Universal in commands, which pass os.Getenv.
+func UniversalFromEnv(rawURL string, getenv func(string) string) (func() redis.UniversalClient, error) {
+	return UniversalWithTLS(rawURL, TLSFilesFromEnv(getenv))
+}
+
+// UniversalWithTLS is Universal with files applied as OptionsWithTLS does (for a cluster, to
+// the connections to every node). Errors never repeat the URL.
+func UniversalWithTLS(rawURL string, files TLSFiles) (func() redis.UniversalClient, error) {
+	if !IsCluster(rawURL) {
+		opt, err := OptionsWithTLS(rawURL, files)
+		if err != nil {
+			return nil, err
+		}
+		return Factory(opt), nil
+	}
+	opt, err := redis.ParseClusterURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisconn: invalid Redis Cluster URL: %w", redact(err, rawURL))
+	}
+	if opt.TLSConfig, err = withTLSFiles(opt.TLSConfig, files); err != nil {
+		return nil, err
+	}
+	return func() redis.UniversalClient { return NewClusterClient(opt) }, nil
+}
+
+// withTLSFiles applies files to cfg, the TLS configuration parsed from a URL (nil for
+// redis://).
+func withTLSFiles(cfg *tls.Config, files TLSFiles) (*tls.Config, error) {
+	if files.IsZero() {
+		return cfg, nil
+	}
+	if cfg == nil {
 		return nil, errors.New("redisconn: REDIS_TLS_* files are set but the Redis URL is not rediss://")
 	}
+	cfg = cfg.Clone()
 	if files.CAFile != "" {
 		pem, err := os.ReadFile(files.CAFile)
 		if err != nil {
@@ -103,7 +139,7 @@ func OptionsWithTLS(url string, files TLSFiles) (*redis.Options, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("redisconn: REDIS_TLS_CA_FILE %s: no PEM certificate in it", files.CAFile)
 		}
-		opt.TLSConfig.RootCAs = pool
+		cfg.RootCAs = pool
 	}
 	switch {
 	case files.CertFile != "" && files.KeyFile != "":
@@ -112,11 +148,11 @@ func OptionsWithTLS(url string, files TLSFiles) (*redis.Options, error) {
 			// The error names the files and what is wrong, never key material.
 			return nil, fmt.Errorf("redisconn: REDIS_TLS_CERT_FILE/REDIS_TLS_KEY_FILE: %w", err)
 		}
-		opt.TLSConfig.Certificates = []tls.Certificate{cert}
+		cfg.Certificates = []tls.Certificate{cert}
 	case files.CertFile != "" || files.KeyFile != "":
 		return nil, errors.New("redisconn: REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE go together")
 	}
-	return opt, nil
+	return cfg, nil
 }
 
 // redact returns err without the URL or its password: url.Parse errors quote the whole URL.

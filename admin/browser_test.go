@@ -1,0 +1,421 @@
+//go:build browser
+
+// The browser test drives the dashboard in headless Chromium (Debian's chromium; `make
+// test-ui` installs it) against a running pipeline: it waits for a live flight, cancels it
+// from the page and sees its CANCELLED events, and fails on any console error, uncaught
+// exception or failed request. Screenshots go to the test's artifact directory
+// (go test -artifacts keeps them; the test logs where they are) and, with
+// UPDATE_SCREENSHOTS=1, to docs/img/ for the README.
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// chromiumPath is the browser: $CHROMIUM, else Debian's /usr/bin/chromium.
+func chromiumPath(t *testing.T) string {
+	p := os.Getenv("CHROMIUM")
+	if p == "" {
+		p = "/usr/bin/chromium"
+	}
+	if _, err := exec.LookPath(p); err != nil {
+		t.Fatalf("no Chromium at %s (install it with `apt-get install -y chromium`, or run `make test-ui`): %v", p, err)
+	}
+	return p
+}
+
+// pageProblems collects what must not happen on the page: console errors, uncaught
+// exceptions (including unhandled rejections), browser log errors (CSP violations, failed
+// loads) and failed requests to the server.
+type pageProblems struct {
+	mu       sync.Mutex
+	list     []string
+	allowed  []string // substrings of problems a test step provokes on purpose
+	urls     map[network.RequestID]string
+	stopped  atomic.Bool
+	serverTo string
+}
+
+func (pp *pageProblems) add(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	for _, a := range pp.allowed {
+		if strings.Contains(msg, a) {
+			return
+		}
+	}
+	pp.list = append(pp.list, msg)
+}
+
+// allow tolerates problems containing substr until the returned func is called.
+func (pp *pageProblems) allow(substr string) (done func()) {
+	pp.mu.Lock()
+	pp.allowed = append(pp.allowed, substr)
+	pp.mu.Unlock()
+	return func() {
+		pp.mu.Lock()
+		defer pp.mu.Unlock()
+		for i, a := range pp.allowed {
+			if a == substr {
+				pp.allowed = append(pp.allowed[:i], pp.allowed[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+func (pp *pageProblems) listen(ev any) {
+	if pp.stopped.Load() {
+		return
+	}
+	switch ev := ev.(type) {
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError {
+			var args []string
+			for _, a := range ev.Args {
+				if a.Description != "" {
+					args = append(args, a.Description)
+				} else {
+					args = append(args, string(a.Value))
+				}
+			}
+			pp.add("console.error: %s", strings.Join(args, " "))
+		}
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil && d.Exception.Description != "" {
+			msg += " " + d.Exception.Description
+		}
+		pp.add("uncaught exception at %s:%d: %s", d.URL, d.LineNumber+1, msg)
+	case *cdplog.EventEntryAdded:
+		// Server errors of the JSON API are judged on the server side (see startPipeline).
+		apiStatus := ev.Entry.Source == cdplog.EntrySourceNetwork && strings.Contains(ev.Entry.URL, "/ui/api/") &&
+			strings.Contains(ev.Entry.Text, "status of 5")
+		if ev.Entry.Level == cdplog.EntryLevelError && !apiStatus {
+			pp.add("browser log error (%s) %s: %s", ev.Entry.Source, ev.Entry.URL, ev.Entry.Text)
+		}
+	case *network.EventRequestWillBeSent:
+		pp.mu.Lock()
+		pp.urls[ev.RequestID] = ev.Request.URL
+		pp.mu.Unlock()
+	case *network.EventLoadingFailed:
+		pp.mu.Lock()
+		u := pp.urls[ev.RequestID]
+		pp.mu.Unlock()
+		if u == "" || strings.HasPrefix(u, pp.serverTo) {
+			pp.add("request failed: %s: %s (canceled %v, blocked %q)", u, ev.ErrorText, ev.Canceled, ev.BlockedReason)
+		}
+	}
+}
+
+func (pp *pageProblems) check(t *testing.T) {
+	t.Helper()
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	for _, p := range pp.list {
+		t.Error(p)
+	}
+}
+
+// seed runs a realistic mix through the pipeline: owners with followers, a cache hit, a
+// final failure, a retry that succeeds, a dead letter, on two stages and three tenants.
+func seed(t *testing.T, p *pipeline) {
+	t.Helper()
+	ev, fu := handlers.StageEvaluation, handlers.StageFollowup
+	migration := input(map[string]any{"question": "Tell me about a migration you led.",
+		"answer": "I led the move of our billing service from MySQL to Postgres with zero downtime.",
+		"sim":    map[string]any{"latencyMs": 700}})
+	mentoring := input(map[string]any{"question": "How do you grow other engineers?",
+		"answer": "I mentor two juniors and run a weekly design review.", "sim": map[string]any{"latencyMs": 1200}})
+	garbled := input(map[string]any{"answer": "(inaudible)", "sim": map[string]any{"latencyMs": 300, "fail": "final"}})
+	flaky := input(map[string]any{"answer": "We cut p99 latency by half with request hedging.",
+		"sim": map[string]any{"latencyMs": 200, "fail": "retryable", "failAttempts": 1}})
+	followup := input(map[string]any{"transcript": "…and then we rolled back twice.", "sim": map[string]any{"latencyMs": 450}})
+	probe := input(map[string]any{"transcript": "I prefer small, reversible changes.",
+		"sim": map[string]any{"latencyMs": 900, "progressEveryMs": 100}})
+	tasks := []topics.Task{
+		{TaskID: "ev-1001", Stage: ev, Tenant: "acme", SessionID: "sess-41", Input: migration},
+		{TaskID: "ev-1002", Stage: ev, Tenant: "acme", SessionID: "sess-41", Input: migration},
+		{TaskID: "ev-1003", Stage: ev, Tenant: "acme", SessionID: "sess-42", Input: migration},
+		{TaskID: "ev-1004", Stage: ev, Tenant: "globex", SessionID: "sess-77", Input: mentoring},
+		{TaskID: "ev-1005", Stage: ev, Tenant: "globex", SessionID: "sess-78", Input: mentoring},
+		{TaskID: "ev-1006", Stage: ev, Tenant: "acme", SessionID: "sess-43", Input: garbled},
+		{TaskID: "ev-1008", Stage: ev, Tenant: "globex", SessionID: "sess-79", Input: flaky},
+		{TaskID: "fu-2001", Stage: fu, Tenant: "acme", SessionID: "sess-41", Input: followup},
+		{TaskID: "fu-2002", Stage: fu, Tenant: "acme", SessionID: "sess-42", Input: followup},
+		{TaskID: "fu-2003", Stage: fu, Tenant: "initech", SessionID: "sess-90", Input: probe},
+	}
+	for _, task := range tasks {
+		p.enqueue(task)
+	}
+	// A task without a tenant: dead-lettered.
+	if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks(ev), Values: []any{
+		topics.FieldUUID, "5b0e7c1a-9d2f-4f61-8c55-0e1f2a3b4c5d",
+		topics.FieldPayload, `{"taskId":"ev-1099","stage":"interview-evaluation","input":{"answer":"I would shard by customer."}}`,
+	}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the seeded events", func() bool {
+		evs := p.events()
+		for _, task := range tasks {
+			if len(evs[task.TaskID]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// A later duplicate is a result-cache hit.
+	p.enqueue(topics.Task{TaskID: "ev-1007", Stage: ev, Tenant: "acme", SessionID: "sess-44", Input: migration})
+	eventually(t, 15*time.Second, "the hit", func() bool { return len(p.events()["ev-1007"]) > 0 })
+}
+
+func TestBrowserDashboard(t *testing.T) {
+	chrome := chromiumPath(t)
+	p := startPipeline(t, []string{handlers.StageEvaluation, handlers.StageFollowup}, "fd-node-a", "fd-node-b")
+	seed(t, p)
+
+	// The flight to cancel: a slow owner and a duplicate parked on it.
+	slow := input(map[string]any{"answer": "x", "sim": map[string]any{"latencyMs": 60000}})
+	key := p.enqueue(topics.Task{TaskID: "ev-1100", Tenant: "acme", SessionID: "sess-45", Input: slow})
+	eventually(t, 30*time.Second, "ev-1100 owning a RUNNING flight", func() bool {
+		f, ok := p.flight(key)
+		return ok && f.Status == "RUNNING"
+	})
+	p.enqueue(topics.Task{TaskID: "ev-1101", Tenant: "acme", SessionID: "sess-46", Input: slow})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 900),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	if err := chromedp.Do(ctx); err != nil { // start the browser, with no timeout on its life
+		t.Fatalf("start chromium: %v", err)
+	}
+
+	problems := &pageProblems{urls: map[network.RequestID]string{}, serverTo: p.srv.URL}
+	if err := chromedp.Listen(ctx, problems.listen); err != nil {
+		t.Fatal(err)
+	}
+	defer problems.stopped.Store(true) // closing the tab cancels polls in flight
+
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(tctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	waitJS := func(what, expr string, timeout time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for {
+			ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool](expr))
+			if err == nil && ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				problems.check(t)
+				if png, err := chromedp.Run(tctx, chromedp.CaptureScreenshot()); err == nil {
+					saveScreenshot(t, "timeout.png", png)
+				}
+				state, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`JSON.stringify({
+					live: document.getElementById('live').dataset.state,
+					banner: document.getElementById('conn-error').hidden ? '' : document.getElementById('conn-error').textContent,
+					detail: document.getElementById('flight-detail').hidden ? 'closed' :
+						document.getElementById('detail-status').dataset.status + ' ' + document.getElementById('detail-body').innerText.slice(0, 600),
+					flights: [...document.querySelectorAll('#flights tbody tr')].map(r => r.dataset.status + ' ' + r.dataset.key + ' parked=' + r.dataset.parked),
+				})`))
+				t.Fatalf("timed out after %v waiting for %s (last error: %v); page: %s", timeout, what, err, state)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	shot := func(name string, full bool) {
+		t.Helper()
+		action := chromedp.CaptureScreenshot()
+		if full {
+			action = chromedp.FullScreenshot(100)
+		}
+		png, err := chromedp.Run(tctx, action)
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		saveScreenshot(t, name, png)
+	}
+	dark := func(scheme string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+			return err
+		})
+	}
+
+	row := fmt.Sprintf(`#flights tbody tr[data-key=%q]`, key)
+	run("open the dashboard",
+		chromedp.EmulateViewport(1440, 900),
+		dark("dark"),
+		chromedp.Navigate(p.srv.URL+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS(`#flights`)),
+	)
+	waitJS("the slow flight RUNNING with its parked follower",
+		fmt.Sprintf(`!!document.querySelector(%q)`, row+`[data-status="RUNNING"][data-parked="1"]`), 30*time.Second)
+	waitJS("the seeded events, stages, consumers and dead letter", `
+		document.querySelectorAll('#events tbody tr').length >= 11 &&
+		document.querySelectorAll('#stages .stage-card').length === 2 &&
+		document.querySelectorAll('#consumers tbody tr[data-alive="true"]').length === 2 &&
+		document.querySelectorAll('#dlq tbody tr').length === 1 &&
+		document.getElementById('node-name').textContent === 'fd-node-a' &&
+		document.getElementById('node-breaker').dataset.breaker === 'closed' &&
+		document.getElementById('live').dataset.state === 'live' &&
+		document.getElementById('conn-error').hidden`, 30*time.Second)
+	// Without a token the actions are visible but disabled.
+	waitJS("a disabled Cancel button", fmt.Sprintf(`document.querySelector(%q).disabled`,
+		row+` button[data-action="cancel"]`), 5*time.Second)
+
+	time.Sleep(2500 * time.Millisecond) // let the new-row highlights fade
+	shot("dashboard.png", true)
+
+	// The pause toggle stops and resumes the refresh.
+	run("pause", chromedp.Click(chromedp.ID("pause")))
+	waitJS("the paused state", `document.getElementById('live').dataset.state === 'paused'`, 5*time.Second)
+	run("resume", chromedp.Click(chromedp.ID("pause")))
+	waitJS("the live state", `document.getElementById('live').dataset.state === 'live'`, 5*time.Second)
+
+	// The detail panel of the running flight: full meta, the parked follower.
+	run("open the flight", chromedp.Click(chromedp.CSS(row+` td.key-cell`)))
+	waitJS("the detail panel", `!document.getElementById('flight-detail').hidden &&
+		document.getElementById('detail-status').dataset.status === 'RUNNING' &&
+		!!document.querySelector('#detail-parked tr[data-task-id="ev-1101"]')`, 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	shot("dashboard-flight.png", false)
+	run("close the panel", chromedp.Click(chromedp.ID("detail-close")))
+	waitJS("the panel closed", `document.getElementById('flight-detail').hidden`, 5*time.Second)
+
+	// A wrong token: the server refuses the cancel and the row says why.
+	cancelBtn := row + ` button[data-action="cancel"]`
+	setToken := func(tok string) {
+		t.Helper()
+		run("set the token", chromedp.Evaluate[chromedp.Void](`(() => { const t = document.getElementById('token');
+			t.value = ''; t.dispatchEvent(new Event('input', {bubbles: true})); })()`),
+			chromedp.SendKeys(chromedp.ID("token"), tok))
+		waitJS("an enabled Cancel button", fmt.Sprintf(`!document.querySelector(%q).disabled`, cancelBtn), 5*time.Second)
+	}
+	cancelFlight := func() {
+		t.Helper()
+		run("click Cancel", chromedp.Click(chromedp.CSS(cancelBtn)))
+		waitJS("the confirm state", fmt.Sprintf(`document.querySelector(%q).classList.contains('confirming')`, cancelBtn), 5*time.Second)
+		run("confirm", chromedp.Click(chromedp.CSS(cancelBtn)))
+	}
+	refused := problems.allow("status of 401")
+	setToken("not-the-token")
+	cancelFlight()
+	waitJS("the inline 401 error", fmt.Sprintf(`document.querySelector(%q).textContent.includes('401')`,
+		row+` [data-role="action-error"]`), 10*time.Second)
+	refused()
+	if f, _ := p.flight(key); f.Status != "RUNNING" {
+		t.Fatalf("a refused cancel changed the flight: %+v", f)
+	}
+
+	// The right token: Cancel, Confirm, and both tasks get their CANCELLED events.
+	setToken(testToken)
+	waitJS("the error cleared by the new token", fmt.Sprintf(`document.querySelector(%q).textContent === ''`,
+		row+` [data-role="action-error"]`), 5*time.Second)
+	cancelFlight()
+	waitJS("the CANCELLED events of both tasks", `
+		!!document.querySelector('#events tbody tr[data-task-id="ev-1100"][data-status="CANCELLED"]') &&
+		!!document.querySelector('#events tbody tr[data-task-id="ev-1101"][data-status="CANCELLED"]')`, 30*time.Second)
+	waitJS("the flight CANCELLED", fmt.Sprintf(`!!document.querySelector(%q)`, row+`[data-status="CANCELLED"]`), 10*time.Second)
+	if msg, err := chromedp.Run(tctx, chromedp.Evaluate[string](
+		`[...document.querySelectorAll('[data-role="action-error"]')].map(e => e.textContent).join(' ')`)); err != nil || strings.TrimSpace(msg) != "" {
+		t.Errorf("action errors on the page: %q %v", msg, err)
+	}
+
+	// Requeue the dead letter: it leaves the DLQ, and being still invalid comes back as a
+	// new entry with the same uuid.
+	oldID, err := chromedp.Run(tctx, chromedp.Evaluate[string](`document.querySelector('#dlq tbody tr').dataset.id`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("requeue", chromedp.Click(chromedp.CSS(`#dlq tbody tr button[data-action="requeue"]`)))
+	waitJS("the dead letter requeued and back", fmt.Sprintf(`(() => {
+		const rows = [...document.querySelectorAll('#dlq tbody tr')];
+		return rows.length === 1 && rows[0].dataset.id !== %q && rows[0].dataset.uuid === '5b0e7c1a-9d2f-4f61-8c55-0e1f2a3b4c5d';
+	})()`, oldID), 15*time.Second)
+
+	// The API goes away: the banner shows and the indicator says offline; then it recovers.
+	p.apiDown.Store(true)
+	waitJS("the connection banner", `!document.getElementById('conn-error').hidden &&
+		document.getElementById('live').dataset.state === 'offline'`, 10*time.Second)
+	time.Sleep(1500 * time.Millisecond) // every read has failed once
+	shot("dashboard-offline.png", false)
+	p.apiDown.Store(false)
+	waitJS("the recovery", `document.getElementById('conn-error').hidden &&
+		document.getElementById('live').dataset.state === 'live'`, 10*time.Second)
+
+	time.Sleep(2500 * time.Millisecond)
+	shot("dashboard-cancelled.png", true)
+	run("light theme", dark("light"))
+	time.Sleep(300 * time.Millisecond)
+	shot("dashboard-light.png", true)
+
+	problems.stopped.Store(true)
+	problems.check(t)
+}
+
+// saveScreenshot writes png to the test's artifact directory and, with UPDATE_SCREENSHOTS=1,
+// the README's screenshots to docs/img/.
+func saveScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
+	dir := t.ArtifactDir()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+	if update, _ := strconv.ParseBool(os.Getenv("UPDATE_SCREENSHOTS")); update && (name == "dashboard.png" || name == "dashboard-flight.png") {
+		docs := filepath.Join("..", "docs", "img")
+		if err := os.MkdirAll(docs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(docs, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		abs, _ := filepath.Abs(filepath.Join(docs, name))
+		t.Logf("updated %s", abs)
+	}
+}

@@ -1,0 +1,178 @@
+package redisconn_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+)
+
+func TestOptionsUserAndPassword(t *testing.T) {
+	opt, err := redisconn.Options("redis://app:p%40ss%3Aw0rd@10.0.0.7:6380/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.Username != "app" || opt.Password != "p@ss:w0rd" || opt.Addr != "10.0.0.7:6380" || opt.DB != 3 || opt.TLSConfig != nil {
+		t.Errorf("got user %q password %q addr %q db %d tls %v", opt.Username, opt.Password, opt.Addr, opt.DB, opt.TLSConfig)
+	}
+	opt, err = redisconn.Options("redis://:only-pass@h")
+	if err != nil || opt.Username != "" || opt.Password != "only-pass" || opt.Addr != "h:6379" {
+		t.Errorf("password without user: %+v %v", opt, err)
+	}
+	opt, err = redisconn.Options("rediss://app:pw@redis.internal:6380")
+	if err != nil || opt.TLSConfig == nil || opt.TLSConfig.ServerName != "redis.internal" || opt.TLSConfig.RootCAs != nil {
+		t.Errorf("rediss:// without files: %+v %v", opt, err)
+	}
+}
+
+// TestErrorsHideSecrets: no error repeats the URL or its password, even for URLs that
+// url.Parse refuses (its errors quote the whole URL).
+func TestErrorsHideSecrets(t *testing.T) {
+	const secret = "Sup3rSecretPw"
+	for _, u := range []string{
+		"redis://app:" + secret + "%zz@h:6379",
+		"redis://app:" + secret + "@[::1",
+		"redis://app:" + secret + "@h:6379/x/y",
+		"redis://app:" + secret + "@h:6379/db" + secret,
+		"redis://app:" + secret + "@h:6379?bogus=1",
+		"redis://app:" + secret + "@h:6379?dial_timeout=" + secret,
+		"http://app:" + secret + "@h:6379",
+		"redis://app:" + secret + "@h:notaport\x7f",
+		" redis://app:" + secret + "@h",
+	} {
+		_, err := redisconn.Options(u)
+		if err == nil {
+			t.Errorf("%q: no error", u)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error shows the password: %v", err)
+		}
+		t.Log(err)
+	}
+}
+
+func TestTLSFiles(t *testing.T) {
+	s := redistest.Start(t, &redistest.Options{TLS: true, ACL: []string{"user app on >pw ~* +@all"}})
+	files := s.TLS()
+	ctx := context.Background()
+	url := "rediss://app:pw@" + s.Addr()
+	ping := func(tf redisconn.TLSFiles) error {
+		t.Helper()
+		opt, err := redisconn.OptionsWithTLS(url, tf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt.MaxRetries = -1
+		c := redisconn.NewClient(opt)
+		defer c.Close()
+		return c.Ping(ctx).Err()
+	}
+	if err := ping(redisconn.TLSFiles{}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("the test CA is not a system root, yet: %v", err)
+	}
+	if err := ping(redisconn.TLSFiles{CAFile: files.CAFile}); err != nil {
+		t.Errorf("with the CA file: %v", err)
+	}
+	env := map[string]string{"REDIS_TLS_CA_FILE": files.CAFile, "REDIS_TLS_CERT_FILE": files.ClientCertFile,
+		"REDIS_TLS_KEY_FILE": files.ClientKeyFile}
+	opt, err := redisconn.OptionsFromEnv(url, func(k string) string { return env[k] })
+	if err != nil || opt.TLSConfig.RootCAs == nil || len(opt.TLSConfig.Certificates) != 1 || opt.Username != "app" {
+		t.Fatalf("OptionsFromEnv: %+v %v", opt, err)
+	}
+
+	for name, tc := range map[string]struct {
+		url   string
+		files redisconn.TLSFiles
+		want  string
+	}{
+		"files with redis://": {"redis://" + s.Addr(), redisconn.TLSFiles{CAFile: files.CAFile}, "not rediss://"},
+		"cert without key":    {url, redisconn.TLSFiles{CertFile: files.ClientCertFile}, "go together"},
+		"missing CA file":     {url, redisconn.TLSFiles{CAFile: filepath.Join(t.TempDir(), "none.pem")}, "no such file"},
+		"CA file not PEM":     {url, redisconn.TLSFiles{CAFile: writeFile(t, "junk")}, "no PEM certificate"},
+		"key not matching":    {url, redisconn.TLSFiles{CertFile: files.ClientCertFile, KeyFile: files.KeyFile}, "does not match"},
+	} {
+		if _, err := redisconn.OptionsWithTLS(tc.url, tc.files); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestTLSClientCertificate: a server that requires client certificates accepts the one named
+// by CertFile and KeyFile and refuses a client without one.
+func TestTLSClientCertificate(t *testing.T) {
+	s := redistest.Start(t, &redistest.Options{TLS: true, Args: []string{"--tls-auth-clients", "yes"}})
+	f := s.TLS()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		files  redisconn.TLSFiles
+		wantOK bool
+	}{
+		{redisconn.TLSFiles{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile}, true},
+		{redisconn.TLSFiles{CAFile: f.CAFile}, false},
+	} {
+		opt, err := redisconn.OptionsWithTLS(s.URL(), tc.files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt.MaxRetries = -1
+		c := redisconn.NewClient(opt)
+		err = c.Ping(ctx).Err()
+		c.Close()
+		if (err == nil) != tc.wantOK {
+			t.Errorf("client certificate %v: ping %v", tc.files.CertFile != "", err)
+		}
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestUniversalWithTLS(t *testing.T) {
+	s := redistest.Start(t, &redistest.Options{TLS: true})
+	ca := redisconn.TLSFiles{CAFile: s.TLS().CAFile}
+	newClient, err := redisconn.UniversalFromEnv(s.URL(), func(k string) string {
+		return map[string]string{"REDIS_TLS_CA_FILE": ca.CAFile}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient()
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Errorf("single node over TLS: %v", err)
+	}
+
+	cluster := "rediss://app:pw@10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000"
+	newClient, err = redisconn.UniversalWithTLS(cluster, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, ok := newClient().(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("cluster URL made a %T", newClient())
+	}
+	defer cc.Close()
+	if o := cc.Options(); o.TLSConfig == nil || o.TLSConfig.RootCAs == nil || o.Password != "pw" {
+		t.Errorf("cluster options: %+v", o)
+	}
+	_, err = redisconn.UniversalWithTLS("redis://10.0.0.1:7000?addr=10.0.0.2:7000", ca)
+	if err == nil || !strings.Contains(err.Error(), "not rediss://") {
+		t.Errorf("files with a redis:// cluster URL: %v", err)
+	}
+	_, err = redisconn.UniversalWithTLS("redis://app:Sup3rSecret@10.0.0.1:7000?addr=10.0.0.2:7000&bogus=Sup3rSecret", redisconn.TLSFiles{})
+	if err == nil || strings.Contains(err.Error(), "Sup3rSecret") {
+		t.Errorf("bad cluster URL: %v", err)
+	}
+}
