@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -17,12 +18,14 @@ import (
 // reads only the streams somebody waits on, and nothing while the breaker is open.
 type dispatcher struct {
 	rdb     redis.UniversalClient
+	max     int // most waiters at once
 	log     zerolog.Logger
 	blocked func() bool // true while no Redis call may be made (breaker open)
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // request key -> wake channels
 	streams map[string]*streamCursor              // result stream -> cursor
+	waiting int                                   // registered waiters
 	kick    chan struct{}
 }
 
@@ -31,8 +34,8 @@ type streamCursor struct {
 	waiters int
 }
 
-func newDispatcher(rdb redis.UniversalClient, log zerolog.Logger, blocked func() bool) *dispatcher {
-	return &dispatcher{rdb: rdb, log: log, blocked: blocked,
+func newDispatcher(rdb redis.UniversalClient, log zerolog.Logger, blocked func() bool, max int) *dispatcher {
+	return &dispatcher{rdb: rdb, log: log, blocked: blocked, max: max,
 		waiters: map[string]map[chan struct{}]struct{}{}, streams: map[string]*streamCursor{},
 		kick: make(chan struct{}, 1)}
 }
@@ -43,7 +46,11 @@ func newDispatcher(rdb redis.UniversalClient, log zerolog.Logger, blocked func()
 func (d *dispatcher) register(ctx context.Context, stream, key string) (<-chan struct{}, func(), error) {
 	d.mu.Lock()
 	cur := d.streams[stream]
+	n := d.waiting
 	d.mu.Unlock()
+	if n >= d.max {
+		return nil, nil, fmt.Errorf("%w: %d followers already wait in this process", ErrTooManyWaiters, n)
+	}
 	if cur == nil {
 		// Fix the cursor before the caller re-reads the flight, so no event falls in between.
 		id := "0-0"
@@ -64,6 +71,7 @@ func (d *dispatcher) register(ctx context.Context, stream, key string) (<-chan s
 	ch := make(chan struct{}, 1)
 	d.mu.Lock()
 	cur.waiters++
+	d.waiting++
 	if d.waiters[key] == nil {
 		d.waiters[key] = map[chan struct{}]struct{}{}
 	}
@@ -79,6 +87,7 @@ func (d *dispatcher) register(ctx context.Context, stream, key string) (<-chan s
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			delete(d.waiters[key], ch)
+			d.waiting--
 			if len(d.waiters[key]) == 0 {
 				delete(d.waiters, key)
 			}

@@ -52,6 +52,9 @@ var (
 	ErrFailed = errors.New("flight: failed")
 	// ErrUnknownStage: the executor has no options for the stage.
 	ErrUnknownStage = errors.New("flight: unknown stage")
+	// ErrTooManyWaiters: ExecutorConfig.MaxWaiters in-process followers already wait; the
+	// call is refused rather than queued without bound (it never runs the function instead).
+	ErrTooManyWaiters = errors.New("flight: too many waiting followers")
 )
 
 // CoordinationError wraps the failure behind ErrCoordinationUnavailable.

@@ -129,6 +129,9 @@ type ExecutorConfig struct {
 	Logger *zerolog.Logger
 	// Registry receives the singleflight_* metrics. Defaults to none.
 	Registry prometheus.Registerer
+	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once;
+	// past it Do answers ErrTooManyWaiters. Defaults to 10000.
+	MaxWaiters int
 }
 
 // Fn is the expensive call. progress reports that it made progress (streamed a chunk,
@@ -192,6 +195,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if cfg.FlushInterval == 0 {
 		cfg.FlushInterval = time.Second
 	}
+	if cfg.MaxWaiters == 0 {
+		cfg.MaxWaiters = 10000
+	}
 	if cfg.SpoolPath == "" {
 		cfg.SpoolPath = filepath.Join(os.TempDir(), "flightdeck-spool-"+cfg.NodeID+".jsonl")
 	}
@@ -225,7 +231,7 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 			e.rdb = cfg.Coordinator.rdb
 		}
 		e.writer = topics.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.ks}
-		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen)
+		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
 		sp, err := OpenSpool(cfg.SpoolPath)
 		if err != nil {
 			return nil, err
@@ -432,6 +438,9 @@ func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) err
 		ch, un, err := e.disp.register(cctx, e.coord.ks.Results(st.name), key)
 		return regResult{ch, un}, err
 	})
+	if errors.Is(err, ErrTooManyWaiters) {
+		return err
+	}
 	if err != nil {
 		// Cannot listen: wait out the timeout, then acquire again (never run at once).
 		<-wctx.Done()

@@ -443,3 +443,50 @@ func TestCrossNodeFollower(t *testing.T) {
 		t.Errorf("follower woke after %v", took)
 	}
 }
+
+// TestMaxWaiters: past MaxWaiters in-process followers, Do answers ErrTooManyWaiters instead
+// of queueing without bound, and never runs the function for it.
+func TestMaxWaiters(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	a := newNode(t, srv, prefix, "a", fastPolicy())
+	rdb := redisconn.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: prefix}})
+	opt := fastPolicy()
+	opt.WaitTimeout = 5 * time.Second
+	b, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "b", MaxWaiters: 2,
+		Stages: map[string]flight.StageOptions{stage: opt}, SpoolPath: filepath.Join(t.TempDir(), "b.spool")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Start(context.Background())
+	t.Cleanup(func() { _ = b.Close() })
+	var runs atomic.Int64
+	for i := range 3 { // node a owns three slow flights
+		go func() { _, _ = a.e.Do(context.Background(), stage, fmt.Sprint("w", i), slowFn(&runs, time.Second, "1")) }()
+	}
+	time.Sleep(100 * time.Millisecond)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := b.Do(context.Background(), stage, fmt.Sprint("w", i), slowFn(&runs, 0, "2"))
+			errs <- err
+		}()
+		time.Sleep(30 * time.Millisecond)
+	}
+	var refused, ok int
+	for range 3 {
+		switch err := <-errs; {
+		case errors.Is(err, flight.ErrTooManyWaiters):
+			refused++
+		case err == nil:
+			ok++
+		default:
+			t.Errorf("err %v", err)
+		}
+	}
+	if refused != 1 || ok != 2 || runs.Load() != 3 {
+		t.Errorf("refused %d, ok %d, runs %d; want 1, 2, 3", refused, ok, runs.Load())
+	}
+}

@@ -68,6 +68,9 @@ type Config struct {
 	// Grace is how long running owners may finish after shutdown begins; the rest are failed
 	// as retryable and their entries left for another consumer. Defaults to 10 s.
 	Grace time.Duration
+	// TrimInterval is how often acknowledged task entries are trimmed from the task streams
+	// (XTRIM MINID below every group's delivered and pending entries). Defaults to 30 s.
+	TrimInterval time.Duration
 	// Breaker configures the circuit breaker around the consumer's flight acquires.
 	Breaker flight.BreakerConfig
 	// SpoolPath is the append-only file of uncertain outcomes (results the model produced but
@@ -105,6 +108,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Second
+	}
+	if c.TrimInterval == 0 {
+		c.TrimInterval = 30 * time.Second
 	}
 	if c.SpoolPath == "" {
 		c.SpoolPath = filepath.Join(os.TempDir(), "flightdeck-spool-"+c.Name+".jsonl")
@@ -294,7 +300,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	go func() { defer close(liveDone); c.live.Run(liveCtx) }()
 	flushDone := make(chan struct{})
 	go func() { defer close(flushDone); c.flushLoop(liveCtx) }()
-	defer func() { liveCancel(); <-flushDone }()
+	trimDone := make(chan struct{})
+	go func() { defer close(trimDone); c.trimLoop(liveCtx, c.cfg.TrimInterval) }()
+	defer func() { liveCancel(); <-flushDone; <-trimDone }()
 	defer func() { liveCancel(); <-liveDone }()
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.Grace + 5*time.Second}, wmLogger{c.log, &c.life.draining})

@@ -110,7 +110,7 @@ func TestHostileEntries(t *testing.T) {
 		{"metadata msgpack array", []any{"payload", evalTask("ma", `"input":1`), "metadata", []byte{0x93, 0x01, 0x02, 0x03}}, "bad_metadata"},
 		{"metadata msgpack string", []any{"payload", evalTask("ms", `"input":1`), "metadata", []byte{0xa3, 'a', 'b', 'c'}}, "bad_metadata"},
 		{"metadata truncated", []any{"payload", evalTask("mt", `"input":1`), "metadata", []byte{0x82, 0xa1, 'a'}}, "bad_metadata"},
-		{"missing payload field", []any{"metadata", forged}, "bad_json"},
+		{"missing payload field", []any{"metadata", forged}, "missing_payload"},
 		{"empty payload", []any{"payload", ""}, "bad_json"},
 	}
 	for i, r := range rows {

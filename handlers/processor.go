@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strconv"
@@ -148,8 +149,18 @@ func TaskKey(t topics.Task) (string, error) {
 		ModelVersion: t.ModelVersion, PromptVersion: t.PromptVersion, Params: t.Params})
 }
 
+// maxDeadPayload bounds the payload a dead letter keeps: an oversized entry is refused
+// anyway, and keeping all of it would let a flood of them fill Redis.
+const maxDeadPayload = 64 << 10
+
 func (p *Processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *message.Message, reason, detail string, raw map[string]any) error {
-	err := p.writer.DeadLetter(ctx, topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: msg.Payload,
+	payload := msg.Payload
+	if len(payload) > maxDeadPayload {
+		sum := sha256.Sum256(payload)
+		detail = fmt.Sprintf("%s (payload of %d bytes, sha256 %x, kept: the first %d bytes)", detail, len(payload), sum, maxDeadPayload)
+		payload = payload[:maxDeadPayload]
+	}
+	err := p.writer.DeadLetter(ctx, topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: payload,
 		Raw: raw, Reason: reason, Detail: detail, Consumer: p.name})
 	if err != nil {
 		return fmt.Errorf("handlers: dead-letter %s: %w", msg.UUID, err)

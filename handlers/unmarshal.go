@@ -50,6 +50,9 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err 
 	if _, ok := clean[redisstream.UUIDHeaderKey].(string); !ok {
 		return badMessage(clean, "missing_uuid", "entry has no "+redisstream.UUIDHeaderKey+" field"), nil
 	}
+	if _, ok := clean["payload"]; !ok {
+		return badMessage(clean, "missing_payload", "entry has no payload field"), nil
+	}
 	m, uerr := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(clean)
 	if uerr != nil {
 		return badMessage(clean, "bad_metadata", uerr.Error()), nil

@@ -126,6 +126,10 @@ func FuzzUnmarshal(f *testing.F) {
 			if uuidOK {
 				t.Fatalf("entry with uuid %q refused as missing_uuid", uuid)
 			}
+		case "missing_payload":
+			if _, has := values["payload"]; has || !uuidOK {
+				t.Fatalf("missing_payload for an entry with payload field present=%v, uuid ok=%v", has, uuidOK)
+			}
 		case "bad_metadata", "bad_entry":
 			if !uuidOK {
 				t.Fatalf("entry without uuid refused as %s, want missing_uuid", reason)

@@ -13,9 +13,10 @@ import (
 
 // Default stream caps (approximate MAXLEN, trimmed by XADD).
 const (
-	// DefaultTaskMaxLen caps a task stream. Trimming only drops entries that are far older
-	// than any pending one in normal operation; size it above the backlog you accept.
-	DefaultTaskMaxLen = 1_000_000
+	// DefaultTaskMaxLen is 0: task streams are not capped at enqueue, since a cap would drop
+	// unread tasks once a backlog outgrew it. Consumers trim the entries every group has
+	// acknowledged instead.
+	DefaultTaskMaxLen = 0
 	// DefaultResultMaxLen caps a result stream.
 	DefaultResultMaxLen = 1_000_000
 	// DefaultDLQMaxLen caps a dead-letter stream.
@@ -44,7 +45,7 @@ type Writer struct {
 	// Keyspace names the streams. Defaults to the "ai" prefix.
 	Keyspace Keyspace
 	// TaskMaxLen, ResultMaxLen and DLQMaxLen cap the streams (MAXLEN ~). Zero means the
-	// Default...MaxLen constant; a negative value turns trimming off.
+	// Default...MaxLen constant (for tasks: no cap); a negative value turns trimming off.
 	TaskMaxLen, ResultMaxLen, DLQMaxLen int64
 	// Limits bound the tasks EnqueueTasks accepts. Zero fields take their defaults.
 	Limits Limits

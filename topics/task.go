@@ -139,7 +139,11 @@ func DecodeTask(payload []byte, lim Limits) (Task, error) {
 	var t Task
 	if err := json.Unmarshal(payload, &t); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-			return Task{}, invalid(ReasonBadType, te.Field, fmt.Sprintf("JSON %s where %s expected", te.Value, te.Type))
+			v := te.Value
+			if len(v) > 40 {
+				v = v[:40] + "…"
+			}
+			return Task{}, invalid(ReasonBadType, te.Field, fmt.Sprintf("JSON %s where %s expected", v, te.Type))
 		}
 		return Task{}, invalid(ReasonBadJSON, "", err.Error())
 	}

@@ -1,0 +1,83 @@
+package handlers
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// trimLoop removes task entries every consumer group has acknowledged, every interval.
+// Task streams are not capped at enqueue (a MAXLEN would drop unread tasks once a backlog
+// outgrows it); this trims only entries below every group's last delivered id and below the
+// oldest pending entry, so nothing unread or unacknowledged is ever dropped.
+func (c *Consumer) trimLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, s := range c.cfg.Stages {
+			for _, stream := range c.cfg.Keyspace.TaskStreams(s.Name) {
+				tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				if n, err := trimAcked(tctx, c.rdb, stream); err != nil {
+					c.log.Debug().Err(err).Str("stream", stream).Msg("trim failed")
+				} else if n > 0 {
+					c.log.Debug().Int64("trimmed", n).Str("stream", stream).Msg("trimmed acknowledged task entries")
+				}
+				cancel()
+			}
+		}
+	}
+}
+
+// trimAcked trims stream below min(every group's last delivered id, every group's oldest
+// pending id) with XTRIM MINID ~ and answers how many entries went.
+func trimAcked(ctx context.Context, rdb redis.UniversalClient, stream string) (int64, error) {
+	groups, err := rdb.XInfoGroups(ctx, stream).Result()
+	if err != nil || len(groups) == 0 {
+		return 0, err
+	}
+	floor := ""
+	lower := func(id string) {
+		if id != "" && id != "0-0" && (floor == "" || idLess(id, floor)) {
+			floor = id
+		}
+	}
+	for _, g := range groups {
+		if g.LastDeliveredID == "" || g.LastDeliveredID == "0-0" {
+			return 0, nil // a group that has read nothing holds everything
+		}
+		lower(g.LastDeliveredID)
+		if g.Pending > 0 {
+			p, err := rdb.XPending(ctx, stream, g.Name).Result()
+			if err != nil {
+				return 0, err
+			}
+			lower(p.Lower)
+		}
+	}
+	if floor == "" {
+		return 0, nil
+	}
+	return rdb.XTrimMinIDApprox(ctx, stream, floor, 0).Result()
+}
+
+// idLess compares stream ids "<ms>-<seq>".
+func idLess(a, b string) bool {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	ai, _ := strconv.ParseUint(am, 10, 64)
+	bi, _ := strconv.ParseUint(bm, 10, 64)
+	if ai != bi {
+		return ai < bi
+	}
+	x, _ := strconv.ParseUint(as, 10, 64)
+	y, _ := strconv.ParseUint(bs, 10, 64)
+	return x < y
+}
