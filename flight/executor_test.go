@@ -464,7 +464,9 @@ func TestMaxWaiters(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 	var runs atomic.Int64
 	for i := range 3 { // node a owns three slow flights
-		go func() { _, _ = a.e.Do(context.Background(), stage, fmt.Sprint("w", i), slowFn(&runs, time.Second, "1")) }()
+		go func() {
+			_, _ = a.e.Do(context.Background(), stage, fmt.Sprint("w", i), slowFn(&runs, time.Second, "1"))
+		}()
 	}
 	time.Sleep(100 * time.Millisecond)
 	errs := make(chan error, 3)
