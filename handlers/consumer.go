@@ -398,7 +398,9 @@ func (c *Consumer) flushLoop(ctx context.Context) {
 // each with its own client and the middleware chain PoisonQueue -> Retry -> Recoverer.
 func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 	proc := c.procs[s.Name]
-	poisonable := func(err error) bool { return !leavesPending(err) }
+	// Only errors of the task itself end in the DLQ: a message that failed because Redis was
+	// away stays pending (nacked, redelivered after NackResendSleep) until Redis answers.
+	poisonable := func(err error) bool { return !leavesPending(err) && !redisUnavailable(err) }
 	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{w: proc.writer, stage: s.Name, consumer: c.cfg.Name},
 		c.cfg.Keyspace.DLQ(s.Name), poisonable)
 	if err != nil {
@@ -406,7 +408,7 @@ func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 	}
 	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second,
 		Multiplier: 2, RandomizationFactor: 0.3, Logger: wmLogger{c.log, &c.life.draining},
-		ShouldRetry: func(p middleware.RetryParams) bool { return poisonable(p.Err) }}
+		ShouldRetry: func(p middleware.RetryParams) bool { return !leavesPending(p.Err) }}
 	for part, topic := range c.cfg.Keyspace.TaskStreams(s.Name) {
 		for i := range s.Concurrency {
 			sub, sl, consumer, err := c.subscriber()

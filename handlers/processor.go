@@ -5,8 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -680,4 +684,29 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-tm.C:
 		return true
 	}
+}
+
+// redisUnavailable reports errors that mean Redis could not be used for a while (connection
+// refused or reset, timeouts, a closed or exhausted pool, a restarting or failing-over
+// server) as opposed to errors of the task itself. A message whose handling failed that way
+// is never dead-lettered: it stays pending and comes back when Redis answers again.
+func redisUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	if errors.Is(err, flight.ErrCoordinationUnavailable) || errors.As(err, &ne) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
+		"connection refused", "connection reset", "broken pipe", "i/o timeout"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
