@@ -105,7 +105,7 @@ func (p *Processor) handle(msg *message.Message, ent entry) error {
 	if corr == "" {
 		corr = msg.UUID
 	}
-	log := p.log.With().Str("consumer", ent.consumer).Str("entry", ent.id).Str("correlationId", corr).Logger()
+	log := p.log.With().Str("subscriber", ent.consumer).Str("entry", ent.id).Str("correlationId", corr).Logger()
 	if reason := msg.Metadata.Get(MetaBadEntry); reason != "" {
 		var raw map[string]any
 		if md := msg.Metadata.Get(MetaRawMetadata); md != "" {

@@ -184,6 +184,9 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want json or console", format)
 	}
+	// Milliseconds in log times: the chaos checker and people ordering takeovers need them.
+	// (zerolog keeps the format in a package variable; only this wiring code sets it.)
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	return l.Level(lvl).With().Timestamp().Logger(), nil
 }
 

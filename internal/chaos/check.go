@@ -1,0 +1,561 @@
+package chaos
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// The rules Check verifies.
+const (
+	// RuleEvent: every task the producer surely enqueued got a terminal event, under its key.
+	RuleEvent = 1
+	// RuleOneResult: all SUCCEEDED events of one key within the result TTL carry the same
+	// result and token.
+	RuleOneResult = 2
+	// RuleNoStale: no result from a stale token was accepted: a key's accepted result carries
+	// the greatest token that ran in its flight, and it is the stored flight's token.
+	RuleNoStale = 3
+	// RuleRuns: model runs per key <= 1 + takeovers (reason takeover or expired); retry and
+	// result_lost runs are allowed extra runs; a fresh flight (reason new) is allowed only
+	// after the previous one ended without a result, or its result TTL passed.
+	RuleRuns = 4
+	// RulePending: nothing stays pending at the end: no pending or undelivered stream entry,
+	// no running flight, no parked task.
+	RulePending = 5
+)
+
+// RuleNames names the rules in reports.
+var RuleNames = map[int]string{
+	RuleEvent:     "every task got a terminal event",
+	RuleOneResult: "one result and token per key",
+	RuleNoStale:   "no stale-token result accepted",
+	RuleRuns:      "model runs <= 1 + takeovers",
+	RulePending:   "nothing pending at the end",
+}
+
+// Violation is one breach of a rule.
+type Violation struct {
+	Rule   int    `json:"rule"`
+	Key    string `json:"key,omitempty"`
+	TaskID string `json:"taskId,omitempty"`
+	Detail string `json:"detail"`
+}
+
+func (v Violation) String() string {
+	s := fmt.Sprintf("rule %d (%s)", v.Rule, RuleNames[v.Rule])
+	if v.Key != "" {
+		s += " key " + v.Key
+	}
+	if v.TaskID != "" {
+		s += " task " + v.TaskID
+	}
+	return s + ": " + v.Detail
+}
+
+// Figures summarise a run.
+type Figures struct {
+	Tasks          int `json:"tasks"`          // tasks surely enqueued (distinct task ids)
+	UnsureEnqueues int `json:"unsureEnqueues"` // XADDs that answered an error
+	DistinctKeys   int `json:"distinctKeys"`
+	Events         int `json:"events"`          // terminal events read
+	DuplicateEvts  int `json:"duplicateEvents"` // events beyond the first per task
+	StrayEvents    int `json:"strayEvents"`     // events of task ids never surely enqueued
+	// Succeeded, Failed, Expired, Cancelled count tasks by the status of their first event.
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Expired   int `json:"expired"`
+	Cancelled int `json:"cancelled"`
+	// ConflictingTasks got events with different statuses or tokens (delivery is at least
+	// once; clients keep the first).
+	ConflictingTasks int `json:"conflictingTasks"`
+	LostTasks        int `json:"lostTasks"` // surely enqueued, no event
+	DeadLetters      int `json:"deadLetters"`
+
+	Faults      map[string]int `json:"faults"`
+	FaultsTotal int            `json:"faultsTotal"`
+
+	ModelRuns      int `json:"modelRuns"`
+	Flights        int `json:"flights"`        // flight generations that ran the model (per key: 1 + fresh flights after a failure)
+	DuplicateRuns  int `json:"duplicateRuns"`  // runs beyond the first of each flight
+	Takeovers      int `json:"takeovers"`      // runs with reason takeover
+	ExpiredRuns    int `json:"expiredRuns"`    // runs with reason expired
+	RetryRuns      int `json:"retryRuns"`      // runs with reason retry (allowed extra)
+	ResultLostRuns int `json:"resultLostRuns"` // runs with reason result_lost (allowed extra)
+	Completions    int `json:"completions"`    // results accepted by Redis
+	Restored       int `json:"restored"`       // of which written back by restore
+
+	Refused   int `json:"refusedResults"`   // late results refused by fencing
+	FencedOff int `json:"fencedOff"`        // owners stopped by a heartbeat that found their token stale
+	Spooled   int `json:"spooled"`          // uncertain outcomes spooled
+	SpoolBack int `json:"spoolWrittenBack"` // spooled outcomes written back by the flush loop
+	Crashes   int `json:"consumerCrashes"`
+
+	Pending int64 `json:"pending"` // pending + undelivered entries at the end
+
+	Violations       int            `json:"violations"`
+	ViolationsByRule map[string]int `json:"violationsByRule"`
+}
+
+// Report is the outcome of Check.
+type Report struct {
+	Figures    Figures     `json:"figures"`
+	Violations []Violation `json:"violations"`
+}
+
+// Known run reasons (flight.Reason values of an owner).
+var ownerReasons = map[string]bool{"new": true, "retry": true, "takeover": true, "expired": true, "result_lost": true}
+
+// epoch is one flight generation of a key: the runs from a "new" (or "result_lost") run up
+// to the next one, in token order.
+type epoch struct {
+	runs []ModelRun // sorted by token; runs[0] starts the epoch
+}
+
+func (e epoch) first() int64   { return e.runs[0].Token }
+func (e epoch) last() ModelRun { return e.runs[len(e.runs)-1] }
+
+// epochsOf splits a key's runs (sorted by token) into flight generations.
+func epochsOf(runs []ModelRun) []epoch {
+	var eps []epoch
+	for i, r := range runs {
+		if i == 0 || r.Reason == "new" || r.Reason == "result_lost" {
+			eps = append(eps, epoch{})
+		}
+		eps[len(eps)-1].runs = append(eps[len(eps)-1].runs, r)
+	}
+	return eps
+}
+
+// epochIndex returns the index of the epoch holding token, or -1 when the token is below
+// every run.
+func epochIndex(eps []epoch, token int64) int {
+	i := sort.Search(len(eps), func(i int) bool { return eps[i].first() > token })
+	return i - 1
+}
+
+// Check verifies the five rules over h. It is a pure function of h.
+func Check(h History) Report {
+	var r Report
+	f := &r.Figures
+	add := func(v Violation) { r.Violations = append(r.Violations, v) }
+
+	// Tasks, keys, events.
+	sure := map[string]Enqueue{}
+	unsure := map[string]bool{}
+	keys := map[string]bool{}
+	var order []string
+	for _, e := range h.Enqueues {
+		keys[e.Key] = true
+		if e.Unsure {
+			f.UnsureEnqueues++
+			unsure[e.TaskID] = true
+			continue
+		}
+		if _, ok := sure[e.TaskID]; !ok {
+			order = append(order, e.TaskID)
+		}
+		sure[e.TaskID] = e
+	}
+	f.Tasks, f.DistinctKeys, f.Events = len(sure), len(keys), len(h.Events)
+	byTask := map[string][]topics.Event{}
+	for _, ev := range h.Events {
+		byTask[ev.TaskID] = append(byTask[ev.TaskID], ev)
+	}
+	for id, evs := range byTask {
+		f.DuplicateEvts += len(evs) - 1
+		if _, ok := sure[id]; !ok && !unsure[id] {
+			f.StrayEvents += len(evs)
+		}
+	}
+
+	// Rule 1: every task got a terminal event under its own key.
+	dead := map[string][]DeadLetter{}
+	for _, d := range h.DeadLetters {
+		dead[d.TaskID] = append(dead[d.TaskID], d)
+	}
+	f.DeadLetters = len(h.DeadLetters)
+	for _, id := range order {
+		enq := sure[id]
+		evs := byTask[id]
+		if len(evs) == 0 {
+			f.LostTasks++
+			detail := fmt.Sprintf("no terminal event (enqueued %s on %s)", enq.At.Format(time.TimeOnly), enq.Stage)
+			for _, d := range dead[id] {
+				detail += fmt.Sprintf("; dead-lettered by %s at %s: %s: %s", d.Consumer, d.At, d.Reason, d.Detail)
+			}
+			add(Violation{Rule: RuleEvent, Key: enq.Key, TaskID: id, Detail: detail})
+			continue
+		}
+		switch evs[0].Status {
+		case topics.StatusSucceeded:
+			f.Succeeded++
+		case topics.StatusFailed:
+			f.Failed++
+		case topics.StatusExpired:
+			f.Expired++
+		case topics.StatusCancelled:
+			f.Cancelled++
+		}
+		for _, ev := range evs[1:] {
+			if ev.Status != evs[0].Status || ev.OwnerToken != evs[0].OwnerToken {
+				f.ConflictingTasks++
+				break
+			}
+		}
+		for _, ev := range evs {
+			if ev.RequestKey != enq.Key {
+				add(Violation{Rule: RuleEvent, Key: enq.Key, TaskID: id,
+					Detail: fmt.Sprintf("event under another key %s", ev.RequestKey)})
+			}
+		}
+	}
+
+	// Events per key.
+	succ := map[string][]topics.Event{}
+	other := map[string][]topics.Event{}
+	for _, ev := range h.Events {
+		if ev.Status == topics.StatusSucceeded {
+			succ[ev.RequestKey] = append(succ[ev.RequestKey], ev)
+		} else {
+			other[ev.RequestKey] = append(other[ev.RequestKey], ev)
+		}
+	}
+	for _, evs := range succ {
+		sort.SliceStable(evs, func(i, j int) bool { return evs[i].FinishedAt.Before(evs[j].FinishedAt) })
+	}
+
+	// Rule 2: one result and one token per key within the result TTL.
+	// One violation per key and TTL window, naming every variant with its first event.
+	for _, k := range sortedKeys(succ) {
+		evs := succ[k]
+		for start := 0; start < len(evs); {
+			ref := evs[start]
+			end := start + 1
+			for end < len(evs) && (h.ResultTTL == 0 || evs[end].FinishedAt.Sub(ref.FinishedAt) <= h.ResultTTL) {
+				end++
+			}
+			type variant struct {
+				first topics.Event
+				n     int
+			}
+			var vs []*variant
+			for _, ev := range evs[start:end] {
+				var found *variant
+				for _, v := range vs {
+					if v.first.OwnerToken == ev.OwnerToken && sameResult(v.first, ev) {
+						found = v
+					}
+				}
+				if found == nil {
+					found = &variant{first: ev}
+					vs = append(vs, found)
+				}
+				found.n++
+			}
+			if len(vs) > 1 {
+				parts := make([]string, len(vs))
+				for i, v := range vs {
+					parts[i] = fmt.Sprintf("token %d result %s in %d events (first: task %s, %s, by %s at %s)",
+						v.first.OwnerToken, clip(v.first.Result), v.n, v.first.TaskID, v.first.Shared, v.first.Consumer,
+						v.first.FinishedAt.Format(time.StampMilli))
+				}
+				add(Violation{Rule: RuleOneResult, Key: k, TaskID: vs[1].first.TaskID, Detail: fmt.Sprintf(
+					"%d SUCCEEDED events within the result TTL carry %d different results: %s",
+					end-start, len(vs), strings.Join(parts, "; "))})
+			}
+			start = end
+		}
+	}
+
+	// Runs per key, in token order, split into flight generations.
+	runsByKey := map[string][]ModelRun{}
+	for _, run := range h.Runs {
+		runsByKey[run.Key] = append(runsByKey[run.Key], run)
+		f.ModelRuns++
+		switch run.Reason {
+		case "takeover":
+			f.Takeovers++
+		case "expired":
+			f.ExpiredRuns++
+		case "retry":
+			f.RetryRuns++
+		case "result_lost":
+			f.ResultLostRuns++
+		}
+	}
+	epochs := map[string][]epoch{}
+	for k, runs := range runsByKey {
+		sort.SliceStable(runs, func(i, j int) bool { return runs[i].Token < runs[j].Token })
+		epochs[k] = epochsOf(runs)
+		f.Flights += len(epochs[k])
+		f.DuplicateRuns += len(runs) - len(epochs[k])
+	}
+
+	// Rule 3: no stale-token result accepted.
+	// (a) Every token of a SUCCEEDED event ran, and is the greatest token of its flight
+	// generation: a larger token in the same generation means another owner had taken the
+	// flight over before this result was accepted (after a success only result_lost or a
+	// fresh flight issue tokens, and they start a new generation).
+	for _, k := range sortedKeys(succ) {
+		seen := map[int64]bool{}
+		for _, ev := range succ[k] {
+			if seen[ev.OwnerToken] {
+				continue
+			}
+			seen[ev.OwnerToken] = true
+			checkAccepted(k, ev.OwnerToken, fmt.Sprintf("SUCCEEDED event of task %s (%s, by %s)", ev.TaskID, ev.Shared, ev.Consumer),
+				epochs[k], add)
+		}
+	}
+	// (b) The same for every result Redis accepted (from the consumers' logs), and one
+	// accepted result per flight generation.
+	compByKey := map[string][]Completion{}
+	for _, c := range h.Completions {
+		compByKey[c.Key] = append(compByKey[c.Key], c)
+		f.Completions++
+		if c.Restored {
+			f.Restored++
+		}
+	}
+	for _, k := range sortedKeys(compByKey) {
+		eps := epochs[k]
+		perEpoch := map[int]Completion{}
+		for _, c := range compByKey[k] {
+			what := fmt.Sprintf("result of task %s accepted from %s", c.TaskID, c.Consumer)
+			if c.Restored {
+				what += " (restored)"
+			}
+			checkAccepted(k, c.Token, what, eps, add)
+			i := epochIndex(eps, c.Token)
+			if i < 0 {
+				continue
+			}
+			if prev, ok := perEpoch[i]; ok && prev.Token != c.Token {
+				add(Violation{Rule: RuleNoStale, Key: k, TaskID: c.TaskID, Detail: fmt.Sprintf(
+					"two results accepted in one flight: token %d from %s and token %d from %s",
+					prev.Token, prev.Consumer, c.Token, c.Consumer)})
+			}
+			perEpoch[i] = c
+		}
+	}
+	// (c) The stored flight holds the last SUCCEEDED token while the result TTL lasts.
+	for _, k := range sortedKeys(succ) {
+		evs := succ[k]
+		last := evs[len(evs)-1]
+		fl, ok := h.Flights[k]
+		if !ok {
+			continue // not read (the runner reads every enqueued key)
+		}
+		switch {
+		case !fl.Found:
+			if h.ResultTTL == 0 || h.SnapshotAt.Sub(last.FinishedAt) < h.ResultTTL {
+				add(Violation{Rule: RuleNoStale, Key: k, Detail: fmt.Sprintf(
+					"no stored flight at the end, within the result TTL of token %d's result", last.OwnerToken)})
+			}
+		case fl.Status != "SUCCEEDED":
+			add(Violation{Rule: RuleNoStale, Key: k, Detail: fmt.Sprintf(
+				"stored flight is %s with token %d; the last SUCCEEDED event carries token %d", fl.Status, fl.OwnerToken, last.OwnerToken)})
+		case fl.OwnerToken != last.OwnerToken:
+			add(Violation{Rule: RuleNoStale, Key: k, Detail: fmt.Sprintf(
+				"stored flight has token %d; the last SUCCEEDED event (task %s) carries token %d", fl.OwnerToken, last.TaskID, last.OwnerToken)})
+		case !fl.ResultStored:
+			add(Violation{Rule: RuleNoStale, Key: k, Detail: fmt.Sprintf(
+				"stored flight SUCCEEDED with token %d but its result key is gone", fl.OwnerToken)})
+		}
+	}
+
+	// Rule 4: runs per key <= 1 + takeovers (+ allowed extra runs).
+	for _, k := range sortedKeys(runsByKey) {
+		runs := runsByKey[k]
+		eps := epochs[k]
+		var takeovers, extra, fresh int
+		for i, run := range runs {
+			if !ownerReasons[run.Reason] {
+				add(Violation{Rule: RuleRuns, Key: k, TaskID: run.TaskID, Detail: fmt.Sprintf(
+					"run with token %d has unknown reason %q", run.Token, run.Reason)})
+			}
+			if i > 0 && runs[i-1].Token == run.Token {
+				add(Violation{Rule: RuleRuns, Key: k, TaskID: run.TaskID, Detail: fmt.Sprintf(
+					"token %d ran the model twice (%s task %s, %s task %s)", run.Token,
+					runs[i-1].Consumer, runs[i-1].TaskID, run.Consumer, run.TaskID)})
+			}
+			switch run.Reason {
+			case "takeover", "expired":
+				takeovers++
+			case "retry", "result_lost":
+				extra++
+			}
+		}
+		// A fresh flight (reason new) after the first is allowed when every earlier
+		// generation ended without a result (a FAILED, EXPIRED or CANCELLED event carries
+		// one of its tokens) or its result's TTL had passed.
+		var why []string
+		for i := 1; i < len(eps); i++ {
+			start := eps[i].runs[0]
+			if start.Reason != "new" {
+				continue
+			}
+			ok := true
+			for j := 0; j < i; j++ {
+				if w := generationOpen(eps, j, succ[k], other[k], start, h.ResultTTL); w != "" {
+					ok = false
+					why = append(why, fmt.Sprintf("fresh flight (token %d, task %s, %s) ran the model again: %s",
+						start.Token, start.TaskID, start.Consumer, w))
+					break
+				}
+			}
+			if ok {
+				fresh++
+			}
+		}
+		if allowed := 1 + fresh + takeovers + extra; len(runs) > allowed || len(why) > 0 {
+			add(Violation{Rule: RuleRuns, Key: k, Detail: fmt.Sprintf(
+				"%d model runs, allowed 1 + %d takeovers + %d fresh flights after a failure + %d retry/result_lost runs (%s)%s",
+				len(runs), takeovers, fresh, extra, describeRuns(runs), prefixJoin("; ", why))})
+		}
+	}
+
+	// Rule 5: nothing pending at the end.
+	for _, b := range h.Backlog {
+		if b.Pending > 0 {
+			f.Pending += b.Pending
+			add(Violation{Rule: RulePending, Detail: fmt.Sprintf("stage %s: %d entries pending in the group", b.Stage, b.Pending)})
+		}
+		if b.Lag > 0 {
+			f.Pending += b.Lag
+			add(Violation{Rule: RulePending, Detail: fmt.Sprintf("stage %s: %d entries never delivered", b.Stage, b.Lag)})
+		}
+	}
+	for _, k := range sortedKeys(h.Flights) {
+		fl := h.Flights[k]
+		if !fl.Found {
+			continue
+		}
+		if fl.Status == "PENDING" || fl.Status == "RUNNING" {
+			add(Violation{Rule: RulePending, Key: k, Detail: fmt.Sprintf("flight still %s (token %d)", fl.Status, fl.OwnerToken)})
+		}
+		if fl.Parked > 0 {
+			add(Violation{Rule: RulePending, Key: k, Detail: fmt.Sprintf("%d tasks still parked on the %s flight", fl.Parked, fl.Status)})
+		}
+	}
+
+	// Faults, logs, exits.
+	f.Faults = map[string]int{}
+	for _, ft := range h.Faults {
+		f.Faults[ft.Kind]++
+		f.FaultsTotal++
+	}
+	f.Refused, f.FencedOff, f.Spooled, f.SpoolBack = h.Logs.Refused, h.Logs.FencedOff, h.Logs.Spooled, h.Logs.SpoolWritten
+	f.Crashes = len(h.Exits)
+	f.Violations = len(r.Violations)
+	f.ViolationsByRule = map[string]int{}
+	for _, v := range r.Violations {
+		f.ViolationsByRule[fmt.Sprint(v.Rule)]++
+	}
+	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].Rule < r.Violations[j].Rule })
+	return r
+}
+
+// checkAccepted reports an accepted token that never ran, or that a larger token of the
+// same flight generation had run before it (so the result came from a stale owner).
+func checkAccepted(key string, token int64, what string, eps []epoch, add func(Violation)) {
+	i := epochIndex(eps, token)
+	if i < 0 {
+		add(Violation{Rule: RuleNoStale, Key: key, Detail: fmt.Sprintf("%s: token %d never ran the model", what, token)})
+		return
+	}
+	ran := false
+	for _, r := range eps[i].runs {
+		if r.Token == token {
+			ran = true
+		}
+	}
+	if !ran {
+		add(Violation{Rule: RuleNoStale, Key: key, Detail: fmt.Sprintf("%s: token %d never ran the model", what, token)})
+		return
+	}
+	if last := eps[i].last(); last.Token > token {
+		add(Violation{Rule: RuleNoStale, Key: key, Detail: fmt.Sprintf(
+			"%s carries token %d, but token %d (reason %s, %s, task %s) had taken the flight over: the stale owner's result was accepted",
+			what, token, last.Token, last.Reason, last.Consumer, last.TaskID)})
+	}
+}
+
+// generationOpen explains why flight generation j of a key had not ended when start (a
+// fresh flight of a later generation) ran, or answers "".
+func generationOpen(eps []epoch, j int, succ, other []topics.Event, start ModelRun, ttl time.Duration) string {
+	lo := eps[j].first()
+	hi := int64(1<<63 - 1)
+	if j+1 < len(eps) {
+		hi = eps[j+1].first()
+	}
+	in := func(t int64) bool { return t >= lo && t < hi }
+	for _, ev := range succ {
+		if in(ev.OwnerToken) {
+			// Log times have second precision: allow one second.
+			if ttl == 0 || start.At.Add(time.Second).Sub(ev.FinishedAt) < ttl {
+				return fmt.Sprintf("generation %d (tokens from %d) succeeded with token %d at %s, within the result TTL",
+					j+1, lo, ev.OwnerToken, ev.FinishedAt.Format(time.StampMilli))
+			}
+			return ""
+		}
+	}
+	for _, ev := range other {
+		if in(ev.OwnerToken) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("generation %d (tokens %d..%d, last run by %s) never ended with an event",
+		j+1, lo, eps[j].last().Token, eps[j].last().Consumer)
+}
+
+func describeRuns(runs []ModelRun) string {
+	var b bytes.Buffer
+	for i, r := range runs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if i == 8 {
+			fmt.Fprintf(&b, "... (%d more)", len(runs)-i)
+			break
+		}
+		fmt.Fprintf(&b, "%d/%s/%s", r.Token, r.Reason, r.Consumer)
+	}
+	return b.String()
+}
+
+func prefixJoin(sep string, parts []string) string {
+	out := ""
+	for _, p := range parts {
+		out += sep + p
+	}
+	return out
+}
+
+func sameResult(a, b topics.Event) bool {
+	if len(a.Result) == 0 || len(b.Result) == 0 {
+		return a.ResultRef == b.ResultRef
+	}
+	return bytes.Equal(a.Result, b.Result)
+}
+
+func clip(b []byte) string {
+	if len(b) > 160 {
+		return string(b[:160]) + "..."
+	}
+	return string(b)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,153 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisServer is the run's own redis-server child, with AOF on (appendfsync always) in its
+// own directory, so that a restart on the same port keeps the data, as production would.
+// (internal/redistest takes a testing.TB and keeps nothing on disk, hence this small twin.)
+type redisServer struct {
+	bin  string
+	port int
+	dir  string
+	log  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startRedis starts redis-server on a free loopback port with its data in dir.
+func startRedis(dir string) (*redisServer, error) {
+	bin := os.Getenv("REDIS_SERVER")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return nil, fmt.Errorf("redis-server not found (run `make deps`): %w", err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		s := &redisServer{bin: bin, port: port, dir: dir, log: filepath.Join(dir, "redis.log")}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func (s *redisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+func (s *redisServer) URL() string  { return "redis://" + s.Addr() + "/0" }
+
+func (s *redisServer) start() error {
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "notice", "--logfile", s.log)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(30 * time.Second) // loading a large AOF takes a moment
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server exited at start (see %s)", s.log)
+		default:
+		}
+		if s.ping() == nil {
+			s.mu.Lock()
+			s.cmd, s.done = cmd, done
+			s.mu.Unlock()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return errors.New("redis-server did not answer PING within 30s")
+}
+
+// ping answers nil once the server serves commands (not while it loads the AOF).
+func (s *redisServer) ping() error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// stop signals the server (SIGTERM: a clean shutdown; SIGKILL: a crash) and waits for it to
+// exit; after 15 s it is killed.
+func (s *redisServer) stop(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// restart stops the server with sig, waits down, and starts it again on the same port and
+// directory (the AOF brings the data back).
+func (s *redisServer) restart(sig syscall.Signal, down time.Duration) error {
+	s.stop(sig)
+	time.Sleep(down)
+	var err error
+	for range 50 {
+		if err = s.start(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("restart redis-server: %w", err)
+}
+
+// signal sends sig (SIGSTOP, SIGCONT) to the running server.
+func (s *redisServer) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// running reports whether the server process is up (possibly paused).
+func (s *redisServer) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}

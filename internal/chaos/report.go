@@ -1,0 +1,104 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Summary is the one-line JSON form of a run's figures.
+type Summary struct {
+	Seed      uint64  `json:"seed"`
+	Duration  string  `json:"duration"`
+	Consumers int     `json:"consumers"`
+	Keys      int     `json:"liveKeys"`
+	Rate      float64 `json:"rate"`
+	Elapsed   string  `json:"elapsed"`
+	Out       string  `json:"out"`
+	Figures
+	Unavailable map[string]string `json:"unavailableFaults,omitempty"`
+}
+
+// Summary returns the figures of o with the run's settings.
+func (o *Outcome) Summary(cfg Config) Summary {
+	cfg.setDefaults()
+	return Summary{Seed: cfg.Seed, Duration: cfg.Duration.String(), Consumers: cfg.Consumers, Keys: cfg.Keys,
+		Rate: cfg.Rate, Elapsed: o.Elapsed.Round(time.Second).String(), Out: o.Out, Figures: o.Report.Figures,
+		Unavailable: o.Unavailable}
+}
+
+// WriteTable writes the figures as a readable table, then the violations (at most max).
+func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
+	s := o.Summary(cfg)
+	f := s.Figures
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(name string, v any, note string) { fmt.Fprintf(tw, "%s\t%v\t%s\n", name, v, note) }
+	fmt.Fprintf(tw, "chaos run\tseed %d\t%s, %d consumers, %d live keys, %.0f sends/s (elapsed %s)\n",
+		s.Seed, s.Duration, s.Consumers, s.Keys, s.Rate, s.Elapsed)
+	row("tasks", f.Tasks, fmt.Sprintf("surely enqueued; %d more XADDs answered an error (may or may not exist)", f.UnsureEnqueues))
+	row("distinct keys", f.DistinctKeys, "")
+	row("events", f.Events, fmt.Sprintf("%d duplicates (at-least-once), %d of unsure or unknown tasks", f.DuplicateEvts, f.StrayEvents))
+	row("tasks by outcome", fmt.Sprintf("%d ok", f.Succeeded), fmt.Sprintf("%d FAILED, %d EXPIRED, %d CANCELLED; %d tasks got conflicting events",
+		f.Failed, f.Expired, f.Cancelled, f.ConflictingTasks))
+	row("lost tasks", f.LostTasks, "surely enqueued, no terminal event")
+	row("dead letters", f.DeadLetters, "entries moved to ai:tasks:<stage>:dlq")
+	kinds := make([]string, 0, len(f.Faults))
+	for k := range f.Faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	row("faults", f.FaultsTotal, "")
+	for _, k := range kinds {
+		row("  "+k, f.Faults[k], "")
+	}
+	for k, why := range s.Unavailable {
+		row("  "+k, "-", "not available: "+why)
+	}
+	row("model runs", f.ModelRuns, fmt.Sprintf("over %d flights (1 per key, plus fresh flights after a failure)", f.Flights))
+	row("duplicate runs", f.DuplicateRuns, "runs beyond the first of a flight:")
+	row("  takeovers", f.Takeovers, "reason takeover (lease lapsed)")
+	row("  expired", f.ExpiredRuns, "reason expired")
+	row("  retry", f.RetryRuns, "reason retry (allowed extra)")
+	row("  result_lost", f.ResultLostRuns, "reason result_lost (allowed extra)")
+	row("results accepted", f.Completions, fmt.Sprintf("%d written back by restore", f.Restored))
+	row("late results refused", f.Refused, fmt.Sprintf("fencing; %d owners fenced off by a heartbeat", f.FencedOff))
+	row("uncertain outcomes", f.Spooled, fmt.Sprintf("spooled while Redis was away; %d written back by the flush loop", f.SpoolBack))
+	row("consumer crashes", f.Crashes, "exits nobody asked for")
+	row("pending at end", f.Pending, "")
+	row("violations", f.Violations, violationsByRule(f.ViolationsByRule))
+	tw.Flush()
+	for i, v := range o.Report.Violations {
+		if i == maxViolations {
+			fmt.Fprintf(w, "... and %d more (see %s/report.json)\n", len(o.Report.Violations)-i, o.Out)
+			break
+		}
+		fmt.Fprintln(w, "VIOLATION", v)
+	}
+	for _, e := range o.History.Exits {
+		fmt.Fprintf(w, "CRASH %s at %s: %s\n%s\n", e.Process, e.At.Format(time.TimeOnly), e.Status, indent(e.Tail))
+	}
+}
+
+func violationsByRule(m map[string]int) string {
+	var parts []string
+	for r := RuleEvent; r <= RulePending; r++ {
+		if n := m[fmt.Sprint(r)]; n > 0 {
+			parts = append(parts, fmt.Sprintf("rule %d (%s): %d", r, RuleNames[r], n))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// JSONLine is the summary as one JSON line.
+func (o *Outcome) JSONLine(cfg Config) string {
+	b, _ := json.Marshal(o.Summary(cfg))
+	return string(b)
+}

@@ -1,0 +1,109 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+func TestStageYAMLLoads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stages.yaml")
+	if err := os.WriteFile(path, []byte(stageYAML(15*time.Minute)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stages, err := handlers.LoadStages(path, chaosStages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stages {
+		if s.Lease != lease || s.HeartbeatInterval != heartbeatInterval || s.ResultTTL != 15*time.Minute {
+			t.Errorf("%s: lease %v heartbeat %v resultTTL %v", s.Name, s.Lease, s.HeartbeatInterval, s.ResultTTL)
+		}
+	}
+}
+
+func TestKeysAreSeededAndValid(t *testing.T) {
+	slow, fail := 0, 0
+	for id := range 400 {
+		a, b := specFor(7, id), specFor(7, id)
+		if a != b {
+			t.Fatalf("key %d: %+v then %+v", id, a, b)
+		}
+		if a.LatencyMs > lease.Milliseconds() {
+			slow++
+		}
+		if a.Fail != "" {
+			fail++
+		}
+		tk := taskFor(7, id, "t1", time.Now())
+		if _, err := handlers.TaskKey(tk); err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Validate(topics.Limits{}.WithDefaults()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slow < 30 || fail < 10 {
+		t.Errorf("%d slow and %d failing keys of 400; want some of each", slow, fail)
+	}
+	k1, _ := handlers.TaskKey(taskFor(7, 3, "a", time.Now()))
+	k2, _ := handlers.TaskKey(taskFor(7, 3, "b", time.Now().Add(time.Hour)))
+	if k1 != k2 {
+		t.Error("two tasks of one key id have different flight keys")
+	}
+}
+
+func TestProducerWindow(t *testing.T) {
+	p := &producer{keys: 20, keyLife: 10 * time.Second}
+	if got := p.window(0); got != 0 {
+		t.Errorf("window(0) = %d", got)
+	}
+	if got := p.window(10 * time.Second); got != 20 {
+		t.Errorf("window(10s) = %d, want 20 (a new key every 500ms)", got)
+	}
+}
+
+// TestRedisRestartKeepsData: the run's redis-server keeps its data across SIGKILL and
+// SIGTERM restarts on the same port (AOF, fsync always).
+func TestRedisRestartKeepsData(t *testing.T) {
+	if _, err := os.Stat("/proc/self"); err != nil {
+		t.Skip("needs Linux")
+	}
+	rs, err := startRedis(t.TempDir())
+	if err != nil {
+		t.Skip(err) // no redis-server here; `make deps` installs it
+	}
+	defer rs.stop(syscall.SIGKILL)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	for i, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		if err := c.Set(ctx, "k", i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rs.restart(sig, 10*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := c.Get(ctx, "k").Int(); err != nil || v != i {
+			t.Fatalf("after %v: k = %v, %v; want %d", sig, v, err, i)
+		}
+	}
+	rs.signal(syscall.SIGSTOP)
+	pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err == nil {
+		t.Error("a paused server answered")
+	}
+	rs.signal(syscall.SIGCONT)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
