@@ -392,24 +392,11 @@ func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]Ev
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return streamIDLess(out[j].ID, out[i].ID) })
+	sort.Slice(out, func(i, j int) bool { return topics.IDLess(out[j].ID, out[i].ID) })
 	if int64(len(out)) > n {
 		out = out[:n]
 	}
 	return out, nil
-}
-
-func streamIDLess(a, b string) bool {
-	am, as, _ := strings.Cut(a, "-")
-	bm, bs, _ := strings.Cut(b, "-")
-	ai, _ := strconv.ParseInt(am, 10, 64)
-	bi, _ := strconv.ParseInt(bm, 10, 64)
-	if ai != bi {
-		return ai < bi
-	}
-	x, _ := strconv.ParseInt(as, 10, 64)
-	y, _ := strconv.ParseInt(bs, 10, 64)
-	return x < y
 }
 
 // DeadLetterView is one dead-letter entry.

@@ -2,11 +2,11 @@ package handlers
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // trimLoop removes task entries every consumer group has acknowledged, every interval.
@@ -45,7 +45,7 @@ func trimAcked(ctx context.Context, rdb redis.UniversalClient, stream string) (i
 	}
 	floor := ""
 	lower := func(id string) {
-		if id != "" && id != "0-0" && (floor == "" || idLess(id, floor)) {
+		if id != "" && id != "0-0" && (floor == "" || topics.IDLess(id, floor)) {
 			floor = id
 		}
 	}
@@ -66,18 +66,4 @@ func trimAcked(ctx context.Context, rdb redis.UniversalClient, stream string) (i
 		return 0, nil
 	}
 	return rdb.XTrimMinIDApprox(ctx, stream, floor, 0).Result()
-}
-
-// idLess compares stream ids "<ms>-<seq>".
-func idLess(a, b string) bool {
-	am, as, _ := strings.Cut(a, "-")
-	bm, bs, _ := strings.Cut(b, "-")
-	ai, _ := strconv.ParseUint(am, 10, 64)
-	bi, _ := strconv.ParseUint(bm, 10, 64)
-	if ai != bi {
-		return ai < bi
-	}
-	x, _ := strconv.ParseUint(as, 10, 64)
-	y, _ := strconv.ParseUint(bs, 10, 64)
-	return x < y
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // TestTrimAcked: only entries delivered and acknowledged by every group are trimmed; unread
@@ -39,7 +40,7 @@ func TestTrimAcked(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := r.Client.XRange(ctx, s, "-", "+").Val()
-	if len(left) == 0 || idLess(ids[100], left[0].ID) {
+	if len(left) == 0 || topics.IDLess(ids[100], left[0].ID) {
 		t.Fatalf("the pending entry %s was trimmed (first left %v)", ids[100], left[0].ID)
 	}
 	if len(left) == 300 {
