@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps build vet test race bench chaos chaos-short demo fmt tidy clean test-ui
+.PHONY: all deps build vet test race bench chaos chaos-short chaos-cluster demo fmt tidy clean test-ui
 
 all: build
 
@@ -54,6 +54,11 @@ chaos: deps
 
 chaos-short: deps
 	$(GO) run ./cmd/chaos --seed 1 --duration 40s
+
+# chaos-cluster: the same run on its own Redis Cluster (3 masters + 3 replicas), with
+# cluster-master-kill faults (SIGKILL a master, its replica is promoted, the node rejoins).
+chaos-cluster: deps
+	$(GO) run ./cmd/chaos --seed 1 --duration 3m --cluster
 
 # demo: a private redis-server (or $$REDIS_URL), two consumers, a producer; prints the events.
 demo: deps

@@ -1,9 +1,11 @@
 // Command chaos runs Flightdeck's seeded fault-injection run (`make chaos`): its own
 // redis-server with AOF, several consumer processes, a producer, and faults at random
-// times (SIGKILL and SIGSTOP of consumers, Redis restarts and pauses). It prints the figures
-// as a table and a JSON line, and exits 1 on any violation of the checker's rules.
+// times (SIGKILL and SIGSTOP of consumers, Redis restarts and pauses). With --cluster it runs
+// on its own 6-node Redis Cluster instead and kills masters (a replica is promoted, the
+// killed node rejoins as a replica). It prints the figures as a table and a JSON line, and
+// exits 1 on any violation of the checker's rules.
 //
-//	chaos [--seed 1] [--duration 5m] [--consumers 3] [--keys 20] [--rate 20] [--out DIR]
+//	chaos [--seed 1] [--duration 5m] [--consumers 3] [--keys 20] [--rate 20] [--cluster] [--out DIR]
 package main
 
 import (
@@ -43,6 +45,7 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.FaultEvery, "fault-every", 5*time.Second, "mean gap between faults")
 	fs.DurationVar(&cfg.Drain, "drain", 2*time.Minute, "after the faults, how long to wait for every task to be answered")
 	fs.StringVar(&cfg.Out, "out", "", "directory for logs, the AOF, history.json and report.json (default: a new temp dir)")
+	fs.BoolVar(&cfg.RedisCluster, "cluster", false, "run on its own Redis Cluster (3 masters + 3 replicas) and kill masters (cluster-master-kill); the single-node Redis restart/pause faults are skipped")
 	fs.StringVar(&cfg.ConsumerBin, "consumer-bin", "", "a built consumer binary (default: go build ./cmd/consumer)")
 	quiet := fs.Bool("quiet", false, "no progress lines, only the figures")
 	maxV := fs.Int("max-violations", 50, "violations printed (all are in report.json)")

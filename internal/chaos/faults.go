@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,10 +22,10 @@ const (
 	FaultMasterKill = "cluster-master-kill"   // kill one Redis Cluster master (needs Config.Cluster)
 )
 
-// Cluster is the hook for the FaultMasterKill fault. No Redis Cluster helper exists yet
-// (issue 6, item 1): Config.Cluster is nil and the fault is never drawn; the report says
-// "not available". When the helper lands, the runner should start the cluster instead of
-// the single redis-server, hand URL() to the consumers, and let this hook kill a master.
+// Cluster is the hook for the FaultMasterKill fault. With Config.RedisCluster the runner
+// starts its own cluster (localCluster, cluster.go) instead of the single redis-server and
+// hands URL() to the consumers; single-node runs never draw the fault and the report says
+// "not available".
 type Cluster interface {
 	// URL is the cluster URL the consumers and the producer use (several seed addresses).
 	URL() string
@@ -49,7 +50,7 @@ var faultWeights = []struct {
 type injector struct {
 	rng     *rand.Rand
 	sup     *supervisor
-	redis   *redisServer
+	redis   *redisServer // nil in cluster mode: the single-node Redis faults are not drawn
 	cluster Cluster
 	coord   *flight.Coordinator
 	prod    *producer
@@ -69,17 +70,28 @@ func (in *injector) record(f Fault) {
 	in.logf("fault %-22s %-8s %s %s", f.Kind, f.Target, f.For, f.Note)
 }
 
+// drawable reports whether kind can be injected in this run.
+func (in *injector) drawable(kind string) bool {
+	switch kind {
+	case FaultMasterKill:
+		return in.cluster != nil
+	case FaultRedisTerm, FaultRedisKill, FaultRedisPause:
+		return in.redis != nil
+	}
+	return true
+}
+
 func (in *injector) pick() string {
 	total := 0.0
 	for _, w := range faultWeights {
-		if w.kind == FaultMasterKill && in.cluster == nil {
+		if !in.drawable(w.kind) {
 			continue
 		}
 		total += w.weight
 	}
 	x := in.rng.Float64() * total
 	for _, w := range faultWeights {
-		if w.kind == FaultMasterKill && in.cluster == nil {
+		if !in.drawable(w.kind) {
 			continue
 		}
 		if x < w.weight {
@@ -220,14 +232,17 @@ func (in *injector) masterKill() {
 	i := in.rng.IntN(in.cluster.Masters())
 	down := in.between(time.Second, 5*time.Second)
 	at := time.Now()
-	f := Fault{Kind: FaultMasterKill, Target: fmt.Sprintf("master%d", i), At: at, For: down.String()}
+	f := Fault{Kind: FaultMasterKill, Target: fmt.Sprintf("master%d", i), At: at}
 	if err := in.cluster.KillMaster(i); err != nil {
 		f.Note = err.Error()
 	}
+	failover := time.Since(at)
 	time.Sleep(down)
 	if err := in.cluster.RestartMaster(i); err != nil {
 		f.Note += " restart: " + err.Error()
 	}
+	f.For = time.Since(at).Round(time.Millisecond).String()
+	f.Note = strings.TrimSpace(fmt.Sprintf("failover %v, down %v; %s", failover.Round(time.Millisecond), down.Round(time.Millisecond), f.Note))
 	in.record(f)
 }
 

@@ -24,6 +24,7 @@ type redisServer struct {
 	port int
 	dir  string
 	log  string
+	args []string // extra redis-server arguments (cluster mode)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -31,13 +32,10 @@ type redisServer struct {
 }
 
 // startRedis starts redis-server on a free loopback port with its data in dir.
-func startRedis(dir string) (*redisServer, error) {
-	bin := os.Getenv("REDIS_SERVER")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			return nil, fmt.Errorf("redis-server not found (run `make deps`): %w", err)
-		}
+func startRedis(dir string, extra ...string) (*redisServer, error) {
+	bin, err := redisServerBin()
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -50,7 +48,7 @@ func startRedis(dir string) (*redisServer, error) {
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		s := &redisServer{bin: bin, port: port, dir: dir, log: filepath.Join(dir, "redis.log")}
+		s := &redisServer{bin: bin, port: port, dir: dir, log: filepath.Join(dir, "redis.log"), args: extra}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -58,14 +56,26 @@ func startRedis(dir string) (*redisServer, error) {
 	return nil, lastErr
 }
 
+func redisServerBin() (string, error) {
+	bin := os.Getenv("REDIS_SERVER")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return "", fmt.Errorf("redis-server not found (run `make deps`): %w", err)
+		}
+	}
+	return bin, nil
+}
+
 func (s *redisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 func (s *redisServer) URL() string  { return "redis://" + s.Addr() + "/0" }
 
 func (s *redisServer) start() error {
-	cmd := exec.Command(s.bin,
+	args := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
-		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "notice", "--logfile", s.log)
+		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "notice", "--logfile", s.log}
+	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -105,5 +106,20 @@ func TestRedisRestartKeepsData(t *testing.T) {
 	rs.signal(syscall.SIGCONT)
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestParseClusterNodes(t *testing.T) {
+	const s = `07c3 127.0.0.1:30004@40004 slave e7d1 0 1426238317239 4 connected
+67ed 127.0.0.1:30002@40002 master - 0 1426238316232 2 connected 5461-10922
+292f 127.0.0.1:30003@40003 master - 0 1426238318243 3 connected 10923-16383
+6ec2 127.0.0.1:30005@40005 master,fail - 1426238316232 1426238316232 5 disconnected
+824f 127.0.0.1:30006@40006 master - 0 1426238317741 6 connected 0-5460
+e7d1 127.0.0.1:30001@40001 myself,master,fail? - 0 0 1 connected 12000
+`
+	got := liveMasters(parseClusterNodes(s))
+	want := []string{"127.0.0.1:30002", "127.0.0.1:30003", "127.0.0.1:30006"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("live masters %v, want %v", got, want)
 	}
 }
