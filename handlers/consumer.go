@@ -63,7 +63,8 @@ type Config struct {
 	// HardIdle: an entry idle this long is claimed even from a live consumer. A live owner
 	// resets its entry's idle time at every heartbeat, so this reaches only entries a busy
 	// subscriber prefetched (watermill holds up to two per subscriber) or a stuck delivery;
-	// a handler that finds its entry claimed away drops it. Defaults to 30 s.
+	// a handler that finds its entry claimed away drops it. Defaults to three heartbeat
+	// intervals of the slowest stage, at least 10 s.
 	HardIdle time.Duration
 	// Grace is how long running owners may finish after shutdown begins; the rest are failed
 	// as retryable and their entries left for another consumer. Defaults to 10 s.
@@ -104,7 +105,12 @@ func (c *Config) setDefaults() {
 		c.MinClaimIdle = time.Second
 	}
 	if c.HardIdle == 0 {
-		c.HardIdle = 30 * time.Second
+		// Owners touch their entry every heartbeat; three missed heartbeats (and never less
+		// than 10 s) mean the entry waits in a busy subscriber's read-ahead, or is stuck.
+		c.HardIdle = 10 * time.Second
+		for _, s := range c.Stages {
+			c.HardIdle = max(c.HardIdle, 3*s.HeartbeatInterval)
+		}
 	}
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Second
