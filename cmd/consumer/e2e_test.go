@@ -70,6 +70,8 @@ type e2e struct {
 	prefix string
 	ks     topics.Keyspace
 	w      topics.Writer
+	stages string // --stages of the consumers
+	grace  string // --grace of the consumers
 	coord  *flight.Coordinator
 	config string
 }
@@ -88,7 +90,8 @@ func newE2EOn(t *testing.T, rdb redis.UniversalClient, url, prefix string) *e2e 
 	ks := topics.Keyspace{Prefix: prefix}
 	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: ks})
 	return &e2e{t: t, ctx: context.Background(), rdb: rdb, url: url, prefix: prefix, ks: ks,
-		w: topics.Writer{Client: rdb, Keyspace: ks}, coord: coord, config: cfg}
+		w: topics.Writer{Client: rdb, Keyspace: ks}, coord: coord, config: cfg,
+		stages: "interview-evaluation,interview-followup", grace: "3s"}
 }
 
 // proc is one consumer process.
@@ -109,25 +112,38 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// start runs a consumer process and waits until it serves /healthz.
+// start runs a consumer process with the default environment and waits until it is ready.
 func (e *e2e) start(name string) *proc {
+	return e.startWith(name, []string{"REDIS_URL=" + e.url}, true)
+}
+
+// startWith runs a consumer process with the given environment (on top of this process's,
+// without REDIS_*, OPENAI_* and FLIGHTDECK_* variables) and extra flags, and waits until it is
+// ready (/readyz; wait false: it only starts it).
+func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *proc {
 	e.t.Helper()
 	p := &proc{name: name, http: freeAddr(e.t), logPath: filepath.Join(e.t.TempDir(), name+".log"), done: make(chan struct{})}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p.cmd = exec.Command(binary, "--config", e.config, "--stages", "interview-evaluation,interview-followup",
-		"--prefix", e.prefix, "--name", name, "--http", p.http, "--grace", "3s",
-		"--liveness-interval", "200ms", "--claim-interval", claimInterval.String(), "--log-level", "info")
-	p.cmd.Env = append(os.Environ(), "REDIS_URL="+e.url)
+	args := append([]string{"--config", e.config, "--stages", e.stages, "--prefix", e.prefix,
+		"--name", name, "--http", p.http, "--grace", e.grace, "--liveness-interval", "200ms",
+		"--claim-interval", claimInterval.String(), "--log-level", "info"}, extra...)
+	p.cmd = exec.Command(binary, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDIS_") && !strings.HasPrefix(kv, "OPENAI_") && !strings.HasPrefix(kv, "FLIGHTDECK_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
 	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
 	e.t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT) // a test may have stopped it
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		if e.t.Failed() {
@@ -139,6 +155,9 @@ func (e *e2e) start(name string) *proc {
 			e.t.Logf("--- last log lines of %s:\n%s", name, strings.Join(lines, "\n"))
 		}
 	})
+	if !wait {
+		return p
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + p.http + "/readyz")
@@ -155,7 +174,8 @@ func (e *e2e) start(name string) *proc {
 		default:
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("consumer %s did not become healthy", name)
+			b, _ := os.ReadFile(p.logPath)
+			e.t.Fatalf("consumer %s did not become healthy:\n%s", name, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

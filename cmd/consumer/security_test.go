@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -82,70 +81,8 @@ func newSecureE2E(t *testing.T, prefix string, opts *redistest.Options) (*e2e, *
 	if err := os.WriteFile(e.config, []byte(securityYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	e.stages, e.grace = securityStages, "2s"
 	return e, srv
-}
-
-// startWith runs a consumer process with the given environment (on top of this process's,
-// without REDIS_*, OPENAI_* and FLIGHTDECK_* variables) and extra flags, and waits until it is
-// ready (/readyz; wait false: it only starts it).
-func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *proc {
-	e.t.Helper()
-	p := &proc{name: name, http: freeAddr(e.t), logPath: filepath.Join(e.t.TempDir(), name+".log"), done: make(chan struct{})}
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	args := append([]string{"--config", e.config, "--stages", securityStages, "--prefix", e.prefix,
-		"--name", name, "--http", p.http, "--grace", "2s", "--liveness-interval", "200ms",
-		"--claim-interval", claimInterval.String(), "--log-level", "info"}, extra...)
-	p.cmd = exec.Command(binary, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "REDIS_") && !strings.HasPrefix(kv, "OPENAI_") && !strings.HasPrefix(kv, "FLIGHTDECK_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
-	e.t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if e.t.Failed() {
-			b, _ := os.ReadFile(p.logPath)
-			lines := strings.Split(string(b), "\n")
-			if len(lines) > 40 && !strings.Contains(string(b), "DATA RACE") {
-				lines = lines[len(lines)-40:]
-			}
-			e.t.Logf("--- last log lines of %s:\n%s", name, strings.Join(lines, "\n"))
-		}
-	})
-	if !wait {
-		return p
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + p.http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
-		select {
-		case <-p.done:
-			b, _ := os.ReadFile(p.logPath)
-			e.t.Fatalf("consumer %s exited at start:\n%s", name, b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(p.logPath)
-			e.t.Fatalf("consumer %s did not become healthy:\n%s", name, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // stop sends SIGTERM and waits for the process to exit 0.
