@@ -34,6 +34,7 @@ type StateError struct {
 	Status Status
 }
 
+// Error describes the refused call and the status.
 func (e *StateError) Error() string {
 	return fmt.Sprintf("flight: %s not allowed in status %s", e.Op, e.Status)
 }
@@ -65,6 +66,7 @@ type CoordinationError struct {
 	BreakerOpen bool
 }
 
+// Error says why coordination was unavailable.
 func (e *CoordinationError) Error() string {
 	if e.BreakerOpen {
 		return "flight: coordination unavailable: circuit breaker open"
@@ -89,6 +91,7 @@ type OutcomeError struct {
 	Retryable bool
 }
 
+// Error describes the flight's final status and failure.
 func (e *OutcomeError) Error() string {
 	return fmt.Sprintf("flight: %s (%s/%s): %s", e.Status, e.Type, e.Code, e.Message)
 }

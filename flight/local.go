@@ -27,6 +27,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error describes the panic with the stack of the goroutine that panicked.
 func (p *PanicError) Error() string {
 	return fmt.Sprintf("flight: fn panicked: %v\n\n%s", p.Value, p.Stack)
 }

@@ -46,6 +46,7 @@ type Violation struct {
 	Detail string `json:"detail"`
 }
 
+// String is the violation as one report line.
 func (v Violation) String() string {
 	s := fmt.Sprintf("rule %d (%s)", v.Rule, RuleNames[v.Rule])
 	if v.Key != "" {
