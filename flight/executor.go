@@ -182,11 +182,17 @@ type stageRuntime struct {
 	degraded atomic.Bool
 }
 
+// DefaultNodeID names this process "<hostname>-<pid>": the default owner id of executors and
+// the default consumer name.
+func DefaultNodeID() string {
+	host, _ := os.Hostname()
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
 // NewExecutor validates cfg and opens the spool.
 func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if cfg.NodeID == "" {
-		host, _ := os.Hostname()
-		cfg.NodeID = host + "-" + strconv.Itoa(os.Getpid())
+		cfg.NodeID = DefaultNodeID()
 	}
 	if cfg.Logger == nil {
 		l := zerolog.Nop()

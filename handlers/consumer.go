@@ -82,8 +82,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Name == "" {
-		host, _ := os.Hostname()
-		c.Name = host + "-" + strconv.Itoa(os.Getpid())
+		c.Name = flight.DefaultNodeID()
 	}
 	if len(c.Models) == 0 {
 		c.Models = map[string]model.Model{"sim": &model.Sim{}}
