@@ -11,8 +11,9 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// BenchmarkOwnerCycle measures one full owner cycle (acquire, start, complete) on a fresh key,
-// beside the naive lock a team would write first: SET NX for the lock, SET for the result.
+// BenchmarkOwnerCycle measures one full owner cycle (acquire and start in one call, then
+// complete with the owner's event) on a fresh key, beside the naive lock a team would write
+// first: SET NX for the lock, SET for the result.
 func BenchmarkOwnerCycle(b *testing.B) {
 	r := redistest.New(b)
 	ctx := context.Background()
@@ -24,14 +25,12 @@ func BenchmarkOwnerCycle(b *testing.B) {
 		for range b.N {
 			n++
 			key := "own-" + strconv.Itoa(n)
-			d, err := c.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "n1", TaskID: "t", Stage: "s", Tenant: "t", Policy: pol})
+			d, err := c.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "n1", Task: flight.Task{ID: "t"},
+				Stage: "s", Tenant: "t", Policy: pol, Start: true})
 			if err != nil || d.Action != flight.ActionOwner {
 				b.Fatal(d, err)
 			}
-			if err := c.Start(ctx, key, d.Token, pol); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := c.Complete(ctx, key, d.Token, result, pol); err != nil {
+			if _, err := c.Complete(ctx, *d.Owner, result, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -57,11 +56,8 @@ func BenchmarkFollowerAcquire(b *testing.B) {
 	ctx := context.Background()
 	c, _ := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix}})
 	pol := flight.Policy{Lease: time.Hour, RunningTTL: time.Hour}
-	d, err := c.Acquire(ctx, flight.AcquireParams{Key: "busy", OwnerID: "n1", TaskID: "t", Stage: "s", Tenant: "t", Policy: pol})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.Start(ctx, "busy", d.Token, pol); err != nil {
+	if _, err := c.Acquire(ctx, flight.AcquireParams{Key: "busy", OwnerID: "n1", Task: flight.Task{ID: "t"},
+		Stage: "s", Tenant: "t", Policy: pol, Start: true}); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("flight", func(b *testing.B) {

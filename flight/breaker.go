@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // BreakerConfig configures the coordination circuit breaker.
@@ -53,7 +55,7 @@ func IsCoordinationFailure(err error) bool {
 	switch {
 	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
 		errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrProtocol),
-		errors.Is(err, ErrAlreadyDone), errors.Is(err, ErrLockLost),
+		errors.Is(err, ErrGone), errors.Is(err, ErrLockLost), errors.Is(err, topics.ErrInvalidKeyspace),
 		errors.Is(err, context.Canceled), errors.Is(err, redis.Nil), errors.As(err, &se):
 		return false
 	}

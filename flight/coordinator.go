@@ -36,41 +36,66 @@ type Action string
 
 // Actions answered by Acquire.
 const (
-	// ActionOwner: the caller owns the flight with Decision.Token and must Start it.
+	// ActionOwner: the caller owns the flight; Decision.Owner is its handle for the owner calls.
 	ActionOwner Action = "OWNER"
-	// ActionFollowerWait: another owner runs the flight; wait for its outcome. A caller with a
-	// task id was parked (Reason "parked") and gets a terminal event from whoever ends it.
+	// ActionFollowerWait: another owner runs the flight. A caller with a stream entry was
+	// parked (Reason "parked"): the entry moved to the parking consumer and whoever ends the
+	// flight answers it. Otherwise (Reason "not_parked" or "full") the caller checks again later.
 	ActionFollowerWait Action = "FOLLOWER_WAIT"
-	// ActionResultHit: the flight succeeded; Decision.Result holds the result.
+	// ActionResultHit: the flight succeeded; the caller's task and the parked ones are answered.
+	// Decision.Result holds the result when AcquireParams.WantResult is set.
 	ActionResultHit Action = "RESULT_HIT"
 	// ActionFailedFinal: the flight failed with no attempt left; see Decision.ErrorType/Code.
 	ActionFailedFinal Action = "FAILED_FINAL"
 	// ActionCancelled: the flight was cancelled.
 	ActionCancelled Action = "CANCELLED"
-	// ActionExpired: the flight expired with no attempt left.
+	// ActionExpired: the flight expired with no attempt left, or (Reason "deadline_passed")
+	// the caller's own deadline passed before it could start or follow.
 	ActionExpired Action = "EXPIRED"
 )
 
 // Reason says why acquire answered ActionOwner or ActionFollowerWait.
 type Reason string
 
-// Reasons of ActionOwner and ActionFollowerWait.
+// Reasons of ActionOwner, ActionFollowerWait and ActionExpired.
 const (
-	ReasonNew        Reason = "new"         // no flight existed
-	ReasonRetry      Reason = "retry"       // the last attempt failed retryably
-	ReasonTakeover   Reason = "takeover"    // the owner's heartbeat is older than the lease
-	ReasonExpired    Reason = "expired"     // runningTTL spent or progress stalled
-	ReasonResultLost Reason = "result_lost" // SUCCEEDED, but the result key is gone
-	ReasonParked     Reason = "parked"      // follower: the task id is parked on the flight
-	ReasonNotParked  Reason = "not_parked"  // follower without a task id, or the owner's own task
-	ReasonParkFull   Reason = "full"        // follower: Policy.MaxParked reached, not parked
+	ReasonNew            Reason = "new"             // no flight existed
+	ReasonRetry          Reason = "retry"           // the last attempt failed retryably
+	ReasonTakeover       Reason = "takeover"        // the owner's heartbeat is older than its lease
+	ReasonHandover       Reason = "handover"        // the owner gave the flight up (attempt not spent)
+	ReasonExpired        Reason = "expired"         // runningTTL spent or progress stalled
+	ReasonResultLost     Reason = "result_lost"     // SUCCEEDED, but the result key is gone
+	ReasonParked         Reason = "parked"          // follower: the entry is parked on the flight
+	ReasonNotParked      Reason = "not_parked"      // follower without an entry, or the owner's own entry
+	ReasonParkFull       Reason = "full"            // follower: Policy.MaxParked reached, not parked
+	ReasonDeadlinePassed Reason = "deadline_passed" // the caller's deadline passed first
 )
+
+// Task is the task a coordinator call is made for. The scripts answer it (write its terminal
+// event) and acknowledge its stream entry once the flight's outcome settles it, in the same
+// script on a single Redis node. The zero Task is an in-process caller: no event, no entry.
+type Task struct {
+	// ID is the task id its event carries; "" for callers that get no event.
+	ID string
+	// Stream and Entry locate its task stream entry; both "" for callers without one.
+	Stream, Entry string
+	// Queued is how long it waited before a consumer started it (the event's queuedMs).
+	Queued time.Duration
+}
+
+// ref is the entry's name in the waiters hash: "<entry id> <stream>".
+func (t Task) ref() string {
+	if t.Entry == "" || t.Stream == "" {
+		return ""
+	}
+	return t.Entry + " " + t.Stream
+}
 
 // Decision is the answer of Acquire.
 type Decision struct {
 	Action Action
-	// Reason qualifies ActionOwner and ActionFollowerWait; for the final actions it is the
-	// stored error code.
+	// Reason qualifies ActionOwner, ActionFollowerWait and ActionExpired; for the other
+	// final actions it is the stored error code.
 	Reason Reason
 	// Token is the current owner's fencing token (the caller's own when it is the owner).
 	Token int64
@@ -80,13 +105,49 @@ type Decision struct {
 	OwnerID, OwnerTaskID string
 	// Status is the flight's status after the call.
 	Status Status
-	// Result is the stored result for ActionResultHit.
+	// Result is the stored result for ActionResultHit, when AcquireParams.WantResult is set.
 	Result []byte
 	// ErrorType, ErrorCode and Error describe a FAILED, CANCELLED or EXPIRED flight.
 	ErrorType, ErrorCode, Error string
-	// Parked lists the task ids still parked on an ended flight (RESULT_HIT, FAILED_FINAL,
-	// CANCELLED, EXPIRED): the caller publishes their events, then calls Release.
-	Parked []string
+	// HeartbeatAt and Lease are the current owner's last heartbeat and pinned lease: a
+	// follower that was not parked checks again once HeartbeatAt + Lease has passed.
+	HeartbeatAt time.Time
+	Lease       time.Duration
+	// ExpireAt ends the current attempt; Now is the Redis time of the decision.
+	ExpireAt, Now time.Time
+	// Answered counts the terminal events the call wrote: the caller's task's (when the call
+	// settled it) and the parked tasks'.
+	Answered int
+	// Owner is the caller's handle for the owner calls when Action is ActionOwner.
+	Owner *Ownership
+}
+
+// RecheckIn is how long a follower that was not parked waits before acquiring again: until
+// the current owner's lease could have lapsed, and at least min.
+func (d Decision) RecheckIn(min time.Duration) time.Duration {
+	if d.HeartbeatAt.IsZero() || d.Now.IsZero() {
+		return min
+	}
+	return max(d.HeartbeatAt.Add(d.Lease).Sub(d.Now)+10*time.Millisecond, min)
+}
+
+// Ownership is an owner's handle on its flight: what the owner calls (Start, Heartbeat,
+// Complete, Fail, Handover) need, including what writes the meta back when it is gone.
+type Ownership struct {
+	Key   string
+	Token int64
+	// Attempts is the attempt this ownership runs.
+	Attempts int
+	OwnerID  string
+	// Task is the owner's task: complete and fail answer it.
+	Task                     Task
+	Stage, Tenant, SessionID string
+	// Policy is the owner's policy, pinned in the meta at ownership.
+	Policy Policy
+	// ExpireAt ends the attempt (start + RunningTTL, Redis time).
+	ExpireAt time.Time
+	// MaxInline is the largest result the owner's events carry inline.
+	MaxInline int
 }
 
 // AcquireParams are the arguments of Acquire.
@@ -95,13 +156,31 @@ type AcquireParams struct {
 	Key string
 	// OwnerID names the calling node or consumer.
 	OwnerID string
-	// TaskID is the task message the caller handles; a follower with a task id is parked.
-	// Empty for in-process callers.
-	TaskID string
-	// Stage, Tenant and SessionID are stored in the meta for inspection.
+	// Task is the caller's task: a follower with a stream entry is parked; a final outcome
+	// answers it. Zero for in-process callers.
+	Task Task
+	// Stage, Tenant and SessionID are stored in the meta.
 	Stage, Tenant, SessionID string
-	// Policy is the stage policy; zero fields take their defaults.
+	// Policy is the caller's stage policy (zero fields take their defaults): pinned in the
+	// meta when the caller becomes the owner. A live flight is judged by its owner's policy.
 	Policy Policy
+	// Start makes an owner RUNNING at once (acquire and start in one call).
+	Start bool
+	// Deadline, when set, is the caller's deadline: once it passed, the caller gets
+	// ActionExpired (reason deadline_passed) instead of owning or following a flight; a
+	// stored outcome still answers it.
+	Deadline time.Time
+	// WantResult returns the result of ActionResultHit in Decision.Result.
+	WantResult bool
+	// MaxInline is the largest result inlined in the events this call writes. Defaults to
+	// 64 KiB.
+	MaxInline int
+}
+
+// ParkedEntry is one task entry parked on a flight.
+type ParkedEntry struct {
+	TaskID, Stream, Entry string
+	ParkedAt              time.Time
 }
 
 // Meta is the whole stored state of one flight, as read by Get.
@@ -119,10 +198,16 @@ type Meta struct {
 	Retryable                   bool
 	ErrorType, ErrorCode, Error string
 	ResultRef                   string
-	// Parked lists the parked task ids (sorted); ParkedAt says when each was parked.
+	// Policy is the pinned policy of the flight's owner (zero fields: not recorded).
+	Policy Policy
+	// Parked lists the parked task ids (sorted); ParkedAt says when each was parked, and
+	// Entries gives every parked entry.
 	Parked                       []string
 	ParkedAt                     map[string]time.Time
+	Entries                      []ParkedEntry
 	MetaTTL, ResultTTL, FenceTTL time.Duration
+	// Fence is the fence record: the last token issued and whether its run is closed.
+	Fence string
 	// Fields holds every raw meta field, including ones this version does not know.
 	Fields map[string]string
 }
@@ -134,13 +219,29 @@ type Config struct {
 	Client redis.UniversalClient
 	// Keyspace names the keys. Defaults to the "ai" prefix.
 	Keyspace topics.Keyspace
+	// Group is the consumer group of the task streams whose entries the coordinator
+	// acknowledges and parks. Defaults to topics.ConsumerGroup.
+	Group string
+	// Consumer names the answering process in the events it writes. Defaults to
+	// DefaultNodeID().
+	Consumer string
+	// ResultMaxLen caps the result streams (XADD MAXLEN ~). Zero means
+	// topics.DefaultResultMaxLen; negative turns the cap off.
+	ResultMaxLen int64
+	// AnswerAfterScript writes answers (events, acknowledgements) after each script instead
+	// of inside it, as on Redis Cluster, whose clients always do. Defaults to false.
+	AnswerAfterScript bool
 }
 
 // Coordinator is the Go side of the flight scripts in lua/. It is safe for concurrent use and
 // holds no state of its own besides its configuration: every decision is taken in Redis.
 type Coordinator struct {
-	rdb redis.UniversalClient
-	ks  topics.Keyspace
+	rdb      redis.UniversalClient
+	ks       topics.Keyspace
+	group    string
+	consumer string
+	maxLen   int64
+	mode     string // answer mode: "write" or "return"
 }
 
 // NewCoordinator returns a coordinator on cfg.Client.
@@ -148,25 +249,56 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("flight: Config.Client is required")
 	}
-	return &Coordinator{rdb: cfg.Client, ks: cfg.Keyspace}, nil
+	if err := cfg.Keyspace.Validate(); err != nil {
+		return nil, fmt.Errorf("flight: %w", err)
+	}
+	c := &Coordinator{rdb: cfg.Client, ks: cfg.Keyspace, group: cfg.Group, consumer: cfg.Consumer,
+		maxLen: cfg.ResultMaxLen, mode: "write"}
+	if c.group == "" {
+		c.group = topics.ConsumerGroup
+	}
+	if c.consumer == "" {
+		c.consumer = DefaultNodeID()
+	}
+	switch {
+	case c.maxLen == 0:
+		c.maxLen = topics.DefaultResultMaxLen
+	case c.maxLen < 0:
+		c.maxLen = 0
+	}
+	if _, cluster := cfg.Client.(*redis.ClusterClient); cluster || cfg.AnswerAfterScript {
+		c.mode = "return"
+	}
+	return c, nil
 }
 
 // Keyspace returns the key names the coordinator uses.
 func (c *Coordinator) Keyspace() topics.Keyspace { return c.ks }
 
+// Client returns the coordinator's Redis client.
+func (c *Coordinator) Client() redis.UniversalClient { return c.rdb }
+
 // Load loads every script into Redis (SCRIPT LOAD), so that later EVALSHA calls hit. It is
-// optional: calls fall back to EVAL on NOSCRIPT.
+// optional: calls fall back to EVAL on NOSCRIPT. On Redis Cluster it loads them on every
+// master.
 func (c *Coordinator) Load(ctx context.Context) error {
-	for _, s := range lua.All() {
-		if err := s.Load(ctx, c.rdb).Err(); err != nil {
-			return fmt.Errorf("flight: load scripts: %w", err)
+	load := func(ctx context.Context, r redis.Scripter) error {
+		for _, s := range lua.All() {
+			if err := s.Load(ctx, r).Err(); err != nil {
+				return fmt.Errorf("flight: load scripts: %w", err)
+			}
 		}
+		return nil
 	}
-	return nil
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return load(ctx, n) })
+	}
+	return load(ctx, c.rdb)
 }
 
 // Acquire runs the acquire script: it makes the caller the owner of p.Key's flight, parks it
-// as a follower, or answers the flight's outcome. See DESIGN.md section 3 for every row.
+// as a follower, or answers it (and the parked tasks) from the flight's outcome. See
+// DESIGN.md section 3 for every row.
 func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, error) {
 	if err := CheckKey(p.Key); err != nil {
 		return Decision{}, err
@@ -175,10 +307,18 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if err := pol.Validate(); err != nil {
 		return Decision{}, err
 	}
-	res, err := lua.Acquire.Run(ctx, c.rdb, c.ks.FlightKeys(p.Key),
-		p.OwnerID, p.TaskID, p.Stage, p.Tenant, p.SessionID, p.Key,
-		ms(pol.Lease), ms(pol.RunningTTL), ms(pol.StallTimeout), ms(pol.ResultTTL),
-		ms(pol.FailureTTL), pol.MaxAttempts, pol.MaxParked).Slice()
+	if p.MaxInline == 0 {
+		p.MaxInline = DefaultMaxInline
+	}
+	var deadline int64
+	if !p.Deadline.IsZero() {
+		deadline = max(p.Deadline.UnixMilli(), 1)
+	}
+	argv := c.answerArgv(p.Task, 0, p.MaxInline)
+	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
+		ms(pol.Lease), ms(pol.RunningTTL), ms(pol.StallTimeout), ms(pol.ResultTTL), ms(pol.FailureTTL),
+		pol.MaxAttempts, pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
+	res, err := lua.Acquire.Run(ctx, c.rdb, c.answerKeys(p.Key, p.Stage), argv...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
@@ -186,11 +326,27 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
+	ans, err := c.parseTail(res, acquireFields)
+	if err != nil {
+		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
+	}
+	d.Answered = ans.n
+	if err := c.settle(ctx, p.Key, p.Stage, ans); err != nil {
+		return d, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
+	}
+	if d.Action == ActionOwner {
+		d.Owner = &Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: p.OwnerID, Task: p.Task,
+			Stage: p.Stage, Tenant: p.Tenant, SessionID: p.SessionID, Policy: pol, ExpireAt: d.ExpireAt,
+			MaxInline: p.MaxInline}
+	}
 	return d, nil
 }
 
+// acquireFields is the number of fixed elements of acquire's reply, before the answer tail.
+const acquireFields = 15
+
 func parseDecision(res []any) (Decision, error) {
-	if len(res) < 11 {
+	if len(res) < acquireFields {
 		return Decision{}, fmt.Errorf("%w: acquire answered %d elements", ErrProtocol, len(res))
 	}
 	s := func(i int) string { v, _ := res[i].(string); return v }
@@ -206,14 +362,13 @@ func parseDecision(res []any) (Decision, error) {
 		ErrorType:   s(8),
 		ErrorCode:   s(9),
 		Error:       s(10),
+		Lease:       time.Duration(n(12)) * time.Millisecond,
+		ExpireAt:    unixMilli(n(13)),
+		Now:         unixMilli(n(14)),
 	}
+	d.HeartbeatAt = unixMilli(n(11))
 	if r := s(7); r != "" {
 		d.Result = []byte(r)
-	}
-	for _, v := range res[11:] {
-		if id, ok := v.(string); ok {
-			d.Parked = append(d.Parked, id)
-		}
 	}
 	switch d.Action {
 	case ActionOwner, ActionFollowerWait, ActionResultHit, ActionFailedFinal, ActionCancelled, ActionExpired:
@@ -225,171 +380,24 @@ func parseDecision(res []any) (Decision, error) {
 	}
 }
 
-// ownerCall runs an owner script and maps its code to nil or a sentinel error. It returns the
-// reply's remaining elements.
-func (c *Coordinator) ownerCall(ctx context.Context, op string, s *redis.Script, key string, args ...any) ([]any, error) {
-	if err := CheckKey(key); err != nil {
-		return nil, err
+func unixMilli(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
 	}
-	res, err := s.Run(ctx, c.rdb, c.ks.FlightKeys(key), args...).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("flight: %s %q: %w", op, key, err)
-	}
-	if len(res) < 2 {
-		return nil, fmt.Errorf("flight: %s %q: %w: %d elements", op, key, ErrProtocol, len(res))
-	}
-	code, _ := res[0].(string)
-	switch code {
-	case "OK":
-		return res[1:], nil
-	case "STALE_TOKEN":
-		return nil, fmt.Errorf("flight: %s %q: %w", op, key, ErrStaleToken)
-	case "CANCELLED":
-		return nil, fmt.Errorf("flight: %s %q: %w", op, key, ErrCancelled)
-	case "EXPIRED":
-		return nil, fmt.Errorf("flight: %s %q: %w", op, key, ErrExpired)
-	case "NOT_FOUND":
-		return nil, fmt.Errorf("flight: %s %q: %w", op, key, ErrNotFound)
-	case "STATE":
-		st, _ := res[len(res)-1].(string)
-		return nil, fmt.Errorf("flight: %s %q: %w", op, key, &StateError{Op: op, Status: Status(st)})
-	default:
-		return nil, fmt.Errorf("flight: %s %q: %w: code %q", op, key, ErrProtocol, code)
-	}
+	return time.UnixMilli(ms)
 }
 
 func tok(t int64) string { return strconv.FormatInt(t, 10) }
 
-func strs(v []any) []string {
-	var out []string
-	for _, x := range v {
-		if s, ok := x.(string); ok {
-			out = append(out, s)
-		}
+func flag(b bool) string {
+	if b {
+		return "1"
 	}
-	return out
+	return "0"
 }
 
-// Start moves the owner's flight from PENDING to RUNNING and starts the runningTTL clock.
-// It is idempotent for the current owner. Errors: ErrStaleToken, ErrCancelled, ErrExpired,
-// *StateError.
-func (c *Coordinator) Start(ctx context.Context, key string, token int64, p Policy) error {
-	p = p.WithDefaults()
-	_, err := c.ownerCall(ctx, "start", lua.Start, key, tok(token), ms(p.RunningTTL), ms(p.FailureTTL))
-	return err
-}
-
-// Heartbeat renews the owner's lease. progress is an opaque counter from the model adapter:
-// when it differs from the last one reported, the flight's progressAt moves ("" reports none).
-// ErrCancelled and ErrExpired tell the owner to abort its model call; ErrStaleToken tells it
-// another owner took over.
-func (c *Coordinator) Heartbeat(ctx context.Context, key string, token int64, progress string, p Policy) error {
-	p = p.WithDefaults()
-	_, err := c.ownerCall(ctx, "heartbeat", lua.Heartbeat, key, tok(token), progress,
-		ms(p.StallTimeout), ms(p.FailureTTL))
-	return err
-}
-
-// Complete stores result and makes the flight SUCCEEDED, in one script. It returns the parked
-// task ids: publish their events, then Release them. A late owner gets ErrStaleToken and
-// nothing is written.
-func (c *Coordinator) Complete(ctx context.Context, key string, token int64, result []byte, p Policy) ([]string, error) {
-	p = p.WithDefaults()
-	rest, err := c.ownerCall(ctx, "complete", lua.Complete, key, tok(token), result, ms(p.ResultTTL))
-	if err != nil {
-		return nil, err
-	}
-	return strs(rest[1:]), nil
-}
-
-// Failure describes a failed attempt.
-type Failure struct {
-	// Retryable lets a later acquire retry while attempts are left.
-	Retryable bool
-	// Type is the error class (timeout, rate_limited, upstream, bad_request, ...).
-	Type string
-	// Code is the specific error code.
-	Code string
-	// Message is a human-readable description.
-	Message string
-}
-
-// FailOutcome is the answer of Fail.
-type FailOutcome struct {
-	// Final is true when no attempt is left: the flight's outcome is this failure and the
-	// caller publishes Parked's events. When false the next acquire retries and they stay parked.
-	Final bool
-	// Parked lists the task ids parked on the flight.
-	Parked []string
-}
-
-// Fail records the owner's failed attempt; the flight becomes FAILED.
-func (c *Coordinator) Fail(ctx context.Context, key string, token int64, f Failure, p Policy) (FailOutcome, error) {
-	p = p.WithDefaults()
-	retry := "0"
-	if f.Retryable {
-		retry = "1"
-	}
-	rest, err := c.ownerCall(ctx, "fail", lua.Fail, key, tok(token), retry, f.Type, f.Code, f.Message,
-		ms(p.FailureTTL), p.MaxAttempts)
-	if err != nil {
-		return FailOutcome{}, err
-	}
-	final, _ := rest[0].(int64)
-	return FailOutcome{Final: final == 1, Parked: strs(rest[1:])}, nil
-}
-
-// CancelOutcome is the answer of Cancel.
-type CancelOutcome struct {
-	// OwnerTaskID is the owner's task: the owner answers it when its heartbeat sees the cancel.
-	OwnerTaskID string
-	// Parked lists the parked task ids: the canceller publishes their events, then Releases them.
-	Parked []string
-}
-
-// Cancel makes an active flight CANCELLED (anyone may call it). Cancelling a cancelled flight
-// succeeds again. Errors: ErrNotFound, *StateError for a flight that already ended.
-func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p Policy) (CancelOutcome, error) {
-	p = p.WithDefaults()
-	rest, err := c.ownerCall(ctx, "cancel", lua.Cancel, key, reason, ms(p.FailureTTL))
-	if err != nil {
-		return CancelOutcome{}, err
-	}
-	owner, _ := rest[0].(string)
-	return CancelOutcome{OwnerTaskID: owner, Parked: strs(rest[1:])}, nil
-}
-
-// Release removes task ids from the flight's parked tasks once their events are published,
-// and answers when each was parked (Redis time; absent for ids that were not parked).
-func (c *Coordinator) Release(ctx context.Context, key string, taskIDs ...string) (map[string]time.Time, error) {
-	if len(taskIDs) == 0 {
-		return nil, nil
-	}
-	if err := CheckKey(key); err != nil {
-		return nil, err
-	}
-	var at *redis.SliceCmd
-	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		at = p.HMGet(ctx, c.ks.Waiters(key), taskIDs...)
-		p.HDel(ctx, c.ks.Waiters(key), taskIDs...)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flight: release %q: %w", key, err)
-	}
-	since := make(map[string]time.Time, len(taskIDs))
-	for i, v := range at.Val() {
-		if s, ok := v.(string); ok {
-			if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
-				since[taskIDs[i]] = time.UnixMilli(ms)
-			}
-		}
-	}
-	return since, nil
-}
-
-// Get reads the whole stored state of key's flight for inspection, with the parked task ids
-// and the TTLs of its keys. It answers ErrNotFound when no meta exists.
+// Get reads the whole stored state of key's flight for inspection, with the parked entries,
+// the fence and the TTLs of its keys. It answers ErrNotFound when no meta exists.
 func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 	if err := CheckKey(key); err != nil {
 		return Meta{}, err
@@ -397,6 +405,7 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 	var (
 		fields                    *redis.MapStringStringCmd
 		parked                    *redis.MapStringStringCmd
+		fence                     *redis.StringCmd
 		metaTTL, resTTL, fenceTTL *redis.DurationCmd
 	)
 	// A transaction, not a plain pipeline: all keys share one slot, and MULTI keeps the
@@ -404,34 +413,36 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		fields = p.HGetAll(ctx, c.ks.Meta(key))
 		parked = p.HGetAll(ctx, c.ks.Waiters(key))
+		fence = p.Get(ctx, c.ks.Fence(key))
 		metaTTL = p.PTTL(ctx, c.ks.Meta(key))
 		resTTL = p.PTTL(ctx, c.ks.Result(key))
 		fenceTTL = p.PTTL(ctx, c.ks.Fence(key))
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return Meta{}, fmt.Errorf("flight: get %q: %w", key, err)
 	}
 	f := fields.Val()
 	if len(f) == 0 {
 		return Meta{}, fmt.Errorf("flight: get %q: %w", key, ErrNotFound)
 	}
-	var ids []string
-	parkedAt := map[string]time.Time{}
-	for id, ms := range parked.Val() {
-		ids = append(ids, id)
-		if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			parkedAt[id] = time.UnixMilli(v)
-		}
+	m := metaOf(f)
+	m.Entries = parseWaiters(parked.Val())
+	m.ParkedAt = map[string]time.Time{}
+	for _, e := range m.Entries {
+		m.Parked = append(m.Parked, e.TaskID)
+		m.ParkedAt[e.TaskID] = e.ParkedAt
 	}
-	sort.Strings(ids)
+	sort.Strings(m.Parked)
+	m.MetaTTL, m.ResultTTL, m.FenceTTL, m.Fence = metaTTL.Val(), resTTL.Val(), fenceTTL.Val(), fence.Val()
+	return m, nil
+}
+
+// metaOf decodes the raw meta fields.
+func metaOf(f map[string]string) Meta {
 	i64 := func(k string) int64 { v, _ := strconv.ParseInt(f[k], 10, 64); return v }
-	at := func(k string) time.Time {
-		if v := i64(k); v > 0 {
-			return time.UnixMilli(v)
-		}
-		return time.Time{}
-	}
+	at := func(k string) time.Time { return unixMilli(i64(k)) }
+	msd := func(k string) time.Duration { return time.Duration(i64(k)) * time.Millisecond }
 	return Meta{
 		Status: Status(f["status"]), Stage: f["stage"], Tenant: f["tenant"], SessionID: f["sessionId"],
 		RequestKey: f["requestKey"], OwnerID: f["ownerId"], TaskID: f["taskId"],
@@ -439,9 +450,27 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 		CreatedAt: at("createdAt"), UpdatedAt: at("updatedAt"), HeartbeatAt: at("heartbeatAt"),
 		ProgressAt: at("progressAt"), ExpireAt: at("expireAt"), Progress: f["progress"],
 		Retryable: f["retryable"] == "1", ErrorType: f["errorType"], ErrorCode: f["errorCode"],
-		Error: f["error"], ResultRef: f["resultRef"], Parked: ids, ParkedAt: parkedAt,
-		MetaTTL: metaTTL.Val(), ResultTTL: resTTL.Val(), FenceTTL: fenceTTL.Val(), Fields: f,
-	}, nil
+		Error: f["error"], ResultRef: f["resultRef"], Fields: f,
+		Policy: Policy{Lease: msd("lease"), RunningTTL: msd("runningTTL"), StallTimeout: msd("stall"),
+			ResultTTL: msd("resultTTL"), FailureTTL: msd("failureTTL"), MaxAttempts: int(i64("maxAttempts"))},
+	}
+}
+
+// parseWaiters decodes the waiters hash: "<entry id> <stream>" -> "<parked at ms> <task id>".
+func parseWaiters(w map[string]string) []ParkedEntry {
+	out := make([]ParkedEntry, 0, len(w))
+	for field, v := range w {
+		var e ParkedEntry
+		e.Entry, e.Stream, _ = strings.Cut(field, " ")
+		at, id, _ := strings.Cut(v, " ")
+		e.TaskID = id
+		if ms, err := strconv.ParseInt(at, 10, 64); err == nil {
+			e.ParkedAt = time.UnixMilli(ms)
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Entry < out[j].Entry })
+	return out
 }
 
 // Result reads the stored result of key's flight; ErrNotFound when there is none.
@@ -458,6 +487,9 @@ func (c *Coordinator) Result(ctx context.Context, key string) ([]byte, error) {
 
 // MaxKeyLen bounds a request key.
 const MaxKeyLen = 512
+
+// DefaultMaxInline is the largest result events carry inline unless a caller says otherwise.
+const DefaultMaxInline = 64 << 10
 
 // CheckKey reports a request key that cannot name a flight: empty, longer than MaxKeyLen, or
 // holding '{' or '}' (which would break the Redis Cluster hash tag) or whitespace.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"testing"
 	"time"
@@ -16,28 +17,97 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// bundle is what one test needs: a coordinator on a private key prefix and its Redis.
+const testStage = "interview-evaluation"
+
+// bundle is what one test needs: a coordinator on a private key prefix, its Redis, and a task
+// stream whose entries consumer "c1" holds, so that answering and parking can be observed.
 type bundle struct {
-	t   *testing.T
-	ctx context.Context
-	rdb *redis.Client
-	ks  topics.Keyspace
-	c   *flight.Coordinator
-	pol flight.Policy
+	t    *testing.T
+	ctx  context.Context
+	rdb  *redis.Client
+	ks   topics.Keyspace
+	c    *flight.Coordinator
+	pol  flight.Policy
+	mode string // answer mode: write (in the scripts) or return (written after them)
 }
 
-func setup(t *testing.T) *bundle {
+// modes runs f once per answer mode: in the scripts (one Redis node) and after them (Redis
+// Cluster's way, forced on one node).
+func modes(t *testing.T, f func(t *testing.T, b *bundle)) {
+	for _, mode := range []string{"write", "return"} {
+		t.Run(mode, func(t *testing.T) { f(t, setupMode(t, mode)) })
+	}
+}
+
+func setup(t *testing.T) *bundle { return setupMode(t, "write") }
+
+func setupMode(t *testing.T, mode string) *bundle {
 	t.Helper()
 	r := redistest.New(t)
 	ks := topics.Keyspace{Prefix: r.Prefix}
-	c, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks})
+	c, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks, Consumer: "test",
+		AnswerAfterScript: mode == "return"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{t: t, ctx: context.Background(), rdb: r.Client, ks: ks, c: c, pol: flight.Policy{
+	if err := r.Client.XGroupCreateMkStream(context.Background(), ks.Tasks(testStage), topics.ConsumerGroup, "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{t: t, ctx: context.Background(), rdb: r.Client, ks: ks, c: c, mode: mode, pol: flight.Policy{
 		Lease: 5 * time.Second, RunningTTL: time.Minute, StallTimeout: 0,
 		ResultTTL: 10 * time.Minute, FailureTTL: 2 * time.Minute, MaxAttempts: 3,
 	}}
+}
+
+// task appends a task entry and has consumer c1 read it, so that it is pending under c1.
+func (b *bundle) task(id string) flight.Task {
+	b.t.Helper()
+	stream := b.ks.Tasks(testStage)
+	if err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", id}}).Err(); err != nil {
+		b.t.Fatal(err)
+	}
+	res, err := b.rdb.XReadGroup(b.ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "c1",
+		Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+	if err != nil || len(res) != 1 || len(res[0].Messages) != 1 {
+		b.t.Fatalf("read task %s: %v %v", id, res, err)
+	}
+	return flight.Task{ID: id, Stream: stream, Entry: res[0].Messages[0].ID, Queued: 3 * time.Millisecond}
+}
+
+// holder names the consumer that holds t's entry ("" when it is acknowledged).
+func (b *bundle) holder(t flight.Task) string {
+	b.t.Helper()
+	p, err := b.rdb.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: t.Stream, Group: topics.ConsumerGroup,
+		Start: t.Entry, End: t.Entry, Count: 1}).Result()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if len(p) == 0 {
+		return ""
+	}
+	return p[0].Consumer
+}
+
+// events returns every event on the stage's result stream, by task id.
+func (b *bundle) events() map[string][]topics.Event {
+	b.t.Helper()
+	msgs, err := b.rdb.XRange(b.ctx, b.ks.Results(testStage), "-", "+").Result()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	out := map[string][]topics.Event{}
+	for _, m := range msgs {
+		p, _ := m.Values[topics.FieldPayload].(string)
+		ev, err := topics.DecodeEvent([]byte(p))
+		if err != nil {
+			b.t.Fatalf("event %s: %v: %s", m.ID, err, p)
+		}
+		if id, _ := m.Values[topics.FieldUUID].(string); id == "" {
+			b.t.Errorf("event %s has no uuid", m.ID)
+		}
+		out[ev.TaskID] = append(out[ev.TaskID], ev)
+	}
+	return out
 }
 
 // now is Redis's clock in Unix ms: the scripts' clock.
@@ -50,27 +120,41 @@ func (b *bundle) now() int64 {
 	return tm.UnixMilli()
 }
 
-func (b *bundle) acquire(key, owner, task string) flight.Decision {
+func (b *bundle) acquireWith(p flight.AcquireParams) flight.Decision {
 	b.t.Helper()
-	d, err := b.c.Acquire(b.ctx, flight.AcquireParams{Key: key, OwnerID: owner, TaskID: task,
-		Stage: "interview-evaluation", Tenant: "acme", SessionID: "s-1", Policy: b.pol})
+	if p.Stage == "" {
+		p.Stage = testStage
+	}
+	if p.Tenant == "" {
+		p.Tenant = "acme"
+	}
+	if p.SessionID == "" {
+		p.SessionID = "s-1"
+	}
+	if p.Policy == (flight.Policy{}) {
+		p.Policy = b.pol
+	}
+	d, err := b.c.Acquire(b.ctx, p)
 	if err != nil {
-		b.t.Fatalf("acquire %s: %v", key, err)
+		b.t.Fatalf("acquire %s: %v", p.Key, err)
 	}
 	return d
 }
 
-// own makes owner A own key with task "ta" and starts the flight.
-func (b *bundle) own(key string) flight.Decision {
+func (b *bundle) acquire(key, owner string, task flight.Task) flight.Decision {
 	b.t.Helper()
-	d := b.acquire(key, "A", "ta")
-	if d.Action != flight.ActionOwner {
+	return b.acquireWith(flight.AcquireParams{Key: key, OwnerID: owner, Task: task})
+}
+
+// own makes owner A own key with a new task "ta" and starts the flight.
+func (b *bundle) own(key string) (flight.Decision, flight.Task) {
+	b.t.Helper()
+	ta := b.task("ta")
+	d := b.acquireWith(flight.AcquireParams{Key: key, OwnerID: "A", Task: ta, Start: true})
+	if d.Action != flight.ActionOwner || d.Status != flight.StatusRunning {
 		b.t.Fatalf("own %s: got %+v", key, d)
 	}
-	if err := b.c.Start(b.ctx, key, d.Token, b.pol); err != nil {
-		b.t.Fatalf("start: %v", err)
-	}
-	return d
+	return d, ta
 }
 
 // set overwrites meta fields; a value "now-5s" is written as Redis time minus 5 seconds.
@@ -110,494 +194,336 @@ func near(t *testing.T, what string, got, want time.Duration) {
 	}
 }
 
-// TestAcquireTable has one row per line of the acquire table of DESIGN.md section 3.
-func TestAcquireTable(t *testing.T) {
-	b := setup(t)
-	type want struct {
-		action   flight.Action
-		reason   flight.Reason
-		status   flight.Status
-		attempts int
-		newToken bool // the token differs from (and exceeds) the arranged owner's
-		owner    string
-		result   string
-		errCode  string
-		parked   []string // Decision.Parked
-		stored   []string // parked ids stored after the call (sorted)
-		metaTTL  time.Duration
-	}
-	rows := []struct {
-		name    string
-		arrange func(key string) flight.Decision // returns the arranged owner's decision
-		stall   time.Duration                    // the policy's StallTimeout for the row
-		want    want
-	}{{
-		name:    "none/-/OWNER new",
-		arrange: func(string) flight.Decision { return flight.Decision{} },
-		want: want{action: flight.ActionOwner, reason: flight.ReasonNew, status: flight.StatusPending,
-			attempts: 1, newToken: true, owner: "B", metaTTL: time.Minute + 2*time.Minute},
-	}, {
-		name: "SUCCEEDED/result present/RESULT_HIT",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.acquire(key, "C", "tc") // parked, not yet released
-			if _, err := b.c.Complete(b.ctx, key, d.Token, []byte(`{"score":7}`), b.pol); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-		want: want{action: flight.ActionResultHit, status: flight.StatusSucceeded, attempts: 1, owner: "A",
-			result: `{"score":7}`, parked: []string{"tc"}, stored: []string{"tc"}, metaTTL: 10 * time.Minute},
-	}, {
-		name: "SUCCEEDED/result gone/OWNER result_lost",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			if _, err := b.c.Complete(b.ctx, key, d.Token, []byte(`1`), b.pol); err != nil {
-				t.Fatal(err)
-			}
-			b.rdb.Del(b.ctx, b.ks.Result(key))
-			return d
-		},
-		want: want{action: flight.ActionOwner, reason: flight.ReasonResultLost, status: flight.StatusPending,
-			attempts: 1, newToken: true, owner: "B", metaTTL: 3 * time.Minute},
-	}, {
-		name: "FAILED/retryable, attempts left/OWNER retry",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			if _, err := b.c.Fail(b.ctx, key, d.Token, flight.Failure{Retryable: true, Type: "timeout", Code: "t"}, b.pol); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-		want: want{action: flight.ActionOwner, reason: flight.ReasonRetry, status: flight.StatusPending,
-			attempts: 2, newToken: true, owner: "B", stored: []string{"ta"}, metaTTL: 3 * time.Minute},
-	}, {
-		name: "FAILED/not retryable/FAILED_FINAL",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			if _, err := b.c.Fail(b.ctx, key, d.Token, flight.Failure{Type: "bad_request", Code: "400"}, b.pol); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-		want: want{action: flight.ActionFailedFinal, reason: "400", status: flight.StatusFailed, attempts: 1,
-			owner: "A", errCode: "400", metaTTL: 2 * time.Minute},
-	}, {
-		name: "FAILED/attempts exhausted/FAILED_FINAL",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.set(key, "attempts", "3")
-			if _, err := b.c.Fail(b.ctx, key, d.Token, flight.Failure{Retryable: true, Type: "upstream", Code: "503"}, b.pol); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-		want: want{action: flight.ActionFailedFinal, reason: "503", status: flight.StatusFailed, attempts: 3,
-			owner: "A", errCode: "503", metaTTL: 2 * time.Minute},
-	}, {
-		name:    "PENDING/heartbeat fresh/FOLLOWER_WAIT",
-		arrange: func(key string) flight.Decision { return b.acquire(key, "A", "ta") },
-		want: want{action: flight.ActionFollowerWait, reason: flight.ReasonParked, status: flight.StatusPending,
-			attempts: 1, owner: "A", stored: []string{"tb"}, metaTTL: 3 * time.Minute},
-	}, {
-		name:    "RUNNING/heartbeat fresh/FOLLOWER_WAIT",
-		arrange: func(key string) flight.Decision { return b.own(key) },
-		want: want{action: flight.ActionFollowerWait, reason: flight.ReasonParked, status: flight.StatusRunning,
-			attempts: 1, owner: "A", stored: []string{"tb"}, metaTTL: 3 * time.Minute},
-	}, {
-		name: "RUNNING/heartbeat older than lease/OWNER takeover",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.acquire(key, "C", "tc")
-			b.set(key, "heartbeatAt", "now-6s")
-			return d
-		},
-		want: want{action: flight.ActionOwner, reason: flight.ReasonTakeover, status: flight.StatusPending,
-			attempts: 2, newToken: true, owner: "B", stored: []string{"ta", "tc"}, metaTTL: 3 * time.Minute},
-	}, {
-		name: "PENDING/heartbeat older than lease/OWNER takeover",
-		arrange: func(key string) flight.Decision {
-			d := b.acquire(key, "A", "ta")
-			b.set(key, "heartbeatAt", "now-6s")
-			return d
-		},
-		want: want{action: flight.ActionOwner, reason: flight.ReasonTakeover, status: flight.StatusPending,
-			attempts: 2, newToken: true, owner: "B", stored: []string{"ta"}, metaTTL: 3 * time.Minute},
-	}, {
-		name: "RUNNING/now past expireAt, attempts left/OWNER expired",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.set(key, "expireAt", "now-1ms")
-			return d
-		},
-		want: want{action: flight.ActionOwner, reason: flight.ReasonExpired, status: flight.StatusPending,
-			attempts: 2, newToken: true, owner: "B", stored: []string{"ta"}, metaTTL: 3 * time.Minute},
-	}, {
-		name: "RUNNING/progress older than stallTimeout, attempts left/OWNER expired",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.set(key, "progressAt", "now-31s")
-			return d
-		},
-		stall: 30 * time.Second,
-		want: want{action: flight.ActionOwner, reason: flight.ReasonExpired, status: flight.StatusPending,
-			attempts: 2, newToken: true, owner: "B", stored: []string{"ta"}, metaTTL: 3 * time.Minute},
-	}, {
-		name: "RUNNING/expired, attempts exhausted/EXPIRED",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.acquire(key, "C", "tc")
-			b.set(key, "expireAt", "now-1ms", "attempts", "3")
-			return d
-		},
-		want: want{action: flight.ActionExpired, reason: "running_ttl", status: flight.StatusExpired, attempts: 3,
-			owner: "A", errCode: "running_ttl", parked: []string{"ta", "tc"}, stored: []string{"ta", "tc"},
-			metaTTL: 2 * time.Minute},
-	}, {
-		name: "RUNNING/lease lost, attempts exhausted/EXPIRED",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.set(key, "heartbeatAt", "now-6s", "attempts", "3")
-			return d
-		},
-		want: want{action: flight.ActionExpired, reason: "lease_lost", status: flight.StatusExpired, attempts: 3,
-			owner: "A", errCode: "lease_lost", parked: []string{"ta"}, stored: []string{"ta"}, metaTTL: 2 * time.Minute},
-	}, {
-		name: "EXPIRED/attempts left/OWNER expired",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.set(key, "expireAt", "now-1ms")
-			if err := b.c.Heartbeat(b.ctx, key, d.Token, "", b.pol); !errors.Is(err, flight.ErrExpired) {
-				t.Fatalf("heartbeat: %v", err)
-			}
-			return d
-		},
-		want: want{action: flight.ActionOwner, reason: flight.ReasonExpired, status: flight.StatusPending,
-			attempts: 2, newToken: true, owner: "B", stored: []string{"ta"}, metaTTL: 3 * time.Minute},
-	}, {
-		name: "EXPIRED/attempts exhausted/EXPIRED",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.set(key, "expireAt", "now-1ms", "attempts", "3")
-			if err := b.c.Heartbeat(b.ctx, key, d.Token, "", b.pol); !errors.Is(err, flight.ErrExpired) {
-				t.Fatalf("heartbeat: %v", err)
-			}
-			return d
-		},
-		want: want{action: flight.ActionExpired, reason: "running_ttl", status: flight.StatusExpired, attempts: 3,
-			owner: "A", errCode: "running_ttl", metaTTL: 2 * time.Minute},
-	}, {
-		name: "CANCELLED/until its TTL ends/CANCELLED",
-		arrange: func(key string) flight.Decision {
-			d := b.own(key)
-			b.acquire(key, "C", "tc")
-			if _, err := b.c.Cancel(b.ctx, key, "user left", b.pol); err != nil {
-				t.Fatal(err)
-			}
-			return d
-		},
-		want: want{action: flight.ActionCancelled, reason: "cancelled", status: flight.StatusCancelled, attempts: 1,
-			owner: "A", errCode: "cancelled", parked: []string{"tc"}, stored: []string{"tc"}, metaTTL: 2 * time.Minute},
-	}}
-	for i, row := range rows {
-		t.Run(row.name, func(t *testing.T) {
-			key := fmt.Sprintf("row-%d", i)
-			b.pol.StallTimeout = row.stall
-			before := row.arrange(key)
-			got := b.acquire(key, "B", "tb")
-			w := row.want
-			if got.Action != w.action || got.Reason != w.reason || got.Status != w.status ||
-				got.Attempts != w.attempts || got.OwnerID != w.owner || string(got.Result) != w.result ||
-				got.ErrorCode != w.errCode {
-				t.Errorf("decision = %+v, want %+v", got, w)
-			}
-			if w.newToken && got.Token <= before.Token {
-				t.Errorf("token %d, want > %d", got.Token, before.Token)
-			}
-			if !w.newToken && got.Token != before.Token {
-				t.Errorf("token %d, want unchanged %d", got.Token, before.Token)
-			}
-			if diff := cmp.Diff(w.parked, got.Parked, sortStrings); diff != "" {
-				t.Errorf("Decision.Parked (-want +got):\n%s", diff)
-			}
-			m := b.get(key)
-			if diff := cmp.Diff(w.stored, m.Parked, sortStrings); diff != "" {
-				t.Errorf("stored parked ids (-want +got):\n%s", diff)
-			}
-			if m.Status != w.status || m.OwnerToken != got.Token || m.Attempts != w.attempts {
-				t.Errorf("stored status=%s token=%d attempts=%d, want %s %d %d", m.Status, m.OwnerToken, m.Attempts, w.status, got.Token, w.attempts)
-			}
-			near(t, "meta", m.MetaTTL, w.metaTTL)
-			if len(m.Parked) > 0 {
-				ttl := b.rdb.PTTL(b.ctx, b.ks.Waiters(key)).Val()
-				near(t, "waiters", ttl, w.metaTTL)
-			}
-			if w.action == flight.ActionOwner {
-				now := b.now()
-				want := map[string]string{"status": "PENDING", "ownerId": "B", "taskId": "tb",
-					"stage": "interview-evaluation", "tenant": "acme", "sessionId": "s-1", "requestKey": key,
-					"errorType": "", "errorCode": "", "resultRef": ""}
-				for f, v := range want {
-					if m.Fields[f] != v {
-						t.Errorf("field %s = %q, want %q", f, m.Fields[f], v)
-					}
-				}
-				if d := now - m.HeartbeatAt.UnixMilli(); d < 0 || d > 2000 {
-					t.Errorf("heartbeatAt %v is not Redis now", m.HeartbeatAt)
-				}
-				if d := m.ExpireAt.UnixMilli() - (m.HeartbeatAt.UnixMilli() + time.Minute.Milliseconds()); d != 0 {
-					t.Errorf("expireAt - heartbeatAt = runningTTL%+dms", d)
-				}
-				if m.FenceTTL <= m.MetaTTL {
-					t.Errorf("fence TTL %v does not outlive meta TTL %v", m.FenceTTL, m.MetaTTL)
-				}
-			}
-		})
-	}
-}
-
-var sortStrings = cmp.Transformer("sort", func(in []string) []string {
+func sorted(in []string) []string {
 	out := append([]string(nil), in...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
+	sort.Strings(out)
 	if len(out) == 0 {
 		return nil
 	}
 	return out
-})
+}
 
-// TestOwnerCallTable has one row per line of the owner-call table of DESIGN.md section 3,
-// plus the refusals of each call.
-func TestOwnerCallTable(t *testing.T) {
+// answered is one expected event: the task it answers and how.
+type answered struct {
+	task   string
+	shared topics.Shared
+	status topics.Status
+}
+
+// checkAnswers asserts that exactly the listed tasks got one event each, as listed, and that
+// their entries are acknowledged.
+func (b *bundle) checkAnswers(t *testing.T, want []answered, tasks map[string]flight.Task) {
+	t.Helper()
+	evs := b.events()
+	got := map[string]answered{}
+	for id, list := range evs {
+		if len(list) != 1 {
+			t.Errorf("task %s got %d events", id, len(list))
+		}
+		got[id] = answered{id, list[0].Shared, list[0].Status}
+	}
+	wantMap := map[string]answered{}
+	for _, w := range want {
+		wantMap[w.task] = w
+		if tk, ok := tasks[w.task]; ok {
+			if h := b.holder(tk); h != "" {
+				t.Errorf("task %s answered but its entry is still pending under %q", w.task, h)
+			}
+		}
+	}
+	if diff := cmp.Diff(wantMap, got, cmp.AllowUnexported(answered{})); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestAcquireTable has one row per line of the acquire table of DESIGN.md section 3. Each row
+// arranges a flight with owner task "ta" and, where it says so, a parked task "tc", then task
+// "tb" of owner B acquires. Both answer modes run every row.
+func TestAcquireTable(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		type want struct {
+			action   flight.Action
+			reason   flight.Reason
+			status   flight.Status
+			attempts int
+			newToken bool // the token differs from (and exceeds) the arranged owner's
+			owner    string
+			errCode  string
+			answered []answered // events written by the call (and entries acknowledged)
+			parked   []string   // task ids parked after the call
+			tbHolder string     // who holds tb's entry after the call ("" acknowledged)
+			metaTTL  time.Duration
+		}
+		hit := func(task string) answered { return answered{task, topics.SharedHit, topics.StatusSucceeded} }
+		fol := func(task string, st topics.Status) answered { return answered{task, topics.SharedFollower, st} }
+		type arranged struct {
+			d  flight.Decision
+			tc flight.Task
+		}
+		rows := []struct {
+			name    string
+			arrange func(key string) arranged
+			stall   time.Duration
+			want    want
+		}{{
+			name:    "none/-/OWNER new",
+			arrange: func(string) arranged { return arranged{} },
+			want: want{action: flight.ActionOwner, reason: flight.ReasonNew, status: flight.StatusPending,
+				attempts: 1, newToken: true, owner: "B", tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "SUCCEEDED/result present/RESULT_HIT",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				if _, err := b.c.Complete(b.ctx, *d.Owner, []byte(`{"score":7}`), time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+				b.rdb.Del(b.ctx, b.ks.Results(testStage))
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionResultHit, status: flight.StatusSucceeded, attempts: 1, owner: "A",
+				answered: []answered{hit("tb")}, metaTTL: 10 * time.Minute},
+		}, {
+			name: "SUCCEEDED/result gone/OWNER result_lost",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				if _, err := b.c.Complete(b.ctx, *d.Owner, []byte(`1`), 0); err != nil {
+					t.Fatal(err)
+				}
+				b.rdb.Del(b.ctx, b.ks.Result(key), b.ks.Results(testStage))
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionOwner, reason: flight.ReasonResultLost, status: flight.StatusPending,
+				attempts: 1, newToken: true, owner: "B", tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "FAILED/retryable, attempts left/OWNER retry",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				if _, err := b.c.Fail(b.ctx, *d.Owner, flight.Failure{Retryable: true, Type: "timeout", Code: "t"}, 0); err != nil {
+					t.Fatal(err)
+				}
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionOwner, reason: flight.ReasonRetry, status: flight.StatusPending,
+				attempts: 2, newToken: true, owner: "B", parked: []string{"ta"}, tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "FAILED/not retryable/FAILED_FINAL",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				if _, err := b.c.Fail(b.ctx, *d.Owner, flight.Failure{Type: "bad_request", Code: "400"}, 0); err != nil {
+					t.Fatal(err)
+				}
+				b.rdb.Del(b.ctx, b.ks.Results(testStage))
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionFailedFinal, reason: "400", status: flight.StatusFailed, attempts: 1,
+				owner: "A", errCode: "400", answered: []answered{fol("tb", topics.StatusFailed)}, metaTTL: 2 * time.Minute},
+		}, {
+			name: "FAILED/attempts exhausted (pinned maxAttempts)/FAILED_FINAL",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				b.set(key, "attempts", "3")
+				o := *d.Owner
+				o.Attempts = 3
+				if _, err := b.c.Fail(b.ctx, o, flight.Failure{Retryable: true, Type: "upstream", Code: "503"}, 0); err != nil {
+					t.Fatal(err)
+				}
+				b.rdb.Del(b.ctx, b.ks.Results(testStage))
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionFailedFinal, reason: "503", status: flight.StatusFailed, attempts: 3,
+				owner: "A", errCode: "503", answered: []answered{fol("tb", topics.StatusFailed)}, metaTTL: 2 * time.Minute},
+		}, {
+			name: "PENDING/heartbeat fresh/FOLLOWER_WAIT parked",
+			arrange: func(key string) arranged {
+				return arranged{d: b.acquire(key, "A", b.task("ta"))}
+			},
+			want: want{action: flight.ActionFollowerWait, reason: flight.ReasonParked, status: flight.StatusPending,
+				attempts: 1, owner: "A", parked: []string{"tb"}, tbHolder: topics.ParkingConsumer, metaTTL: 3 * time.Minute},
+		}, {
+			name:    "RUNNING/heartbeat fresh/FOLLOWER_WAIT parked",
+			arrange: func(key string) arranged { d, _ := b.own(key); return arranged{d: d} },
+			want: want{action: flight.ActionFollowerWait, reason: flight.ReasonParked, status: flight.StatusRunning,
+				attempts: 1, owner: "A", parked: []string{"tb"}, tbHolder: topics.ParkingConsumer, metaTTL: 3 * time.Minute},
+		}, {
+			name: "RUNNING/heartbeat older than the pinned lease/OWNER takeover",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				tc := b.task("tc")
+				b.acquire(key, "C", tc)
+				b.set(key, "heartbeatAt", "now-6s")
+				return arranged{d: d, tc: tc}
+			},
+			want: want{action: flight.ActionOwner, reason: flight.ReasonTakeover, status: flight.StatusPending,
+				attempts: 2, newToken: true, owner: "B", parked: []string{"ta", "tc"}, tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "RUNNING/handed over/OWNER handover, attempt not spent",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				if err := b.c.Handover(b.ctx, *d.Owner); err != nil {
+					t.Fatal(err)
+				}
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionOwner, reason: flight.ReasonHandover, status: flight.StatusPending,
+				attempts: 1, newToken: true, owner: "B", parked: []string{"ta"}, tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "RUNNING/now past expireAt, attempts left/OWNER expired",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				b.set(key, "expireAt", "now-1ms")
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionOwner, reason: flight.ReasonExpired, status: flight.StatusPending,
+				attempts: 2, newToken: true, owner: "B", parked: []string{"ta"}, tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "RUNNING/progress older than the pinned stallTimeout/OWNER expired",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				b.set(key, "progressAt", "now-31s", "stall", "30000")
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionOwner, reason: flight.ReasonExpired, status: flight.StatusPending,
+				attempts: 2, newToken: true, owner: "B", parked: []string{"ta"}, tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "RUNNING/expired, attempts exhausted/EXPIRED",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				tc := b.task("tc")
+				b.acquire(key, "C", tc)
+				b.set(key, "expireAt", "now-1ms", "attempts", "3")
+				return arranged{d: d, tc: tc}
+			},
+			want: want{action: flight.ActionExpired, reason: "running_ttl", status: flight.StatusExpired, attempts: 3,
+				owner: "A", errCode: "running_ttl", answered: []answered{fol("ta", topics.StatusExpired),
+					fol("tb", topics.StatusExpired), fol("tc", topics.StatusExpired)}, metaTTL: 2 * time.Minute},
+		}, {
+			name: "RUNNING/lease lost, attempts exhausted/EXPIRED",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				b.set(key, "heartbeatAt", "now-6s", "attempts", "3")
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionExpired, reason: "lease_lost", status: flight.StatusExpired, attempts: 3,
+				owner: "A", errCode: "lease_lost", answered: []answered{fol("ta", topics.StatusExpired),
+					fol("tb", topics.StatusExpired)}, metaTTL: 2 * time.Minute},
+		}, {
+			name: "EXPIRED/attempts left/OWNER expired",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				b.set(key, "expireAt", "now-1ms")
+				if _, err := b.c.Heartbeat(b.ctx, *d.Owner, ""); !errors.Is(err, flight.ErrExpired) {
+					t.Fatalf("heartbeat: %v", err)
+				}
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionOwner, reason: flight.ReasonExpired, status: flight.StatusPending,
+				attempts: 2, newToken: true, owner: "B", parked: []string{"ta"}, tbHolder: "c1", metaTTL: 3 * time.Minute},
+		}, {
+			name: "EXPIRED/attempts exhausted/EXPIRED",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				b.set(key, "expireAt", "now-1ms", "attempts", "3")
+				if _, err := b.c.Heartbeat(b.ctx, *d.Owner, ""); !errors.Is(err, flight.ErrExpired) {
+					t.Fatalf("heartbeat: %v", err)
+				}
+				return arranged{d: d}
+			},
+			want: want{action: flight.ActionExpired, reason: "running_ttl", status: flight.StatusExpired, attempts: 3,
+				owner: "A", errCode: "running_ttl", answered: []answered{fol("tb", topics.StatusExpired)}, metaTTL: 2 * time.Minute},
+		}, {
+			name: "CANCELLED/until its TTL ends/CANCELLED",
+			arrange: func(key string) arranged {
+				d, _ := b.own(key)
+				tc := b.task("tc")
+				b.acquire(key, "C", tc)
+				if _, err := b.c.Cancel(b.ctx, key, "user left", flight.CancelParams{Stage: testStage, TTL: 2 * time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+				b.rdb.Del(b.ctx, b.ks.Results(testStage))
+				return arranged{d: d, tc: tc}
+			},
+			want: want{action: flight.ActionCancelled, reason: "cancelled", status: flight.StatusCancelled, attempts: 1,
+				owner: "A", errCode: "cancelled", answered: []answered{fol("tb", topics.StatusCancelled)}, metaTTL: 2 * time.Minute},
+		}}
+		for i, row := range rows {
+			t.Run(row.name, func(t *testing.T) {
+				key := fmt.Sprintf("row-%d", i)
+				b.rdb.Del(b.ctx, b.ks.Results(testStage))
+				before := row.arrange(key)
+				tb := b.task("tb")
+				tasks := map[string]flight.Task{"tb": tb}
+				if before.tc.ID != "" {
+					tasks["tc"] = before.tc
+				}
+				got := b.acquire(key, "B", tb)
+				w := row.want
+				if got.Action != w.action || got.Reason != w.reason || got.Status != w.status ||
+					got.Attempts != w.attempts || got.OwnerID != w.owner || got.ErrorCode != w.errCode {
+					t.Errorf("decision = %+v, want %+v", got, w)
+				}
+				if w.newToken && got.Token <= before.d.Token {
+					t.Errorf("token %d, want > %d", got.Token, before.d.Token)
+				}
+				if !w.newToken && got.Token != before.d.Token {
+					t.Errorf("token %d, want unchanged %d", got.Token, before.d.Token)
+				}
+				if (w.action == flight.ActionOwner) != (got.Owner != nil) {
+					t.Errorf("Owner handle %+v for action %s", got.Owner, got.Action)
+				}
+				b.checkAnswers(t, w.answered, tasks)
+				if got.Answered != len(w.answered) {
+					t.Errorf("Answered = %d, want %d", got.Answered, len(w.answered))
+				}
+				if w.answered == nil {
+					if h := b.holder(tb); h != w.tbHolder {
+						t.Errorf("tb's entry is held by %q, want %q", h, w.tbHolder)
+					}
+				}
+				m := b.get(key)
+				if diff := cmp.Diff(sorted(w.parked), sorted(m.Parked)); diff != "" {
+					t.Errorf("parked task ids (-want +got):\n%s", diff)
+				}
+				if m.Status != w.status || m.OwnerToken != got.Token || m.Attempts != w.attempts {
+					t.Errorf("stored status=%s token=%d attempts=%d, want %s %d %d", m.Status, m.OwnerToken, m.Attempts, w.status, got.Token, w.attempts)
+				}
+				near(t, "meta", m.MetaTTL, w.metaTTL)
+				if len(m.Parked) > 0 {
+					near(t, "waiters", b.rdb.PTTL(b.ctx, b.ks.Waiters(key)).Val(), w.metaTTL)
+				}
+				if w.action == flight.ActionOwner {
+					now := b.now()
+					want := map[string]string{"status": "PENDING", "ownerId": "B", "taskId": "tb",
+						"entry": tb.Entry + " " + tb.Stream, "stage": testStage, "tenant": "acme", "sessionId": "s-1",
+						"requestKey": key, "errorType": "", "errorCode": "", "resultRef": "", "lease": "5000",
+						"runningTTL": "60000", "maxAttempts": "3", "failureTTL": "120000", "resultTTL": "600000"}
+					for f, v := range want {
+						if m.Fields[f] != v {
+							t.Errorf("field %s = %q, want %q", f, m.Fields[f], v)
+						}
+					}
+					if d := now - m.HeartbeatAt.UnixMilli(); d < 0 || d > 2000 {
+						t.Errorf("heartbeatAt %v is not Redis now", m.HeartbeatAt)
+					}
+					if d := m.ExpireAt.UnixMilli() - (m.HeartbeatAt.UnixMilli() + time.Minute.Milliseconds()); d != 0 {
+						t.Errorf("expireAt - heartbeatAt = runningTTL%+dms", d)
+					}
+					if m.FenceTTL <= m.MetaTTL {
+						t.Errorf("fence TTL %v does not outlive meta TTL %v", m.FenceTTL, m.MetaTTL)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestAcquireStartsOwners: with Start the owner is RUNNING at once, with the attempt's clock
+// started (acquire and start in one call).
+func TestAcquireStartsOwners(t *testing.T) {
 	b := setup(t)
-	type arranged struct {
-		key   string
-		token int64
+	d, _ := b.own("k")
+	m := b.get("k")
+	if m.Status != flight.StatusRunning || m.ExpireAt.Sub(m.HeartbeatAt) != time.Minute || !d.ExpireAt.Equal(m.ExpireAt) {
+		t.Errorf("meta %s expireAt %v heartbeatAt %v, decision expireAt %v", m.Status, m.ExpireAt, m.HeartbeatAt, d.ExpireAt)
 	}
-	pending := func(key string) arranged { d := b.acquire(key, "A", "ta"); return arranged{key, d.Token} }
-	running := func(key string) arranged { d := b.own(key); return arranged{key, d.Token} }
-	stale := func(key string) arranged { d := b.own(key); return arranged{key, d.Token - 1} }
-	rows := []struct {
-		name       string
-		arrange    func(key string) arranged
-		call       func(a arranged) error
-		wantErr    error
-		wantStatus flight.Status
-		check      func(t *testing.T, a arranged, m flight.Meta)
-	}{{
-		name: "start/PENDING/RUNNING", arrange: pending,
-		call:       func(a arranged) error { return b.c.Start(b.ctx, a.key, a.token, b.pol) },
-		wantStatus: flight.StatusRunning,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			if got := m.ExpireAt.Sub(m.HeartbeatAt); got != time.Minute {
-				t.Errorf("expireAt - heartbeatAt = %v, want runningTTL", got)
-			}
-			near(t, "meta", m.MetaTTL, 3*time.Minute)
-		},
-	}, {
-		name: "start/stale token/refused", arrange: func(key string) arranged { a := pending(key); a.token--; return a },
-		call:    func(a arranged) error { return b.c.Start(b.ctx, a.key, a.token, b.pol) },
-		wantErr: flight.ErrStaleToken, wantStatus: flight.StatusPending,
-	}, {
-		name: "heartbeat/RUNNING/RUNNING with progress", arrange: func(key string) arranged {
-			a := running(key)
-			b.set(key, "heartbeatAt", "now-3s", "progressAt", "now-3s")
-			return a
-		},
-		call:       func(a arranged) error { return b.c.Heartbeat(b.ctx, a.key, a.token, "17", b.pol) },
-		wantStatus: flight.StatusRunning,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			now := b.now()
-			if now-m.HeartbeatAt.UnixMilli() > 1000 || now-m.ProgressAt.UnixMilli() > 1000 || m.Progress != "17" {
-				t.Errorf("heartbeatAt %v progressAt %v progress %q not renewed", m.HeartbeatAt, m.ProgressAt, m.Progress)
-			}
-		},
-	}, {
-		name: "heartbeat/RUNNING, same progress/progressAt kept", arrange: func(key string) arranged {
-			a := running(key)
-			b.set(key, "progress", "17", "progressAt", "now-3s")
-			return a
-		},
-		call:       func(a arranged) error { return b.c.Heartbeat(b.ctx, a.key, a.token, "17", b.pol) },
-		wantStatus: flight.StatusRunning,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			if age := b.now() - m.ProgressAt.UnixMilli(); age < 2900 {
-				t.Errorf("progressAt moved without progress (age %dms)", age)
-			}
-		},
-	}, {
-		name: "heartbeat/PENDING/PENDING", arrange: pending,
-		call:       func(a arranged) error { return b.c.Heartbeat(b.ctx, a.key, a.token, "", b.pol) },
-		wantStatus: flight.StatusPending,
-	}, {
-		name: "heartbeat/runningTTL spent/EXPIRED", arrange: func(key string) arranged {
-			a := running(key)
-			b.set(key, "expireAt", "now-1ms")
-			return a
-		},
-		call:    func(a arranged) error { return b.c.Heartbeat(b.ctx, a.key, a.token, "", b.pol) },
-		wantErr: flight.ErrExpired, wantStatus: flight.StatusExpired,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			if m.ErrorCode != "running_ttl" {
-				t.Errorf("errorCode %q", m.ErrorCode)
-			}
-			near(t, "meta", m.MetaTTL, 2*time.Minute)
-		},
-	}, {
-		name: "heartbeat/progress stalled/EXPIRED", arrange: func(key string) arranged {
-			a := running(key)
-			b.set(key, "progressAt", "now-31s")
-			return a
-		},
-		call: func(a arranged) error {
-			p := b.pol
-			p.StallTimeout = 30 * time.Second
-			return b.c.Heartbeat(b.ctx, a.key, a.token, "", p)
-		},
-		wantErr: flight.ErrExpired, wantStatus: flight.StatusExpired,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			if m.ErrorCode != "stalled" {
-				t.Errorf("errorCode %q", m.ErrorCode)
-			}
-		},
-	}, {
-		name: "heartbeat/CANCELLED/answers cancelled", arrange: func(key string) arranged {
-			a := running(key)
-			if _, err := b.c.Cancel(b.ctx, key, "stop", b.pol); err != nil {
-				t.Fatal(err)
-			}
-			return a
-		},
-		call:    func(a arranged) error { return b.c.Heartbeat(b.ctx, a.key, a.token, "", b.pol) },
-		wantErr: flight.ErrCancelled, wantStatus: flight.StatusCancelled,
-	}, {
-		name: "heartbeat/stale token/refused", arrange: stale,
-		call:    func(a arranged) error { return b.c.Heartbeat(b.ctx, a.key, a.token, "", b.pol) },
-		wantErr: flight.ErrStaleToken, wantStatus: flight.StatusRunning,
-	}, {
-		name: "complete/RUNNING/SUCCEEDED", arrange: running,
-		call: func(a arranged) error {
-			_, err := b.c.Complete(b.ctx, a.key, a.token, []byte(`{"ok":true}`), b.pol)
-			return err
-		},
-		wantStatus: flight.StatusSucceeded,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			res, err := b.c.Result(b.ctx, a.key)
-			if err != nil || string(res) != `{"ok":true}` {
-				t.Errorf("result %q, %v", res, err)
-			}
-			if m.ResultRef != b.ks.Result(a.key) {
-				t.Errorf("resultRef %q", m.ResultRef)
-			}
-			near(t, "meta", m.MetaTTL, 10*time.Minute)
-			near(t, "result", m.ResultTTL, 10*time.Minute)
-		},
-	}, {
-		name: "complete/PENDING/refused", arrange: pending,
-		call: func(a arranged) error {
-			_, err := b.c.Complete(b.ctx, a.key, a.token, []byte(`1`), b.pol)
-			return err
-		},
-		wantErr: &flight.StateError{Op: "complete", Status: flight.StatusPending}, wantStatus: flight.StatusPending,
-	}, {
-		name: "complete/stale token/refused", arrange: stale,
-		call: func(a arranged) error {
-			_, err := b.c.Complete(b.ctx, a.key, a.token, []byte(`1`), b.pol)
-			return err
-		},
-		wantErr: flight.ErrStaleToken, wantStatus: flight.StatusRunning,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			if _, err := b.c.Result(b.ctx, a.key); !errors.Is(err, flight.ErrNotFound) {
-				t.Errorf("a stale complete wrote a result: %v", err)
-			}
-		},
-	}, {
-		name: "fail/RUNNING/FAILED", arrange: running,
-		call: func(a arranged) error {
-			_, err := b.c.Fail(b.ctx, a.key, a.token, flight.Failure{Retryable: true, Type: "rate_limited", Code: "429", Message: "slow down"}, b.pol)
-			return err
-		},
-		wantStatus: flight.StatusFailed,
-		check: func(t *testing.T, a arranged, m flight.Meta) {
-			if !m.Retryable || m.ErrorType != "rate_limited" || m.ErrorCode != "429" || m.Error != "slow down" {
-				t.Errorf("stored failure %+v", m)
-			}
-			near(t, "meta", m.MetaTTL, 2*time.Minute)
-		},
-	}, {
-		name: "fail/PENDING/FAILED", arrange: pending,
-		call: func(a arranged) error {
-			_, err := b.c.Fail(b.ctx, a.key, a.token, flight.Failure{Type: "bad_request", Code: "400"}, b.pol)
-			return err
-		},
-		wantStatus: flight.StatusFailed,
-	}, {
-		name: "fail/stale token/refused", arrange: stale,
-		call: func(a arranged) error {
-			_, err := b.c.Fail(b.ctx, a.key, a.token, flight.Failure{Type: "x"}, b.pol)
-			return err
-		},
-		wantErr: flight.ErrStaleToken, wantStatus: flight.StatusRunning,
-	}, {
-		name: "cancel/PENDING/CANCELLED", arrange: pending,
-		call: func(a arranged) error {
-			_, err := b.c.Cancel(b.ctx, a.key, "user", b.pol)
-			return err
-		},
-		wantStatus: flight.StatusCancelled,
-		check:      func(t *testing.T, a arranged, m flight.Meta) { near(t, "meta", m.MetaTTL, 2*time.Minute) },
-	}, {
-		name: "cancel/RUNNING/CANCELLED", arrange: running,
-		call: func(a arranged) error {
-			_, err := b.c.Cancel(b.ctx, a.key, "user", b.pol)
-			return err
-		},
-		wantStatus: flight.StatusCancelled,
-	}, {
-		name: "cancel/SUCCEEDED/refused", arrange: func(key string) arranged {
-			a := running(key)
-			if _, err := b.c.Complete(b.ctx, key, a.token, []byte(`1`), b.pol); err != nil {
-				t.Fatal(err)
-			}
-			return a
-		},
-		call: func(a arranged) error {
-			_, err := b.c.Cancel(b.ctx, a.key, "late", b.pol)
-			return err
-		},
-		wantErr: &flight.StateError{Op: "cancel", Status: flight.StatusSucceeded}, wantStatus: flight.StatusSucceeded,
-	}}
-	for i, row := range rows {
-		t.Run(row.name, func(t *testing.T) {
-			a := row.arrange(fmt.Sprintf("owner-%d", i))
-			err := row.call(a)
-			switch we := row.wantErr.(type) {
-			case nil:
-				if err != nil {
-					t.Fatalf("err = %v", err)
-				}
-			case *flight.StateError:
-				var se *flight.StateError
-				if !errors.As(err, &se) || *se != *we {
-					t.Fatalf("err = %v, want %v", err, we)
-				}
-			default:
-				if !errors.Is(err, we) {
-					t.Fatalf("err = %v, want %v", err, we)
-				}
-			}
-			m := b.get(a.key)
-			if m.Status != row.wantStatus {
-				t.Errorf("status %s, want %s", m.Status, row.wantStatus)
-			}
-			if row.check != nil {
-				row.check(t, a, m)
-			}
-		})
-	}
+	near(t, "meta", m.MetaTTL, 3*time.Minute)
 }

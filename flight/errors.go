@@ -9,8 +9,12 @@ import (
 // errors.Is(err, flight.ErrStaleToken) tells a fenced-off owner.
 var (
 	// ErrStaleToken: the caller's token is not the flight's current token (another owner took
-	// over, or the flight is gone). Nothing was written; the caller must stop and write nothing.
+	// over), or the fence refuses it. Nothing was written; the caller must stop and write
+	// nothing of its run.
 	ErrStaleToken = errors.New("flight: stale token")
+	// ErrGone: the flight's meta is gone (it expired, or Redis lost it); the caller acquires
+	// again.
+	ErrGone = errors.New("flight: gone")
 	// ErrCancelled: the flight was cancelled; the owner aborts its run.
 	ErrCancelled = errors.New("flight: cancelled")
 	// ErrExpired: the flight's runningTTL is spent or its progress stalled; the owner aborts and

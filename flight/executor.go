@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -120,9 +117,10 @@ type ExecutorConfig struct {
 	Stages map[string]StageOptions
 	// Breaker configures the coordination circuit breaker.
 	Breaker BreakerConfig
-	// SpoolPath is the append-only file of uncertain outcomes. Defaults to
-	// $TMPDIR/flightdeck-spool-<NodeID>.jsonl.
-	SpoolPath string
+	// SpoolDir is the directory of the spool of uncertain outcomes (OpenSpoolDir): this
+	// executor's file is named after NodeID, and the spools of dead processes found there are
+	// adopted and written back. Defaults to DefaultSpoolDir(os.Getenv).
+	SpoolDir string
 	// FlushInterval is how often spooled outcomes are written back. Defaults to 1 s.
 	FlushInterval time.Duration
 	// Logger receives structured logs. Defaults to a disabled logger.
@@ -204,8 +202,8 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if cfg.MaxWaiters == 0 {
 		cfg.MaxWaiters = 10000
 	}
-	if cfg.SpoolPath == "" {
-		cfg.SpoolPath = filepath.Join(os.TempDir(), "flightdeck-spool-"+cfg.NodeID+".jsonl")
+	if cfg.SpoolDir == "" {
+		cfg.SpoolDir = DefaultSpoolDir(os.Getenv)
 	}
 	e := &Executor{cfg: cfg, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(), coord: cfg.Coordinator,
 		metrics: NewMetrics(cfg.Registry), stages: map[string]*stageRuntime{}}
@@ -238,7 +236,7 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		}
 		e.writer = topics.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.ks}
 		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
-		sp, err := OpenSpool(cfg.SpoolPath)
+		sp, err := OpenSpoolDir(cfg.SpoolDir, cfg.NodeID)
 		if err != nil {
 			return nil, err
 		}
@@ -389,316 +387,3 @@ func (e *Executor) coordinated(st *stageRuntime) {
 }
 
 // distributed is the L1 leader's path through the state machine.
-func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string, fn Fn) (Result, error) {
-	pol := st.opt.Policy
-	for {
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
-		}
-		e.metrics.distributedRequest.WithLabelValues(st.name).Inc()
-		d, err := Guard(e.cb, func() (Decision, error) {
-			cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-			defer cancel()
-			return e.coord.Acquire(cctx, AcquireParams{Key: key, OwnerID: e.cfg.NodeID, Stage: st.name, Policy: pol})
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return Result{}, ctx.Err()
-			}
-			return e.fallback(ctx, st, fn, err)
-		}
-		e.coordinated(st)
-		switch d.Action {
-		case ActionOwner:
-			res, again, err := e.own(ctx, st, key, d, fn)
-			if !again {
-				return res, err
-			}
-		case ActionFollowerWait:
-			if err := e.follow(ctx, st, key); err != nil {
-				return Result{}, err
-			}
-		case ActionResultHit:
-			return Result{Value: d.Result, Shared: topics.SharedHit, Token: d.Token}, nil
-		case ActionFailedFinal:
-			return Result{}, &OutcomeError{Status: StatusFailed, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
-		case ActionCancelled:
-			return Result{}, &OutcomeError{Status: StatusCancelled, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
-		case ActionExpired:
-			return Result{}, &OutcomeError{Status: StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
-		default:
-			return e.fallback(ctx, st, fn, fmt.Errorf("%w: action %q", ErrProtocol, d.Action))
-		}
-	}
-}
-
-// follow waits for the flight of key to end, for at most WaitTimeout; the caller then
-// acquires again. It registers with the dispatcher first, then looks at the flight, so an
-// event published in between is not missed.
-func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) error {
-	wctx, cancel := context.WithTimeout(ctx, st.opt.WaitTimeout)
-	defer cancel()
-	reg, err := Guard(e.cb, func() (regResult, error) {
-		cctx, ccancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-		defer ccancel()
-		ch, un, err := e.disp.register(cctx, e.coord.ks.Results(st.name), key)
-		return regResult{ch, un}, err
-	})
-	if errors.Is(err, ErrTooManyWaiters) {
-		return err
-	}
-	if err != nil {
-		// Cannot listen: wait out the timeout, then acquire again (never run at once).
-		<-wctx.Done()
-		return ctx.Err()
-	}
-	defer reg.unregister()
-	status, err := Guard(e.cb, func() (string, error) {
-		return e.rdb.HGet(wctx, e.coord.ks.Meta(key), "status").Result()
-	})
-	if err == nil && status != string(StatusPending) && status != string(StatusRunning) {
-		return nil
-	}
-	select {
-	case <-reg.ch:
-	case <-wctx.Done():
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		e.metrics.waitTimeout.WithLabelValues(st.name).Inc()
-	}
-	return nil
-}
-
-type regResult struct {
-	ch         <-chan struct{}
-	unregister func()
-}
-
-// own runs fn as the flight's owner. again asks the caller to acquire again (the flight
-// expired, was taken over, or a retryable failure left attempts).
-func (e *Executor) own(ctx context.Context, st *stageRuntime, key string, d Decision, fn Fn) (res Result, again bool, err error) {
-	pol := st.opt.Policy
-	_, err = Guard(e.cb, func() (any, error) {
-		cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-		defer cancel()
-		return nil, e.coord.Start(cctx, key, d.Token, pol)
-	})
-	switch {
-	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrExpired):
-		return Result{}, true, nil
-	case errors.Is(err, ErrCancelled):
-		return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
-	case err != nil:
-		// We own the flight but cannot start it: the model has not run, so this is still a
-		// failure before the outcome is known. The flight's lease lapses by itself.
-		return resFallback(e.fallback(ctx, st, fn, err))
-	}
-
-	runCtx, cancelRun := context.WithCancelCause(ctx)
-	defer cancelRun(nil)
-	runCtx, cancelBudget := context.WithTimeout(runCtx, st.opt.Budget.Execution)
-	defer cancelBudget()
-	var progress atomic.Int64
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		e.heartbeat(runCtx, cancelRun, st, key, d.Token, &progress)
-	}()
-	v, fnErr := fn(runCtx, func() { progress.Add(1) })
-	cause := context.Cause(runCtx)
-	cancelRun(nil)
-	<-hbDone
-
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
-	defer rcancel()
-	if fnErr != nil {
-		switch {
-		case errors.Is(cause, ErrStaleToken), errors.Is(cause, ErrExpired):
-			return Result{}, true, nil // another owner runs it now (or will): follow or take over
-		case errors.Is(cause, ErrCancelled):
-			return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
-		}
-		if ctx.Err() != nil {
-			return Result{}, false, ctx.Err()
-		}
-		f := classify(fnErr)
-		out, err := Guard(e.cb, func() (FailOutcome, error) { return e.coord.Fail(rctx, key, d.Token, f, pol) })
-		if err != nil {
-			// The failure could not be recorded; the model is still not re-run here.
-			return Result{}, false, fnErr
-		}
-		if out.Final {
-			e.publish(rctx, st, key, topics.Event{Status: topics.StatusFailed, OwnerToken: d.Token, Attempts: d.Attempts,
-				ErrorType: f.Type, ErrorCode: f.Code, Error: f.Message}, out.Parked)
-			return Result{}, false, fnErr
-		}
-		return Result{}, true, nil
-	}
-
-	res = Result{Value: v, Shared: topics.SharedOwner, Token: d.Token}
-	parked, err := Guard(e.cb, func() ([]string, error) { return e.coord.Complete(rctx, key, d.Token, v, pol) })
-	switch {
-	case err == nil:
-		e.publish(rctx, st, key, topics.Event{Status: topics.StatusSucceeded, OwnerToken: d.Token, Attempts: d.Attempts,
-			Result: v}, parked)
-		return res, false, nil
-	case IsCoordinationFailure(err) || errors.Is(err, ErrCoordinationUnavailable):
-		// The model answered, the write failed: hand the value over and spool it.
-		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
-		res.Uncertain = true
-		o := Outcome{Stage: st.name, Key: key, Token: d.Token, Result: v, ResultTTL: pol.ResultTTL, At: time.Now()}
-		if serr := e.spool.Add(o); serr != nil {
-			e.log.Error().Err(serr).Str("requestKey", key).Msg("uncertain outcome could not be spooled")
-			return res, false, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
-		}
-		e.metrics.spooled.Set(float64(e.spool.Len()))
-		e.log.Warn().Err(err).Str("requestKey", key).Int64("token", d.Token).
-			Msg("result write failed: uncertain outcome spooled for write-back")
-		return res, false, nil
-	default:
-		// Refused (fenced off, cancelled, expired): our value is still good for our callers;
-		// the flight's own outcome stands for everybody else.
-		e.log.Info().Err(err).Str("requestKey", key).Msg("result refused by the flight")
-		return res, false, nil
-	}
-}
-
-func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
-
-// heartbeat renews the lease with progress until ctx ends; it cancels the run when the flight
-// answers cancelled, expired or stale. Failed heartbeats are not fatal: the lease decides.
-func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, st *stageRuntime, key string, token int64, progress *atomic.Int64) {
-	t := time.NewTicker(st.opt.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		prog := ""
-		if n := progress.Load(); n > 0 {
-			prog = strconv.FormatInt(n, 10)
-		}
-		_, err := Guard(e.cb, func() (any, error) {
-			hctx, hcancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-			defer hcancel()
-			return nil, e.coord.Heartbeat(hctx, key, token, prog, st.opt.Policy)
-		})
-		if errors.Is(err, ErrCancelled) || errors.Is(err, ErrExpired) || errors.Is(err, ErrStaleToken) {
-			cancel(err)
-			return
-		}
-	}
-}
-
-// publish writes the owner's event (it wakes in-process followers on every node) and one
-// event per parked stream task, then releases the parked ids. Failures are logged: the flight
-// holds the outcome and parked tasks are flushed by the next caller.
-func (e *Executor) publish(ctx context.Context, st *stageRuntime, key string, ev topics.Event, parked []string) {
-	ev.Stage, ev.RequestKey, ev.Consumer, ev.FinishedAt = st.name, key, e.cfg.NodeID, time.Now()
-	ev.Tenant = tenantOf(key)
-	own := ev
-	own.TaskID = "exec-" + uuid.NewString()
-	own.Shared = topics.SharedOwner
-	events := []topics.Event{own}
-	for _, id := range parked {
-		f := ev
-		f.TaskID, f.Shared = id, topics.SharedFollower
-		events = append(events, f)
-	}
-	if err := e.writer.PublishEvents(ctx, events...); err != nil {
-		e.log.Warn().Err(err).Str("requestKey", key).Msg("publishing events failed")
-		return
-	}
-	if _, err := e.coord.Release(ctx, key, parked...); err != nil {
-		e.log.Warn().Err(err).Str("requestKey", key).Msg("releasing parked tasks failed")
-	}
-}
-
-// tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey
-// (ai:<stage>:v<n>:<tenant>:...); "" for other keys.
-func tenantOf(key string) string {
-	parts := strings.SplitN(key, ":", 5)
-	if len(parts) == 5 && parts[0] == "ai" {
-		return parts[3]
-	}
-	return ""
-}
-
-// classify turns a function error into the flight failure it records. Errors that implement
-// Retryable() bool (the model adapters' errors do) say whether a retry may help; others are
-// retryable, except context cancellation.
-func classify(err error) Failure {
-	f := Failure{Retryable: true, Type: "error", Code: "error", Message: err.Error()}
-	var r interface{ Retryable() bool }
-	var typed interface {
-		ErrorType() string
-		ErrorCode() string
-	}
-	switch {
-	case errors.As(err, &r):
-		f.Retryable = r.Retryable()
-	case errors.Is(err, context.Canceled):
-		f.Retryable = false
-	}
-	if errors.As(err, &typed) {
-		f.Type, f.Code = typed.ErrorType(), typed.ErrorCode()
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		f.Type, f.Code = "timeout", "deadline_exceeded"
-	}
-	return f
-}
-
-// flushLoop writes spooled uncertain outcomes back while coordination works.
-func (e *Executor) flushLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if e.spool.Len() == 0 || e.breakerOpen() {
-			continue
-		}
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		rep, err := e.spool.Flush(fctx, e.coord)
-		cancel()
-		e.metrics.spooled.Set(float64(e.spool.Len()))
-		if rep.Written > 0 || rep.Refused > 0 {
-			e.log.Info().Int("written", rep.Written).Int("refused", rep.Refused).Int("kept", rep.Kept).
-				Msg("uncertain outcomes written back")
-		}
-		if err != nil {
-			e.log.Debug().Err(err).Msg("spool flush incomplete")
-		}
-		for key, ids := range rep.Parked {
-			if len(ids) == 0 {
-				continue
-			}
-			st := e.stages[stageOf(key)]
-			if st == nil {
-				continue
-			}
-			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-			res, rerr := e.coord.Result(pctx, key)
-			if rerr == nil {
-				e.publish(pctx, st, key, topics.Event{Status: topics.StatusSucceeded, Result: res}, ids)
-			}
-			pcancel()
-		}
-	}
-}
-
-// stageOf reads the stage out of a key built by SemanticKey or NamespacedKey.
-func stageOf(key string) string {
-	parts := strings.SplitN(key, ":", 3)
-	if len(parts) == 3 && parts[0] == "ai" {
-		return parts[1]
-	}
-	return ""
-}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -66,7 +68,7 @@ func newNode(t *testing.T, srv *redistest.Server, prefix, name string, opt fligh
 	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: name,
 		Stages:        map[string]flight.StageOptions{stage: opt},
 		Breaker:       flight.BreakerConfig{FailureThreshold: 3, OpenTimeout: 300 * time.Millisecond, Jitter: time.Millisecond},
-		SpoolPath:     filepath.Join(t.TempDir(), name+".spool"),
+		SpoolDir:      filepath.Join(t.TempDir(), "spool"),
 		FlushInterval: 100 * time.Millisecond, Logger: &log, Registry: n.reg})
 	if err != nil {
 		t.Fatal(err)
@@ -271,11 +273,13 @@ func TestBreaker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Shared == topics.SharedOwner {
+		// Coordinated again, and the half-open probes closed the breaker.
+		if r.Shared == topics.SharedOwner && n.metric(t, "singleflight_breaker_state") == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("calls were not coordinated again after Redis restarted")
+			t.Fatalf("calls were not coordinated again after Redis restarted (last %s, breaker %v)",
+				r.Shared, n.metric(t, "singleflight_breaker_state"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -347,7 +351,7 @@ func TestUncertainOutcome(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	c, _ := flight.NewCoordinator(flight.Config{Client: srv.Client(), Keyspace: topics.Keyspace{Prefix: prefix}})
-	d, err := c.Acquire(context.Background(), flight.AcquireParams{Key: "k", OwnerID: "other", Policy: flight.Policy{}})
+	d, err := c.Acquire(context.Background(), flight.AcquireParams{Key: "k", OwnerID: "other", WantResult: true})
 	if err != nil || d.Action != flight.ActionResultHit || string(d.Result) != `{"score":9}` {
 		t.Fatalf("after write-back: %+v %v", d, err)
 	}
@@ -456,7 +460,7 @@ func TestMaxWaiters(t *testing.T) {
 	opt := fastPolicy()
 	opt.WaitTimeout = 5 * time.Second
 	b, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "b", MaxWaiters: 2,
-		Stages: map[string]flight.StageOptions{stage: opt}, SpoolPath: filepath.Join(t.TempDir(), "b.spool")})
+		Stages: map[string]flight.StageOptions{stage: opt}, SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,5 +494,250 @@ func TestMaxWaiters(t *testing.T) {
 	}
 	if refused != 1 || ok != 2 || runs.Load() != 3 {
 		t.Errorf("refused %d, ok %d, runs %d; want 1, 2, 3", refused, ok, runs.Load())
+	}
+}
+
+// streamTasks parks stream tasks on a flight the way consumers do: entries of the stage's task
+// stream, read by consumer c1, acquired as followers.
+type streamTasks struct {
+	t   *testing.T
+	rdb *redis.Client
+	ks  topics.Keyspace
+	c   *flight.Coordinator
+}
+
+func newStreamTasks(t *testing.T, srv *redistest.Server, prefix string) *streamTasks {
+	t.Helper()
+	ks := topics.Keyspace{Prefix: prefix}
+	c, err := flight.NewCoordinator(flight.Config{Client: srv.Client(), Keyspace: ks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client().XGroupCreateMkStream(context.Background(), ks.Tasks(stage), topics.ConsumerGroup, "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &streamTasks{t: t, rdb: srv.Client(), ks: ks, c: c}
+}
+
+// park enqueues task id, reads it as c1 and acquires key for it; it must end parked.
+func (s *streamTasks) park(key, id string) flight.Task {
+	s.t.Helper()
+	ctx := context.Background()
+	stream := s.ks.Tasks(stage)
+	s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", id}})
+	res, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "c1",
+		Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	tk := flight.Task{ID: id, Stream: stream, Entry: res[0].Messages[0].ID}
+	d, err := s.c.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "consumer", Task: tk, Stage: stage, Tenant: "t"})
+	if err != nil || d.Reason != flight.ReasonParked {
+		s.t.Fatalf("park %s: %+v %v", id, d, err)
+	}
+	return tk
+}
+
+// answered returns the events of task id and whether its entry is still pending.
+func (s *streamTasks) answered(tk flight.Task) ([]topics.Event, bool) {
+	s.t.Helper()
+	ctx := context.Background()
+	msgs, _ := s.rdb.XRange(ctx, s.ks.Results(stage), "-", "+").Result()
+	var out []topics.Event
+	for _, m := range msgs {
+		p, _ := m.Values[topics.FieldPayload].(string)
+		if ev, err := topics.DecodeEvent([]byte(p)); err == nil && ev.TaskID == tk.ID {
+			out = append(out, ev)
+		}
+	}
+	p, _ := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: tk.Stream, Group: topics.ConsumerGroup,
+		Start: tk.Entry, End: tk.Entry, Count: 1}).Result()
+	return out, len(p) > 0
+}
+
+// TestExecutorAnswersParkedStreamTasks: in-process callers and stream tasks share keys; whatever
+// path the executor's call takes, the stream tasks parked on the key are answered and their
+// entries acknowledged.
+func TestExecutorAnswersParkedStreamTasks(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	n := newNode(t, srv, prefix, "n1", fastPolicy())
+	s := newStreamTasks(t, srv, prefix)
+	ctx := context.Background()
+	var runs atomic.Int64
+
+	t.Run("Owner", func(t *testing.T) {
+		hold := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.e.Do(ctx, stage, "own", func(ctx context.Context, _ func()) ([]byte, error) {
+				<-hold
+				return []byte(`"mine"`), nil
+			})
+			done <- err
+		}()
+		for s.rdb.Exists(ctx, s.ks.Meta("own")).Val() == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		tk := s.park("own", "stream-own")
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if ev, pending := s.answered(tk); len(ev) != 1 || pending || string(ev[0].Result) != `"mine"` {
+			t.Errorf("parked task: %+v pending %v", ev, pending)
+		}
+	})
+	// A flight that ended while tasks stayed parked (their answerer crashed): the executor's
+	// acquire answers them on each final path.
+	for _, c := range []struct {
+		name   string
+		end    func(key string, o flight.Ownership)
+		status topics.Status
+		check  func(err error) bool
+	}{
+		{"ResultHit", func(key string, o flight.Ownership) {
+			s.rdb.Set(ctx, s.ks.Result(key), `"r"`, time.Minute)
+			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "SUCCEEDED", "inline", "1")
+		}, topics.StatusSucceeded, func(err error) bool { return err == nil }},
+		{"FailedFinal", func(key string, o flight.Ownership) {
+			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "FAILED", "retryable", "0", "errorCode", "400")
+		}, topics.StatusFailed, func(err error) bool { return errors.Is(err, flight.ErrFailed) }},
+		{"Cancelled", func(key string, o flight.Ownership) {
+			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "CANCELLED", "cancelReason", "stop")
+		}, topics.StatusCancelled, func(err error) bool { return errors.Is(err, flight.ErrCancelled) }},
+		{"Expired", func(key string, o flight.Ownership) {
+			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "EXPIRED", "attempts", "9", "errorCode", "lease_lost")
+		}, topics.StatusExpired, func(err error) bool { return errors.Is(err, flight.ErrExpired) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "end-" + c.name
+			d, err := s.c.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "x", Stage: stage, Start: true,
+				Policy: flight.Policy{Lease: time.Hour, RunningTTL: time.Hour}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := s.park(key, "stream-"+c.name)
+			c.end(key, *d.Owner)
+			_, err = n.e.Do(ctx, stage, key, slowFn(&runs, 0, `"never"`))
+			if !c.check(err) {
+				t.Errorf("Do: %v", err)
+			}
+			ev, pending := s.answered(tk)
+			if len(ev) != 1 || ev[0].Status != c.status || pending {
+				t.Errorf("parked task: %+v pending %v", ev, pending)
+			}
+		})
+	}
+	if runs.Load() != 0 {
+		t.Errorf("the function ran %d times on ended flights", runs.Load())
+	}
+}
+
+// TestExecutorCompleteRefusedIsNotSuccess: a run whose flight expired for good (answered as
+// EXPIRED to everybody) or was cancelled returns that outcome, not its own value.
+func TestExecutorCompleteRefusedIsNotSuccess(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	n := newNode(t, srv, prefix, "n1", fastPolicy())
+	s := newStreamTasks(t, srv, prefix)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		end  func(key string)
+		want error
+	}{
+		{"ExpiredForGood", func(key string) {
+			s.rdb.HSet(ctx, s.ks.Meta(key), "expireAt", 1, "attempts", 9)
+			if d, _ := s.c.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "y", Stage: stage}); d.Action != flight.ActionExpired {
+				t.Fatalf("expire: %+v", d)
+			}
+		}, flight.ErrExpired},
+		{"Cancelled", func(key string) {
+			if _, err := s.c.Cancel(ctx, key, "stop", flight.CancelParams{Stage: stage}); err != nil {
+				t.Fatal(err)
+			}
+		}, flight.ErrCancelled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "refused-" + c.name
+			_, err := n.e.Do(ctx, stage, key, func(context.Context, func()) ([]byte, error) {
+				c.end(key)
+				return []byte(`"late"`), nil
+			})
+			if !errors.Is(err, c.want) {
+				t.Errorf("Do = %v, want %v", err, c.want)
+			}
+			if _, err := s.c.Result(ctx, key); !errors.Is(err, flight.ErrNotFound) {
+				t.Errorf("the refused result was stored: %v", err)
+			}
+		})
+	}
+}
+
+// dropReply loses the reply of the first complete script it sees: the script ran, the caller
+// gets a connection error, as when a connection breaks after Redis executed the command.
+type dropReply struct {
+	dropped atomic.Bool
+	sha     string
+}
+
+func (d *dropReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (d *dropReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); len(args) > 1 && (args[1] == d.sha) && d.dropped.CompareAndSwap(false, true) {
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+func (d *dropReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestExecutorLostCompleteReply: the reply of a complete that Redis executed is lost; the
+// value is spooled, the write-back is accepted as the same outcome, the parked stream task is
+// answered and the function ran once.
+func TestExecutorLostCompleteReply(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	s := newStreamTasks(t, srv, prefix)
+	rdb := redisconn.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(&dropReply{sha: lua.Complete.Hash()})
+	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: prefix}, AnswerAfterScript: true})
+	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1",
+		Stages: map[string]flight.StageOptions{stage: fastPolicy()}, SpoolDir: t.TempDir(), FlushInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(context.Background())
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := context.Background()
+	var runs atomic.Int64
+	var tk flight.Task
+	r, err := e.Do(ctx, stage, "lost", func(context.Context, func()) ([]byte, error) {
+		runs.Add(1)
+		tk = s.park("lost", "stream-lost")
+		return []byte(`"v"`), nil
+	})
+	if err != nil || !r.Uncertain || string(r.Value) != `"v"` {
+		t.Fatalf("Do = %+v %v", r, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ev, pending := s.answered(tk)
+		if len(ev) >= 1 && !pending && e.Spooled() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("parked task not answered after the lost reply: %+v pending %v spooled %d", ev, pending, e.Spooled())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("ran %d times", runs.Load())
 	}
 }

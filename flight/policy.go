@@ -76,4 +76,11 @@ func (p Policy) Validate() error {
 	return nil
 }
 
+// FenceTTL is how long a flight's fence outlives its last change: twice runningTTL +
+// failureTTL + resultTTL. A token that finds neither meta nor fence and is older than this is
+// refused (nothing proves it was not superseded). Call it on WithDefaults' result.
+func (p Policy) FenceTTL() time.Duration {
+	return 2 * (p.RunningTTL + p.FailureTTL + p.ResultTTL)
+}
+
 func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -59,7 +59,7 @@ func repExecutor(b *testing.B, srv *redistest.Server, prefix, name string) *flig
 	}
 	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: name,
 		Stages:    map[string]flight.StageOptions{stage: {Policy: flight.Policy{Lease: 5 * time.Second}}},
-		SpoolPath: filepath.Join(b.TempDir(), name+".spool")})
+		SpoolDir: filepath.Join(b.TempDir(), "spool")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -225,15 +225,16 @@ func repUsedMemory(b *testing.B, rdb *redis.Client) float64 {
 // repParkedN is the number of parked followers of BenchmarkReportParkedRedisMemory.
 const repParkedN = 10000
 
-// BenchmarkReportParkedRedisMemory: Redis memory per parked follower task id, on a private
-// redis-server flushed before each op. shape=one-flight: 10,000 followers parked on one
-// running flight; shape=10k-flights: 10,000 running flights, then one follower parked on each
-// (the delta is the waiters hash each flight gains). B/parked is the used_memory delta (minus
-// client buffers) per parked task id; usage-B/parked is MEMORY USAGE of the waiters hash(es)
-// per parked id. The bare twin holds 10,000 tasks the way a bare watermill consumer that waits
-// in its handler holds them: delivered and unacknowledged, in the consumer group's pending
-// entries list; B/pending is the delta between 10,000 entries in the stream and the same
-// 10,000 entries delivered and pending.
+// BenchmarkReportParkedRedisMemory: Redis memory per parked follower task, on a private
+// redis-server flushed before each op. A parked task is its stream entry kept pending under
+// the parking consumer plus one field of the flight's waiters hash. shape=one-flight: 10,000
+// tasks parked on one running flight; shape=10k-flights: 10,000 running flights, one task
+// parked on each (each flight gains a waiters hash). B/parked is the used_memory delta (minus
+// client buffers) per task between its entry sitting unread in the stream and the task parked
+// (delivered, moved to the parking consumer, recorded in the waiters); usage-B/parked is
+// MEMORY USAGE of the waiters hash(es) per task. The bare twin holds 10,000 tasks the way a
+// bare watermill consumer that waits in its handler holds them: delivered and
+// unacknowledged; B/pending is the same delta for it.
 func BenchmarkReportParkedRedisMemory(b *testing.B) {
 	redis.SetLogger(repQuiet{})
 	srv := redistest.Start(b, nil)
@@ -247,18 +248,49 @@ func BenchmarkReportParkedRedisMemory(b *testing.B) {
 	pol := flight.Policy{Lease: time.Hour, RunningTTL: time.Hour}
 	key := func(i int) string { k, _ := flight.NamespacedKey(stage, "acme", "req-"+strconv.Itoa(i), 1); return k }
 	taskID := func(i int) string { return fmt.Sprintf("task-%08d", i) }
+	stream := ks.Tasks(stage)
+	// enqueue appends repParkedN task entries, unread.
+	enqueue := func(b *testing.B) {
+		if err := rdb.XGroupCreateMkStream(ctx, stream, topics.ConsumerGroup, "0").Err(); err != nil {
+			b.Fatal(err)
+		}
+		for start := 0; start < repParkedN; start += 500 {
+			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i := start; i < start+500; i++ {
+					p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{topics.FieldUUID, taskID(i),
+						topics.FieldPayload, `{"taskId":"` + taskID(i) + `","stage":"` + stage + `","tenant":"acme","input":{"k":0}}`}})
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	// read delivers every entry to consumer c1 and returns the tasks in order.
+	read := func(b *testing.B) []flight.Task {
+		var out []flight.Task
+		for len(out) < repParkedN {
+			res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "c1",
+				Streams: []string{stream, ">"}, Count: 1000}).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, m := range res[0].Messages {
+				out = append(out, flight.Task{ID: taskID(len(out)), Stream: stream, Entry: m.ID})
+			}
+		}
+		return out
+	}
 	own := func(b *testing.B, k string) {
-		d, err := coord.Acquire(ctx, flight.AcquireParams{Key: k, OwnerID: "node-1", TaskID: "owner-" + k[len(k)-8:],
-			Stage: stage, Tenant: "acme", Policy: pol})
+		d, err := coord.Acquire(ctx, flight.AcquireParams{Key: k, OwnerID: "node-1", Task: flight.Task{ID: "owner-" + k[len(k)-8:]},
+			Stage: stage, Tenant: "acme", Policy: pol, Start: true})
 		if err != nil || d.Action != flight.ActionOwner {
 			b.Fatal(d, err)
 		}
-		if err := coord.Start(ctx, k, d.Token, pol); err != nil {
-			b.Fatal(err)
-		}
 	}
-	park := func(b *testing.B, k, id string) {
-		d, err := coord.Acquire(ctx, flight.AcquireParams{Key: k, OwnerID: "node-2", TaskID: id, Stage: stage, Tenant: "acme", Policy: pol})
+	park := func(b *testing.B, k string, tk flight.Task) {
+		d, err := coord.Acquire(ctx, flight.AcquireParams{Key: k, OwnerID: "node-2", Task: tk, Stage: stage, Tenant: "acme", Policy: pol})
 		if err != nil || d.Action != flight.ActionFollowerWait || d.Reason != flight.ReasonParked {
 			b.Fatal(d, err)
 		}
@@ -276,9 +308,10 @@ func BenchmarkReportParkedRedisMemory(b *testing.B) {
 			rdb.FlushAll(ctx)
 			k := key(0)
 			own(b, k)
+			enqueue(b)
 			m0 := repUsedMemory(b, rdb)
-			for i := range repParkedN {
-				park(b, k, taskID(i))
+			for _, tk := range read(b) {
+				park(b, k, tk)
 			}
 			m1 := repUsedMemory(b, rdb)
 			delta += (m1 - m0) / repParkedN
@@ -295,9 +328,10 @@ func BenchmarkReportParkedRedisMemory(b *testing.B) {
 			for i := range repParkedN {
 				own(b, key(i))
 			}
+			enqueue(b)
 			m0 := repUsedMemory(b, rdb)
-			for i := range repParkedN {
-				park(b, key(i), taskID(i))
+			for i, tk := range read(b) {
+				park(b, key(i), tk)
 			}
 			m1 := repUsedMemory(b, rdb)
 			delta += (m1 - m0) / repParkedN

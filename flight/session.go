@@ -24,7 +24,8 @@ var ErrLockLost = errors.New("flight: session lock lost")
 const sessionFenceTTL = 7 * 24 * time.Hour
 
 // SessionLock serializes heavy stages per interview session across the fleet (DESIGN.md
-// sections 2 and 7): at most one holder per session at a time, for one lease that the holder
+// sections 2 and 7): at most one holder per session of a tenant at a time (two tenants'
+// sessions of the same id are different sessions), for one lease that the holder
 // renews. Each acquisition gets a fencing token, strictly increasing per session, also across
 // releases, lease expiries and the loss of the fence key; pass it along with writes so that a
 // holder whose lease ran out can be refused downstream.
@@ -54,9 +55,9 @@ type sessionReply struct {
 	pttl   time.Duration
 }
 
-func (l *SessionLock) run(ctx context.Context, sessionID string, args ...any) (sessionReply, error) {
+func (l *SessionLock) run(ctx context.Context, tenant, sessionID string, args ...any) (sessionReply, error) {
 	res, err := lua.SessionLock.Run(ctx, l.rdb,
-		[]string{l.ks.SessionLock(sessionID), l.ks.SessionFence(sessionID)}, args...).Slice()
+		[]string{l.ks.SessionLock(tenant, sessionID), l.ks.SessionFence(tenant, sessionID)}, args...).Slice()
 	if err != nil {
 		return sessionReply{}, err
 	}
@@ -86,6 +87,17 @@ func (l *SessionLock) run(ctx context.Context, sessionID string, args ...any) (s
 	}
 }
 
+// checkSession reports a tenant or session id that cannot name a session lock.
+func checkSession(tenant, sessionID string) error {
+	if tenant == "" {
+		return fmt.Errorf("%w: empty tenant", ErrInvalidKey)
+	}
+	if err := CheckKey(sessionID); err != nil {
+		return err
+	}
+	return CheckKey(tenant + ":" + sessionID)
+}
+
 func checkSessionLease(lease time.Duration) error {
 	if lease < time.Millisecond {
 		return fmt.Errorf("lease %v is below 1ms", lease)
@@ -98,8 +110,8 @@ func sessionFenceArg(lease time.Duration) int64 {
 }
 
 // tryAcquire runs acquire once and returns the whole reply.
-func (l *SessionLock) tryAcquire(ctx context.Context, sessionID, holder string, lease time.Duration) (sessionReply, error) {
-	if err := CheckKey(sessionID); err != nil {
+func (l *SessionLock) tryAcquire(ctx context.Context, tenant, sessionID, holder string, lease time.Duration) (sessionReply, error) {
+	if err := checkSession(tenant, sessionID); err != nil {
 		return sessionReply{}, fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}
 	if holder == "" {
@@ -108,20 +120,20 @@ func (l *SessionLock) tryAcquire(ctx context.Context, sessionID, holder string, 
 	if err := checkSessionLease(lease); err != nil {
 		return sessionReply{}, fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}
-	r, err := l.run(ctx, sessionID, "acquire", holder, ms(lease), sessionFenceArg(lease))
+	r, err := l.run(ctx, tenant, sessionID, "acquire", holder, ms(lease), sessionFenceArg(lease))
 	if err != nil {
 		return r, fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}
 	return r, nil
 }
 
-// TryAcquire tries once to take sessionID's lock for holder, for one lease (at least 1 ms).
+// TryAcquire tries once to take the lock of tenant's session sessionID for holder, for one lease (at least 1 ms).
 // With ok true the caller holds the lock with token until the lease ends: it renews the lease
 // with Renew and frees the lock with Release. With ok false another holder has the lock and
 // token is that holder's token. A holder that already holds the lock gets ok true, its
 // existing token and a fresh lease. sessionID must pass CheckKey and holder must not be empty.
-func (l *SessionLock) TryAcquire(ctx context.Context, sessionID, holder string, lease time.Duration) (token int64, ok bool, err error) {
-	r, err := l.tryAcquire(ctx, sessionID, holder, lease)
+func (l *SessionLock) TryAcquire(ctx context.Context, tenant, sessionID, holder string, lease time.Duration) (token int64, ok bool, err error) {
+	r, err := l.tryAcquire(ctx, tenant, sessionID, holder, lease)
 	if err != nil {
 		return 0, false, err
 	}
@@ -132,7 +144,7 @@ func (l *SessionLock) TryAcquire(ctx context.Context, sessionID, holder string, 
 // poll with ±50% jitter (never past the current holder's lease end) and tries again, until it
 // holds the lock or ctx ends; then it returns ctx's error, wrapped. A Redis error ends the wait
 // too. poll must be positive; see TryAcquire for the rest.
-func (l *SessionLock) Acquire(ctx context.Context, sessionID, holder string, lease, poll time.Duration) (int64, error) {
+func (l *SessionLock) Acquire(ctx context.Context, tenant, sessionID, holder string, lease, poll time.Duration) (int64, error) {
 	if poll <= 0 {
 		return 0, fmt.Errorf("flight: session lock %q: poll %v is not positive", sessionID, poll)
 	}
@@ -143,7 +155,7 @@ func (l *SessionLock) Acquire(ctx context.Context, sessionID, holder string, lea
 		}
 	}()
 	for {
-		r, err := l.tryAcquire(ctx, sessionID, holder, lease)
+		r, err := l.tryAcquire(ctx, tenant, sessionID, holder, lease)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 				return 0, fmt.Errorf("flight: session lock %q: %w", sessionID, ctxErr)
@@ -173,14 +185,14 @@ func (l *SessionLock) Acquire(ctx context.Context, sessionID, holder string, lea
 // Renew restarts the lease of the holder of token at lease (at least 1 ms). It answers
 // ErrLockLost, wrapped, when token no longer holds sessionID's lock; the lock is then left as
 // it is. Renew well within the lease (every third of it, say).
-func (l *SessionLock) Renew(ctx context.Context, sessionID string, token int64, lease time.Duration) error {
-	if err := CheckKey(sessionID); err != nil {
+func (l *SessionLock) Renew(ctx context.Context, tenant, sessionID string, token int64, lease time.Duration) error {
+	if err := checkSession(tenant, sessionID); err != nil {
 		return fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}
 	if err := checkSessionLease(lease); err != nil {
 		return fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}
-	r, err := l.run(ctx, sessionID, "renew", tok(token), ms(lease), sessionFenceArg(lease))
+	r, err := l.run(ctx, tenant, sessionID, "renew", tok(token), ms(lease), sessionFenceArg(lease))
 	if err != nil {
 		return fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}
@@ -193,11 +205,11 @@ func (l *SessionLock) Renew(ctx context.Context, sessionID string, token int64, 
 // Release frees sessionID's lock when token still holds it. It answers ErrLockLost, wrapped,
 // when it does not (the lease ran out, or the lock was released already); the lock is then
 // left as it is. The fence counter stays, so the next token is larger.
-func (l *SessionLock) Release(ctx context.Context, sessionID string, token int64) error {
-	if err := CheckKey(sessionID); err != nil {
+func (l *SessionLock) Release(ctx context.Context, tenant, sessionID string, token int64) error {
+	if err := checkSession(tenant, sessionID); err != nil {
 		return fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}
-	r, err := l.run(ctx, sessionID, "release", tok(token), "0", "0")
+	r, err := l.run(ctx, tenant, sessionID, "release", tok(token), "0", "0")
 	if err != nil {
 		return fmt.Errorf("flight: session lock %q: %w", sessionID, err)
 	}

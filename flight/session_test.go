@@ -45,7 +45,7 @@ type lockState struct {
 
 func (b *sessionBundle) state(session string) (lockState, time.Duration) {
 	b.t.Helper()
-	v, err := b.r.Client.Get(b.ctx, b.ks.SessionLock(session)).Result()
+	v, err := b.r.Client.Get(b.ctx, b.ks.SessionLock("acme", session)).Result()
 	if errors.Is(err, redis.Nil) {
 		return lockState{}, 0
 	}
@@ -60,7 +60,7 @@ func (b *sessionBundle) state(session string) (lockState, time.Duration) {
 	if err != nil {
 		b.t.Fatalf("lock value %q: %v", v, err)
 	}
-	pttl, err := b.r.Client.PTTL(b.ctx, b.ks.SessionLock(session)).Result()
+	pttl, err := b.r.Client.PTTL(b.ctx, b.ks.SessionLock("acme", session)).Result()
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func (b *sessionBundle) state(session string) (lockState, time.Duration) {
 
 func (b *sessionBundle) mustAcquire(session, holder string, lease time.Duration) int64 {
 	b.t.Helper()
-	tok, ok, err := b.l.TryAcquire(b.ctx, session, holder, lease)
+	tok, ok, err := b.l.TryAcquire(b.ctx, "acme", session, holder, lease)
 	if err != nil || !ok {
 		b.t.Fatalf("TryAcquire(%s, %s) = %d, %v, %v; want ok", session, holder, tok, ok, err)
 	}
@@ -81,7 +81,7 @@ func (b *sessionBundle) waitFree(session string) {
 	b.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		n, err := b.r.Client.Exists(b.ctx, b.ks.SessionLock(session)).Result()
+		n, err := b.r.Client.Exists(b.ctx, b.ks.SessionLock("acme", session)).Result()
 		if err != nil {
 			b.t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestSessionLockTransitions(t *testing.T) {
 			switch tt.op {
 			case "acquire":
 				var err error
-				gotTok, gotOK, err = b.l.TryAcquire(b.ctx, session, tt.holder, long)
+				gotTok, gotOK, err = b.l.TryAcquire(b.ctx, "acme", session, tt.holder, long)
 				if err != nil {
 					t.Fatalf("TryAcquire: %v", err)
 				}
@@ -169,9 +169,9 @@ func TestSessionLockTransitions(t *testing.T) {
 			case "renew", "release":
 				var err error
 				if tt.op == "renew" {
-					err = b.l.Renew(b.ctx, session, arg, long)
+					err = b.l.Renew(b.ctx, "acme", session, arg, long)
 				} else {
-					err = b.l.Release(b.ctx, session, arg)
+					err = b.l.Release(b.ctx, "acme", session, arg)
 				}
 				gotOK = err == nil
 				if err != nil && !errors.Is(err, flight.ErrLockLost) {
@@ -208,26 +208,26 @@ func TestSessionLockRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	b := newSessionBundle(t)
 	for _, id := range []string{"", "a{b}", "a b", strings.Repeat("x", flight.MaxKeyLen+1)} {
-		if _, _, err := b.l.TryAcquire(b.ctx, id, "A", time.Second); !errors.Is(err, flight.ErrInvalidKey) {
+		if _, _, err := b.l.TryAcquire(b.ctx, "acme", id, "A", time.Second); !errors.Is(err, flight.ErrInvalidKey) {
 			t.Errorf("TryAcquire(%q) = %v, want ErrInvalidKey", id, err)
 		}
-		if err := b.l.Renew(b.ctx, id, 1, time.Second); !errors.Is(err, flight.ErrInvalidKey) {
+		if err := b.l.Renew(b.ctx, "acme", id, 1, time.Second); !errors.Is(err, flight.ErrInvalidKey) {
 			t.Errorf("Renew(%q) = %v, want ErrInvalidKey", id, err)
 		}
-		if err := b.l.Release(b.ctx, id, 1); !errors.Is(err, flight.ErrInvalidKey) {
+		if err := b.l.Release(b.ctx, "acme", id, 1); !errors.Is(err, flight.ErrInvalidKey) {
 			t.Errorf("Release(%q) = %v, want ErrInvalidKey", id, err)
 		}
 	}
-	if _, _, err := b.l.TryAcquire(b.ctx, "s", "", time.Second); err == nil {
+	if _, _, err := b.l.TryAcquire(b.ctx, "acme", "s", "", time.Second); err == nil {
 		t.Error("TryAcquire with an empty holder succeeded")
 	}
-	if _, _, err := b.l.TryAcquire(b.ctx, "s", "A", 0); err == nil {
+	if _, _, err := b.l.TryAcquire(b.ctx, "acme", "s", "A", 0); err == nil {
 		t.Error("TryAcquire with a zero lease succeeded")
 	}
-	if err := b.l.Renew(b.ctx, "s", 1, time.Microsecond); err == nil {
+	if err := b.l.Renew(b.ctx, "acme", "s", 1, time.Microsecond); err == nil {
 		t.Error("Renew with a sub-millisecond lease succeeded")
 	}
-	if _, err := b.l.Acquire(b.ctx, "s", "A", time.Second, 0); err == nil {
+	if _, err := b.l.Acquire(b.ctx, "acme", "s", "A", time.Second, 0); err == nil {
 		t.Error("Acquire with a zero poll succeeded")
 	}
 	if got, _ := b.state("s"); got.Held {
@@ -247,7 +247,7 @@ func TestSessionLockTokenIncreases(t *testing.T) {
 			if tok <= prev {
 				t.Fatalf("round %d: token %d, want > %d", i, tok, prev)
 			}
-			if err := b.l.Release(b.ctx, "rel", tok); err != nil {
+			if err := b.l.Release(b.ctx, "acme", "rel", tok); err != nil {
 				t.Fatal(err)
 			}
 			prev = tok
@@ -256,7 +256,7 @@ func TestSessionLockTokenIncreases(t *testing.T) {
 
 	t.Run("AcrossExpiry", func(t *testing.T) {
 		t1 := b.mustAcquire("exp", "A", 30*time.Millisecond)
-		fttl, err := b.r.Client.PTTL(b.ctx, b.ks.SessionFence("exp")).Result()
+		fttl, err := b.r.Client.PTTL(b.ctx, b.ks.SessionFence("acme", "exp")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +270,7 @@ func TestSessionLockTokenIncreases(t *testing.T) {
 		}
 		// The fence key is lost too (evicted, expired): the token still grows.
 		b.waitFree("exp")
-		if err := b.r.Client.Del(b.ctx, b.ks.SessionFence("exp")).Err(); err != nil {
+		if err := b.r.Client.Del(b.ctx, b.ks.SessionFence("acme", "exp")).Err(); err != nil {
 			t.Fatal(err)
 		}
 		t3 := b.mustAcquire("exp", "A", time.Minute)
@@ -281,13 +281,13 @@ func TestSessionLockTokenIncreases(t *testing.T) {
 
 	t.Run("AfterFenceLossWhileHeld", func(t *testing.T) {
 		t1 := b.mustAcquire("held", "A", time.Minute)
-		if err := b.r.Client.Del(b.ctx, b.ks.SessionFence("held")).Err(); err != nil {
+		if err := b.r.Client.Del(b.ctx, b.ks.SessionFence("acme", "held")).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.l.Renew(b.ctx, "held", t1, time.Minute); err != nil {
+		if err := b.l.Renew(b.ctx, "acme", "held", t1, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.l.Release(b.ctx, "held", t1); err != nil {
+		if err := b.l.Release(b.ctx, "acme", "held", t1); err != nil {
 			t.Fatal(err)
 		}
 		if t2 := b.mustAcquire("held", "B", time.Minute); t2 <= t1 {
@@ -302,7 +302,7 @@ func TestSessionLockLeaseExpiry(t *testing.T) {
 	const lease = 100 * time.Millisecond
 
 	tokA := b.mustAcquire("s", "A", lease)
-	tok, ok, err := b.l.TryAcquire(b.ctx, "s", "B", lease)
+	tok, ok, err := b.l.TryAcquire(b.ctx, "acme", "s", "B", lease)
 	if err != nil || ok || tok != tokA {
 		t.Fatalf("B while A holds: %d, %v, %v; want A's token %d, not ok", tok, ok, err, tokA)
 	}
@@ -313,10 +313,10 @@ func TestSessionLockLeaseExpiry(t *testing.T) {
 	}
 
 	// A's token is stale now: it can neither renew nor release, and B keeps the lock.
-	if err := b.l.Renew(b.ctx, "s", tokA, time.Minute); !errors.Is(err, flight.ErrLockLost) {
+	if err := b.l.Renew(b.ctx, "acme", "s", tokA, time.Minute); !errors.Is(err, flight.ErrLockLost) {
 		t.Errorf("stale Renew = %v, want ErrLockLost", err)
 	}
-	if err := b.l.Release(b.ctx, "s", tokA); !errors.Is(err, flight.ErrLockLost) {
+	if err := b.l.Release(b.ctx, "acme", "s", tokA); !errors.Is(err, flight.ErrLockLost) {
 		t.Errorf("stale Release = %v, want ErrLockLost", err)
 	}
 	if got, _ := b.state("s"); got != (lockState{Held: true, Token: tokB, Holder: "B"}) {
@@ -325,7 +325,7 @@ func TestSessionLockLeaseExpiry(t *testing.T) {
 	// A renew after its own lease ran out fails even when nobody took the lock.
 	tokC := b.mustAcquire("s2", "C", 30*time.Millisecond)
 	b.waitFree("s2")
-	if err := b.l.Renew(b.ctx, "s2", tokC, time.Minute); !errors.Is(err, flight.ErrLockLost) {
+	if err := b.l.Renew(b.ctx, "acme", "s2", tokC, time.Minute); !errors.Is(err, flight.ErrLockLost) {
 		t.Errorf("Renew after expiry = %v, want ErrLockLost", err)
 	}
 	if got, _ := b.state("s2"); got.Held {
@@ -345,7 +345,7 @@ func TestSessionLockAcquireWaitsForRelease(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		tok, err := b.l.Acquire(b.ctx, "s", "B", time.Minute, 10*time.Millisecond)
+		tok, err := b.l.Acquire(b.ctx, "acme", "s", "B", time.Minute, 10*time.Millisecond)
 		done <- result{tok, err, time.Now()}
 	}()
 	select {
@@ -354,7 +354,7 @@ func TestSessionLockAcquireWaitsForRelease(t *testing.T) {
 	case <-time.After(150 * time.Millisecond):
 	}
 	releasedAt := time.Now()
-	if err := b.l.Release(b.ctx, "s", tokA); err != nil {
+	if err := b.l.Release(b.ctx, "acme", "s", tokA); err != nil {
 		t.Fatal(err)
 	}
 	var r result
@@ -384,7 +384,7 @@ func TestSessionLockAcquireWakesAtLeaseEnd(t *testing.T) {
 	b := newSessionBundle(t)
 	b.mustAcquire("s", "A", 200*time.Millisecond)
 	start := time.Now()
-	if _, err := b.l.Acquire(b.ctx, "s", "B", time.Minute, 10*time.Second); err != nil {
+	if _, err := b.l.Acquire(b.ctx, "acme", "s", "B", time.Minute, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -401,7 +401,7 @@ func TestSessionLockAcquireHonoursContext(t *testing.T) {
 		ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err := b.l.Acquire(ctx, "s", "B", time.Minute, 20*time.Millisecond)
+		_, err := b.l.Acquire(ctx, "acme", "s", "B", time.Minute, 20*time.Millisecond)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire = %v, want DeadlineExceeded", err)
 		}
@@ -414,7 +414,7 @@ func TestSessionLockAcquireHonoursContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(b.ctx)
 		errc := make(chan error, 1)
 		go func() {
-			_, err := b.l.Acquire(ctx, "s", "B", time.Minute, time.Hour)
+			_, err := b.l.Acquire(ctx, "acme", "s", "B", time.Minute, time.Hour)
 			errc <- err
 		}()
 		time.Sleep(50 * time.Millisecond)
@@ -471,7 +471,7 @@ func TestSessionLockContention(t *testing.T) {
 			l := locks[w%clients]
 			holder := fmt.Sprintf("worker-%d", w)
 			for range rounds {
-				tok, err := l.Acquire(ctx, "contended", holder, 10*time.Second, 2*time.Millisecond)
+				tok, err := l.Acquire(ctx, "acme", "contended", holder, 10*time.Second, 2*time.Millisecond)
 				if err != nil {
 					errs <- err
 					return
@@ -482,7 +482,7 @@ func TestSessionLockContention(t *testing.T) {
 				mu.Lock()
 				sections = append(sections, s)
 				mu.Unlock()
-				if err := l.Release(ctx, "contended", tok); err != nil {
+				if err := l.Release(ctx, "acme", "contended", tok); err != nil {
 					errs <- err
 					return
 				}

@@ -23,6 +23,12 @@ type Outcome struct {
 	Key string
 	// Token is the fencing token the owner held when its model answered. Must be positive.
 	Token int64
+	// OwnerID and Attempts describe the owner's run, for a meta Restore creates.
+	OwnerID  string
+	Attempts int
+	// Task is the owner's task: Restore answers it (and acknowledges its entry) with the
+	// parked ones. Zero for in-process owners.
+	Task Task
 	// Result is the model's answer, written back as is.
 	Result []byte
 	// ResultTTL is the stage's resultTTL; zero takes Policy's default (10 min). It counts from
@@ -60,6 +66,12 @@ type spoolLine struct {
 	Tenant      string    `json:"tenant"`
 	Key         string    `json:"key"`
 	Token       int64     `json:"token"`
+	OwnerID     string    `json:"ownerId,omitempty"`
+	Attempts    int       `json:"attempts,omitempty"`
+	TaskID      string    `json:"taskId,omitempty"`
+	Stream      string    `json:"stream,omitempty"`
+	Entry       string    `json:"entry,omitempty"`
+	QueuedMs    int64     `json:"queuedMs,omitempty"`
 	Result      []byte    `json:"result"`
 	ResultTTLMs int64     `json:"resultTTLMs"`
 	At          time.Time `json:"at"`
@@ -67,7 +79,9 @@ type spoolLine struct {
 
 func encodeOutcome(o Outcome) ([]byte, error) {
 	b, err := json.Marshal(spoolLine{V: spoolVersion, Stage: o.Stage, Tenant: o.Tenant, Key: o.Key,
-		Token: o.Token, Result: o.Result, ResultTTLMs: o.ResultTTL.Milliseconds(), At: o.At})
+		Token: o.Token, OwnerID: o.OwnerID, Attempts: o.Attempts, TaskID: o.Task.ID, Stream: o.Task.Stream,
+		Entry: o.Task.Entry, QueuedMs: o.Task.Queued.Milliseconds(), Result: o.Result,
+		ResultTTLMs: o.ResultTTL.Milliseconds(), At: o.At})
 	if err != nil {
 		return nil, err
 	}
@@ -82,8 +96,10 @@ func decodeOutcome(line []byte) (Outcome, error) {
 	if l.V != spoolVersion {
 		return Outcome{}, fmt.Errorf("flight: spool line version %d", l.V)
 	}
-	o := Outcome{Stage: l.Stage, Tenant: l.Tenant, Key: l.Key, Token: l.Token, Result: l.Result,
-		ResultTTL: time.Duration(l.ResultTTLMs) * time.Millisecond, At: l.At}
+	o := Outcome{Stage: l.Stage, Tenant: l.Tenant, Key: l.Key, Token: l.Token, OwnerID: l.OwnerID,
+		Attempts: l.Attempts, Task: Task{ID: l.TaskID, Stream: l.Stream, Entry: l.Entry,
+			Queued: time.Duration(l.QueuedMs) * time.Millisecond},
+		Result: l.Result, ResultTTL: time.Duration(l.ResultTTLMs) * time.Millisecond, At: l.At}
 	return o, o.validate()
 }
 
@@ -111,6 +127,11 @@ type Spool struct {
 	// dirty is set while the file holds lines that pending does not (skipped ones): the next
 	// Flush rewrites it.
 	dirty bool
+	// lock is the flock'ed lock file of a spool opened by OpenSpoolDir (nil otherwise),
+	// lockPath its path; adopted counts outcomes taken over from dead processes' spools.
+	lock     *os.File
+	lockPath string
+	adopted  int
 }
 
 // OpenSpool opens the spool file at path, creating it (mode 0600) and its directories (0700)
@@ -252,20 +273,19 @@ func (s *Spool) Skipped() int {
 type FlushReport struct {
 	// Written counts outcomes Restore wrote back.
 	Written int
-	// Refused counts outcomes Restore refused (ErrStaleToken, ErrAlreadyDone): another owner's
-	// outcome stands, and these leave the spool as settled.
+	// Refused counts outcomes Restore refused (ErrStaleToken, ErrCancelled, ErrExpired,
+	// *StateError): another outcome stands, and these leave the spool as settled.
 	Refused int
 	// Kept counts outcomes that stay in the spool for a later Flush (Redis still down, ctx done).
 	// Outcomes added while the Flush ran are not counted; they stay too.
 	Kept int
-	// Parked maps each written key to the task ids parked on its flight: the caller publishes
-	// their terminal events, then calls Coordinator.Release. Never nil.
-	Parked map[string][]string
+	// Answered counts the terminal events the write-backs wrote (owners' and parked tasks').
+	Answered int
 }
 
 // Flush writes every pending outcome back with c.Restore, oldest first, one call each under
 // ctx (give the client or ctx a deadline: against a dead Redis every call waits for it).
-// Written and refused (ErrStaleToken, ErrAlreadyDone) outcomes leave the spool; outcomes hit
+// Written and refused outcomes leave the spool; outcomes hit
 // by any other error stay, and so do the rest once ctx is done or Redis fails to answer. The file is then rewritten
 // atomically (temp file, fsync, rename) with what stays. The error joins every outcome's error
 // and a failed rewrite; the report is valid either way. Concurrent Flush calls run one by one;
@@ -274,7 +294,7 @@ func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) 
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 
-	rep := FlushReport{Parked: map[string][]string{}}
+	rep := FlushReport{}
 	s.mu.Lock()
 	if s.f == nil {
 		s.mu.Unlock()
@@ -294,15 +314,14 @@ loop:
 			errs = append(errs, fmt.Errorf("flight: spool flush: %d outcomes not tried: %w", len(snap)-i, err))
 			break
 		}
-		parked, err := c.Restore(ctx, o.Key, o.Token, o.Result, RestoreParams{
-			Stage: o.Stage, Tenant: o.Tenant, Policy: Policy{ResultTTL: o.ResultTTL}})
+		st, err := c.Restore(ctx, o)
+		rep.Answered += st.Events
+		var se *StateError
 		switch {
 		case err == nil:
 			rep.Written++
-			if len(parked) > 0 {
-				rep.Parked[o.Key] = append(rep.Parked[o.Key], parked...)
-			}
-		case errors.Is(err, ErrStaleToken), errors.Is(err, ErrAlreadyDone):
+		case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
+			errors.As(err, &se):
 			rep.Refused++
 		case IsCoordinationFailure(err):
 			// Redis is still away: keep this and the rest for the next flush instead of
@@ -369,8 +388,10 @@ func (s *Spool) rewriteLocked(outs []Outcome) error {
 	return syncDir(dir)
 }
 
-// Close closes the spool file. Pending outcomes stay in the file for the next OpenSpool;
-// Len and Pending keep answering, Add and Flush fail. Closing twice is a no-op.
+// Close closes the spool file. Pending outcomes stay in the file for the next OpenSpool (or
+// OpenSpoolDir of any process); Len and Pending keep answering, Add and Flush fail. A spool
+// opened by OpenSpoolDir releases its lock, and removes its files when nothing is pending.
+// Closing twice is a no-op.
 func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -379,6 +400,14 @@ func (s *Spool) Close() error {
 	}
 	err := s.f.Close()
 	s.f = nil
+	if s.lock != nil {
+		if len(s.pending) == 0 && !s.dirty {
+			_ = os.Remove(s.path)
+			_ = os.Remove(s.lockPath)
+		}
+		_ = s.lock.Close()
+		s.lock = nil
+	}
 	if err != nil {
 		return fmt.Errorf("flight: spool close: %w", err)
 	}

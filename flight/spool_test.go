@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -21,13 +20,16 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// TestRestoreTable has one row per rule of restore.lua.
+// TestRestoreTable has one row per rule of the write-back (complete.lua, restore side).
 func TestRestoreTable(t *testing.T) {
 	b := setup(t)
-	rp := flight.RestoreParams{Stage: "interview-evaluation", Tenant: "acme", Policy: b.pol}
+	restore := func(key string, token int64) (flight.Settlement, error) {
+		return b.c.Restore(b.ctx, flight.Outcome{Stage: testStage, Tenant: "acme", Key: key, Token: token,
+			Result: []byte(`"restored"`), ResultTTL: b.pol.ResultTTL})
+	}
 	type want struct {
-		err      error         // sentinel, or nil when the result is written
-		parked   []string      // ids Restore returns
+		err      error         // sentinel, or nil when the result is written (or was already)
+		events   int           // events the write-back wrote
 		status   flight.Status // after the call
 		owner    string        // meta ownerId after the call
 		attempts int
@@ -38,77 +40,78 @@ func TestRestoreTable(t *testing.T) {
 		arrange func(key string) int64 // returns the token to restore with
 		want    want
 	}{{
-		name: "same token RUNNING/written, parked ids returned",
+		name: "same token RUNNING/written, parked tasks answered",
 		arrange: func(key string) int64 {
-			d := b.own(key)
-			b.acquire(key, "C", "tc")
-			b.acquire(key, "D", "td")
+			d, _ := b.own(key)
+			b.acquire(key, "C", b.task("tc"))
+			b.acquire(key, "D", b.task("td"))
 			return d.Token
 		},
-		want: want{parked: []string{"tc", "td"}, status: flight.StatusSucceeded, owner: "A", attempts: 1,
-			result: "restored"},
+		want: want{events: 2, status: flight.StatusSucceeded, owner: "A", attempts: 1, result: `"restored"`},
 	}, {
 		name:    "same token PENDING/written",
-		arrange: func(key string) int64 { return b.acquire(key, "A", "ta").Token },
-		want:    want{status: flight.StatusSucceeded, owner: "A", attempts: 1, result: "restored"},
+		arrange: func(key string) int64 { return b.acquire(key, "A", b.task("ta")).Token },
+		want:    want{status: flight.StatusSucceeded, owner: "A", attempts: 1, result: `"restored"`},
 	}, {
-		name: "same token EXPIRED/written",
+		name: "same token EXPIRED by its own heartbeat/written",
 		arrange: func(key string) int64 {
-			d := b.own(key)
-			b.set(key, "status", "EXPIRED", "errorCode", "lease_lost")
+			d, _ := b.own(key)
+			b.set(key, "status", "EXPIRED", "errorCode", "running_ttl")
 			return d.Token
 		},
-		want: want{status: flight.StatusSucceeded, owner: "A", attempts: 1, result: "restored"},
+		want: want{status: flight.StatusSucceeded, owner: "A", attempts: 1, result: `"restored"`},
 	}, {
 		name: "other token RUNNING/ErrStaleToken, nothing written",
 		arrange: func(key string) int64 {
-			d := b.own(key)
+			d, _ := b.own(key)
 			return d.Token - 1
 		},
 		want: want{err: flight.ErrStaleToken, status: flight.StatusRunning, owner: "A", attempts: 1},
 	}, {
-		name: "same token FAILED/ErrStaleToken, nothing written",
+		name: "same token FAILED/StateError, nothing written",
 		arrange: func(key string) int64 {
-			d := b.own(key)
-			if _, err := b.c.Fail(b.ctx, key, d.Token, flight.Failure{Type: "bad_request", Code: "400"}, b.pol); err != nil {
+			d, _ := b.own(key)
+			if _, err := b.c.Fail(b.ctx, *d.Owner, flight.Failure{Type: "bad_request", Code: "400"}, 0); err != nil {
 				t.Fatal(err)
 			}
 			return d.Token
 		},
-		want: want{err: flight.ErrStaleToken, status: flight.StatusFailed, owner: "A", attempts: 1},
+		want: want{err: &flight.StateError{}, status: flight.StatusFailed, owner: "A", attempts: 1},
 	}, {
-		name: "same token CANCELLED/ErrStaleToken, nothing written",
+		name: "same token CANCELLED/ErrCancelled, nothing written",
 		arrange: func(key string) int64 {
-			d := b.own(key)
-			if _, err := b.c.Cancel(b.ctx, key, "user", b.pol); err != nil {
+			d, _ := b.own(key)
+			if _, err := b.c.Cancel(b.ctx, key, "user", cancelParams()); err != nil {
 				t.Fatal(err)
 			}
 			return d.Token
 		},
-		want: want{err: flight.ErrStaleToken, status: flight.StatusCancelled, owner: "A", attempts: 1},
+		want: want{err: flight.ErrCancelled, status: flight.StatusCancelled, owner: "A", attempts: 1},
 	}, {
-		name: "SUCCEEDED/ErrAlreadyDone, the first result stays",
+		name: "same token SUCCEEDED/accepted again, the stored result stays",
 		arrange: func(key string) int64 {
-			d := b.own(key)
-			if _, err := b.c.Complete(b.ctx, key, d.Token, []byte("first"), b.pol); err != nil {
+			d, _ := b.own(key)
+			if _, err := b.complete(*d.Owner, `"first"`); err != nil {
 				t.Fatal(err)
 			}
 			return d.Token
 		},
-		want: want{err: flight.ErrAlreadyDone, status: flight.StatusSucceeded, owner: "A", attempts: 1,
-			result: "first"},
+		want: want{status: flight.StatusSucceeded, owner: "A", attempts: 1, result: `"first"`},
 	}}
 	for i, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			key := "restore-" + strconv.Itoa(i)
 			token := row.arrange(key)
-			parked, err := b.c.Restore(b.ctx, key, token, []byte("restored"), rp)
-			if row.want.err == nil && err != nil || row.want.err != nil && !errors.Is(err, row.want.err) {
+			st, err := restore(key, token)
+			var se *flight.StateError
+			switch {
+			case row.want.err == nil && err != nil,
+				row.want.err != nil && errors.As(row.want.err, &se) && !errors.As(err, &se),
+				row.want.err != nil && !errors.As(row.want.err, &se) && !errors.Is(err, row.want.err):
 				t.Fatalf("Restore err = %v, want %v", err, row.want.err)
 			}
-			slices.Sort(parked)
-			if diff := cmp.Diff(row.want.parked, parked); diff != "" {
-				t.Errorf("parked (-want +got):\n%s", diff)
+			if st.Events != row.want.events {
+				t.Errorf("events = %d, want %d", st.Events, row.want.events)
 			}
 			m := b.get(key)
 			if m.Status != row.want.status || m.OwnerID != row.want.owner || m.Attempts != row.want.attempts {
@@ -141,19 +144,17 @@ func TestRestoreTable(t *testing.T) {
 		// keeps later tokens above it.
 		token := (b.now() + 3_600_000) * 1000
 		before := b.now()
-		parked, err := b.c.Restore(b.ctx, key, token, []byte(`{"score":9}`), rp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(parked) != 0 {
-			t.Errorf("parked = %v, want none", parked)
+		st, err := b.c.Restore(b.ctx, flight.Outcome{Stage: testStage, Tenant: "acme", Key: key, Token: token,
+			OwnerID: "A", Attempts: 2, Result: []byte(`{"score":9}`), ResultTTL: b.pol.ResultTTL})
+		if err != nil || !st.Restored {
+			t.Fatal(st, err)
 		}
 		m := b.get(key)
 		wantFields := map[string]string{
-			"status": "SUCCEEDED", "stage": "interview-evaluation", "tenant": "acme", "sessionId": "",
-			"requestKey": key, "ownerId": "", "ownerToken": strconv.FormatInt(token, 10), "taskId": "",
-			"attempts": "1", "resultRef": b.ks.Result(key), "retryable": "", "errorType": "",
-			"errorCode": "", "error": "", "progress": "",
+			"status": "SUCCEEDED", "stage": testStage, "tenant": "acme", "sessionId": "",
+			"requestKey": key, "ownerId": "A", "ownerToken": strconv.FormatInt(token, 10), "taskId": "",
+			"attempts": "2", "resultRef": b.ks.Result(key), "retryable": "", "errorType": "",
+			"errorCode": "", "error": "",
 		}
 		for f, want := range wantFields {
 			if got, ok := m.Fields[f]; !ok || got != want {
@@ -176,26 +177,26 @@ func TestRestoreTable(t *testing.T) {
 			t.Errorf("fence TTL = %v, want at least resultTTL %v", m.FenceTTL, b.pol.ResultTTL)
 		}
 
-		d := b.acquire(key, "B", "tb")
+		d := b.acquireWith(flight.AcquireParams{Key: key, OwnerID: "B", Task: b.task("tb"), WantResult: true})
 		if d.Action != flight.ActionResultHit || string(d.Result) != `{"score":9}` || d.Token != token {
 			t.Fatalf("acquire after restore = %+v, want RESULT_HIT with the restored result", d)
 		}
 		// Once the flight is gone again, the next owner's token still exceeds the restored one.
 		b.rdb.Del(b.ctx, b.ks.Meta(key), b.ks.Result(key))
-		d = b.acquire(key, "B", "tb")
+		d = b.acquire(key, "B", b.task("tb2"))
 		if d.Action != flight.ActionOwner || d.Token <= token {
 			t.Fatalf("acquire = %+v, want OWNER with a token above %d", d, token)
 		}
 	})
 
-	t.Run("meta absent, fence ahead/fence kept", func(t *testing.T) {
+	t.Run("meta absent, fence ahead/refused", func(t *testing.T) {
 		key := "restore-fence-ahead"
 		ahead := (b.now() + 7_200_000) * 1000
 		if err := b.rdb.Set(b.ctx, b.ks.Fence(key), ahead, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.c.Restore(b.ctx, key, ahead-5, []byte("x"), rp); err != nil {
-			t.Fatal(err)
+		if _, err := b.c.Restore(b.ctx, flight.Outcome{Stage: testStage, Key: key, Token: ahead - 5, Result: []byte("x")}); !errors.Is(err, flight.ErrStaleToken) {
+			t.Fatalf("a token below the fence: %v", err)
 		}
 		if got, _ := b.rdb.Get(b.ctx, b.ks.Fence(key)).Int64(); got != ahead {
 			t.Errorf("fence = %d, want %d (never lowered)", got, ahead)
@@ -203,16 +204,20 @@ func TestRestoreTable(t *testing.T) {
 	})
 
 	t.Run("invalid key/ErrInvalidKey", func(t *testing.T) {
-		if _, err := b.c.Restore(b.ctx, "a{b}", 1, nil, rp); !errors.Is(err, flight.ErrInvalidKey) {
+		if _, err := b.c.Restore(b.ctx, flight.Outcome{Key: "a{b}", Token: 1}); !errors.Is(err, flight.ErrInvalidKey) {
 			t.Errorf("err = %v, want ErrInvalidKey", err)
 		}
 	})
 }
 
-// spoolOutcome is the i-th test outcome.
+// tokenBase makes test tokens look like real ones (microseconds of their issue time): a
+// write-back of a token older than the fence's lifetime is refused when no fence is left.
+var tokenBase = time.Now().UnixMicro()
+
+// spoolOutcome is the i-th test outcome; token is an offset from tokenBase.
 func spoolOutcome(i int, token int64) flight.Outcome {
 	return flight.Outcome{
-		Stage: "interview-evaluation", Tenant: "acme", Key: "spool-" + strconv.Itoa(i), Token: token,
+		Stage: "interview-evaluation", Tenant: "acme", Key: "spool-" + strconv.Itoa(i), Token: tokenBase + token,
 		Result: []byte(fmt.Sprintf(`{"n":%d}`, i)), ResultTTL: 10 * time.Minute,
 		At: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC),
 	}
@@ -376,13 +381,13 @@ func TestSpoolFlushKeepsOutcomesWhileRedisIsDown(t *testing.T) {
 	if err == nil {
 		t.Fatal("Flush with Redis down: no error")
 	}
-	if errors.Is(err, flight.ErrStaleToken) || errors.Is(err, flight.ErrAlreadyDone) {
+	if errors.Is(err, flight.ErrStaleToken) {
 		t.Errorf("err = %v, want connection errors only", err)
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); !ok || len(j.Unwrap()) != 1 {
 		t.Errorf("err = %v, want the first connection error only (the rest are not tried)", err)
 	}
-	if diff := cmp.Diff(flight.FlushReport{Kept: 3, Parked: map[string][]string{}}, rep); diff != "" {
+	if diff := cmp.Diff(flight.FlushReport{Kept: 3}, rep); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
 	}
 	if sp.Len() != 3 {
@@ -397,7 +402,7 @@ func TestSpoolFlushKeepsOutcomesWhileRedisIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(flight.FlushReport{Written: 3, Parked: map[string][]string{}}, rep); diff != "" {
+	if diff := cmp.Diff(flight.FlushReport{Written: 3}, rep); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
 	}
 	if sp.Len() != 0 {
@@ -438,24 +443,26 @@ func openReadOnlyLen(t *testing.T, path string) int {
 	return sp.Len()
 }
 
-func TestSpoolFlushSettlesRefusedAndReportsParked(t *testing.T) {
+func TestSpoolFlushSettlesRefusedAndAnswersParked(t *testing.T) {
 	b := setup(t)
 	sp := openSpool(t, filepath.Join(t.TempDir(), "s.jsonl"))
-	// written, with parked followers
-	d := b.own("k-parked")
-	b.acquire("k-parked", "C", "tc")
+	// written, with a parked follower and the owner's own task
+	d, ta := b.own("k-parked")
+	tc := b.task("tc")
+	b.acquire("k-parked", "C", tc)
 	// refused: another owner's result is there
-	d2 := b.own("k-done")
-	if _, err := b.c.Complete(b.ctx, "k-done", d2.Token, []byte("theirs"), b.pol); err != nil {
+	d2, _ := b.own("k-done")
+	if _, err := b.complete(*d2.Owner, `"theirs"`); err != nil {
 		t.Fatal(err)
 	}
 	// refused: a newer owner took over
-	d3 := b.own("k-stale")
+	d3, _ := b.own("k-stale")
 	for _, o := range []flight.Outcome{
-		{Key: "k-parked", Token: d.Token, Result: []byte("mine")},
-		{Key: "k-done", Token: d2.Token - 1, Result: []byte("mine")},
-		{Key: "k-stale", Token: d3.Token - 1, Result: []byte("mine")},
+		{Key: "k-parked", Token: d.Token, Task: ta, Result: []byte(`"mine"`)},
+		{Key: "k-done", Token: d2.Token - 1, Result: []byte(`"mine"`)},
+		{Key: "k-stale", Token: d3.Token - 1, Result: []byte(`"mine"`)},
 	} {
+		o.Stage = testStage
 		if err := sp.Add(o); err != nil {
 			t.Fatal(err)
 		}
@@ -464,14 +471,19 @@ func TestSpoolFlushSettlesRefusedAndReportsParked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := flight.FlushReport{Written: 1, Refused: 2, Parked: map[string][]string{"k-parked": {"tc"}}}
+	want := flight.FlushReport{Written: 1, Refused: 2, Answered: 2}
 	if diff := cmp.Diff(want, rep); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
 	}
 	if sp.Len() != 0 {
 		t.Errorf("Len = %d, want 0", sp.Len())
 	}
-	if got, _ := b.c.Result(b.ctx, "k-done"); string(got) != "theirs" {
+	for _, tk := range []flight.Task{ta, tc} {
+		if h := b.holder(tk); h != "" {
+			t.Errorf("%s still pending under %q after the write-back", tk.ID, h)
+		}
+	}
+	if got, _ := b.c.Result(b.ctx, "k-done"); string(got) != `"theirs"` {
 		t.Errorf("k-done result = %q, want theirs", got)
 	}
 	if m := b.get("k-stale"); m.Status != flight.StatusRunning {
@@ -533,21 +545,18 @@ func TestSpoolUncertainOutcomeStory(t *testing.T) {
 	pol := flight.Policy{ResultTTL: 10 * time.Minute}
 	sp := openSpool(t, filepath.Join(t.TempDir(), "spool", "outcomes.jsonl"))
 	const key = "story"
-	acq := flight.AcquireParams{Key: key, OwnerID: "A", TaskID: "ta", Stage: "interview-evaluation",
-		Tenant: "acme", Policy: pol}
+	acq := flight.AcquireParams{Key: key, OwnerID: "A", Task: flight.Task{ID: "ta"}, Stage: "interview-evaluation",
+		Tenant: "acme", Policy: pol, Start: true, WantResult: true}
 
 	d, err := r.c.Acquire(ctx, acq)
 	if err != nil || d.Action != flight.ActionOwner {
 		t.Fatalf("acquire = %+v, %v", d, err)
 	}
-	if err := r.c.Start(ctx, key, d.Token, pol); err != nil {
-		t.Fatal(err)
-	}
 	result := []byte(`{"score":8,"summary":"solid"}`) // the model answered
 
 	r.srv.Stop()
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	_, err = r.c.Complete(cctx, key, d.Token, result, pol)
+	_, err = r.c.Complete(cctx, *d.Owner, result, 0)
 	cancel()
 	if err == nil || errors.Is(err, flight.ErrStaleToken) {
 		t.Fatalf("Complete with Redis down: err = %v, want a connection error", err)
@@ -566,12 +575,82 @@ func TestSpoolUncertainOutcomeStory(t *testing.T) {
 		t.Fatalf("Flush = %+v, %v; Len %d", rep, err, sp.Len())
 	}
 
-	acq.OwnerID, acq.TaskID = "B", "tb"
+	acq.OwnerID, acq.Task = "B", flight.Task{ID: "tb"}
 	d2, err := r.c.Acquire(ctx, acq)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d2.Action != flight.ActionResultHit || string(d2.Result) != string(result) || d2.Token != d.Token {
 		t.Errorf("acquire after flush = %+v, want RESULT_HIT with the spooled result", d2)
+	}
+}
+
+// TestSpoolDir: a spool in a directory is held by one process at a time, and the spools that
+// dead processes left there are adopted by the next one to open the directory, whatever its
+// name, so a restart never strands an uncertain outcome.
+func TestSpoolDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "spool")
+	a, err := flight.OpenSpoolDir(dir, "host-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := a.Add(spoolOutcome(i, int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := flight.OpenSpoolDir(dir, "host-1"); !errors.Is(err, flight.ErrSpoolInUse) {
+		t.Errorf("a second holder of the same name: %v, want ErrSpoolInUse", err)
+	}
+	live, err := flight.OpenSpoolDir(dir, "host-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.Len() != 0 || live.Adopted() != 0 {
+		t.Errorf("the spool of a live process was adopted: %d", live.Len())
+	}
+	if err := live.Add(spoolOutcome(7, 7)); err != nil {
+		t.Fatal(err)
+	}
+	// host-1 dies with three outcomes spooled (Close keeps a spool's files while it holds any).
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := flight.OpenSpoolDir(dir, "host-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if next.Len() != 3 || next.Adopted() != 3 {
+		t.Errorf("adopted %d (Len %d), want host-1's 3 (not live host-2's)", next.Adopted(), next.Len())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "spool-host-1.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the adopted file is still there: %v", err)
+	}
+	// The adopted outcomes are durable in the adopter's own file.
+	if n := openReadOnlyLen(t, filepath.Join(dir, "spool-host-3.jsonl")); n != 3 {
+		t.Errorf("adopter's file holds %d outcomes, want 3", n)
+	}
+	if err := live.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A clean process that spooled nothing leaves nothing behind.
+	empty, err := flight.OpenSpoolDir(dir, "host-4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if empty.Adopted() != 1 {
+		t.Errorf("host-2's outcome not adopted after it stopped: %d", empty.Adopted())
+	}
+	if def := flight.DefaultSpoolDir(func(k string) string {
+		return map[string]string{"HOME": "/home/u"}[k]
+	}); def != "/home/u/.local/state/flightdeck/spool" {
+		t.Errorf("default dir %q", def)
+	}
+	if def := flight.DefaultSpoolDir(func(k string) string {
+		return map[string]string{"HOME": "/home/u", "FLIGHTDECK_SPOOL_DIR": "/var/lib/fd"}[k]
+	}); def != "/var/lib/fd" {
+		t.Errorf("dir from the environment %q", def)
 	}
 }

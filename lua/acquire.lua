@@ -1,159 +1,201 @@
 -- acquire: decide atomically who runs the flight of one request key (DESIGN.md section 3).
 --
--- KEYS[1] -> ai:flight:meta:{K}     (hash: the state machine)
--- KEYS[2] -> ai:flight:result:{K}   (string: result bytes)
--- KEYS[3] -> ai:flight:fence:{K}    (string: last fencing token issued; outlives the meta)
--- KEYS[4] -> ai:flight:waiters:{K}  (hash: parked task id -> parked at, Unix ms)
--- ARGV[1]  -> ownerId of the caller
--- ARGV[2]  -> taskId of the caller ("" for in-process callers, who are never parked)
--- ARGV[3]  -> stage
--- ARGV[4]  -> tenant
--- ARGV[5]  -> sessionId
--- ARGV[6]  -> requestKey K
--- ARGV[7]  -> lease in ms: a heartbeat older than this means the owner is gone
--- ARGV[8]  -> runningTTL in ms: hard cap of one attempt (expireAt = start + runningTTL)
--- ARGV[9]  -> stallTimeout in ms: a RUNNING flight without progress this long is expired (0 = off)
--- ARGV[10] -> resultTTL in ms
--- ARGV[11] -> failureTTL in ms
--- ARGV[12] -> maxAttempts
--- ARGV[13] -> maxParked: most task ids parked on one flight (0 = no cap)
+-- KEYS[1..5] -> the flight keys and the result stream (lib.lua)
+-- ARGV[1..12] -> the answer block (lib.lua); the caller's task and entry are ARGV[8], ARGV[9]
+-- ARGV[13] -> ownerId of the caller
+-- ARGV[14] -> stage, ARGV[15] -> tenant, ARGV[16] -> sessionId, ARGV[17] -> requestKey K
+-- ARGV[18] -> lease in ms: a heartbeat older than this means the owner is gone
+-- ARGV[19] -> runningTTL in ms: hard cap of one attempt (expireAt = start + runningTTL)
+-- ARGV[20] -> stallTimeout in ms (0 = off)
+-- ARGV[21] -> resultTTL in ms, ARGV[22] -> failureTTL in ms
+-- ARGV[23] -> maxAttempts
+-- ARGV[24] -> maxParked: most entries parked on one flight (0 = no cap)
+-- ARGV[25] -> fenceTTL in ms: how long the fence outlives the flight's last change
+-- ARGV[26] -> "1": an owner starts at once (RUNNING); else it stays PENDING until start
+-- ARGV[27] -> the caller's deadline, Unix ms (0 = none)
+-- ARGV[28] -> "1": return the result of RESULT_HIT (in-process callers)
+-- ARGV[18..23] are the caller's policy: a new owner pins them in the meta, and the flight is
+-- judged by the pinned values of its current owner, never by the caller's.
 --
--- Output: { action, reason, token, attempts, ownerId, ownerTaskId, status,
---           result, errorType, errorCode, error, parked task ids... }
+-- Output: { action, reason, token, attempts, ownerId, ownerTaskId, status, result, errorType,
+--           errorCode, error, heartbeatAt, lease, expireAt, now, <answer tail> }
 --   action: OWNER | FOLLOWER_WAIT | RESULT_HIT | FAILED_FINAL | CANCELLED | EXPIRED | CORRUPT
---   reason: for OWNER new | retry | takeover | expired | result_lost;
---           for FOLLOWER_WAIT parked | not_parked | full; otherwise the stored errorCode.
---   parked: for RESULT_HIT, FAILED_FINAL, CANCELLED and EXPIRED, the task ids still parked,
---           whose terminal events the caller publishes.
--- Times come from Redis TIME. Tokens are max(previous + 1, now in microseconds), so they grow
--- strictly per key, also after the meta and the fence counter expired.
+--   reason: OWNER new | retry | takeover | handover | expired | result_lost;
+--           FOLLOWER_WAIT parked | not_parked | full; EXPIRED deadline_passed or the stored
+--           code; the others the stored error code.
+--   RESULT_HIT, FAILED_FINAL, CANCELLED and EXPIRED answer the caller's task and every parked
+--   task (answer tail); FOLLOWER_WAIT parked moves the caller's entry to the parking consumer.
+--   heartbeatAt and lease are the current owner's (a not_parked caller checks again once the
+--   lease could have lapsed); expireAt ends the current attempt; now is Redis time in ms.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+initAnswers()
+local P = { owner = ARGV[13], stage = ARGV[14], tenant = ARGV[15], session = ARGV[16], key = ARGV[17],
+  lease = num(ARGV[18], 5000), runningTTL = num(ARGV[19], 120000), stall = num(ARGV[20], 0),
+  resultTTL = num(ARGV[21], 600000), failureTTL = num(ARGV[22], 60000),
+  maxAttempts = num(ARGV[23], 3), maxParked = num(ARGV[24], 0), fenceTTL = num(ARGV[25], 86400000) }
+local start, deadline, wantResult = ARGV[26] == '1', num(ARGV[27], 0), ARGV[28] == '1'
 
-local ownerId, taskId = ARGV[1], ARGV[2]
-local lease, runningTTL, stall = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local resultTTL, failureTTL = tonumber(ARGV[10]), tonumber(ARGV[11])
-local maxAttempts, maxParked = tonumber(ARGV[12]), tonumber(ARGV[13])
-local activeTTL = runningTTL + failureTTL
-local fenceTTL = 2 * (runningTTL + failureTTL + resultTTL)
-
-local function fmt(n) return string.format('%.0f', n) end
-
-local function reply(action, reason, meta, result, parked)
-  local out = { action, reason, tonumber(meta.ownerToken or '0') or 0,
-    tonumber(meta.attempts or '0') or 0, meta.ownerId or '', meta.taskId or '', meta.status or '',
-    result or '', meta.errorType or '', meta.errorCode or '', meta.error or '' }
-  for _, id in ipairs(parked or {}) do out[#out + 1] = id end
-  return out
+local function reply(action, reason, meta, result)
+  return tail({ action, reason, num(meta.ownerToken, 0), num(meta.attempts, 0), meta.ownerId or '',
+    meta.taskId or '', meta.status or '', (wantResult and result) or '', meta.errorType or '',
+    meta.errorCode or '', meta.error or '', num(meta.heartbeatAt, 0), num(meta.lease, P.lease),
+    num(meta.expireAt, 0), now })
 end
 
-local function newToken()
-  local prev = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
-  local tok = nowUs
-  if tok <= prev then tok = prev + 1 end
-  redis.call('SET', KEYS[3], fmt(tok), 'PX', fenceTTL)
-  return tok
-end
-
--- own makes the caller the owner. fresh: a new flight record (new, result_lost); otherwise the
--- record is kept and the previous owner's task id joins the parked ids (retry, takeover, expired).
-local function own(reason, attempts, fresh, meta)
-  local tok = newToken()
+-- own makes the caller the owner with a new token. inherit: the flight record goes on (retry,
+-- takeover, handover, expired) and the previous owner's task waits for its outcome like a
+-- parked one; otherwise the record starts afresh (new, result_lost). Parked entries stay.
+local function own(reason, attempts, meta, inherit)
+  local tok = newToken(P.fenceTTL)
   local createdAt = now
-  if fresh then
+  if meta then
+    if inherit then
+      createdAt = meta.createdAt or now
+      local pe = meta.entry or ''
+      if pe ~= '' and pe ~= A.entry then
+        redis.call('HSETNX', KEYS[4], pe, fmt(now) .. ' ' .. (meta.taskId or ''))
+      end
+    end
     redis.call('DEL', KEYS[1])
-  else
-    createdAt = meta.createdAt or now
-    local prevTask = meta.taskId or ''
-    if prevTask ~= '' and prevTask ~= taskId then redis.call('HSETNX', KEYS[4], prevTask, now) end
   end
-  redis.call('HDEL', KEYS[1], 'cancelReason')
-  redis.call('HSET', KEYS[1],
-    'status', 'PENDING', 'stage', ARGV[3], 'tenant', ARGV[4], 'sessionId', ARGV[5],
-    'requestKey', ARGV[6], 'ownerId', ownerId, 'ownerToken', fmt(tok), 'taskId', taskId,
-    'attempts', attempts, 'createdAt', createdAt, 'updatedAt', now, 'heartbeatAt', now,
-    'progressAt', now, 'progress', '', 'expireAt', now + runningTTL,
-    'retryable', '', 'errorType', '', 'errorCode', '', 'error', '', 'resultRef', '')
-  redis.call('PEXPIRE', KEYS[1], activeTTL)
-  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], activeTTL) end
-  return { 'OWNER', reason, tok, attempts, ownerId, taskId, 'PENDING', '', '', '', '' }
+  local status = 'PENDING'
+  if start then status = 'RUNNING' end
+  redis.call('HSET', KEYS[1], 'status', status, 'stage', P.stage, 'tenant', P.tenant,
+    'sessionId', P.session, 'requestKey', P.key, 'ownerId', P.owner, 'ownerToken', fmt(tok),
+    'taskId', A.task, 'entry', A.entry, 'attempts', attempts, 'createdAt', createdAt,
+    'updatedAt', now, 'heartbeatAt', now, 'progressAt', now, 'progress', '',
+    'expireAt', now + P.runningTTL, 'retryable', '', 'errorType', '', 'errorCode', '', 'error', '',
+    'resultRef', '', 'lease', P.lease, 'runningTTL', P.runningTTL, 'stall', P.stall,
+    'resultTTL', P.resultTTL, 'failureTTL', P.failureTTL, 'maxAttempts', P.maxAttempts)
+  local ttl = P.runningTTL + P.failureTTL
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if A.entry ~= '' then redis.call('HDEL', KEYS[4], A.entry) end
+  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], ttl) end
+  return reply('OWNER', reason, { ownerToken = fmt(tok), attempts = attempts, ownerId = P.owner,
+    taskId = A.task, status = status, heartbeatAt = now, lease = P.lease,
+    expireAt = now + P.runningTTL }, nil)
 end
 
--- expire ends a flight whose attempts are spent; the last owner's task joins the parked ids.
-local function expire(meta, code)
-  if (meta.taskId or '') ~= '' then redis.call('HSETNX', KEYS[4], meta.taskId, now) end
-  redis.call('HSET', KEYS[1], 'status', 'EXPIRED', 'updatedAt', now,
-    'retryable', '0', 'errorType', 'expired', 'errorCode', code,
-    'error', 'flight ' .. code .. ' after ' .. (meta.attempts or '?') .. ' attempts')
-  redis.call('PEXPIRE', KEYS[1], failureTTL)
-  redis.call('PEXPIRE', KEYS[4], failureTTL)
-  meta.status, meta.errorType, meta.errorCode = 'EXPIRED', 'expired', code
-  meta.error = 'flight ' .. code .. ' after ' .. (meta.attempts or '?') .. ' attempts'
-  return reply('EXPIRED', code, meta, '', redis.call('HKEYS', KEYS[4]))
+-- final answers the caller and every parked task from a stored outcome.
+local function final(action, meta, result)
+  if action == 'RESULT_HIT' then
+    answer(outcomeOf(meta, 'SUCCEEDED', result), 'hit')
+    return reply(action, '', meta, result)
+  end
+  if action == 'EXPIRED' then
+    -- Answered as expired for good: a late result of the last owner is refused from now on.
+    local f = readFence()
+    if f == num(meta.ownerToken, 0) then writeFence(f, 'x', P.fenceTTL) end
+  end
+  answer(failureOf(meta), 'follower')
+  return reply(action, meta.errorCode or '', meta, nil)
 end
 
-local raw = redis.call('HGETALL', KEYS[1])
-if #raw == 0 then return own('new', 1, true, {}) end
-local meta = {}
-for i = 1, #raw, 2 do meta[raw[i]] = raw[i + 1] end
+-- expireFinal ends a flight whose attempts are spent: its last owner's task is answered with
+-- the parked ones, and the fence closes that owner's token.
+local function expireFinal(meta, code)
+  local msg = 'flight ' .. code .. ' after ' .. (meta.attempts or '?') .. ' attempts'
+  local pe = meta.entry or ''
+  if pe ~= '' and pe ~= A.entry then
+    redis.call('HSETNX', KEYS[4], pe, fmt(now) .. ' ' .. (meta.taskId or ''))
+  end
+  redis.call('HSET', KEYS[1], 'status', 'EXPIRED', 'updatedAt', now, 'retryable', '0',
+    'errorType', 'expired', 'errorCode', code, 'error', msg)
+  local ttl = num(meta.failureTTL, P.failureTTL)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+  writeFence(num(meta.ownerToken, 0), 'x', P.fenceTTL)
+  meta.status, meta.retryable, meta.errorType, meta.errorCode, meta.error = 'EXPIRED', '0', 'expired', code, msg
+  return final('EXPIRED', meta, nil)
+end
+
+-- late answers only the caller: its deadline passed before it could start or follow.
+local function late(meta)
+  local m = meta or { requestKey = P.key, stage = P.stage, tenant = P.tenant }
+  if A.task ~= '' then
+    emit(A.task, 'owner', A.queued, outcomeOf(m, 'EXPIRED', nil, 'deadline', 'deadline_passed',
+      'the task deadline passed before it could start'))
+  end
+  if A.entry ~= '' then
+    out.acks[#out.acks + 1] = A.entry
+    if redis.call('HEXISTS', KEYS[4], A.entry) == 1 then out.released[#out.released + 1] = A.entry end
+  end
+  return reply('EXPIRED', 'deadline_passed', m, nil)
+end
+
+local function isLate() return deadline > 0 and now > deadline end
+
+-- follow parks the caller's entry on a live flight, or says why it was not parked.
+local function follow(meta)
+  if isLate() then return late(meta) end
+  if A.entry == '' or A.entry == (meta.entry or '') then
+    return reply('FOLLOWER_WAIT', 'not_parked', meta, nil)
+  end
+  if redis.call('HEXISTS', KEYS[4], A.entry) == 0 then
+    if P.maxParked > 0 and redis.call('HLEN', KEYS[4]) >= P.maxParked then
+      return reply('FOLLOWER_WAIT', 'full', meta, nil)
+    end
+    redis.call('HSET', KEYS[4], A.entry, fmt(now) .. ' ' .. A.task)
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl <= 0 then ttl = P.runningTTL + P.failureTTL end
+    redis.call('PEXPIRE', KEYS[4], ttl)
+  end
+  park()
+  return reply('FOLLOWER_WAIT', 'parked', meta, nil)
+end
+
+-- takeOver owns an existing flight unless the caller's deadline passed.
+local function takeOver(reason, attempts, meta)
+  if isLate() then return late(meta) end
+  return own(reason, attempts, meta, true)
+end
+
+local meta = loadMeta()
+if not meta then
+  if isLate() then return late(nil) end
+  return own('new', 1, nil, false)
+end
 local status = meta.status
-local attempts = tonumber(meta.attempts or '0') or 0
+local attempts = num(meta.attempts, 0)
+local maxA = num(meta.maxAttempts, P.maxAttempts)
 
 if status == 'SUCCEEDED' then
   local result = redis.call('GET', KEYS[2])
-  if result then return reply('RESULT_HIT', '', meta, result, redis.call('HKEYS', KEYS[4])) end
-  return own('result_lost', 1, true, meta)
+  if result then return final('RESULT_HIT', meta, result) end
+  if isLate() then return late(meta) end
+  return own('result_lost', 1, meta, false)
 end
 
 if status == 'FAILED' then
-  if meta.retryable == '1' and attempts < maxAttempts then return own('retry', attempts + 1, false, meta) end
-  return reply('FAILED_FINAL', meta.errorCode or '', meta, '', redis.call('HKEYS', KEYS[4]))
+  if meta.retryable == '1' and attempts < maxA then return takeOver('retry', attempts + 1, meta) end
+  return final('FAILED_FINAL', meta, nil)
 end
 
 if status == 'PENDING' or status == 'RUNNING' then
-  local hb = tonumber(meta.heartbeatAt or '0') or 0
-  local expireAt = tonumber(meta.expireAt or '0') or 0
-  local progressAt = tonumber(meta.progressAt or '0') or 0
+  if meta.handover == '1' then return takeOver('handover', attempts, meta) end
+  local stall = num(meta.stall, P.stall)
   local code = nil
-  if now > expireAt then
+  if now > num(meta.expireAt, 0) then
     code = 'running_ttl'
-  elseif stall > 0 and status == 'RUNNING' and now - progressAt > stall then
+  elseif stall > 0 and status == 'RUNNING' and now - num(meta.progressAt, 0) > stall then
     code = 'stalled'
   end
   if code then
-    if attempts < maxAttempts then return own('expired', attempts + 1, false, meta) end
-    return expire(meta, code)
+    if attempts < maxA then return takeOver('expired', attempts + 1, meta) end
+    return expireFinal(meta, code)
   end
-  if now - hb > lease then
-    if attempts < maxAttempts then return own('takeover', attempts + 1, false, meta) end
-    return expire(meta, 'lease_lost')
+  if now - num(meta.heartbeatAt, 0) > num(meta.lease, P.lease) then
+    if attempts < maxA then return takeOver('takeover', attempts + 1, meta) end
+    return expireFinal(meta, 'lease_lost')
   end
-  local reason = 'not_parked'
-  if taskId ~= '' and taskId ~= meta.taskId then
-    if redis.call('HEXISTS', KEYS[4], taskId) == 1 then
-      reason = 'parked'
-    elseif maxParked > 0 and redis.call('HLEN', KEYS[4]) >= maxParked then
-      reason = 'full'
-    else
-      redis.call('HSET', KEYS[4], taskId, now)
-      local ttl = redis.call('PTTL', KEYS[1])
-      if ttl <= 0 then ttl = activeTTL end
-      redis.call('PEXPIRE', KEYS[4], ttl)
-      reason = 'parked'
-    end
-  end
-  return reply('FOLLOWER_WAIT', reason, meta, '', {})
+  return follow(meta)
 end
 
 if status == 'EXPIRED' then
-  if attempts < maxAttempts then return own('expired', attempts + 1, false, meta) end
-  return reply('EXPIRED', meta.errorCode or '', meta, '', redis.call('HKEYS', KEYS[4]))
+  if attempts < maxA then return takeOver('expired', attempts + 1, meta) end
+  return final('EXPIRED', meta, nil)
 end
 
-if status == 'CANCELLED' then
-  return reply('CANCELLED', meta.errorCode or '', meta, '', redis.call('HKEYS', KEYS[4]))
-end
+if status == 'CANCELLED' then return final('CANCELLED', meta, nil) end
 
-return reply('CORRUPT', tostring(status), meta, '', {})
+return reply('CORRUPT', tostring(status), meta, nil)

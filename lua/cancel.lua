@@ -1,30 +1,45 @@
--- cancel: anyone cancels an active flight; the owner's next heartbeat aborts its run.
+-- cancel: anyone cancels a flight that may still run the model; its parked tasks are answered
+-- CANCELLED at once, the owner's next heartbeat aborts its run and the owner answers its own
+-- task. A cancelled key runs no model call until its CANCELLED record expires.
 --
--- KEYS[1] -> ai:flight:meta:{K}, KEYS[2..3] unused, KEYS[4] -> ai:flight:waiters:{K}
--- ARGV[1] -> reason (free text, stored as the error), ARGV[2] -> failureTTL in ms
+-- KEYS[1..5] -> the flight keys and the result stream (lib.lua)
+-- ARGV[1..12] -> the answer block (lib.lua); the canceller has no task of its own
+-- ARGV[13] -> reason (free text: the events' error)
+-- ARGV[14] -> TTL of the CANCELLED record in ms
+-- ARGV[15] -> fenceTTL in ms
 --
--- Output: { code, ownerTaskId, parked task ids... }
---   OK          the flight is CANCELLED with TTL failureTTL (also when it already was); the
---               caller publishes the parked ids' events; the owner answers its own task
+-- Output: { code, ownerTaskId, reason, status, <answer tail> }
+--   OK          the flight is CANCELLED: it was PENDING or RUNNING, or FAILED (retryable) or
+--               EXPIRED with attempts left (the next acquire would have run the model); the
+--               fence closes the owner's token, so no result of its run is accepted
+--   ALREADY     it was cancelled before: nothing changes; reason is the first cancel's, and
+--               tasks still parked (a canceller that died before answering them) are answered
 --   NOT_FOUND   no flight for this key
---   STATE       the flight already ended (SUCCEEDED, FAILED, EXPIRED; second element)
+--   STATE       the flight already ended (SUCCEEDED, FAILED or EXPIRED for good); status tells
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local failureTTL = tonumber(ARGV[2])
+initAnswers()
+local reason, ttl, fenceTTL = ARGV[13], num(ARGV[14], 60000), num(ARGV[15], 86400000)
 
-local m = redis.call('HMGET', KEYS[1], 'status', 'taskId')
-local status = m[1]
-if not status then return { 'NOT_FOUND', '' } end
-if status ~= 'PENDING' and status ~= 'RUNNING' and status ~= 'CANCELLED' then
-  return { 'STATE', status }
+local meta = loadMeta()
+if not meta then return tail({ 'NOT_FOUND', '', '', '' }) end
+local status = meta.status
+local attempts, maxA = num(meta.attempts, 0), num(meta.maxAttempts, 3)
+
+if status == 'CANCELLED' then
+  answer(failureOf(meta), 'follower')
+  return tail({ 'ALREADY', meta.taskId or '', meta.cancelReason or meta.error or '', status })
 end
-if status ~= 'CANCELLED' then
-  redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'updatedAt', now, 'retryable', '0',
-    'errorType', 'cancelled', 'errorCode', 'cancelled', 'error', ARGV[1], 'cancelReason', ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], failureTTL)
-  redis.call('PEXPIRE', KEYS[4], failureTTL)
-end
-local out = { 'OK', m[2] or '' }
-for _, id in ipairs(redis.call('HKEYS', KEYS[4])) do out[#out + 1] = id end
-return out
+local open = status == 'PENDING' or status == 'RUNNING' or
+  (status == 'FAILED' and meta.retryable == '1' and attempts < maxA) or
+  (status == 'EXPIRED' and attempts < maxA)
+if not open then return tail({ 'STATE', meta.taskId or '', '', status or '' }) end
+
+redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'updatedAt', now, 'retryable', '0',
+  'errorType', 'cancelled', 'errorCode', 'cancelled', 'error', reason, 'cancelReason', reason,
+  'handover', '')
+redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], ttl) end
+writeFence(num(meta.ownerToken, 0), 'c', fenceTTL)
+meta.status, meta.cancelReason, meta.error = 'CANCELLED', reason, reason
+answer(failureOf(meta), 'follower')
+return tail({ 'OK', meta.taskId or '', reason, status })

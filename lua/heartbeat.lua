@@ -1,39 +1,64 @@
 -- heartbeat: the owner proves it is alive and, optionally, that its model call made progress.
+-- When the meta is gone (lost writes, eviction) the owner writes it back, RUNNING under its
+-- token, if the fence admits the token: the flight is not a stale token, and a duplicate that
+-- arrives meanwhile follows this owner instead of running the model again.
 --
--- KEYS[1] -> ai:flight:meta:{K}, KEYS[2..3] unused, KEYS[4] -> ai:flight:waiters:{K}
+-- KEYS[1..4] -> the flight keys (lib.lua)
 -- ARGV[1] -> ownerToken
 -- ARGV[2] -> progress: an opaque counter from the model adapter ("" = not reported);
 --            progressAt moves to now when it differs from the stored value
--- ARGV[3] -> stallTimeout in ms (0 = off)
--- ARGV[4] -> failureTTL in ms (the meta's TTL once it is EXPIRED)
+-- ARGV[3..] -> the ownership, to write a meta that is gone: ownerId, stage, tenant, sessionId,
+--            requestKey, taskId, entry, attempts, expireAt (Unix ms), lease, runningTTL,
+--            stallTimeout, resultTTL, failureTTL, maxAttempts, fenceTTL (ms)
 --
 -- Output: { code, status }
 --   OK          heartbeatAt = now; keep running
+--   RESTORED    the meta was gone and is written back; keep running
 --   CANCELLED   the flight was cancelled: abort the model call
---   EXPIRED     runningTTL is spent or progress stalled: the flight is now EXPIRED; abort, and
---               re-acquire if attempts are left
---   STALE_TOKEN another owner holds the flight (or it is gone): abort, write nothing
+--   EXPIRED     runningTTL is spent or progress stalled (by the owner's pinned stallTimeout):
+--               the flight is now EXPIRED; abort, and acquire again
+--   STALE_TOKEN another owner holds the flight, or the fence refuses the token: abort
 --   STATE       any other status (second element)
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local stall, failureTTL = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tok = ARGV[1]
+local O = { owner = ARGV[3], stage = ARGV[4], tenant = ARGV[5], session = ARGV[6], key = ARGV[7],
+  task = ARGV[8], entry = ARGV[9], attempts = ARGV[10], expireAt = num(ARGV[11], 0),
+  lease = ARGV[12], runningTTL = ARGV[13], stall = ARGV[14], resultTTL = ARGV[15],
+  failureTTL = num(ARGV[16], 60000), maxAttempts = ARGV[17], fenceTTL = num(ARGV[18], 86400000) }
 
-local m = redis.call('HMGET', KEYS[1], 'status', 'ownerToken', 'progress', 'progressAt', 'expireAt')
+local m = redis.call('HMGET', KEYS[1], 'status', 'ownerToken', 'progress', 'progressAt', 'expireAt',
+  'stall', 'failureTTL')
 local status, token = m[1], m[2]
-if not status or token ~= ARGV[1] then return { 'STALE_TOKEN', status or '' } end
+if not status then
+  local verdict = fenceAdmits(num(tok, 0), O.fenceTTL)
+  if verdict == 'c' then return { 'CANCELLED', 'CANCELLED' } end
+  if verdict == 'x' then return { 'EXPIRED', 'EXPIRED' } end
+  if verdict ~= 'ok' or now > O.expireAt then return { 'STALE_TOKEN', '' } end
+  redis.call('HSET', KEYS[1], 'status', 'RUNNING', 'stage', O.stage, 'tenant', O.tenant,
+    'sessionId', O.session, 'requestKey', O.key, 'ownerId', O.owner, 'ownerToken', tok,
+    'taskId', O.task, 'entry', O.entry, 'attempts', O.attempts, 'createdAt', now,
+    'updatedAt', now, 'heartbeatAt', now, 'progressAt', now, 'progress', ARGV[2],
+    'expireAt', O.expireAt, 'lease', O.lease, 'runningTTL', O.runningTTL, 'stall', O.stall,
+    'resultTTL', O.resultTTL, 'failureTTL', O.failureTTL, 'maxAttempts', O.maxAttempts,
+    'restoredAt', now)
+  redis.call('PEXPIRE', KEYS[1], O.expireAt - now + O.failureTTL)
+  writeFence(num(tok, 0), '', O.fenceTTL)
+  return { 'RESTORED', 'RUNNING' }
+end
+if token ~= tok then return { 'STALE_TOKEN', status } end
 if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
 if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
 
-local progressAt = tonumber(m[4] or '0') or 0
+local progressAt = num(m[4], 0)
 if ARGV[2] ~= '' and ARGV[2] ~= m[3] then
   progressAt = now
   redis.call('HSET', KEYS[1], 'progress', ARGV[2], 'progressAt', now)
 end
 redis.call('HSET', KEYS[1], 'heartbeatAt', now, 'updatedAt', now)
 
+local stall, failureTTL = num(m[6], num(O.stall, 0)), num(m[7], O.failureTTL)
 local code = nil
-if now > (tonumber(m[5] or '0') or 0) then
+if now > num(m[5], 0) then
   code = 'running_ttl'
 elseif stall > 0 and status == 'RUNNING' and now - progressAt > stall then
   code = 'stalled'
@@ -42,7 +67,7 @@ if code then
   redis.call('HSET', KEYS[1], 'status', 'EXPIRED', 'retryable', '1', 'errorType', 'expired',
     'errorCode', code, 'error', 'owner heartbeat found the flight ' .. code)
   redis.call('PEXPIRE', KEYS[1], failureTTL)
-  redis.call('PEXPIRE', KEYS[4], failureTTL)
+  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], failureTTL) end
   return { 'EXPIRED', 'EXPIRED' }
 end
 return { 'OK', status }

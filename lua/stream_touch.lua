@@ -1,23 +1,27 @@
--- stream_touch: a live owner resets the idle time of the task entry it holds, so the entry is
--- never claimed while the owner works on it, however long the model runs.
+-- stream_touch: a consumer keeps custody of the task entries it holds (running, or waiting in
+-- the process for a later attempt): it resets their idle time, so that no other consumer
+-- claims them while it is alive; or, on shutdown, it hands them over by making them look idle
+-- for long, so that the others claim them at once. Entries another consumer claimed meanwhile,
+-- or that are no longer pending, are left alone and reported.
 --
 -- KEYS[1] -> task stream ai:tasks:<stage>
--- ARGV[1] -> consumer group, ARGV[2] -> consumer name, ARGV[3] -> entry id
+-- ARGV[1] -> consumer group, ARGV[2] -> consumer name
+-- ARGV[3] -> idle time to set in ms: 0 touches, a large value hands over
+-- ARGV[4..] -> entry ids
 --
--- Output:
---    1  the consumer holds the entry; its idle time is now 0
---    0  another consumer holds it (it was claimed): the caller is a zombie for this entry
---   -1  it is no longer pending but still in the stream: somebody acknowledged it
---    2  it is not in the stream at all (trimmed, or lost with a Redis restart): nobody else
---       can hold it either, so the caller carries on with its delivery
--- A missing group (also lost with a restart) counts as 2.
+-- Output: { kept, lost ids... }: kept counts the entries touched; the lost ids are held by
+-- another consumer or no longer pending. A missing group answers { -1 }.
 
-local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if not ok then return 2 end
-if p[1] then
-  if p[1][2] ~= ARGV[2] then return 0 end
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-  return 1
+local keep, lost = {}, {}
+for i = 4, #ARGV do
+  local ok, q = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if not ok then return { -1 } end
+  if q[1] and q[1][2] == ARGV[2] then keep[#keep + 1] = ARGV[i] else lost[#lost + 1] = ARGV[i] end
 end
-if #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) > 0 then return -1 end
-return 2
+for i = 1, #keep, 100 do
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(keep, i, math.min(i + 99, #keep)),
+    'IDLE', ARGV[3], 'JUSTID')
+end
+local out = { #keep }
+for _, id in ipairs(lost) do out[#out + 1] = id end
+return out

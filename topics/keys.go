@@ -1,7 +1,10 @@
 package topics
 
 import (
+	"errors"
+	"fmt"
 	"hash/fnv"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -11,6 +14,17 @@ const DefaultPrefix = "ai"
 
 // ConsumerGroup is the consumer group every Flightdeck consumer joins on the task streams.
 const ConsumerGroup = "flightdeck"
+
+// ParkingConsumer is the consumer name, in ConsumerGroup, that holds parked task entries:
+// tasks that follow a running flight. An entry stays pending there until whoever writes its
+// terminal event acknowledges it, so a parked task survives any crash, restart or TTL. The
+// leading '~' keeps it apart from consumer process names, which may not start with it.
+const ParkingConsumer = "~parked"
+
+// ErrInvalidKeyspace: a Keyspace that cannot name keys (see Keyspace.Validate).
+var ErrInvalidKeyspace = errors.New("topics: invalid keyspace")
+
+var prefixRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
 
 // Keyspace builds Redis key and stream names under one prefix. The zero value uses
 // DefaultPrefix. Tests that share a Redis server give each test its own prefix.
@@ -24,6 +38,22 @@ type Keyspace struct {
 	// P <= 1) keep the one stream ai:tasks:<stage>. Producers and consumers must agree.
 	// Must not be modified once in use.
 	Partitions map[string]int
+}
+
+// Validate reports a keyspace that would break the key scheme: a prefix outside
+// [A-Za-z0-9_.:-] (braces would split one flight over several Redis Cluster slots, whitespace
+// would break the entry references kept in Redis) or longer than 64 bytes, and partition
+// counts outside 1-64.
+func (k Keyspace) Validate() error {
+	if k.Prefix != "" && !prefixRe.MatchString(k.Prefix) {
+		return fmt.Errorf("%w: prefix %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidKeyspace, k.Prefix)
+	}
+	for stage, n := range k.Partitions {
+		if n < 0 || n > 64 {
+			return fmt.Errorf("%w: stage %q: %d partitions, want 1-64", ErrInvalidKeyspace, stage, n)
+		}
+	}
+	return nil
 }
 
 func (k Keyspace) p() string {
@@ -98,14 +128,16 @@ func (k Keyspace) Results(stage string) string { return k.p() + ":results:" + st
 // DLQ is the dead-letter stream of stage's task stream.
 func (k Keyspace) DLQ(stage string) string { return k.p() + ":tasks:" + stage + ":dlq" }
 
-// SessionLock is the session lock key of sessionID for heavy stages.
-func (k Keyspace) SessionLock(sessionID string) string {
-	return k.p() + ":session:lock:" + tag(sessionID)
+// SessionLock is the session lock key of tenant's session sessionID for heavy stages. The
+// tenant is part of the key (and of its hash tag): two tenants' sessions never share a lock.
+func (k Keyspace) SessionLock(tenant, sessionID string) string {
+	return k.p() + ":session:lock:" + tag(tenant+":"+sessionID)
 }
 
-// SessionFence is the fencing counter of sessionID's session lock; it outlives the lock.
-func (k Keyspace) SessionFence(sessionID string) string {
-	return k.p() + ":session:fence:" + tag(sessionID)
+// SessionFence is the fencing counter of tenant's session lock of sessionID; it outlives the
+// lock.
+func (k Keyspace) SessionFence(tenant, sessionID string) string {
+	return k.p() + ":session:fence:" + tag(tenant+":"+sessionID)
 }
 
 // Consumers is the liveness record of the consumers of group.

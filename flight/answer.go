@@ -1,0 +1,169 @@
+package flight
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Answering (DESIGN.md section 3, "Answers"): the scripts that settle tasks (acquire, complete,
+// fail, cancel) build the terminal events themselves. On a single Redis node they also write
+// them and acknowledge the answered entries in the same script, atomically (answer mode
+// "write"). On Redis Cluster the result and task streams live in other slots than the flight,
+// so the scripts hand the events back and settle writes them here, then acknowledges the
+// entries, releases the waiter fields and parks the caller's entry, in that order (mode
+// "return"). A crash between two of those steps leaves the entries pending and the waiters in
+// place: the next caller of the flight, or a consumer's parked-entry check, answers them again.
+
+// answerArgv returns the answer block (lib.lua ARGV[1..12]) for a call made for task t.
+func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int) []any {
+	if maxInline <= 0 {
+		maxInline = DefaultMaxInline
+	}
+	argv := make([]any, 12, 32)
+	argv[0], argv[1], argv[2], argv[3] = c.mode, uuid.NewString(), c.maxLen, c.group
+	argv[4], argv[5], argv[6] = topics.ParkingConsumer, topics.FormatTime(time.Now()), c.consumer
+	argv[7], argv[8], argv[9] = t.ID, t.ref(), t.Queued.Milliseconds()
+	argv[10], argv[11] = run.Milliseconds(), maxInline
+	return argv
+}
+
+// answerKeys returns the flight keys of key and, in answer mode write, the result stream and
+// task streams of stage.
+func (c *Coordinator) answerKeys(key, stage string) []string {
+	keys := c.ks.FlightKeys(key)
+	if c.mode == "write" {
+		keys = append(keys, c.ks.Results(stage))
+		keys = append(keys, c.ks.TaskStreams(stage)...)
+	}
+	return keys
+}
+
+// answerTail is the tail of an answering script's reply (lib.lua).
+type answerTail struct {
+	n        int      // events built (written, in mode write)
+	events   []string // payloads to write (mode return)
+	acks     []string // entry refs to acknowledge
+	released []string // waiter fields to delete
+	park     string   // the caller's entry ref to park, or ""
+}
+
+// parseTail reads the answer tail that starts at res[at]. In mode write it holds no payloads.
+func (c *Coordinator) parseTail(res []any, at int) (answerTail, error) {
+	var t answerTail
+	i := at
+	bad := fmt.Errorf("%w: malformed answer tail", ErrProtocol)
+	count := func() (int, bool) {
+		if i >= len(res) {
+			return 0, false
+		}
+		n, ok := res[i].(int64)
+		i++
+		return int(n), ok && n >= 0
+	}
+	list := func(n int) ([]string, bool) {
+		if n > len(res)-i {
+			return nil, false
+		}
+		out := make([]string, n)
+		for k := range out {
+			s, ok := res[i].(string)
+			if !ok {
+				return nil, false
+			}
+			out[k] = s
+			i++
+		}
+		return out, true
+	}
+	n, ok := count()
+	if !ok {
+		return t, bad
+	}
+	t.n = n
+	if c.mode == "return" {
+		if t.events, ok = list(n); !ok {
+			return t, bad
+		}
+	}
+	na, ok := count()
+	if !ok {
+		return t, bad
+	}
+	if t.acks, ok = list(na); !ok {
+		return t, bad
+	}
+	nr, ok := count()
+	if !ok {
+		return t, bad
+	}
+	if t.released, ok = list(nr); !ok {
+		return t, bad
+	}
+	park, ok := list(1)
+	if !ok {
+		return t, bad
+	}
+	t.park = park[0]
+	return t, nil
+}
+
+// settle writes what a script handed back in answer mode return: the events, then the
+// acknowledgements, released waiter fields and the parked entry. In mode write it does
+// nothing (the script did it all).
+func (c *Coordinator) settle(ctx context.Context, key, stage string, t answerTail) error {
+	if c.mode == "write" || (len(t.events) == 0 && len(t.acks) == 0 && len(t.released) == 0 && t.park == "") {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	if len(t.events) > 0 {
+		base := uuid.NewString()
+		cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, payload := range t.events {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: c.ks.Results(stage), MaxLen: c.maxLen, Approx: c.maxLen > 0,
+					Values: []any{topics.FieldUUID, fmt.Sprintf("%s-%d", base, i+1), topics.FieldPayload, payload}})
+			}
+			return nil
+		})
+		if err == nil {
+			for _, cmd := range cmds {
+				if err = cmd.Err(); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("publish %d events: %w", len(t.events), err)
+		}
+	}
+	byStream := map[string][]string{}
+	for _, ref := range t.acks {
+		id, stream, ok := strings.Cut(ref, " ")
+		if ok {
+			byStream[stream] = append(byStream[stream], id)
+		}
+	}
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for stream, ids := range byStream {
+			p.XAck(ctx, stream, c.group, ids...)
+		}
+		if len(t.released) > 0 {
+			p.HDel(ctx, c.ks.Waiters(key), t.released...)
+		}
+		if id, stream, ok := strings.Cut(t.park, " "); ok {
+			p.XClaimJustID(ctx, &redis.XClaimArgs{Stream: stream, Group: c.group, Consumer: topics.ParkingConsumer,
+				Messages: []string{id}})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("acknowledge answered entries: %w", err)
+	}
+	return nil
+}

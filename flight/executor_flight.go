@@ -1,0 +1,299 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// distributed is the L1 leader's path through the state machine. Final outcomes answer the
+// stream tasks parked on the flight in the acquire script itself; an owner's complete or fail
+// answers them with its own event (task id "exec-<uuid>", which wakes in-process followers on
+// every node).
+func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string, fn Fn) (Result, error) {
+	pol := st.opt.Policy
+	for {
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		e.metrics.distributedRequest.WithLabelValues(st.name).Inc()
+		d, err := Guard(e.cb, func() (Decision, error) {
+			cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+			defer cancel()
+			return e.coord.Acquire(cctx, AcquireParams{Key: key, OwnerID: e.cfg.NodeID, Stage: st.name,
+				Tenant: tenantOf(key), Policy: pol, Start: true, WantResult: true})
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			if d.Action != "" {
+				// The decision was taken but answering parked tasks failed (Redis Cluster,
+				// mode return): they stay parked and are answered by the next caller.
+				e.log.Warn().Err(err).Str("requestKey", key).Msg("answering parked tasks failed")
+			} else {
+				return e.fallback(ctx, st, fn, err)
+			}
+		}
+		e.coordinated(st)
+		switch d.Action {
+		case ActionOwner:
+			res, again, err := e.own(ctx, st, d, fn)
+			if !again {
+				return res, err
+			}
+		case ActionFollowerWait:
+			if err := e.follow(ctx, st, key); err != nil {
+				return Result{}, err
+			}
+		case ActionResultHit:
+			return Result{Value: d.Result, Shared: topics.SharedHit, Token: d.Token}, nil
+		case ActionFailedFinal:
+			return Result{}, &OutcomeError{Status: StatusFailed, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		case ActionCancelled:
+			return Result{}, &OutcomeError{Status: StatusCancelled, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		case ActionExpired:
+			return Result{}, &OutcomeError{Status: StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		default:
+			return e.fallback(ctx, st, fn, fmt.Errorf("%w: action %q", ErrProtocol, d.Action))
+		}
+	}
+}
+
+// follow waits for the flight of key to end, for at most WaitTimeout; the caller then
+// acquires again. It registers with the dispatcher first, then looks at the flight, so an
+// event published in between is not missed.
+func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) error {
+	wctx, cancel := context.WithTimeout(ctx, st.opt.WaitTimeout)
+	defer cancel()
+	reg, err := Guard(e.cb, func() (regResult, error) {
+		cctx, ccancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+		defer ccancel()
+		ch, un, err := e.disp.register(cctx, e.coord.ks.Results(st.name), key)
+		return regResult{ch, un}, err
+	})
+	if errors.Is(err, ErrTooManyWaiters) {
+		return err
+	}
+	if err != nil {
+		// Cannot listen: wait out the timeout, then acquire again (never run at once).
+		<-wctx.Done()
+		return ctx.Err()
+	}
+	defer reg.unregister()
+	status, err := Guard(e.cb, func() (string, error) {
+		return e.rdb.HGet(wctx, e.coord.ks.Meta(key), "status").Result()
+	})
+	if err == nil && status != string(StatusPending) && status != string(StatusRunning) {
+		return nil
+	}
+	select {
+	case <-reg.ch:
+	case <-wctx.Done():
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e.metrics.waitTimeout.WithLabelValues(st.name).Inc()
+	}
+	return nil
+}
+
+type regResult struct {
+	ch         <-chan struct{}
+	unregister func()
+}
+
+// own runs fn as the flight's owner (acquire already started it). again asks the caller to
+// acquire again (the flight expired, was taken over, or a retryable failure left attempts).
+func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn) (res Result, again bool, err error) {
+	o := *d.Owner
+	o.Task = Task{ID: "exec-" + uuid.NewString()}
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	runCtx, cancelBudget := context.WithTimeout(runCtx, st.opt.Budget.Execution)
+	defer cancelBudget()
+	var progress atomic.Int64
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		e.heartbeat(runCtx, cancelRun, st, o, &progress)
+	}()
+	start := time.Now()
+	v, fnErr := fn(runCtx, func() { progress.Add(1) })
+	run := time.Since(start)
+	cause := context.Cause(runCtx)
+	cancelRun(nil)
+	<-hbDone
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
+	defer rcancel()
+	if fnErr != nil {
+		switch {
+		case errors.Is(cause, ErrStaleToken), errors.Is(cause, ErrExpired):
+			return Result{}, true, nil // another owner runs it now (or will): follow or take over
+		case errors.Is(cause, ErrCancelled):
+			return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+		}
+		if ctx.Err() != nil {
+			// The caller gave up: hand the flight over without spending the attempt.
+			hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Coordination)
+			_ = e.coord.Handover(hctx, o)
+			hcancel()
+			return Result{}, false, ctx.Err()
+		}
+		f := classify(fnErr)
+		out, err := Guard(e.cb, func() (Settlement, error) { return e.coord.Fail(rctx, o, f, run) })
+		switch {
+		case err == nil && out.Final:
+			return Result{}, false, fnErr
+		case err == nil:
+			return Result{}, true, nil
+		case errors.Is(err, ErrCancelled):
+			return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+		case errors.Is(err, ErrStaleToken), errors.Is(err, ErrExpired):
+			return Result{}, true, nil
+		default:
+			// The failure could not be recorded; the model is still not re-run here.
+			return Result{}, false, fnErr
+		}
+	}
+
+	res = Result{Value: v, Shared: topics.SharedOwner, Token: o.Token}
+	_, err = Guard(e.cb, func() (Settlement, error) { return e.coord.Complete(rctx, o, v, run) })
+	var se *StateError
+	switch {
+	case err == nil:
+		return res, false, nil
+	case errors.Is(err, ErrCancelled):
+		return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled",
+			Message: "flight cancelled before the result was stored"}
+	case errors.Is(err, ErrExpired):
+		return Result{}, false, &OutcomeError{Status: StatusExpired, Type: "expired", Code: "expired",
+			Message: "flight expired for good before the result was stored"}
+	case errors.Is(err, ErrStaleToken), errors.As(err, &se):
+		// Another owner holds the flight: its outcome stands for everybody; follow it.
+		e.log.Info().Err(err).Str("requestKey", o.Key).Msg("result refused by the flight; following its owner")
+		return Result{}, true, nil
+	case IsCoordinationFailure(err) || errors.Is(err, ErrCoordinationUnavailable):
+		// The model answered, the write failed (or its reply was lost): hand the value over
+		// and spool it; the write-back answers everybody, and a retry of a stored result is
+		// accepted as the same outcome.
+		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
+		res.Uncertain = true
+		out := Outcome{Stage: st.name, Tenant: o.Tenant, Key: o.Key, Token: o.Token, OwnerID: o.OwnerID,
+			Attempts: o.Attempts, Task: o.Task, Result: v, ResultTTL: o.Policy.ResultTTL, At: time.Now()}
+		if serr := e.spool.Add(out); serr != nil {
+			e.log.Error().Err(serr).Str("requestKey", o.Key).Msg("uncertain outcome could not be spooled")
+			return res, false, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
+		}
+		e.metrics.spooled.Set(float64(e.spool.Len()))
+		e.log.Warn().Err(err).Str("requestKey", o.Key).Int64("token", o.Token).
+			Msg("result write failed: uncertain outcome spooled for write-back")
+		return res, false, nil
+	default:
+		return res, false, err
+	}
+}
+
+func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
+
+// heartbeat renews the lease with progress until ctx ends; it cancels the run when the flight
+// answers cancelled, expired or stale. Failed heartbeats are not fatal: the lease decides.
+func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, st *stageRuntime, o Ownership, progress *atomic.Int64) {
+	t := time.NewTicker(st.opt.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		prog := ""
+		if n := progress.Load(); n > 0 {
+			prog = strconv.FormatInt(n, 10)
+		}
+		restored, err := Guard(e.cb, func() (bool, error) {
+			hctx, hcancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+			defer hcancel()
+			return e.coord.Heartbeat(hctx, o, prog)
+		})
+		if restored {
+			e.log.Warn().Str("requestKey", o.Key).Int64("token", o.Token).Msg("flight meta was gone; written back by the owner")
+		}
+		if errors.Is(err, ErrCancelled) || errors.Is(err, ErrExpired) || errors.Is(err, ErrStaleToken) {
+			cancel(err)
+			return
+		}
+	}
+}
+
+// tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey
+// (ai:<stage>:v<n>:<tenant>:...); "" for other keys.
+func tenantOf(key string) string {
+	parts := strings.SplitN(key, ":", 5)
+	if len(parts) == 5 && parts[0] == "ai" {
+		return parts[3]
+	}
+	return ""
+}
+
+// classify turns a function error into the flight failure it records. Errors that implement
+// Retryable() bool (the model adapters' errors do) say whether a retry may help; others are
+// retryable, except context cancellation.
+func classify(err error) Failure {
+	f := Failure{Retryable: true, Type: "error", Code: "error", Message: err.Error()}
+	var r interface{ Retryable() bool }
+	var typed interface {
+		ErrorType() string
+		ErrorCode() string
+	}
+	switch {
+	case errors.As(err, &r):
+		f.Retryable = r.Retryable()
+	case errors.Is(err, context.Canceled):
+		f.Retryable = false
+	}
+	if errors.As(err, &typed) {
+		f.Type, f.Code = typed.ErrorType(), typed.ErrorCode()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		f.Type, f.Code = "timeout", "deadline_exceeded"
+	}
+	return f
+}
+
+// flushLoop writes spooled uncertain outcomes back while coordination works; each write-back
+// answers the tasks waiting for its flight.
+func (e *Executor) flushLoop(ctx context.Context) {
+	t := time.NewTicker(e.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if e.spool.Len() == 0 || e.breakerOpen() {
+			continue
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rep, err := e.spool.Flush(fctx, e.coord)
+		cancel()
+		e.metrics.spooled.Set(float64(e.spool.Len()))
+		if rep.Written > 0 || rep.Refused > 0 {
+			e.log.Info().Int("written", rep.Written).Int("refused", rep.Refused).Int("kept", rep.Kept).
+				Int("answered", rep.Answered).Msg("uncertain outcomes written back")
+		}
+		if err != nil {
+			e.log.Debug().Err(err).Msg("spool flush incomplete")
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package flight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/lua"
+)
+
+// Settlement is what became of the caller's task in Complete and Fail.
+type Settlement struct {
+	// Restored is true when the flight's meta was gone and the call wrote it back.
+	Restored bool
+	// Final is true (Fail) when no attempt is left: the failure is the flight's outcome.
+	Final bool
+	// Answered: the caller's task got its terminal event and its entry was acknowledged.
+	// Parked: the caller's entry is parked on the flight's current owner, who answers it.
+	// Neither: the task is still the caller's (a retryable failure, or ErrStaleToken with the
+	// flight gone: acquire again).
+	Answered, Parked bool
+	// Events counts the terminal events the call wrote.
+	Events int
+}
+
+// ownerReply runs an owner script that does not answer tasks (start, heartbeat, handover) and
+// maps its code to nil or a sentinel error; it returns the code.
+func (c *Coordinator) ownerReply(ctx context.Context, op string, s *redis.Script, key string, args ...any) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	res, err := s.Run(ctx, c.rdb, c.ks.FlightKeys(key), args...).Slice()
+	if err != nil {
+		return "", fmt.Errorf("flight: %s %q: %w", op, key, err)
+	}
+	if len(res) < 2 {
+		return "", fmt.Errorf("flight: %s %q: %w: %d elements", op, key, ErrProtocol, len(res))
+	}
+	code, _ := res[0].(string)
+	st, _ := res[1].(string)
+	return code, codeErr(op, key, code, st)
+}
+
+// codeErr maps a script's code to nil or a sentinel error.
+func codeErr(op, key, code, status string) error {
+	switch code {
+	case "OK", "ALREADY", "RESTORED":
+		return nil
+	case "STALE_TOKEN":
+		return fmt.Errorf("flight: %s %q: %w", op, key, ErrStaleToken)
+	case "GONE":
+		return fmt.Errorf("flight: %s %q: %w", op, key, ErrGone)
+	case "CANCELLED":
+		return fmt.Errorf("flight: %s %q: %w", op, key, ErrCancelled)
+	case "EXPIRED":
+		return fmt.Errorf("flight: %s %q: %w", op, key, ErrExpired)
+	case "NOT_FOUND":
+		return fmt.Errorf("flight: %s %q: %w", op, key, ErrNotFound)
+	case "STATE":
+		return fmt.Errorf("flight: %s %q: %w", op, key, &StateError{Op: op, Status: Status(status)})
+	default:
+		return fmt.Errorf("flight: %s %q: %w: code %q", op, key, ErrProtocol, code)
+	}
+}
+
+// Start moves the owner's flight from PENDING to RUNNING and starts the runningTTL clock
+// (owners that acquired with AcquireParams.Start are RUNNING already). It is idempotent for
+// the current owner. Errors: ErrGone, ErrStaleToken, ErrCancelled, ErrExpired, *StateError.
+func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
+	_, err := c.ownerReply(ctx, "start", lua.Start, o.Key, tok(o.Token))
+	return err
+}
+
+// Heartbeat renews the owner's lease. progress is an opaque counter from the model adapter:
+// when it differs from the last one reported, the flight's progressAt moves ("" reports none).
+// ErrCancelled and ErrExpired tell the owner to abort its model call; ErrStaleToken tells it
+// another owner took over. When the meta is gone the heartbeat writes it back (restored true)
+// if the fence admits the token, so the flight goes on under its owner.
+func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
+	p := o.Policy.WithDefaults()
+	code, err := c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, tok(o.Token), progress,
+		o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, o.Task.ID, o.Task.ref(), o.Attempts,
+		o.ExpireAt.UnixMilli(), ms(p.Lease), ms(p.RunningTTL), ms(p.StallTimeout), ms(p.ResultTTL),
+		ms(p.FailureTTL), p.MaxAttempts, ms(p.FenceTTL()))
+	return code == "RESTORED", err
+}
+
+// Handover gives the owner's running flight up without spending its attempt: the next
+// acquire takes it over at once (reason handover). Errors: ErrGone, ErrStaleToken,
+// *StateError.
+func (c *Coordinator) Handover(ctx context.Context, o Ownership) error {
+	_, err := c.ownerReply(ctx, "handover", lua.Handover, o.Key, tok(o.Token))
+	return err
+}
+
+// settleCall runs an answering owner script (complete, fail) and returns its code, status
+// element, the third element and the caller's settlement.
+func (c *Coordinator) settleCall(ctx context.Context, op string, s *redis.Script, o Ownership, argv []any) (Settlement, error) {
+	if err := CheckKey(o.Key); err != nil {
+		return Settlement{}, err
+	}
+	res, err := s.Run(ctx, c.rdb, c.answerKeys(o.Key, o.Stage), argv...).Slice()
+	if err != nil {
+		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
+	}
+	const fields = 4 // code, status or final, restored or settled, settled
+	width := fields
+	if op == "fail" {
+		width = 3 // code, final, settled
+	}
+	if len(res) < width {
+		return Settlement{}, fmt.Errorf("flight: %s %q: %w: %d elements", op, o.Key, ErrProtocol, len(res))
+	}
+	code, _ := res[0].(string)
+	var st Settlement
+	var status string
+	if op == "fail" {
+		final, _ := res[1].(int64)
+		st.Final = final == 1
+	} else {
+		status, _ = res[1].(string)
+		restored, _ := res[2].(int64)
+		st.Restored = restored == 1
+	}
+	settled, _ := res[width-1].(string)
+	st.Answered, st.Parked = settled == "answered", settled == "parked"
+	ans, err := c.parseTail(res, width)
+	if err != nil {
+		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
+	}
+	st.Events = ans.n
+	if err := c.settle(ctx, o.Key, o.Stage, ans); err != nil {
+		st.Answered = false
+		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
+	}
+	return st, codeErr(op, o.Key, code, status)
+}
+
+// Complete stores result and makes the flight SUCCEEDED; the owner's task and every parked
+// task are answered (in the same script on a single Redis node). run is the model call's
+// duration (the events' runMs). It follows one rule for live owners and written-back
+// outcomes alike (DESIGN.md section 3): the current owner's token is accepted while the
+// flight is PENDING, RUNNING or EXPIRED by its own heartbeat; with the meta gone, a token the
+// fence admits writes the flight back (Settlement.Restored). A retry of the same token's
+// complete (a lost reply) succeeds again. Refusals, with what became of the owner's task:
+// ErrCancelled and ErrExpired (the run was closed: the task is answered with that outcome),
+// ErrStaleToken (another owner: the task is answered from the flight or parked on it; neither
+// when a larger token's meta is gone too), *StateError (the token's own flight FAILED).
+func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, run time.Duration) (Settlement, error) {
+	p := o.Policy.WithDefaults()
+	inline := "0"
+	if json.Valid(result) {
+		if compact, err := compactJSON(result); err == nil {
+			result, inline = compact, "1"
+		}
+	}
+	argv := c.answerArgv(o.Task, run, o.MaxInline)
+	argv = append(argv, tok(o.Token), result, inline, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key,
+		max(o.Attempts, 1), ms(p.ResultTTL), ms(p.FenceTTL()))
+	return c.settleCall(ctx, "complete", lua.Complete, o, argv)
+}
+
+// Failure describes a failed attempt.
+type Failure struct {
+	// Retryable lets a later acquire retry while attempts are left.
+	Retryable bool
+	// Type is the error class (timeout, rate_limited, upstream, bad_request, ...).
+	Type string
+	// Code is the specific error code.
+	Code string
+	// Message is a human-readable description.
+	Message string
+}
+
+// Fail records the owner's failed attempt; the flight becomes FAILED. A final failure (not
+// retryable, or no attempt left by the owner's pinned maxAttempts) answers the owner's task
+// and every parked task (Settlement.Final); a retryable one leaves them waiting for the next
+// attempt, and the owner's task stays the owner's. Tokens are judged as by Complete; a retry
+// of the same token's fail succeeds again.
+func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time.Duration) (Settlement, error) {
+	p := o.Policy.WithDefaults()
+	argv := c.answerArgv(o.Task, run, o.MaxInline)
+	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
+		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
+	return c.settleCall(ctx, "fail", lua.Fail, o, argv)
+}
+
+// CancelParams are the arguments of Cancel besides the key and reason.
+type CancelParams struct {
+	// Stage is the flight's stage (its result stream receives the events). Required.
+	Stage string
+	// TTL is how long the CANCELLED record stays; while it does, the key runs no model call.
+	// Defaults to 1 min.
+	TTL time.Duration
+}
+
+// CancelOutcome is the answer of Cancel.
+type CancelOutcome struct {
+	// Already is true when the flight was cancelled before; Reason is then the first cancel's.
+	Already bool
+	// Reason is the cancel reason the events carry.
+	Reason string
+	// Previous is the status the flight had before this cancel.
+	Previous Status
+	// OwnerTaskID is the owner's task: the owner answers it when its heartbeat sees the cancel
+	// (or whoever gets its entry, when the owner is gone).
+	OwnerTaskID string
+	// Answered counts the parked tasks answered CANCELLED by this call.
+	Answered int
+}
+
+// Cancel makes a flight that may still run the model CANCELLED (anyone may call it): PENDING
+// or RUNNING, or FAILED (retryable) or EXPIRED with attempts left. Its parked tasks are
+// answered CANCELLED (in the same script on a single Redis node) and the fence closes the
+// owner's token: no result of its run is accepted. A second cancel answers Already, with the
+// first reason, and answers tasks still parked. Errors: ErrNotFound, *StateError for a flight
+// that already ended.
+func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelParams) (CancelOutcome, error) {
+	if err := CheckKey(key); err != nil {
+		return CancelOutcome{}, err
+	}
+	if p.TTL == 0 {
+		p.TTL = time.Minute
+	}
+	if p.TTL < time.Millisecond {
+		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: TTL %v is below 1ms", key, p.TTL)
+	}
+	fence := Policy{FailureTTL: p.TTL}.WithDefaults().FenceTTL()
+	argv := c.answerArgv(Task{}, 0, 0)
+	argv = append(argv, reason, ms(p.TTL), ms(fence))
+	res, err := lua.Cancel.Run(ctx, c.rdb, c.answerKeys(key, p.Stage), argv...).Slice()
+	if err != nil {
+		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: %w", key, err)
+	}
+	if len(res) < 4 {
+		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: %w: %d elements", key, ErrProtocol, len(res))
+	}
+	code, _ := res[0].(string)
+	out := CancelOutcome{Already: code == "ALREADY"}
+	out.OwnerTaskID, _ = res[1].(string)
+	out.Reason, _ = res[2].(string)
+	st, _ := res[3].(string)
+	out.Previous = Status(st)
+	ans, err := c.parseTail(res, 4)
+	if err != nil {
+		return out, fmt.Errorf("flight: cancel %q: %w", key, err)
+	}
+	out.Answered = ans.n
+	if err := c.settle(ctx, key, p.Stage, ans); err != nil {
+		return out, fmt.Errorf("flight: cancel %q: %w", key, err)
+	}
+	return out, codeErr("cancel", key, code, st)
+}

@@ -1,0 +1,171 @@
+package flight
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrSpoolInUse: another live process holds the spool of this name (two processes were given
+// the same name).
+var ErrSpoolInUse = errors.New("flight: spool in use by another process")
+
+// DefaultSpoolDir returns the spool directory used when none is configured:
+// $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else
+// $HOME/.local/state/flightdeck/spool, else <os.TempDir()>/flightdeck-spool. Give every
+// process of a host the same directory on a durable volume: a restarted process writes back
+// whatever any earlier process left there.
+func DefaultSpoolDir(getenv func(string) string) string {
+	if d := getenv("FLIGHTDECK_SPOOL_DIR"); d != "" {
+		return d
+	}
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "flightdeck", "spool")
+	}
+	if d := getenv("HOME"); d != "" {
+		return filepath.Join(d, ".local", "state", "flightdeck", "spool")
+	}
+	return filepath.Join(os.TempDir(), "flightdeck-spool")
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// spoolFiles returns the data and lock file of name in dir.
+func spoolFiles(dir, name string) (data, lock string) {
+	base := "spool-" + unsafeName.ReplaceAllString(name, "_")
+	return filepath.Join(dir, base+".jsonl"), filepath.Join(dir, base+".lock")
+}
+
+// lockFile opens (creating) path and takes an exclusive, non-blocking flock on it. It
+// returns nil and no error when another process holds the lock.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// OpenSpoolDir opens (creating) the spool of the process called name in dir: the file
+// spool-<name>.jsonl, guarded by an exclusive lock on spool-<name>.lock that the spool holds
+// until Close. A name whose lock another live process holds is refused with ErrSpoolInUse.
+// It then adopts every other spool file in dir that no live process holds, whatever name
+// wrote it: their outcomes are appended to this spool (fsynced) and their files removed, so
+// that the next Flush writes them back. A crash in the middle of an adoption leaves an
+// outcome in two spools at worst; the second write-back is refused as settled.
+func OpenSpoolDir(dir, name string) (*Spool, error) {
+	if name == "" {
+		return nil, errors.New("flight: open spool: empty name")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("flight: open spool: %w", err)
+	}
+	data, lockPath := spoolFiles(dir, name)
+	var lock *os.File
+	// An adopting process holds a dead name's lock for a moment: wait that out.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		l, err := lockFile(lockPath)
+		if err != nil {
+			return nil, fmt.Errorf("flight: open spool: %w", err)
+		}
+		if l != nil {
+			lock = l
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: %s (name %q)", ErrSpoolInUse, lockPath, name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, err := OpenSpool(data)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	s.lock, s.lockPath = lock, lockPath
+	if err := s.adopt(dir, data); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// adopt appends the outcomes of every unheld spool file in dir (but own) to s.
+func (s *Spool) adopt(dir, own string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "spool-*.jsonl"))
+	if err != nil {
+		return fmt.Errorf("flight: adopt spools: %w", err)
+	}
+	for _, data := range files {
+		if data == own {
+			continue
+		}
+		lockPath := strings.TrimSuffix(data, ".jsonl") + ".lock"
+		l, err := lockFile(lockPath)
+		if err != nil {
+			return fmt.Errorf("flight: adopt spool %s: %w", data, err)
+		}
+		if l == nil {
+			continue // a live process holds it
+		}
+		err = s.adoptFile(data)
+		if err == nil {
+			err = os.Remove(data)
+		}
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			_ = os.Remove(lockPath)
+			err = nil
+		}
+		_ = l.Close()
+		if err != nil {
+			return fmt.Errorf("flight: adopt spool %s: %w", data, err)
+		}
+	}
+	return syncDir(dir)
+}
+
+// adoptFile appends the valid outcomes of the spool file at path to s.
+func (s *Spool) adoptFile(path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		o, err := decodeOutcome([]byte(line))
+		if err != nil {
+			continue
+		}
+		if err := s.Add(o); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.adopted++
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Adopted is the number of outcomes OpenSpoolDir took over from spools of dead processes.
+func (s *Spool) Adopted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.adopted
+}

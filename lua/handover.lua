@@ -1,0 +1,20 @@
+-- handover: the owner gives its flight up without having failed (the consumer is shutting
+-- down, or the run lost its session lock). The attempt is not spent: the next acquire takes
+-- over at once with reason handover and the same attempt count.
+--
+-- KEYS[1..4] -> the flight keys (lib.lua)
+-- ARGV[1] -> ownerToken
+--
+-- Output: { code, status }
+--   OK          the flight is marked for handover (its heartbeat lapsed)
+--   GONE        no flight: nothing to hand over
+--   STALE_TOKEN another owner holds the flight: nothing written
+--   STATE       the flight is not PENDING or RUNNING (second element): nothing written
+
+local m = redis.call('HMGET', KEYS[1], 'status', 'ownerToken')
+local status, token = m[1], m[2]
+if not status then return { 'GONE', '' } end
+if token ~= ARGV[1] then return { 'STALE_TOKEN', status } end
+if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
+redis.call('HSET', KEYS[1], 'handover', '1', 'heartbeatAt', 0, 'updatedAt', now)
+return { 'OK', status }
