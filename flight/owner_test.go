@@ -400,7 +400,7 @@ func TestFencing(t *testing.T) {
 			}
 		})
 		t.Run("TokenOlderThanAnyFenceIsRefused", func(t *testing.T) {
-			old := (time.Now().Add(-24*time.Hour).UnixMicro())
+			old := (time.Now().Add(-24 * time.Hour).UnixMicro())
 			_, err := b.c.Restore(b.ctx, flight.Outcome{Stage: testStage, Key: "f5", Token: old, Result: []byte(`1`)})
 			if !errors.Is(err, flight.ErrStaleToken) {
 				t.Errorf("restore of a day-old token without a fence: %v", err)

@@ -58,7 +58,7 @@ func repExecutor(b *testing.B, srv *redistest.Server, prefix, name string) *flig
 		b.Fatal(err)
 	}
 	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: name,
-		Stages:    map[string]flight.StageOptions{stage: {Policy: flight.Policy{Lease: 5 * time.Second}}},
+		Stages:   map[string]flight.StageOptions{stage: {Policy: flight.Policy{Lease: 5 * time.Second}}},
 		SpoolDir: filepath.Join(b.TempDir(), "spool")})
 	if err != nil {
 		b.Fatal(err)
