@@ -47,11 +47,12 @@ func (c *Coordinator) answerKeys(key, stage string) []string {
 
 // answerTail is the tail of an answering script's reply (lib.lua).
 type answerTail struct {
-	n        int      // events built (written, in mode write)
-	events   []string // payloads to write (mode return)
-	acks     []string // entry refs to acknowledge
-	released []string // waiter fields to delete
-	park     string   // the caller's entry ref to park, or ""
+	n        int             // events built (written, in mode write)
+	events   []string        // payloads to write (mode return)
+	acks     []string        // entry refs to acknowledge
+	released []string        // waiter fields to delete
+	park     string          // the caller's entry ref to park, or ""
+	waited   []time.Duration // how long each answered parked task waited
 }
 
 // parseTail reads the answer tail that starts at res[at]. In mode write it holds no payloads.
@@ -111,6 +112,15 @@ func (c *Coordinator) parseTail(res []any, at int) (answerTail, error) {
 		return t, bad
 	}
 	t.park = park[0]
+	nw, ok := count()
+	if !ok || nw > len(res)-i {
+		return t, bad
+	}
+	for range nw {
+		ms, _ := res[i].(int64)
+		t.waited = append(t.waited, time.Duration(ms)*time.Millisecond)
+		i++
+	}
 	return t, nil
 }
 

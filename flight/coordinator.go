@@ -116,8 +116,9 @@ type Decision struct {
 	// ExpireAt ends the current attempt; Now is the Redis time of the decision.
 	ExpireAt, Now time.Time
 	// Answered counts the terminal events the call wrote: the caller's task's (when the call
-	// settled it) and the parked tasks'.
+	// settled it) and the parked tasks'. Waited says how long each answered parked task waited.
 	Answered int
+	Waited   []time.Duration
 	// Owner is the caller's handle for the owner calls when Action is ActionOwner.
 	Owner *Ownership
 }
@@ -330,7 +331,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
-	d.Answered = ans.n
+	d.Answered, d.Waited = ans.n, ans.waited
 	if err := c.settle(ctx, p.Key, p.Stage, ans); err != nil {
 		return d, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}

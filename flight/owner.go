@@ -22,8 +22,10 @@ type Settlement struct {
 	// Neither: the task is still the caller's (a retryable failure, or ErrStaleToken with the
 	// flight gone: acquire again).
 	Answered, Parked bool
-	// Events counts the terminal events the call wrote.
+	// Events counts the terminal events the call wrote; Waited says how long each answered
+	// parked task waited.
 	Events int
+	Waited []time.Duration
 }
 
 // ownerReply runs an owner script that does not answer tasks (start, heartbeat, handover) and
@@ -131,7 +133,7 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *redis.Script
 	if err != nil {
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
-	st.Events = ans.n
+	st.Events, st.Waited = ans.n, ans.waited
 	if err := c.settle(ctx, o.Key, o.Stage, ans); err != nil {
 		st.Answered = false
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
@@ -208,8 +210,10 @@ type CancelOutcome struct {
 	// OwnerTaskID is the owner's task: the owner answers it when its heartbeat sees the cancel
 	// (or whoever gets its entry, when the owner is gone).
 	OwnerTaskID string
-	// Answered counts the parked tasks answered CANCELLED by this call.
+	// Answered counts the parked tasks answered CANCELLED by this call; Waited says how long
+	// each waited.
 	Answered int
+	Waited   []time.Duration
 }
 
 // Cancel makes a flight that may still run the model CANCELLED (anyone may call it): PENDING
@@ -248,7 +252,7 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 	if err != nil {
 		return out, fmt.Errorf("flight: cancel %q: %w", key, err)
 	}
-	out.Answered = ans.n
+	out.Answered, out.Waited = ans.n, ans.waited
 	if err := c.settle(ctx, key, p.Stage, ans); err != nil {
 		return out, fmt.Errorf("flight: cancel %q: %w", key, err)
 	}

@@ -306,7 +306,7 @@ func TestCompleteAnswersParked(t *testing.T) {
 			}
 		}
 		st, err := b.complete(*d.Owner, `{"v":1}`)
-		if err != nil || !st.Answered || st.Events != 4 {
+		if err != nil || !st.Answered || st.Events != 4 || len(st.Waited) != 3 {
 			t.Fatalf("complete: %+v %v", st, err)
 		}
 		b.checkAnswers(t, []answered{{"ta", topics.SharedOwner, topics.StatusSucceeded},

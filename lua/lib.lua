@@ -31,7 +31,8 @@
 --   ARGV[12] -> largest result inlined in events (bytes)
 --
 -- Answer tail, appended to the replies of the answering scripts:
---   { nEvents, payloads..., nAcks, entry refs..., nReleased, waiter fields..., park }
+--   { nEvents, payloads..., nAcks, entry refs..., nReleased, waiter fields..., park,
+--     nWaited, waited ms... }   (waited: how long each answered parked task waited)
 --   mode write: the lists are empty (all was done here) and nEvents counts the events written.
 --   mode return: the caller appends the payloads to the result stream, then acknowledges the
 --   entries, deletes the released waiter fields and moves park (an entry ref, or "") to the
@@ -100,7 +101,7 @@ end
 -- Answers ------------------------------------------------------------------------------------
 
 local A = nil
-local out = { n = 0, events = {}, acks = {}, released = {}, park = '' }
+local out = { n = 0, events = {}, acks = {}, released = {}, park = '', waited = {} }
 
 -- initAnswers reads the answer block (ARGV[1..12]).
 local function initAnswers()
@@ -169,8 +170,11 @@ local function answer(body, callerShared)
   for i = 1, #w, 2 do
     local field = w[i]
     if field ~= A.entry then
-      local taskId = string.match(w[i + 1], '^%S+ (.+)$') or ''
-      if taskId ~= '' then emit(taskId, 'follower', 0, body) end
+      local at, taskId = string.match(w[i + 1], '^(%d+) (.+)$')
+      if taskId then
+        emit(taskId, 'follower', 0, body)
+        out.waited[#out.waited + 1] = now - (tonumber(at) or now)
+      end
       out.acks[#out.acks + 1] = field
     end
     out.released[#out.released + 1] = field
@@ -215,15 +219,17 @@ local function tail(reply)
     reply[#reply + 1] = 0
     reply[#reply + 1] = 0
     reply[#reply + 1] = ''
-    return reply
+  else
+    reply[#reply + 1] = out.n
+    for _, p in ipairs(out.events) do reply[#reply + 1] = p end
+    reply[#reply + 1] = #out.acks
+    for _, r in ipairs(out.acks) do reply[#reply + 1] = r end
+    reply[#reply + 1] = #out.released
+    for _, r in ipairs(out.released) do reply[#reply + 1] = r end
+    reply[#reply + 1] = out.park
   end
-  reply[#reply + 1] = out.n
-  for _, p in ipairs(out.events) do reply[#reply + 1] = p end
-  reply[#reply + 1] = #out.acks
-  for _, r in ipairs(out.acks) do reply[#reply + 1] = r end
-  reply[#reply + 1] = #out.released
-  for _, r in ipairs(out.released) do reply[#reply + 1] = r end
-  reply[#reply + 1] = out.park
+  reply[#reply + 1] = #out.waited
+  for _, ms in ipairs(out.waited) do reply[#reply + 1] = ms end
   return reply
 end
 

@@ -19,8 +19,12 @@ for i = 4, #ARGV do
   if q[1] and q[1][2] == ARGV[2] then keep[#keep + 1] = ARGV[i] else lost[#lost + 1] = ARGV[i] end
 end
 for i = 1, #keep, 100 do
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(keep, i, math.min(i + 99, #keep)),
-    'IDLE', ARGV[3], 'JUSTID')
+  local args = { 'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0 }
+  for j = i, math.min(i + 99, #keep) do args[#args + 1] = keep[j] end
+  args[#args + 1] = 'IDLE'
+  args[#args + 1] = ARGV[3]
+  args[#args + 1] = 'JUSTID'
+  redis.call(unpack(args))
 end
 local out = { #keep }
 for _, id in ipairs(lost) do out[#out + 1] = id end

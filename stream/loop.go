@@ -1,0 +1,353 @@
+package stream
+
+import (
+	"container/heap"
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// Entry states inside a topic loop.
+const (
+	stateReady   = iota // waiting for a free handler
+	stateOut            // handed out to a handler
+	stateDelayed        // waiting for its due time
+)
+
+// heldEntry is an entry this process holds (pending under its consumer name).
+type heldEntry struct {
+	id         string
+	values     map[string]any
+	deliveries int64
+	how        string
+	due        time.Time
+	state      int
+	index      int // position in the delayed heap
+}
+
+// delayHeap orders delayed entries by due time.
+type delayHeap []*heldEntry
+
+func (h delayHeap) Len() int           { return len(h) }
+func (h delayHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h delayHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *delayHeap) Push(x any)        { e := x.(*heldEntry); e.index = len(*h); *h = append(*h, e) }
+func (h *delayHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	e.index = -1
+	return e
+}
+
+// topicLoop consumes one topic: it hands entries out to at most Capacity handlers, in this
+// order: entries ready (recovered, claimed, due after a delay), then claim candidates, then
+// this consumer's own pending entries left by an earlier run, then new entries.
+type topicLoop struct {
+	s     *Subscriber
+	topic string
+	out   chan *message.Message
+	wake  chan struct{}
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	mu         sync.Mutex
+	held       map[string]*heldEntry
+	ready      []*heldEntry
+	delayed    delayHeap
+	inflight   int
+	cands      []Candidate
+	candIDs    map[string]bool
+	recovering bool
+	recoverAt  string
+	settled    *sync.Cond
+}
+
+func newTopicLoop(s *Subscriber, topic string) *topicLoop {
+	ctx, stop := context.WithCancel(context.Background())
+	l := &topicLoop{s: s, topic: topic, out: make(chan *message.Message), wake: make(chan struct{}, 1),
+		ctx: ctx, stop: stop, held: map[string]*heldEntry{}, candIDs: map[string]bool{},
+		recovering: true, recoverAt: "0"}
+	l.settled = sync.NewCond(&l.mu)
+	go func() { <-s.done; stop() }()
+	return l
+}
+
+// signal wakes the loop (a handler became free, candidates arrived).
+func (l *topicLoop) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *topicLoop) run() {
+	cfg := &l.s.cfg
+	backoff := 50 * time.Millisecond
+	for {
+		if l.ctx.Err() != nil {
+			return
+		}
+		reading := l.s.reading()
+		l.mu.Lock()
+		now := time.Now()
+		for len(l.delayed) > 0 && !l.delayed[0].due.After(now) {
+			e := heap.Pop(&l.delayed).(*heldEntry)
+			e.state = stateReady
+			l.ready = append(l.ready, e)
+		}
+		free := cfg.Capacity - l.inflight
+		var next *heldEntry
+		if reading && free > 0 && len(l.ready) > 0 {
+			next = l.ready[0]
+			l.ready = l.ready[1:]
+			next.state = stateOut
+			l.inflight++
+		}
+		wait := cfg.BlockTime
+		if len(l.delayed) > 0 {
+			wait = min(wait, max(time.Until(l.delayed[0].due), time.Millisecond))
+		}
+		hasCands := len(l.cands) > 0
+		l.mu.Unlock()
+
+		switch {
+		case next != nil:
+			l.emit(next)
+			continue
+		case !reading || free <= 0:
+			l.sleep(wait)
+			continue
+		case hasCands:
+			if l.claim(free) > 0 {
+				continue
+			}
+		}
+		var err error
+		if l.recovering {
+			err = l.recover(free)
+		} else {
+			err = l.read(free, wait)
+		}
+		if err != nil {
+			if l.ctx.Err() != nil {
+				return
+			}
+			l.s.log.Warn().Err(err).Str("stream", l.topic).Msg("reading the task stream failed; retrying")
+			l.sleep(backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+	}
+}
+
+func (l *topicLoop) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.wake:
+	case <-t.C:
+	case <-l.ctx.Done():
+	}
+}
+
+// add registers entries as held and ready.
+func (l *topicLoop) add(msgs []redis.XMessage, how string, deliveries map[string]int64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range msgs {
+		if l.held[m.ID] != nil {
+			continue
+		}
+		d := deliveries[m.ID]
+		if d == 0 {
+			d = 1
+		}
+		e := &heldEntry{id: m.ID, values: m.Values, deliveries: d, how: how, index: -1}
+		l.held[m.ID] = e
+		l.ready = append(l.ready, e)
+		n++
+	}
+	return n
+}
+
+// read reads up to n new entries, blocking up to block.
+func (l *topicLoop) read(n int, block time.Duration) error {
+	res, err := l.s.cfg.Client.XReadGroup(l.ctx, &redis.XReadGroupArgs{Group: l.s.cfg.Group,
+		Consumer: l.s.cfg.Consumer, Streams: []string{l.topic, ">"}, Count: int64(n), Block: block}).Result()
+	if err == redis.Nil {
+		return nil
+	}
+	if err != nil {
+		l.recreateGroup(err)
+		return err
+	}
+	for _, xs := range res {
+		l.s.stat.read.Add(int64(l.add(xs.Messages, "read", nil)))
+	}
+	return nil
+}
+
+// recover reads this consumer's own pending entries (a restart under the same name), n at a
+// time, until there are none left.
+func (l *topicLoop) recover(n int) error {
+	res, err := l.s.cfg.Client.XReadGroup(l.ctx, &redis.XReadGroupArgs{Group: l.s.cfg.Group,
+		Consumer: l.s.cfg.Consumer, Streams: []string{l.topic, l.recoverAt}, Count: int64(n), Block: -1}).Result()
+	if err == redis.Nil {
+		l.recovering = false
+		return nil
+	}
+	if err != nil {
+		l.recreateGroup(err)
+		return err
+	}
+	got := 0
+	for _, xs := range res {
+		for _, m := range xs.Messages {
+			l.recoverAt = m.ID
+		}
+		got += len(xs.Messages)
+		if k := l.add(xs.Messages, "recovered", nil); k > 0 {
+			l.s.stat.recovered.Add(int64(k))
+			l.s.log.Info().Str("stream", l.topic).Int("entries", k).Msg("picked up this consumer's own pending entries")
+		}
+	}
+	if got < n {
+		l.recovering = false
+	}
+	return nil
+}
+
+// recreateGroup creates the group again when Redis lost it (a restart without persistence).
+func (l *topicLoop) recreateGroup(err error) {
+	if err != nil && strings.Contains(err.Error(), "NOGROUP") {
+		_ = l.s.cfg.Client.XGroupCreateMkStream(l.ctx, l.topic, l.s.cfg.Group, "0").Err()
+	}
+}
+
+// emit hands e out as a new message and watches how its handler settles it.
+func (l *topicLoop) emit(e *heldEntry) {
+	msg, err := l.s.cfg.Unmarshaller.Unmarshal(e.values)
+	if err != nil || msg == nil {
+		msg = message.NewMessage(watermill.NewUUID(), nil)
+		msg.Metadata.Set("_flightdeck_bad_entry", "bad_entry")
+		if err != nil {
+			msg.Metadata.Set("_flightdeck_bad_detail", err.Error())
+		}
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	delete(msg.Metadata, metaSettle)
+	msg.Metadata.Set(MetaEntry, e.id)
+	msg.Metadata.Set(MetaStream, l.topic)
+	msg.Metadata.Set(MetaDeliveries, strconv.FormatInt(e.deliveries, 10))
+	msg.Metadata.Set(MetaHow, e.how)
+	select {
+	case l.out <- msg:
+	case <-l.ctx.Done():
+		l.mu.Lock()
+		l.inflight--
+		e.state = stateReady
+		l.settled.Broadcast()
+		l.mu.Unlock()
+		return
+	}
+	go func() {
+		select {
+		case <-msg.Acked():
+			l.settle(e, msg)
+		case <-msg.Nacked():
+			l.redeliver(e, time.Now().Add(l.s.cfg.NackDelay), "redelivered")
+		case <-l.ctx.Done():
+		}
+	}()
+}
+
+// settle acts on what the handler left on an acknowledged message.
+func (l *topicLoop) settle(e *heldEntry, msg *message.Message) {
+	kind, due := settleOf(msg)
+	switch kind {
+	case "delay":
+		l.s.stat.delayed.Add(1)
+		l.redeliver(e, due, "delayed")
+		return
+	case "release":
+		l.s.stat.released.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		l.touch(ctx, []string{e.id}, l.s.cfg.ReleaseIdle)
+		cancel()
+	case "parked":
+		l.s.stat.parked.Add(1)
+	case "acked":
+		l.s.stat.acked.Add(1)
+	default:
+		l.s.acker.add(l.topic, e.id)
+	}
+	l.mu.Lock()
+	delete(l.held, e.id)
+	l.inflight--
+	l.settled.Broadcast()
+	l.mu.Unlock()
+	l.signal()
+}
+
+// redeliver keeps e held and hands it out again once due.
+func (l *topicLoop) redeliver(e *heldEntry, due time.Time, how string) {
+	l.mu.Lock()
+	l.inflight--
+	e.state, e.due, e.how = stateDelayed, due, how
+	e.deliveries++
+	heap.Push(&l.delayed, e)
+	l.settled.Broadcast()
+	l.mu.Unlock()
+	l.signal()
+}
+
+// drop forgets an entry this process no longer holds (claimed by another consumer, or
+// acknowledged elsewhere), unless a handler has it now.
+func (l *topicLoop) drop(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.held[id]
+	if e == nil || e.state == stateOut {
+		return
+	}
+	delete(l.held, id)
+	switch e.state {
+	case stateDelayed:
+		if e.index >= 0 {
+			heap.Remove(&l.delayed, e.index)
+		}
+	case stateReady:
+		for i, r := range l.ready {
+			if r == e {
+				l.ready = append(l.ready[:i], l.ready[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// waitSettled waits until no message of the topic is handed out, or until deadline.
+func (l *topicLoop) waitSettled(deadline time.Time) {
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		l.mu.Lock()
+		l.settled.Broadcast()
+		l.mu.Unlock()
+	})
+	defer timer.Stop()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.inflight > 0 && time.Now().Before(deadline) {
+		l.settled.Wait()
+	}
+}

@@ -1,0 +1,62 @@
+package stream
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata the subscriber sets on every message it hands out. They overwrite any value a
+// producer put there.
+const (
+	// MetaEntry holds the message's stream entry id.
+	MetaEntry = "_flightdeck_xid"
+	// MetaStream holds the stream the entry belongs to.
+	MetaStream = "_flightdeck_stream"
+	// MetaDeliveries holds how many times the entry was delivered (1 for a first read).
+	MetaDeliveries = "_flightdeck_deliveries"
+	// MetaHow says how the entry reached this consumer: read, recovered (this consumer's own
+	// pending entry, after a restart under the same name), claimed, delayed or redelivered.
+	MetaHow = "_flightdeck_how"
+)
+
+// metaSettle is where a handler leaves what became of the entry, for the subscriber to act on
+// when the message is acknowledged.
+const metaSettle = "_flightdeck_settle"
+
+// Park tells the subscriber that the handler moved msg's entry to the parking consumer (a task
+// that follows a running flight): on Ack it forgets the entry without acknowledging it, and
+// stops touching it. Whoever answers the task acknowledges it.
+func Park(msg *message.Message) { msg.Metadata.Set(metaSettle, "parked") }
+
+// Acked tells the subscriber that msg's entry was acknowledged already (by the script that
+// wrote the task's terminal event): on Ack it forgets the entry.
+func Acked(msg *message.Message) { msg.Metadata.Set(metaSettle, "acked") }
+
+// Delay tells the subscriber to keep msg's entry (pending under this consumer, touched, so
+// no other consumer claims it while this one lives) without holding a handler, and to hand
+// it out again after d. The handler then returns nil (the message is acknowledged in
+// watermill's sense, not in Redis).
+func Delay(msg *message.Message, d time.Duration) {
+	msg.Metadata.Set(metaSettle, "delay:"+strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10))
+}
+
+// Release tells the subscriber to give msg's entry up: on Ack it makes the entry look idle for
+// long, so that another consumer claims it at once (a consumer shutting down hands its work
+// over this way).
+func Release(msg *message.Message) { msg.Metadata.Set(metaSettle, "release") }
+
+// settleOf reads what the handler left on msg: "", parked, acked, release, or delay with its
+// due time.
+func settleOf(msg *message.Message) (string, time.Time) {
+	v := msg.Metadata.Get(metaSettle)
+	if len(v) > 6 && v[:6] == "delay:" {
+		ms, err := strconv.ParseInt(v[6:], 10, 64)
+		if err != nil {
+			return "", time.Time{}
+		}
+		return "delay", time.UnixMilli(ms)
+	}
+	return v, time.Time{}
+}

@@ -1,0 +1,333 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/stream"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// plain reads entries written as {payload: ...}.
+type plain struct{}
+
+func (plain) Unmarshal(v map[string]any) (*message.Message, error) {
+	p, _ := v["payload"].(string)
+	return message.NewMessage(fmt.Sprint(v["id"]), []byte(p)), nil
+}
+
+type bench struct {
+	t      *testing.T
+	ctx    context.Context
+	rdb    *redis.Client
+	stream string
+}
+
+func newBench(t *testing.T) *bench {
+	r := redistest.New(t)
+	return &bench{t: t, ctx: context.Background(), rdb: r.Client, stream: r.Prefix + ":tasks:s"}
+}
+
+func (b *bench) add(payloads ...string) []string {
+	b.t.Helper()
+	var ids []string
+	for _, p := range payloads {
+		id, err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: b.stream, Values: []any{"id", p, "payload", p}}).Result()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// readAs delivers n new entries to consumer name (a process that then dies: nobody touches them).
+func (b *bench) readAs(name string, n int) {
+	b.t.Helper()
+	b.rdb.XGroupCreateMkStream(b.ctx, b.stream, topics.ConsumerGroup, "0")
+	res, err := b.rdb.XReadGroup(b.ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: name,
+		Streams: []string{b.stream, ">"}, Count: int64(n), Block: -1}).Result()
+	if err != nil || len(res[0].Messages) != n {
+		b.t.Fatalf("read as %s: %v %v", name, res, err)
+	}
+}
+
+func (b *bench) pending() map[string]int64 {
+	b.t.Helper()
+	p, err := b.rdb.XPending(b.ctx, b.stream, topics.ConsumerGroup).Result()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return p.Consumers
+}
+
+func (b *bench) sub(name string, mod func(*stream.Config)) (*stream.Subscriber, <-chan *message.Message) {
+	b.t.Helper()
+	cfg := stream.Config{Client: b.rdb, Consumer: name, Unmarshaller: plain{}, Capacity: 2,
+		TouchInterval: 100 * time.Millisecond, ClaimInterval: 100 * time.Millisecond,
+		ClaimIdle: 500 * time.Millisecond, ParkCheck: 300 * time.Millisecond, BlockTime: 100 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := stream.NewSubscriber(cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ch, err := s.Subscribe(b.ctx, b.stream)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { _ = s.CloseTimeout(time.Second) })
+	return s, ch
+}
+
+func next(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(within):
+		t.Fatalf("no message within %v", within)
+		return nil
+	}
+}
+
+func none(t *testing.T, ch <-chan *message.Message, d time.Duration) {
+	t.Helper()
+	select {
+	case m := <-ch:
+		t.Fatalf("unexpected message %s (%s)", m.Payload, m.Metadata.Get(stream.MetaHow))
+	case <-time.After(d):
+	}
+}
+
+// TestNoReadAhead: a topic reads only what its free handlers can start; a busy one leaves the
+// rest in the stream for the others.
+func TestNoReadAhead(t *testing.T) {
+	b := newBench(t)
+	_, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
+	b.add("1", "2", "3")
+	first := next(t, ch, 2*time.Second)
+	none(t, ch, 300*time.Millisecond)
+	if p := b.pending(); p["a"] != 1 {
+		t.Errorf("pending %v: a busy handler's consumer holds more than the entry it runs", p)
+	}
+	// Another consumer with a free handler gets the next entry at once.
+	_, ch2 := b.sub("b", func(c *stream.Config) { c.Capacity = 1 })
+	if m := next(t, ch2, time.Second); string(m.Payload) != "2" {
+		t.Errorf("b got %s", m.Payload)
+	}
+	first.Ack()
+	if m := next(t, ch, time.Second); string(m.Payload) != "3" {
+		t.Errorf("a got %s", m.Payload)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for b.pending()["a"] != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p := b.pending(); p["a"] != 1 {
+		t.Errorf("after the ack: pending %v", p)
+	}
+}
+
+// TestRestartUnderSameName: a consumer restarted under its name picks up its own pending
+// entries first, before new ones.
+func TestRestartUnderSameName(t *testing.T) {
+	b := newBench(t)
+	b.add("old-1", "old-2")
+	b.readAs("host-1", 2) // then host-1 died
+	b.add("new")
+	_, ch := b.sub("host-1", func(c *stream.Config) { c.Capacity = 3; c.ClaimIdle = time.Hour; c.ParkCheck = time.Hour })
+	for _, want := range []string{"old-1", "old-2", "new"} {
+		m := next(t, ch, 2*time.Second)
+		if string(m.Payload) != want {
+			t.Errorf("got %s (%s), want %s", m.Payload, m.Metadata.Get(stream.MetaHow), want)
+		}
+		m.Ack()
+	}
+}
+
+// TestClaimBehindLiveEntries: a dead consumer's entry is claimed within ClaimIdle plus a claim
+// interval or two, while 200 older entries are held (and touched) by a live consumer.
+func TestClaimBehindLiveEntries(t *testing.T) {
+	b := newBench(t)
+	many := make([]string, 200)
+	for i := range many {
+		many[i] = fmt.Sprint("live-", i)
+	}
+	b.add(many...)
+	live, liveCh := b.sub("live", func(c *stream.Config) { c.Capacity = 200 })
+	for range many {
+		next(t, liveCh, 2*time.Second) // held, never acknowledged: a live, busy owner
+	}
+	b.add("orphan")
+	b.readAs("dead", 1)
+	start := time.Now()
+	_, ch := b.sub("rescuer", nil)
+	m := next(t, ch, 3*time.Second)
+	if string(m.Payload) != "orphan" || m.Metadata.Get(stream.MetaHow) != "claimed" {
+		t.Fatalf("got %s (%s)", m.Payload, m.Metadata.Get(stream.MetaHow))
+	}
+	if took := time.Since(start); took > 500*time.Millisecond+400*time.Millisecond {
+		t.Errorf("claimed after %v, want within ClaimIdle + claim intervals", took)
+	}
+	none(t, ch, 700*time.Millisecond) // the live consumer's touched entries are never claimed
+	if p := b.pending(); p["live"] != 200 || live.Held(b.stream) != 200 {
+		t.Errorf("pending %v", p)
+	}
+}
+
+// TestClaimWhileBusy: a dead consumer's entry is found while every handler is busy and handed
+// over the moment one is free, before any new entry.
+func TestClaimWhileBusy(t *testing.T) {
+	b := newBench(t)
+	_, ch := b.sub("busy", func(c *stream.Config) { c.Capacity = 1 })
+	b.add("long")
+	long := next(t, ch, time.Second)
+	b.add("orphan")
+	b.readAs("dead", 1)
+	b.add("later")
+	time.Sleep(900 * time.Millisecond) // the orphan becomes a candidate meanwhile
+	long.Ack()
+	if m := next(t, ch, 500*time.Millisecond); string(m.Payload) != "orphan" {
+		t.Errorf("first after the free slot: %s (%s), want the orphan", m.Payload, m.Metadata.Get(stream.MetaHow))
+	}
+}
+
+// TestDelayKeepsCustody: a delayed message frees its handler, stays pending under this
+// consumer (touched, so nobody claims it) and comes back after the delay.
+func TestDelayKeepsCustody(t *testing.T) {
+	b := newBench(t)
+	s, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
+	b.add("wait")
+	m := next(t, ch, time.Second)
+	stream.Delay(m, 1500*time.Millisecond)
+	m.Ack()
+	b.add("meanwhile")
+	if got := next(t, ch, time.Second); string(got.Payload) != "meanwhile" {
+		t.Errorf("the freed handler got %s, want the next entry", got.Payload)
+	} else {
+		got.Ack()
+	}
+	_, other := b.sub("b", nil)
+	none(t, other, 900*time.Millisecond) // b never claims the delayed entry (idle < ClaimIdle)
+	back := next(t, ch, 2*time.Second)
+	if string(back.Payload) != "wait" || back.Metadata.Get(stream.MetaHow) != "delayed" {
+		t.Errorf("got %s (%s)", back.Payload, back.Metadata.Get(stream.MetaHow))
+	}
+	back.Ack()
+	if st := s.Stats(); st.Delayed != 1 || st.Claimed != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestParkedEntriesAreChecked: a parked entry is left alone while Check says Keep, and handed
+// to a handler once Check says Claim (its flight ended or vanished).
+func TestParkedEntriesAreChecked(t *testing.T) {
+	b := newBench(t)
+	var ended atomic.Bool
+	var checks atomic.Int64
+	_, ch := b.sub("a", func(c *stream.Config) {
+		c.Check = func(_ context.Context, cands []stream.Candidate) []stream.Verdict {
+			out := make([]stream.Verdict, len(cands))
+			for i, cd := range cands {
+				checks.Add(1)
+				switch {
+				case !cd.Parked || cd.Values["payload"] != "parked":
+					out[i] = stream.Skip
+				case ended.Load():
+					out[i] = stream.Claim
+				default:
+					out[i] = stream.Keep
+				}
+			}
+			return out
+		}
+	})
+	b.add("parked")
+	m := next(t, ch, time.Second)
+	id := m.Metadata.Get(stream.MetaEntry)
+	if err := b.rdb.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: topics.ConsumerGroup,
+		Consumer: topics.ParkingConsumer, Messages: []string{id}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stream.Park(m)
+	m.Ack()
+	none(t, ch, 1200*time.Millisecond)
+	if checks.Load() == 0 || b.pending()[topics.ParkingConsumer] != 1 {
+		t.Fatalf("checks %d, pending %v", checks.Load(), b.pending())
+	}
+	ended.Store(true)
+	back := next(t, ch, 2*time.Second)
+	if string(back.Payload) != "parked" || back.Metadata.Get(stream.MetaHow) != "claimed" {
+		t.Errorf("got %s (%s)", back.Payload, back.Metadata.Get(stream.MetaHow))
+	}
+	back.Ack()
+}
+
+// TestCloseHandsOver: on Close the entries a consumer still holds look idle for long, so the
+// others claim them at once rather than after the lease.
+func TestCloseHandsOver(t *testing.T) {
+	b := newBench(t)
+	s, ch := b.sub("leaving", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Second })
+	b.add("delayed")
+	m := next(t, ch, time.Second)
+	stream.Delay(m, time.Hour)
+	m.Ack()
+	time.Sleep(50 * time.Millisecond)
+	if err := s.CloseTimeout(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, ch2 := b.sub("peer", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Second })
+	if got := next(t, ch2, 2*time.Second); string(got.Payload) != "delayed" {
+		t.Errorf("peer got %s", got.Payload)
+	}
+}
+
+// TestNackRedelivers: a nacked message comes back after NackDelay, from custody, not Redis.
+func TestNackRedelivers(t *testing.T) {
+	b := newBench(t)
+	_, ch := b.sub("a", func(c *stream.Config) { c.NackDelay = 100 * time.Millisecond })
+	b.add("x")
+	m := next(t, ch, time.Second)
+	m.Nack()
+	again := next(t, ch, time.Second)
+	if string(again.Payload) != "x" || again.Metadata.Get(stream.MetaDeliveries) != "2" {
+		t.Errorf("got %s deliveries %s", again.Payload, again.Metadata.Get(stream.MetaDeliveries))
+	}
+	again.Ack()
+}
+
+// TestSettleMetadataFromProducersIsIgnored: a producer cannot smuggle a settlement into an
+// entry's metadata.
+func TestSettleMetadataFromProducersIsIgnored(t *testing.T) {
+	b := newBench(t)
+	_, ch := b.sub("a", func(c *stream.Config) {
+		c.Unmarshaller = smuggler{}
+	})
+	b.add("x")
+	m := next(t, ch, time.Second)
+	m.Ack()
+	deadline := time.Now().Add(2 * time.Second)
+	for len(b.pending()) != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p := b.pending(); len(p) != 0 {
+		t.Errorf("entry left pending: %v", p)
+	}
+}
+
+type smuggler struct{}
+
+func (smuggler) Unmarshal(v map[string]any) (*message.Message, error) {
+	m := message.NewMessage("x", []byte("x"))
+	m.Metadata.Set("_flightdeck_settle", "parked")
+	return m, nil
+}
