@@ -75,8 +75,12 @@ type StageView struct {
 	// Backlog is the number of task entries not yet delivered to any consumer (group lag,
 	// summed over the stage's partitions).
 	Backlog int64 `json:"backlog"`
-	// Pending counts delivered, unacknowledged task entries.
+	// Pending counts delivered, unacknowledged task entries that consumers hold (running,
+	// or waiting for a retry, a session lock or a lapsed lease).
 	Pending int64 `json:"pending"`
+	// Parked counts the task entries parked on running flights (pending under the parking
+	// consumer until their flight's outcome answers them).
+	Parked int64 `json:"parked"`
 	// TaskStreamLen, ResultStreamLen and DLQLen are stream lengths.
 	TaskStreamLen   int64 `json:"taskStreamLen"`
 	ResultStreamLen int64 `json:"resultStreamLen"`
@@ -135,6 +139,9 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 		}
 		ov.Stages = append(ov.Stages, sv)
 		for sub, n := range pend {
+			if sub == topics.ParkingConsumer {
+				continue
+			}
 			proc := sub
 			if i := strings.LastIndexByte(sub, '/'); i >= 0 {
 				proc = sub[:i]
@@ -186,6 +193,10 @@ func (in *Inspector) stage(ctx context.Context, stage string, now time.Time) (St
 		if pend.Err() == nil {
 			for name, n := range pend.Val().Consumers {
 				perConsumer[name] += n
+				if name == topics.ParkingConsumer {
+					sv.Parked += n
+					sv.Pending -= n
+				}
 			}
 		}
 	}

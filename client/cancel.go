@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // CancelResult is the answer of Cancel.
@@ -15,25 +14,31 @@ type CancelResult struct {
 	// Stage and Tenant are read from the flight's meta.
 	Stage  string `json:"stage"`
 	Tenant string `json:"tenant"`
+	// Already is true when the flight was cancelled before this call; Reason is then the
+	// first cancel's reason (the one every event carries).
+	Already bool   `json:"already"`
+	Reason  string `json:"reason"`
+	// Previous is the status the flight had before this call.
+	Previous flight.Status `json:"previous"`
 	// OwnerTaskID is the owner's own task. Cancel does not answer it: the owner publishes
 	// its CANCELLED event when its next heartbeat sees the cancel (or, when the owner is
-	// dead, whoever gets the task redelivered answers it from the CANCELLED state).
+	// gone, whoever gets the task's entry answers it from the CANCELLED state).
 	OwnerTaskID string `json:"ownerTaskId,omitempty"`
-	// Answered lists the parked task ids that got a CANCELLED event and were released.
-	Answered []string `json:"answered"`
+	// Answered counts the parked tasks that got a CANCELLED event from this call.
+	Answered int `json:"answered"`
 }
 
-// Cancel cancels the flight of requestKey and answers the tasks parked on it. It reads the
-// flight's meta (flight.Coordinator.Get), makes the flight CANCELLED
-// (flight.Coordinator.Cancel; an already cancelled flight is accepted again, which flushes
-// what a crashed canceller left parked), publishes one CANCELLED event per parked task
-// (shared "follower", errorType and errorCode "cancelled", reason as the error; stage,
-// tenant and key from the meta), and only then releases those ids
-// (flight.Coordinator.Release). The owner's own task is not answered here: the owner
-// answers it when its heartbeat sees the cancel. An empty reason becomes "cancelled".
+// Cancel cancels the flight of requestKey: a flight that may still run the model (PENDING or
+// RUNNING, or FAILED retryably or EXPIRED with attempts left) becomes CANCELLED, and no
+// model call runs for the key until its CANCELLED record expires (Config.CancelTTL). The
+// tasks parked on the flight get a CANCELLED event (shared "follower", errorType and
+// errorCode "cancelled", the reason as error) in the same atomic step on a single Redis
+// node; the owner answers its own task. A second cancel reports Already with the first
+// reason (and answers tasks still parked, if a canceller died half-way). An empty reason
+// becomes "cancelled".
 //
 // Errors wrap flight.ErrNotFound when no flight exists and *flight.StateError when the
-// flight already ended (SUCCEEDED, FAILED or EXPIRED).
+// flight already ended (SUCCEEDED, FAILED or EXPIRED for good).
 func (c *Client) Cancel(ctx context.Context, requestKey, reason string) (CancelResult, error) {
 	if reason == "" {
 		reason = "cancelled"
@@ -42,43 +47,15 @@ func (c *Client) Cancel(ctx context.Context, requestKey, reason string) (CancelR
 	if err != nil {
 		return CancelResult{}, fmt.Errorf("client: cancel: %w", err)
 	}
-	out, err := c.coord.Cancel(ctx, requestKey, reason, flight.Policy{FailureTTL: c.cfg.CancelTTL})
-	if err != nil {
-		return CancelResult{}, fmt.Errorf("client: cancel: %w", err)
-	}
-	res := CancelResult{RequestKey: requestKey, Stage: meta.Stage, Tenant: meta.Tenant, OwnerTaskID: out.OwnerTaskID}
-	ids := make([]string, 0, len(out.Parked))
-	for _, id := range out.Parked {
-		if id != "" && id != out.OwnerTaskID {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		res.Answered = []string{}
-		return res, nil
-	}
+	res := CancelResult{RequestKey: requestKey, Stage: meta.Stage, Tenant: meta.Tenant}
 	if meta.Stage == "" {
-		return res, fmt.Errorf("client: cancel %q: the flight's meta has no stage; %d parked tasks left unanswered", requestKey, len(ids))
+		return res, fmt.Errorf("client: cancel %q: the flight's meta has no stage", requestKey)
 	}
-	now := c.cfg.Now()
-	for lo := 0; lo < len(ids); lo += batchSize {
-		chunk := ids[lo:min(lo+batchSize, len(ids))]
-		events := make([]topics.Event, len(chunk))
-		for i, id := range chunk {
-			events[i] = topics.Event{
-				TaskID: id, RequestKey: requestKey, Stage: meta.Stage, Tenant: meta.Tenant,
-				Status: topics.StatusCancelled, Shared: topics.SharedFollower,
-				OwnerToken: meta.OwnerToken, Attempts: meta.Attempts,
-				ErrorType: "cancelled", ErrorCode: "cancelled", Error: reason, FinishedAt: now,
-			}
-		}
-		if err := c.w.PublishEvents(ctx, events...); err != nil {
-			return res, fmt.Errorf("client: cancel %q: %w", requestKey, err)
-		}
-		if _, err := c.coord.Release(ctx, requestKey, chunk...); err != nil {
-			return res, fmt.Errorf("client: cancel %q: %w", requestKey, err)
-		}
-		res.Answered = append(res.Answered, chunk...)
+	out, err := c.coord.Cancel(ctx, requestKey, reason, flight.CancelParams{Stage: meta.Stage, TTL: c.cfg.CancelTTL})
+	res.Already, res.Reason, res.Previous, res.OwnerTaskID, res.Answered = out.Already, out.Reason, out.Previous,
+		out.OwnerTaskID, out.Answered
+	if err != nil {
+		return res, fmt.Errorf("client: cancel: %w", err)
 	}
 	return res, nil
 }

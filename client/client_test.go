@@ -466,8 +466,20 @@ func TestCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	const key = "ai:interview-evaluation:v1:acme:abc123"
+	stream := b.ks.Tasks(stageA)
+	if err := b.r.Client.XGroupCreateMkStream(ctx, stream, topics.ConsumerGroup, "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// acq acquires for a task entry that consumer c1 read, as a consumer would.
 	acq := func(owner, task string) flight.Decision {
-		d, err := coord.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: owner, TaskID: task, Stage: stageA, Tenant: "acme"})
+		b.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", task}})
+		rd, err := b.r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "c1",
+			Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk := flight.Task{ID: task, Stream: stream, Entry: rd[0].Messages[0].ID}
+		d, err := coord.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: owner, Task: tk, Stage: stageA, Tenant: "acme"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -494,8 +506,8 @@ func TestCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(res.Answered)
-	want := client.CancelResult{RequestKey: key, Stage: stageA, Tenant: "acme", OwnerTaskID: "owner-task", Answered: []string{"p1", "p2"}}
+	want := client.CancelResult{RequestKey: key, Stage: stageA, Tenant: "acme", OwnerTaskID: "owner-task",
+		Reason: "user left", Previous: flight.StatusPending, Answered: 2}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("Cancel (-want +got):\n%s", diff)
 	}
@@ -519,9 +531,12 @@ func TestCancel(t *testing.T) {
 	if err != nil || m.Status != flight.StatusCancelled || len(m.Parked) != 0 || m.Error != "user left" {
 		t.Errorf("after Cancel: Inspect = %+v, %v", m, err)
 	}
-	// A second cancel finds nothing left to answer.
-	if res, err := b.c.Cancel(ctx, key, "again"); err != nil || len(res.Answered) != 0 {
+	// A second cancel says so, keeps the first reason, and finds nothing left to answer.
+	if res, err := b.c.Cancel(ctx, key, "again"); err != nil || res.Answered != 0 || !res.Already || res.Reason != "user left" {
 		t.Errorf("second Cancel = %+v, %v", res, err)
+	}
+	if p, _ := b.r.Client.XPending(ctx, stream, topics.ConsumerGroup).Result(); p.Consumers[topics.ParkingConsumer] != 0 {
+		t.Errorf("parked entries left pending: %v", p.Consumers)
 	}
 	if _, err := b.c.Cancel(ctx, "ai:nope:v1:acme:0", ""); !errors.Is(err, flight.ErrNotFound) {
 		t.Errorf("Cancel of an unknown key = %v, want ErrNotFound", err)

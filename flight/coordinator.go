@@ -176,6 +176,9 @@ type AcquireParams struct {
 	// MaxInline is the largest result inlined in the events this call writes. Defaults to
 	// 64 KiB.
 	MaxInline int
+	// Run is the runMs of the events this call writes (an owner that acquires again after
+	// its run was cancelled reports how long it ran).
+	Run time.Duration
 }
 
 // ParkedEntry is one task entry parked on a flight.
@@ -315,7 +318,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if !p.Deadline.IsZero() {
 		deadline = max(p.Deadline.UnixMilli(), 1)
 	}
-	argv := c.answerArgv(p.Task, 0, p.MaxInline)
+	argv := c.answerArgv(p.Task, p.Run, p.MaxInline)
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
 		ms(pol.Lease), ms(pol.RunningTTL), ms(pol.StallTimeout), ms(pol.ResultTTL), ms(pol.FailureTTL),
 		pol.MaxAttempts, pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))

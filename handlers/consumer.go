@@ -1,6 +1,6 @@
 // Package handlers runs Flightdeck's consumers: watermill handlers that turn task messages
-// into flight runs (Processor), the consumer runtime with its subscribers, liveness, reclaim
-// and graceful shutdown (Consumer), and the stage policies. Model adapters live in
+// into flight runs (Processor), the consumer runtime with its stream subscribers, claim rule,
+// liveness and graceful shutdown (Consumer), and the stage policies. Model adapters live in
 // handlers/model.
 package handlers
 
@@ -8,177 +8,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
-
-// Config configures a Consumer.
-type Config struct {
-	// NewClient returns a new Redis client. Required. The consumer calls it once for its
-	// shared client and once per subscriber (watermill's subscriber closes the client it is
-	// given, and each subscriber's client carries its own stream hook). The consumer closes
-	// every client it got.
-	NewClient func() redis.UniversalClient
-	// Keyspace names keys and streams. Defaults to the "ai" prefix.
-	Keyspace topics.Keyspace
-	// Name is this process's consumer name; its subscribers are "<Name>/<n>". It must not
-	// contain '/'. Defaults to "<hostname>-<pid>".
-	Name string
-	// Stages are the stages to consume (see LoadStages). Required.
-	Stages []StageConfig
-	// Models are the model adapters by name (StageConfig.Model). Defaults to {"sim": &model.Sim{}}.
-	Models map[string]model.Model
-	// Limits bound task messages. Defaults to topics.Limits defaults, with Stages set to the
-	// consumed stages.
-	Limits topics.Limits
-	// Logger receives structured logs. Defaults to a disabled logger.
-	Logger *zerolog.Logger
-	// Registry receives the consumer's metrics. Defaults to none.
-	Registry prometheus.Registerer
-	// LivenessInterval is how often the process records that it is alive. Defaults to 1 s.
-	LivenessInterval time.Duration
-	// LivenessTimeout: a process silent this long is dead and its pending entries are claimed.
-	// Defaults to 3 x LivenessInterval.
-	LivenessTimeout time.Duration
-	// ClaimInterval is how often each subscriber looks for claimable entries. Defaults to 1 s.
-	ClaimInterval time.Duration
-	// MinClaimIdle is the idle time below which an entry is never claimed (XCLAIM MIN-IDLE;
-	// it also keeps two claimers from taking one entry). Defaults to 1 s.
-	MinClaimIdle time.Duration
-	// HardIdle: an entry idle this long is claimed even from a live consumer. A live owner
-	// resets its entry's idle time at every heartbeat, so this reaches only entries a busy
-	// subscriber prefetched (watermill holds up to two per subscriber) or a stuck delivery;
-	// a handler that finds its entry claimed away drops it. Defaults to three heartbeat
-	// intervals of the slowest stage, at least 10 s.
-	HardIdle time.Duration
-	// Grace is how long running owners may finish after shutdown begins; the rest are failed
-	// as retryable and their entries left for another consumer. Defaults to 10 s.
-	Grace time.Duration
-	// TrimInterval is how often acknowledged task entries are trimmed from the task streams
-	// (XTRIM MINID below every group's delivered and pending entries). Defaults to 30 s.
-	TrimInterval time.Duration
-	// Breaker configures the circuit breaker around the consumer's flight acquires.
-	Breaker flight.BreakerConfig
-	// SpoolPath is the append-only file of uncertain outcomes (results the model produced but
-	// Redis could not store). Defaults to $TMPDIR/flightdeck-spool-<Name>.jsonl; give each
-	// consumer its own durable path in production.
-	SpoolPath string
-}
-
-func (c *Config) setDefaults() {
-	if c.Name == "" {
-		c.Name = flight.DefaultNodeID()
-	}
-	if len(c.Models) == 0 {
-		c.Models = map[string]model.Model{"sim": &model.Sim{}}
-	}
-	if c.Logger == nil {
-		l := zerolog.Nop()
-		c.Logger = &l
-	}
-	if c.LivenessInterval == 0 {
-		c.LivenessInterval = time.Second
-	}
-	if c.LivenessTimeout == 0 {
-		c.LivenessTimeout = 3 * c.LivenessInterval
-	}
-	if c.ClaimInterval == 0 {
-		c.ClaimInterval = time.Second
-	}
-	if c.MinClaimIdle == 0 {
-		c.MinClaimIdle = time.Second
-	}
-	if c.HardIdle == 0 {
-		// Owners touch their entry every heartbeat; three missed heartbeats (and never less
-		// than 10 s) mean the entry waits in a busy subscriber's read-ahead, or is stuck.
-		c.HardIdle = 10 * time.Second
-		for _, s := range c.Stages {
-			c.HardIdle = max(c.HardIdle, 3*s.HeartbeatInterval)
-		}
-	}
-	if c.Grace == 0 {
-		c.Grace = 10 * time.Second
-	}
-	if c.TrimInterval == 0 {
-		c.TrimInterval = 30 * time.Second
-	}
-	if c.SpoolPath == "" {
-		c.SpoolPath = filepath.Join(os.TempDir(), "flightdeck-spool-"+c.Name+".jsonl")
-	}
-	if len(c.Limits.Stages) == 0 {
-		for _, s := range c.Stages {
-			c.Limits.Stages = append(c.Limits.Stages, s.Name)
-		}
-	}
-	c.Limits = c.Limits.WithDefaults()
-}
-
-func (c *Config) validate() error {
-	var errs []error
-	if c.NewClient == nil {
-		errs = append(errs, errors.New("NewClient is required"))
-	}
-	if len(c.Stages) == 0 {
-		errs = append(errs, errors.New("no stages"))
-	}
-	if strings.ContainsAny(c.Name, "/ \t\n") {
-		errs = append(errs, fmt.Errorf("name %q must not contain '/' or whitespace", c.Name))
-	}
-	for _, s := range c.Stages {
-		if err := s.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-		if _, ok := c.Models[s.Model]; !ok {
-			errs = append(errs, fmt.Errorf("stage %s: no model adapter %q", s.Name, s.Model))
-		}
-	}
-	if c.LivenessTimeout <= c.LivenessInterval {
-		errs = append(errs, fmt.Errorf("livenessTimeout %v must exceed livenessInterval %v", c.LivenessTimeout, c.LivenessInterval))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("handlers: invalid consumer config: %w", err)
-	}
-	return nil
-}
 
 // Consumer reads the task streams of its stages in consumer group "flightdeck" and runs each
 // task through its flight. Create it with NewConsumer and run it with Run.
 type Consumer struct {
 	cfg     Config
 	log     zerolog.Logger
-	rdb     redis.UniversalClient
+	rdb     redis.UniversalClient // handlers, scripts, events
+	reads   redis.UniversalClient // the stream subscribers' reads and claims
 	coord   *flight.Coordinator
 	live    *Liveness
 	metrics *Metrics
 	spool   *flight.Spool
 	clients []redis.UniversalClient
 	procs   map[string]*Processor
+	subs    map[string]*stream.Subscriber
 	life    *lifecycle
 	stop    context.CancelFunc
 	abandon context.CancelCauseFunc
 	started chan struct{}
 	breaker *flight.Breaker
 	stopped atomic.Bool
-	// subscribers counts the subscribers made, for unique stream consumer names.
-	subscribers int
 }
 
-// NewConsumer validates cfg and prepares a consumer; nothing connects until Run.
+// NewConsumer validates cfg and prepares a consumer; nothing connects until Run. It opens
+// (and locks) the consumer's spool in cfg.SpoolDir, adopting what dead processes left there.
 func NewConsumer(cfg Config) (*Consumer, error) {
 	cfg.setDefaults()
 	cfg.Keyspace = Keyspace(cfg.Keyspace, cfg.Stages)
@@ -186,24 +53,36 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, log: cfg.Logger.With().Str("consumer", cfg.Name).Logger(),
-		metrics: NewMetrics(cfg.Registry), procs: map[string]*Processor{}, started: make(chan struct{})}
+		metrics: NewMetrics(cfg.Registry), procs: map[string]*Processor{}, subs: map[string]*stream.Subscriber{},
+		started: make(chan struct{})}
 	c.breaker = flight.NewBreaker(cfg.Breaker, func(from, to string) {
 		c.metrics.breaker.Set(map[string]float64{"closed": 0, "half-open": 1, "open": 2}[to])
 		c.log.Warn().Str("from", from).Str("to", to).Msg("coordination circuit breaker changed state")
 	})
+	sp, err := flight.OpenSpoolDir(cfg.SpoolDir, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("handlers: %w", err)
+	}
+	if n := sp.Adopted(); n > 0 {
+		c.log.Warn().Int("outcomes", n).Str("dir", cfg.SpoolDir).Msg("adopted the spooled outcomes of stopped processes; writing them back")
+	}
+	c.spool = sp
 	c.rdb = cfg.NewClient()
-	c.clients = append(c.clients, c.rdb)
+	c.reads = cfg.NewClient()
+	c.clients = append(c.clients, c.rdb, c.reads)
 	if cfg.Registry != nil {
 		stages := make([]string, len(cfg.Stages))
 		for i, s := range cfg.Stages {
 			stages[i] = s.Name
 		}
 		if err := cfg.Registry.Register(newRedisCollector(c.rdb, cfg.Keyspace, stages)); err != nil {
+			c.closeClients()
 			return nil, fmt.Errorf("handlers: register metrics: %w", err)
 		}
 	}
-	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Keyspace: cfg.Keyspace})
+	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Keyspace: cfg.Keyspace, Consumer: cfg.Name})
 	if err != nil {
+		c.closeClients()
 		return nil, err
 	}
 	c.coord = coord
@@ -213,18 +92,22 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	owners, abandon := context.WithCancelCause(stop)
 	c.life = &lifecycle{stop: stop, owners: owners}
 	c.stop, c.abandon = stopCancel, abandon
-	sp, err := flight.OpenSpool(cfg.SpoolPath)
-	if err != nil {
-		_ = c.rdb.Close()
-		return nil, err
-	}
-	c.spool = sp
 	writer := topics.Writer{Client: c.rdb, Keyspace: cfg.Keyspace}
 	for _, s := range cfg.Stages {
-		c.procs[s.Name] = &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
+		proc := &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
 			ks: cfg.Keyspace, model: cfg.Models[s.Model], name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: flight.NewLocal[[]byte](flight.LocalConfig{}), breaker: c.breaker}
+		c.procs[s.Name] = proc
+		sub, err := stream.NewSubscriber(stream.Config{Client: c.reads, Consumer: cfg.Name, Capacity: s.Concurrency,
+			TouchInterval: min(s.HeartbeatInterval, s.Lease/3), ClaimInterval: cfg.ClaimInterval, ClaimIdle: s.Lease,
+			ParkCheck: s.ParkCheck, Check: proc.claimCheck, Unmarshaller: Unmarshaller{}, Logger: &c.log,
+			CloseTimeout: cfg.Grace + 5*time.Second})
+		if err != nil {
+			c.closeClients()
+			return nil, fmt.Errorf("handlers: stage %s: %w", s.Name, err)
+		}
+		c.subs[s.Name] = sub
 	}
 	return c, nil
 }
@@ -246,12 +129,16 @@ type Status struct {
 	Spooled int `json:"spooled"`
 	// Breaker is the coordination breaker's state: closed, half-open or open.
 	Breaker string `json:"breaker"`
+	// Streams counts, per stage, what its subscriber did: entries read, recovered (this
+	// consumer's own, after a restart), claimed, parked, delayed.
+	Streams map[string]stream.Stats `json:"streams"`
 }
 
 // Status reports the consumer's own state.
 func (c *Consumer) Status() Status {
 	st := Status{Name: c.cfg.Name, Stages: map[string]string{}, Draining: c.life.draining.Load(),
-		RunningOwners: c.life.running.Load(), Spooled: c.spool.Len(), Breaker: c.breaker.State()}
+		RunningOwners: c.life.running.Load(), Spooled: c.spool.Len(), Breaker: c.breaker.State(),
+		Streams: map[string]stream.Stats{}}
 	select {
 	case <-c.started:
 		st.Started = !c.stopped.Load()
@@ -259,6 +146,7 @@ func (c *Consumer) Status() Status {
 	}
 	for _, s := range c.cfg.Stages {
 		st.Stages[s.Name] = s.Mode
+		st.Streams[s.Name] = c.subs[s.Name].Stats()
 	}
 	return st
 }
@@ -287,11 +175,14 @@ func (c *Consumer) Ready(ctx context.Context) error {
 func (c *Consumer) Started() <-chan struct{} { return c.started }
 
 // Run consumes until ctx ends, then shuts down gracefully and returns. Shutdown order:
-//  1. stop taking new work: handlers receiving a message from now on leave it pending;
-//  2. wait up to Grace for running owners to finish and publish their events;
-//  3. fail the remaining owners as retryable (another consumer takes over at once);
-//  4. forget this process's liveness, so the others claim its pending entries right away;
-//  5. close the router and the subscribers, then the shared Redis client.
+//  1. stop taking new work: the subscribers stop reading and claiming;
+//  2. wait up to Grace for running owners to finish and answer their tasks;
+//  3. hand the remaining owners' flights over without spending their attempt, and their
+//     entries to the other consumers (released: they look idle for long, so they are
+//     claimed at once);
+//  4. close the router; each subscriber then hands over the entries it still holds (tasks
+//     waiting for a retry, a session lock or a lapsed lease);
+//  5. forget this process's liveness, close the Redis clients and the spool.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.closeClients()
 	if err := c.coord.Load(ctx); err != nil {
@@ -300,17 +191,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.live.Beat(ctx); err != nil {
 		return fmt.Errorf("handlers: first liveness beat: %w", err)
 	}
-	liveCtx, liveCancel := context.WithCancel(context.Background())
-	liveDone := make(chan struct{})
-	go func() { defer close(liveDone); c.live.Run(liveCtx) }()
-	flushDone := make(chan struct{})
-	go func() { defer close(flushDone); c.flushLoop(liveCtx) }()
-	trimDone := make(chan struct{})
-	go func() { defer close(trimDone); c.trimLoop(liveCtx, c.cfg.TrimInterval) }()
-	defer func() { liveCancel(); <-flushDone; <-trimDone }()
-	defer func() { liveCancel(); <-liveDone }()
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Add(3)
+	go func() { defer bg.Done(); c.live.Run(bgCtx) }()
+	go func() { defer bg.Done(); c.flushLoop(bgCtx) }()
+	go func() { defer bg.Done(); c.trimLoop(bgCtx, c.cfg.TrimInterval) }()
+	defer func() { bgCancel(); bg.Wait() }()
 
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.Grace + 5*time.Second}, wmLogger{c.log, &c.life.draining})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.Grace + 10*time.Second}, wmLogger{c.log, &c.life.draining})
 	if err != nil {
 		return err
 	}
@@ -338,29 +227,35 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	// 1-3: drain.
 	c.life.draining.Store(true)
+	for _, sub := range c.subs {
+		sub.StopReading()
+	}
 	c.log.Info().Dur("grace", c.cfg.Grace).Msg("shutting down: draining running owners")
 	graceEnd := time.Now().Add(c.cfg.Grace)
 	for c.life.running.Load() > 0 {
 		if time.Now().After(graceEnd) && c.life.owners.Err() == nil {
-			c.log.Warn().Int64("owners", c.life.running.Load()).Msg("grace period over: abandoning running owners")
+			c.log.Warn().Int64("owners", c.life.running.Load()).Msg("grace period over: handing running owners over")
 			c.abandon(ErrShuttingDown)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// 4: liveness.
-	liveCancel()
-	<-liveDone
-	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
-	if err := c.live.Forget(fctx); err != nil {
-		c.log.Warn().Err(err).Msg("could not remove liveness entry; peers claim after the liveness timeout")
-	}
-	fcancel()
-	// 5: close.
+	// 4: close (the router closes the subscribers, which hand their held entries over).
 	c.stop()
 	if err := router.Close(); err != nil {
 		c.log.Warn().Err(err).Msg("router close")
 	}
 	<-routerDone
+	for _, sub := range c.subs {
+		_ = sub.Close()
+	}
+	// 5: liveness.
+	bgCancel()
+	bg.Wait()
+	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := c.live.Forget(fctx); err != nil {
+		c.log.Warn().Err(err).Msg("could not remove liveness entry")
+	}
+	fcancel()
 	c.stopped.Store(true)
 	c.log.Info().Msg("consumer stopped")
 	return nil
@@ -373,8 +268,8 @@ func (c *Consumer) closeClients() {
 	_ = c.spool.Close()
 }
 
-// flushLoop writes spooled uncertain outcomes back every second while there are any.
-// Redelivered tasks also flush their own key before acquiring.
+// flushLoop writes spooled uncertain outcomes back every second while there are any; each
+// write-back answers the tasks waiting for its flight, the owner's own included.
 func (c *Consumer) flushLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -392,22 +287,21 @@ func (c *Consumer) flushLoop(ctx context.Context) {
 		cancel()
 		if rep.Written+rep.Refused > 0 {
 			c.log.Info().Int("written", rep.Written).Int("refused", rep.Refused).Int("kept", rep.Kept).
-				Msg("uncertain outcomes written back")
+				Int("answered", rep.Answered).Msg("uncertain outcomes written back")
 		} else if err != nil {
 			c.log.Debug().Err(err).Msg("spool flush failed; retrying")
 		}
 	}
 }
 
-// addStage adds the stage's Concurrency subscribers per task stream (partition) to router,
-// each with its own client and the middleware chain PoisonQueue -> Retry -> Recoverer.
+// addStage adds one router handler per task stream (partition) of the stage, on the stage's
+// subscriber, with the middleware chain PoisonQueue -> Retry -> Recoverer.
 func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 	proc := c.procs[s.Name]
 	// Only errors of the task itself end in the DLQ: a message that failed because Redis was
-	// away stays pending (nacked, redelivered after NackResendSleep) until Redis answers.
+	// away stays pending (nacked, handed out again after a pause) until Redis answers.
 	poisonable := func(err error) bool { return !leavesPending(err) && !redisUnavailable(err) }
-	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{w: proc.writer, stage: s.Name, consumer: c.cfg.Name},
-		c.cfg.Keyspace.DLQ(s.Name), poisonable)
+	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{p: proc}, c.cfg.Keyspace.DLQ(s.Name), poisonable)
 	if err != nil {
 		return err
 	}
@@ -415,63 +309,21 @@ func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 		Multiplier: 2, RandomizationFactor: 0.3, Logger: wmLogger{c.log, &c.life.draining},
 		ShouldRetry: func(p middleware.RetryParams) bool { return !leavesPending(p.Err) }}
 	for part, topic := range c.cfg.Keyspace.TaskStreams(s.Name) {
-		for i := range s.Concurrency {
-			sub, sl, consumer, err := c.subscriber()
-			name := fmt.Sprintf("%s/%d/%d", s.Name, part, i)
-			if err != nil {
-				return fmt.Errorf("handlers: subscriber %s: %w", name, err)
-			}
-			h := router.AddNoPublisherHandler(name, topic, sub, proc.HandlerFunc(topic, consumer, sl))
-			h.AddMiddleware(pq, retry.Middleware, middleware.Recoverer)
-		}
+		name := fmt.Sprintf("%s/%d", s.Name, part)
+		h := router.AddNoPublisherHandler(name, topic, c.subs[s.Name], proc.HandlerFunc())
+		h.AddMiddleware(pq, retry.Middleware, middleware.Recoverer)
 	}
 	return nil
 }
 
-// subscriber makes one watermill subscriber on its own client, with the stream hook and the
-// claim veto; its stream consumer name is "<Name>/<n>" with n unique in this process.
-func (c *Consumer) subscriber() (*redisstream.Subscriber, *slot, string, error) {
-	consumer := c.cfg.Name + "/" + strconv.Itoa(c.subscribers)
-	c.subscribers++
-	cl := c.cfg.NewClient()
-	c.clients = append(c.clients, cl)
-	sl := &slot{}
-	cl.AddHook(&streamHook{rdb: cl, group: topics.ConsumerGroup, consumer: consumer, slot: sl})
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client: cl, Unmarshaller: Unmarshaller{}, Consumer: consumer, ConsumerGroup: topics.ConsumerGroup,
-		NackResendSleep: 500 * time.Millisecond, BlockTime: 500 * time.Millisecond,
-		ClaimInterval: c.cfg.ClaimInterval, MaxIdleTime: c.cfg.MinClaimIdle,
-		ShouldClaimPendingMessage: func(xp redis.XPendingExt) bool {
-			if xp.Consumer == consumer {
-				return false // our own prefetched entry: the read loop delivers it
-			}
-			if xp.Idle < c.cfg.HardIdle {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				if c.live.Alive(ctx, xp.Consumer) {
-					return false
-				}
-			}
-			return sl.mayClaim()
-		},
-		DisableIndefiniteInitialBlock: true,
-	}, wmLogger{c.log, &c.life.draining})
-	return sub, sl, consumer, err
-}
-
-// dlqPublisher lets watermill's PoisonQueue middleware write to the dead-letter stream in the
-// same format as the consumer's own refusals.
-type dlqPublisher struct {
-	w        topics.Writer
-	stage    string
-	consumer string
-}
+// dlqPublisher lets watermill's PoisonQueue middleware dead-letter a message the way the
+// handler does itself: to the dead-letter stream with its reason, plus a FAILED event when
+// the task names itself.
+type dlqPublisher struct{ p *Processor }
 
 func (d dlqPublisher) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
-		err := d.w.DeadLetter(m.Context(), topics.DeadLetter{Stage: d.stage, UUID: m.UUID, Payload: m.Payload,
-			Reason: "handler_failed", Detail: m.Metadata.Get(middleware.ReasonForPoisonedKey), Consumer: d.consumer})
-		if err != nil {
+		if err := d.p.deadLetter(m.Context(), d.p.log, m, "handler_failed", m.Metadata.Get(middleware.ReasonForPoisonedKey), nil); err != nil {
 			return err
 		}
 	}

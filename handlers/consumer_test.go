@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,7 +51,7 @@ func (b *bundle) consumer(name string, mut func(*handlers.Config)) (cancel func(
 		NewClient: redisconn.Factory(opt),
 		Keyspace:  b.ks, Name: name, Stages: stages, Models: map[string]model.Model{"sim": b.sim},
 		Logger: &log, LivenessInterval: 200 * time.Millisecond, ClaimInterval: 200 * time.Millisecond,
-		MinClaimIdle: 200 * time.Millisecond, Grace: 2 * time.Second,
+		Grace: 2 * time.Second, SpoolDir: b.t.TempDir(),
 	}
 	if mut != nil {
 		mut(&cfg)
@@ -91,6 +90,22 @@ func (b *bundle) enqueue(t topics.Task) {
 	}
 	if _, err := b.w.EnqueueTask(b.ctx, t); err != nil {
 		b.t.Fatal(err)
+	}
+}
+
+// eventsFor reads result streams until every listed task id has an event, or the timeout.
+func (b *bundle) eventsFor(stages []string, ids []string, timeout time.Duration) map[string][]topics.Event {
+	b.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := b.events(stages, 1<<30, min(time.Until(deadline), 300*time.Millisecond))
+		all := true
+		for _, id := range ids {
+			all = all && len(got[id]) > 0
+		}
+		if all || time.Now().After(deadline) {
+			return got
+		}
 	}
 }
 
@@ -181,9 +196,20 @@ func TestDeadLetters(t *testing.T) {
 		b.r.Client.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: e.values})
 	}
 	b.r.Client.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: []any{"_watermill_message_uuid", "ok", "payload", valid("good")}})
-	got := b.events([]string{handlers.StageEvaluation}, 1, 10*time.Second)
+	got := b.eventsFor([]string{handlers.StageEvaluation}, []string{"good", "x", "m"}, 10*time.Second)
 	if e := got["good"]; len(e) != 1 || e[0].Status != topics.StatusSucceeded {
 		t.Fatalf("the valid task behind the bad ones: %+v", got)
+	}
+	// Refused tasks that name a readable task id get a FAILED event, so no client hangs.
+	for _, id := range []string{"x", "m"} {
+		for _, e := range got[id] {
+			if e.Status != topics.StatusFailed || e.ErrorType != "invalid_task" || e.ErrorCode == "" {
+				t.Errorf("refused task %s: event %+v", id, e)
+			}
+		}
+		if len(got[id]) == 0 {
+			t.Errorf("refused task %s got no event", id)
+		}
 	}
 	var dlq []redis.XMessage
 	for deadline := time.Now().Add(5 * time.Second); len(dlq) < len(bad) && time.Now().Before(deadline); {
@@ -323,7 +349,7 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 			b.consumer("c1", func(c *handlers.Config) {
 				c.Stages[0].Lease, c.Stages[0].HeartbeatInterval = time.Second, 200*time.Millisecond
 				c.Models = map[string]model.Model{"sim": fm}
-				c.SpoolPath = filepath.Join(t.TempDir(), "spool.jsonl")
+				c.SpoolDir = t.TempDir()
 			})
 			b.enqueue(topics.Task{TaskID: "u1", Stage: handlers.StageEvaluation, Input: simInput(1, 0)})
 			got := b.events([]string{handlers.StageEvaluation}, 1, 20*time.Second)

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,9 +14,9 @@ import (
 )
 
 // Liveness keeps a consumer process's heartbeat in ai:consumers:<group> and answers whether
-// the process behind a stream consumer name is alive. It is what lets a consumer claim the
-// pending entries of a dead consumer quickly without ever claiming those of a slow, live one.
-// Methods are safe for concurrent use.
+// the process behind a consumer name is alive. The dashboard and inspect read it; claiming
+// does not (an entry's own idle time and its flight's lease decide that). Methods are safe
+// for concurrent use.
 type Liveness struct {
 	rdb      redis.UniversalClient
 	key      string
@@ -102,107 +101,4 @@ func (l *Liveness) Alive(ctx context.Context, consumer string) bool {
 	}
 	beat, ok := l.beats[proc]
 	return ok && l.now-beat <= l.timeout.Milliseconds()
-}
-
-// streamHook is installed on every subscriber's own go-redis client. It
-//   - stamps each entry read by XREADGROUP or XCLAIM with its stream id (field xidField), so
-//     that the handler knows which entry it holds (watermill does not pass the id on), and
-//   - turns the subscriber's XACK into lua.StreamAck: an entry another consumer has claimed
-//     meanwhile is not acknowledged away by a zombie.
-type streamHook struct {
-	rdb      redis.UniversalClient
-	group    string
-	consumer string
-	slot     *slot
-}
-
-// slot is the state of one subscriber that its claim veto needs. watermill's claim loop
-// pushes every entry it claims through the subscriber's one-message channel, so a subscriber
-// that claimed several entries would run them one after another; the veto lets a subscriber
-// claim one entry at a time, and only while it is idle.
-type slot struct {
-	busy     atomic.Bool // the handler is running a message
-	claiming atomic.Bool // the veto approved a claim that has not reached the handler yet
-}
-
-// mayClaim reserves the slot for one claimed entry.
-func (s *slot) mayClaim() bool {
-	return !s.busy.Load() && s.claiming.CompareAndSwap(false, true)
-}
-
-// xidField is the entry field the hook adds; it overwrites any value a producer put there.
-const xidField = "_flightdeck_xid"
-
-func (h *streamHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *streamHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *streamHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch cmd.Name() {
-		case "xack":
-			ic, ok := cmd.(*redis.IntCmd)
-			args := cmd.Args()
-			if !ok || len(args) < 4 {
-				return next(ctx, cmd)
-			}
-			stream, _ := args[1].(string)
-			argv := []any{h.group, h.consumer}
-			argv = append(argv, args[3:]...)
-			n, err := lua.StreamAck.Run(ctx, h.rdb, []string{stream}, argv...).Int64()
-			if err != nil && strings.Contains(err.Error(), "NOGROUP") {
-				err = nil // the group (and the entry) are gone: nothing left to acknowledge
-			}
-			ic.SetVal(n)
-			ic.SetErr(err)
-			return err
-		case "xreadgroup":
-			err := next(ctx, cmd)
-			if c, ok := cmd.(*redis.XStreamSliceCmd); ok {
-				for _, xs := range c.Val() {
-					stamp(xs.Messages)
-				}
-			}
-			if err != nil && strings.HasPrefix(err.Error(), "NOGROUP") {
-				// Redis lost the group (a restart without persistence): create it again so
-				// the subscriber's next read works. watermill creates it only at Subscribe.
-				h.recreateGroup(ctx, cmd.Args())
-			}
-			return err
-		case "xclaim":
-			err := next(ctx, cmd)
-			if c, ok := cmd.(*redis.XMessageSliceCmd); ok {
-				stamp(c.Val())
-				if len(c.Val()) == 0 && h.slot != nil {
-					h.slot.claiming.Store(false) // another subscriber was faster
-				}
-			}
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func stamp(msgs []redis.XMessage) {
-	for i := range msgs {
-		if msgs[i].Values == nil {
-			msgs[i].Values = map[string]any{}
-		}
-		msgs[i].Values[xidField] = msgs[i].ID
-	}
-}
-
-// recreateGroup creates the consumer group of an XREADGROUP's stream (args: xreadgroup group
-// <g> <c> [count n] [block ms] streams <stream> <id>).
-func (h *streamHook) recreateGroup(ctx context.Context, args []any) {
-	for i, a := range args {
-		if s, ok := a.(string); ok && strings.EqualFold(s, "streams") && i+1 < len(args) {
-			if stream, ok := args[i+1].(string); ok {
-				_ = h.rdb.XGroupCreateMkStream(ctx, stream, h.group, "0").Err()
-			}
-			return
-		}
-	}
 }

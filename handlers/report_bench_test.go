@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -220,7 +219,7 @@ func repFlightdeck(tb testing.TB, r *redistest.Target, ks topics.Keyspace, n int
 		name := "rep" + strconv.Itoa(i)
 		c, err := handlers.NewConsumer(handlers.Config{NewClient: redisconn.Factory(r.Client.Options()), Keyspace: ks,
 			Name: name, Stages: stages, Models: map[string]model.Model{"sim": m}, Logger: &log,
-			SpoolPath: filepath.Join(tb.TempDir(), name+".spool")})
+			SpoolDir: tb.TempDir()})
 		if err != nil {
 			tb.Fatal(err)
 		}

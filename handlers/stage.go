@@ -71,6 +71,10 @@ type StageConfig struct {
 	// MaxInlineResult is the largest result carried inline in events; larger ones carry only
 	// resultRef. Defaults to 64 KiB.
 	MaxInlineResult int `yaml:"maxInlineResult"`
+	// ParkCheck is how long a parked task rests between checks of its flight by the claim
+	// loops (a parked task whose flight ended or vanished is answered by whoever checks it;
+	// normally the flight's owner answers it at once). Defaults to twice the lease.
+	ParkCheck time.Duration `yaml:"parkCheck"`
 }
 
 func ptr(b bool) *bool { return &b }
@@ -138,6 +142,9 @@ func (c StageConfig) WithDefaults() StageConfig {
 	if c.MaxInlineResult == 0 {
 		c.MaxInlineResult = 64 << 10
 	}
+	if c.ParkCheck == 0 {
+		c.ParkCheck = 2 * c.Lease
+	}
 	return c
 }
 
@@ -152,8 +159,11 @@ func (c StageConfig) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("mode %q: want DISTRIBUTED_ONLY, LOCAL_ONLY, HYBRID or BYPASS", c.Mode))
 	}
-	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.Lease {
-		errs = append(errs, fmt.Errorf("heartbeatInterval %v must be positive and below the lease %v", c.HeartbeatInterval, c.Lease))
+	if c.HeartbeatInterval <= 0 || 2*c.HeartbeatInterval > c.Lease {
+		errs = append(errs, fmt.Errorf("heartbeatInterval %v must be positive and at most half the lease %v", c.HeartbeatInterval, c.Lease))
+	}
+	if c.ParkCheck < 0 {
+		errs = append(errs, fmt.Errorf("parkCheck %v must not be negative", c.ParkCheck))
 	}
 	if c.Partitions < 1 || c.Partitions > 64 {
 		errs = append(errs, fmt.Errorf("partitions %d: want 1-64", c.Partitions))

@@ -2,17 +2,20 @@ package handlers
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/flightdeck-ai/flightdeck/stream"
 )
 
 // Metadata keys the consumer sets on every message it reads. They overwrite any value a
 // producer put there.
 const (
-	// MetaEntryID holds the message's stream entry id.
-	MetaEntryID = "_flightdeck_xid"
+	// MetaEntryID holds the message's stream entry id (the stream subscriber sets it).
+	MetaEntryID = stream.MetaEntry
 	// MetaBadEntry holds the reason an entry could not be read as a watermill message.
 	MetaBadEntry = "_flightdeck_bad_entry"
 	// MetaBadDetail holds what was wrong with such an entry.
@@ -21,22 +24,16 @@ const (
 	MetaRawMetadata = "_flightdeck_raw_metadata"
 )
 
-// Unmarshaller reads task stream entries and never fails: the watermill-redisstream
-// subscriber stops for good on an unmarshal error, and the bad entry then stays pending to
-// stop the next consumer that claims it. An entry the default unmarshaller refuses (no uuid,
-// metadata that is not msgpack, values of the wrong type) becomes a message with
-// MetaBadEntry set, which the handler sends to the dead-letter stream and acknowledges.
+// Unmarshaller reads task stream entries in watermill-redisstream's wire format and never
+// fails: an entry it cannot read (no uuid, metadata that is not msgpack, values of the wrong
+// type) becomes a message with MetaBadEntry set, which the handler sends to the dead-letter
+// stream and acknowledges, instead of an error that would leave it pending to stop the next
+// consumer that claims it.
 type Unmarshaller struct{}
 
-// Unmarshal implements redisstream.Unmarshaller.
+// Unmarshal implements stream.Unmarshaller.
 func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err error) {
-	xid, _ := values[xidField].(string)
-	clean := make(map[string]any, len(values))
-	for k, v := range values {
-		if k != xidField {
-			clean[k] = v
-		}
-	}
+	clean := values
 	defer func() {
 		if r := recover(); r != nil {
 			msg = badMessage(clean, "bad_entry", fmt.Sprintf("unreadable entry: %v", r))
@@ -44,7 +41,6 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err 
 		if msg.Metadata == nil {
 			msg.Metadata = message.Metadata{}
 		}
-		msg.Metadata.Set(MetaEntryID, xid)
 		err = nil
 	}()
 	if _, ok := clean[redisstream.UUIDHeaderKey].(string); !ok {
@@ -57,8 +53,11 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err 
 	if uerr != nil {
 		return badMessage(clean, "bad_metadata", uerr.Error()), nil
 	}
-	delete(m.Metadata, MetaBadEntry)
-	delete(m.Metadata, MetaBadDetail)
+	for k := range m.Metadata {
+		if strings.HasPrefix(k, "_flightdeck_") { // reserved for the consumer
+			delete(m.Metadata, k)
+		}
+	}
 	return m, nil
 }
 

@@ -237,6 +237,13 @@ end
 -- when it has one, else by parking the caller's task on it (the current owner answers it).
 -- It returns 'answered' or 'parked'.
 local function settleCaller(meta)
+  if A.mode == 'write' and A.entry ~= '' then
+    -- An entry no longer pending was answered by whoever acknowledged it (the owner that
+    -- took over): a zombie writes nothing more.
+    local id, stream = splitRef(A.entry)
+    local ok, p = pcall(redis.call, 'XPENDING', stream, A.group, id, id, 1)
+    if ok and not p[1] then return 'answered' end
+  end
   local st = meta.status
   local attempts = num(meta.attempts, 0)
   local maxA = num(meta.maxAttempts, 3)

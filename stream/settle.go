@@ -47,6 +47,10 @@ func Delay(msg *message.Message, d time.Duration) {
 // over this way).
 func Release(msg *message.Message) { msg.Metadata.Set(metaSettle, "release") }
 
+// Unsettle clears what a handler left on msg: a handler that runs again (a retry by the
+// middleware) starts from nothing.
+func Unsettle(msg *message.Message) { delete(msg.Metadata, metaSettle) }
+
 // settleOf reads what the handler left on msg: "", parked, acked, release, or delay with its
 // due time.
 func settleOf(msg *message.Message) (string, time.Time) {

@@ -219,6 +219,19 @@ func (t Task) validate(lim Limits, checkJSON bool) error {
 
 // checkString checks that s is non-empty when required, at most max bytes long and made
 // only of bytes accepted by ok.
+// CheckID reports whether id is a valid taskId under lim (zero fields take their defaults):
+// 1 to MaxIDLen bytes of [A-Za-z0-9._:-]. The error is an *InvalidTaskError.
+func CheckID(id string, lim Limits) error {
+	lim.setDefaults()
+	return checkString("taskId", id, true, lim.MaxIDLen, isIDByte)
+}
+
+// CheckTenant reports whether tenant is a valid tenant: 1 to 64 bytes of [a-z0-9_-]. The
+// error is an *InvalidTaskError.
+func CheckTenant(tenant string) error {
+	return checkString("tenant", tenant, true, maxNameLen, isTenantByte)
+}
+
 func checkString(field, s string, required bool, max int, ok func(byte) bool) error {
 	if s == "" {
 		if required {

@@ -356,7 +356,8 @@
     c.p50 = metric('p50', 'big', 'median end-to-end latency (queue wait + run) of the last minute');
     c.p99 = metric('p99', 'big', '99th percentile end-to-end latency of the last minute');
     c.backlog = metric('backlog', '', 'task entries not yet delivered to any consumer');
-    c.pending = metric('pending', '', 'delivered, unacknowledged task entries');
+    c.pending = metric('pending', '', 'task entries consumers hold (running or waiting to run)');
+    c.parked = metric('parked', '', 'task entries parked on running flights until their outcome');
     c.dlq = metric('DLQ', '', 'dead-letter queue length');
     c.streams = metric('streams', '', 'task stream / result stream length');
     c.bar = h('div', { class: 'outcome-bar', title: 'terminal statuses of the last minute' });
@@ -381,7 +382,7 @@
     const card = h('article', { class: 'stage-card', data: { stage: s.name } },
       h('header', { class: 'stage-head' }, h('h3', { class: 'mono' }, s.name), c.mode),
       h('div', { class: 'metrics big-row' }, c.tput.el, c.events.el, c.p50.el, c.p99.el),
-      h('div', { class: 'metrics small-row' }, c.backlog.el, c.pending.el, c.dlq.el, c.streams.el),
+      h('div', { class: 'metrics small-row' }, c.backlog.el, c.pending.el, c.parked.el, c.dlq.el, c.streams.el),
       h('div', { class: 'outcomes' },
         h('div', { class: 'outcomes-head' }, h('span', null, 'outcomes'), c.total),
         c.bar,
@@ -407,6 +408,7 @@
     setText(c.backlog.v, fmtInt(s.backlog));
     setClass(c.backlog.el, 'warn', s.backlog > 0);
     setText(c.pending.v, fmtInt(s.pending));
+    setText(c.parked.v, fmtInt(s.parked || 0));
     setText(c.dlq.v, fmtInt(s.dlqLen));
     setClass(c.dlq.el, 'bad', s.dlqLen > 0);
     setText(c.streams.v, fmtInt(s.taskStreamLen) + ' / ' + fmtInt(s.resultStreamLen));
@@ -827,8 +829,9 @@
     renderActionButtons();
     try {
       const r = await post('cancel', { key, reason: 'cancelled from the dashboard' });
-      const n = (r && r.answered && r.answered.length) || 0;
-      toast('Cancelled ' + shortKey(key) + (n ? ': answered ' + n + ' parked task' + (n === 1 ? '' : 's') : ''), 'ok');
+      const n = (r && r.answered) || 0;
+      const head = r && r.already ? 'Already cancelled ' : 'Cancelled ';
+      toast(head + shortKey(key) + (n ? ': answered ' + n + ' parked task' + (n === 1 ? '' : 's') : ''), 'ok');
     } catch (e) {
       s.error = actionMessage(e);
     } finally {

@@ -3,7 +3,8 @@
 // terminal event per task. Several consumers may run on one host with default flags.
 //
 //	consumer [--redis URL] [--config stages.yaml] [--stages a,b] [--concurrency N]
-//	         [--name NAME] [--http ADDR] [--grace 10s] [--log-level info] [--log-format json]
+//	         [--name NAME] [--http ADDR] [--grace 10s] [--spool-dir DIR] [--log-level info]
+//	         [--log-format json]
 //
 // The Redis URL comes from --redis, else REDIS_URL, else redis://127.0.0.1:6379/0; put a
 // password in REDIS_URL (or REDIS_URL_FILE) rather than on the command line. The OpenAI
@@ -55,7 +56,8 @@ func run(args []string) error {
 		httpAddr    = fs.String("http", os.Getenv("FLIGHTDECK_HTTP"), "serve /metrics, /healthz, /readyz and the /ui dashboard on this address; \":9090\" binds loopback, give a host to bind others ($FLIGHTDECK_HTTP)")
 		grace       = fs.Duration("grace", 10*time.Second, "on SIGTERM, how long running owners may finish")
 		livenessInt = fs.Duration("liveness-interval", time.Second, "how often this consumer records it is alive")
-		claimInt    = fs.Duration("claim-interval", time.Second, "how often subscribers look for entries of dead consumers")
+		claimInt    = fs.Duration("claim-interval", time.Second, "how often each task stream is scanned for entries to claim and parked tasks to check")
+		spoolDir    = fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)")
 		logLevel    = fs.String("log-level", "info", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or console")
 	)
@@ -106,6 +108,7 @@ func run(args []string) error {
 		NewClient: newClient,
 		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Models: models,
 		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
+		SpoolDir: *spoolDir,
 	})
 	if err != nil {
 		return err

@@ -195,7 +195,15 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "cancelled %s: answered %d parked tasks\n", key, len(res.Answered))
+	if res.Already {
+		fmt.Fprintf(a.stdout, "flight %s was already cancelled (reason: %s); nothing changed", key, res.Reason)
+		if res.Answered > 0 {
+			fmt.Fprintf(a.stdout, "; answered %d tasks still parked", res.Answered)
+		}
+		fmt.Fprintln(a.stdout)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "cancelled %s (was %s): answered %d parked tasks\n", key, res.Previous, res.Answered)
 	if res.OwnerTaskID != "" {
 		fmt.Fprintf(a.stdout, "the owner's task %s is answered by its owner when its heartbeat sees the cancel\n", res.OwnerTaskID)
 	}

@@ -225,8 +225,17 @@ func TestCLI(t *testing.T) {
 		}
 		ctx := context.Background()
 		const key = "ai:interview-evaluation:v1:acme:k2"
+		tasks := c.ks.Tasks(stage)
+		c.r.Client.XGroupCreateMkStream(ctx, tasks, topics.ConsumerGroup, "$")
 		for _, id := range []string{"owner", "p-1"} {
-			if _, err := coord.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "n1", TaskID: id, Stage: stage, Tenant: "acme"}); err != nil {
+			c.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: tasks, Values: []any{"task", id}})
+			rd, err := c.r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "n1",
+				Streams: []string{tasks, ">"}, Count: 1, Block: -1}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := flight.Task{ID: id, Stream: tasks, Entry: rd[0].Messages[0].ID}
+			if _, err := coord.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "n1", Task: tk, Stage: stage, Tenant: "acme"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -244,6 +253,10 @@ func TestCLI(t *testing.T) {
 		res = c.run("", "cancel", key, "--reason", "bye")
 		if res.code != 0 || !strings.Contains(res.stdout, "answered 1 parked tasks") {
 			t.Errorf("cancel: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+		}
+		res = c.run("", "cancel", key, "--reason", "again")
+		if res.code != 0 || !strings.Contains(res.stdout, "already cancelled (reason: bye)") {
+			t.Errorf("second cancel: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 		}
 	})
 

@@ -1,0 +1,115 @@
+package handlers
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/stream"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// metaFields are the meta fields the claim rule reads, in HMGET order.
+var metaFields = []string{"status", "entry", "heartbeatAt", "lease", "handover", "retryable", "attempts",
+	"maxAttempts", "updatedAt"}
+
+// claimCheck is the claim rule (DESIGN.md section 5) for the stream subscriber: it judges
+// another consumer's idle entry by the flight of its task.
+//
+//   - An entry of a live holder is never idle for a lease (the holder touches every entry it
+//     holds). An idle one is claimed, unless it is the entry of a flight's owner whose
+//     pinned lease has not lapsed (the owner is paused for less than its lease, or its
+//     touches fail while its heartbeats succeed): then the owner still runs it.
+//   - A parked entry is claimed when its flight ended (answer it), vanished (run it), or has
+//     had no owner heartbeat for two leases (its owner's entry is gone too); otherwise it is
+//     kept parked until the next check.
+//   - Entries whose task cannot be read are claimed: the handler dead-letters them.
+func (p *Processor) claimCheck(ctx context.Context, cands []stream.Candidate) []stream.Verdict {
+	out := make([]stream.Verdict, len(cands))
+	keys := make([]string, len(cands))
+	for i, c := range cands {
+		out[i] = stream.Claim
+		if c.Values == nil {
+			continue
+		}
+		msg, err := Unmarshaller{}.Unmarshal(c.Values)
+		if err != nil || msg.Metadata.Get(MetaBadEntry) != "" {
+			continue
+		}
+		task, err := topics.DecodeTask(msg.Payload, p.limits)
+		if err != nil {
+			continue
+		}
+		if keys[i], err = TaskKey(task); err != nil {
+			keys[i] = ""
+		}
+	}
+	var now *redis.TimeCmd
+	metas := make([]*redis.SliceCmd, len(cands))
+	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		now = pl.Time(ctx)
+		for i, k := range keys {
+			if k != "" {
+				metas[i] = pl.HMGet(ctx, p.ks.Meta(k), metaFields...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		// Not claiming is always safe; the next pass looks again.
+		for i := range out {
+			out[i] = stream.Skip
+		}
+		return out
+	}
+	nowMs := now.Val().UnixMilli()
+	for i, c := range cands {
+		if metas[i] == nil {
+			continue
+		}
+		m := map[string]string{}
+		for j, v := range metas[i].Val() {
+			if s, ok := v.(string); ok {
+				m[metaFields[j]] = s
+			}
+		}
+		out[i] = verdict(c, m, nowMs)
+	}
+	return out
+}
+
+// verdict applies the claim rule to one candidate whose flight meta is m (empty: gone).
+func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict {
+	status := m["status"]
+	if status == "" {
+		return stream.Claim // the flight vanished: whoever gets the task acquires anew
+	}
+	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+	lease := n("lease")
+	if lease <= 0 {
+		lease = 5000
+	}
+	active := status == "PENDING" || status == "RUNNING"
+	lapsed := m["handover"] == "1" || now-n("heartbeatAt") > lease
+	if !c.Parked {
+		if active && m["entry"] == c.ID+" "+c.Stream && !lapsed {
+			return stream.Skip // the live owner's own entry
+		}
+		return stream.Claim
+	}
+	switch {
+	case active:
+		if m["handover"] == "1" || now-n("heartbeatAt") > 2*lease {
+			return stream.Claim
+		}
+		return stream.Keep
+	case status == "FAILED" && m["retryable"] == "1" && n("attempts") < max(n("maxAttempts"), 1):
+		// A retry is due; its owner's entry brings it. Check only when that stalls.
+		if now-n("updatedAt") > 2*lease {
+			return stream.Claim
+		}
+		return stream.Keep
+	}
+	return stream.Claim // ended: the acquire answers it
+}

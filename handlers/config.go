@@ -1,0 +1,132 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Config configures a Consumer.
+type Config struct {
+	// NewClient returns a new Redis client. Required. The consumer calls it twice: for the
+	// handlers' client and for the stream subscribers' reads (each topic's XREADGROUP blocks
+	// a connection while idle). The consumer closes every client it got.
+	NewClient func() redis.UniversalClient
+	// Keyspace names keys and streams. Defaults to the "ai" prefix.
+	Keyspace topics.Keyspace
+	// Name is this process's consumer name in the group. It must not contain '/' or
+	// whitespace nor start with '~'. A consumer restarted under the same name picks up its own
+	// pending entries at start. Defaults to "<hostname>-<pid>".
+	Name string
+	// Stages are the stages to consume (see LoadStages). Required.
+	Stages []StageConfig
+	// Models are the model adapters by name (StageConfig.Model). Defaults to {"sim": &model.Sim{}}.
+	Models map[string]model.Model
+	// Limits bound task messages. Defaults to topics.Limits defaults, with Stages set to the
+	// consumed stages.
+	Limits topics.Limits
+	// Logger receives structured logs. Defaults to a disabled logger.
+	Logger *zerolog.Logger
+	// Registry receives the consumer's metrics. Defaults to none.
+	Registry prometheus.Registerer
+	// LivenessInterval is how often the process records that it is alive. Defaults to 1 s.
+	LivenessInterval time.Duration
+	// LivenessTimeout: a process silent this long is shown as gone on the dashboard.
+	// Defaults to 3 x LivenessInterval.
+	LivenessTimeout time.Duration
+	// ClaimInterval is how often each task stream is scanned for entries to claim (held by a
+	// consumer that stopped touching them for a lease) and parked entries to check.
+	// Defaults to 1 s.
+	ClaimInterval time.Duration
+	// Grace is how long running owners may finish after shutdown begins; the rest are failed
+	// as retryable and their entries left for another consumer. Defaults to 10 s.
+	Grace time.Duration
+	// TrimInterval is how often acknowledged task entries are trimmed from the task streams
+	// (XTRIM MINID below every group's delivered and pending entries). Defaults to 30 s.
+	TrimInterval time.Duration
+	// Breaker configures the circuit breaker around the consumer's flight acquires.
+	Breaker flight.BreakerConfig
+	// SpoolDir is the directory of the spool of uncertain outcomes (results the model produced
+	// but Redis could not store): this consumer's file is named after Name, and the spools of
+	// dead processes found there are adopted and written back at start. Defaults to
+	// flight.DefaultSpoolDir(os.Getenv); give it a durable volume in production.
+	SpoolDir string
+}
+
+func (c *Config) setDefaults() {
+	if c.Name == "" {
+		c.Name = flight.DefaultNodeID()
+	}
+	if len(c.Models) == 0 {
+		c.Models = map[string]model.Model{"sim": &model.Sim{}}
+	}
+	if c.Logger == nil {
+		l := zerolog.Nop()
+		c.Logger = &l
+	}
+	if c.LivenessInterval == 0 {
+		c.LivenessInterval = time.Second
+	}
+	if c.LivenessTimeout == 0 {
+		c.LivenessTimeout = 3 * c.LivenessInterval
+	}
+	if c.ClaimInterval == 0 {
+		c.ClaimInterval = time.Second
+	}
+	if c.Grace == 0 {
+		c.Grace = 10 * time.Second
+	}
+	if c.TrimInterval == 0 {
+		c.TrimInterval = 30 * time.Second
+	}
+	if c.SpoolDir == "" {
+		c.SpoolDir = flight.DefaultSpoolDir(os.Getenv)
+	}
+	if len(c.Limits.Stages) == 0 {
+		for _, s := range c.Stages {
+			c.Limits.Stages = append(c.Limits.Stages, s.Name)
+		}
+	}
+	c.Limits = c.Limits.WithDefaults()
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NewClient == nil {
+		errs = append(errs, errors.New("NewClient is required"))
+	}
+	if len(c.Stages) == 0 {
+		errs = append(errs, errors.New("no stages"))
+	}
+	if strings.ContainsAny(c.Name, "/ \t\n") || strings.HasPrefix(c.Name, "~") || c.Name == "" {
+		errs = append(errs, fmt.Errorf("name %q must not contain '/' or whitespace nor start with '~'", c.Name))
+	}
+	if err := c.Keyspace.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range c.Stages {
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if _, ok := c.Models[s.Model]; !ok {
+			errs = append(errs, fmt.Errorf("stage %s: no model adapter %q", s.Name, s.Model))
+		}
+	}
+	if c.LivenessTimeout <= c.LivenessInterval {
+		errs = append(errs, fmt.Errorf("livenessTimeout %v must exceed livenessInterval %v", c.LivenessTimeout, c.LivenessInterval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("handlers: invalid consumer config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/stream"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// errSessionLockLost cancels a run whose session lock expired under it.
+var errSessionLockLost = errors.New("handlers: session lock lost")
+
+// own runs the flight as its owner (acquire started it). again asks acquireLoop to acquire
+// again: the flight answers the task (cancelled, expired, another owner) or makes it owner
+// once more (a retry left to this consumer).
+func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger) (again bool, err error) {
+	p := t.p
+	o := *d.Owner
+	p.life.running.Add(1)
+	defer p.life.running.Add(-1)
+
+	runCtx, cancel := context.WithCancelCause(p.life.owners)
+	defer cancel(nil)
+	var progress atomic.Int64
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t.heartbeat(runCtx, cancel, o, &progress, log)
+	}()
+	start := time.Now()
+	log.Info().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("model call")
+	p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
+	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
+	out, callErr := p.model.Call(runCtx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID,
+		Tenant: t.task.Tenant, SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
+		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name}, func() { progress.Add(1) })
+	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
+	t.runTime = time.Since(start)
+	cause := context.Cause(runCtx)
+	cancel(nil)
+	<-hbDone
+	p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(t.runTime.Seconds())
+	log = log.With().Dur("runMs", t.runTime).Logger()
+
+	// A call that failed after its run was cancelled failed because of that cancellation.
+	if callErr != nil && cause != nil {
+		switch {
+		case errors.Is(cause, flight.ErrStaleToken), errors.Is(cause, flight.ErrCancelled), errors.Is(cause, flight.ErrExpired):
+			log.Warn().Err(cause).Msg("run aborted by the flight; acquiring again")
+			return true, nil
+		case errors.Is(cause, ErrShuttingDown):
+			t.handover(o, log, "consumer_stopped")
+			stream.Release(t.msg)
+			return false, nil
+		case errors.Is(cause, errSessionLockLost):
+			t.handover(o, log, "session_lock_lost")
+			stream.Delay(t.msg, t.poll())
+			return false, nil
+		}
+	}
+	if callErr != nil {
+		return t.fail(ctx, o, callErr, log)
+	}
+	// A run that lost its session lock may not complete: another task of the session may have
+	// run meanwhile.
+	if t.checkLock != nil {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), p.stage.Lease)
+		held := t.checkLock(cctx)
+		ccancel()
+		if !held {
+			t.handover(o, log, "session_lock_lost")
+			stream.Delay(t.msg, t.poll())
+			return false, nil
+		}
+	}
+	st, err := t.complete(ctx, o, out)
+	var se *flight.StateError
+	switch {
+	case err == nil:
+		if st.Restored {
+			log.Warn().Msg("the flight was gone when the result arrived; written back")
+		}
+		log.Info().Int("answered", st.Events).Msg("owner completed")
+		t.observeOwner(topics.StatusSucceeded, st)
+		stream.Acked(t.msg)
+		return false, nil
+	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+		log.Warn().Err(err).Msg("result refused: the run was closed; the task is answered with the flight's outcome")
+		stream.Acked(t.msg)
+		return false, nil
+	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
+		log.Warn().Err(err).Msg("result refused: another owner holds the flight")
+		return t.settled(st), nil
+	default:
+		// The model answered but the result cannot be stored: an uncertain outcome. Spool it
+		// (it is written back when Redis answers; the write-back answers this task too) and
+		// hold the task meanwhile. The model is not run again for it.
+		oc := flight.Outcome{Stage: t.task.Stage, Tenant: t.task.Tenant, Key: t.key, Token: o.Token, OwnerID: p.name,
+			Attempts: o.Attempts, Task: t.flightTask(), Result: out, ResultTTL: p.pol.ResultTTL, At: time.Now()}
+		if serr := p.spool.Add(oc); serr != nil {
+			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
+		}
+		p.metrics.spooled.Inc()
+		log.Warn().Err(err).Msg("result write failed: uncertain outcome spooled; the task waits for the write-back")
+		stream.Delay(t.msg, p.stage.HeartbeatInterval)
+		return false, nil
+	}
+}
+
+// settled turns a refusal's settlement into the message's fate: answered (acknowledged by
+// the script), parked on the current owner, or neither (acquire again).
+func (t *taskRun) settled(st flight.Settlement) bool {
+	switch {
+	case st.Answered:
+		stream.Acked(t.msg)
+	case st.Parked:
+		stream.Park(t.msg)
+	default:
+		return true
+	}
+	return false
+}
+
+// fail records the failed model call. A final failure answers the task and the parked ones; a
+// retryable one holds the task (without a handler) for a backoff, then acquires again, which
+// retries while attempts are left.
+func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error, log zerolog.Logger) (bool, error) {
+	p := t.p
+	me := model.Classify(callErr)
+	f := flight.Failure{Retryable: me.Retryable, Type: me.Type, Code: me.Code, Message: me.Error()}
+	st, err := retryCoordination(ctx, p.stage.Lease, func(ctx context.Context) (flight.Settlement, error) {
+		return p.coord.Fail(ctx, o, f, t.runTime)
+	})
+	var se *flight.StateError
+	switch {
+	case err == nil && st.Final:
+		log.Warn().Err(me).Msg("model call failed for good")
+		t.observeOwner(topics.StatusFailed, st)
+		stream.Acked(t.msg)
+		return false, nil
+	case err == nil:
+		back := time.Duration(100<<min(o.Attempts, 6)) * time.Millisecond
+		if me.RetryAfter > back {
+			back = me.RetryAfter
+		}
+		log.Warn().Err(me).Dur("retryIn", back).Msg("model call failed; the flight retries")
+		stream.Delay(t.msg, back)
+		return false, nil
+	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+		stream.Acked(t.msg)
+		return false, nil
+	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
+		return t.settled(st), nil
+	default:
+		return false, fmt.Errorf("handlers: task %s: record failure: %w", t.task.TaskID, err)
+	}
+}
+
+// observeOwner counts the owner's own event and the parked tasks its call answered.
+func (t *taskRun) observeOwner(status topics.Status, st flight.Settlement) {
+	m, stage := t.p.metrics, t.task.Stage
+	m.tasks.WithLabelValues(stage, "owner_"+string(status)).Inc()
+	if n := st.Events - 1; n > 0 {
+		m.tasks.WithLabelValues(stage, "follower_"+string(status)).Add(float64(n))
+	}
+	for _, w := range st.Waited {
+		m.followerWait.WithLabelValues(stage).Observe(w.Seconds())
+	}
+	m.endToEnd.WithLabelValues(stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
+}
+
+// complete stores the result, retrying a Redis error for up to a lease: the model already
+// ran, and giving up here would make the next owner run it again. A retry after a lost reply
+// is accepted as the same outcome.
+func (t *taskRun) complete(ctx context.Context, o flight.Ownership, out []byte) (flight.Settlement, error) {
+	return retryCoordination(ctx, t.p.stage.Lease, func(ctx context.Context) (flight.Settlement, error) {
+		return t.p.coord.Complete(ctx, o, out, t.runTime)
+	})
+}
+
+// retryCoordination runs call until it answers (anything but a coordination failure) or for
+// up to budget, with a growing pause.
+func retryCoordination(ctx context.Context, budget time.Duration, call func(context.Context) (flight.Settlement, error)) (flight.Settlement, error) {
+	deadline := time.Now().Add(budget)
+	ctx = context.WithoutCancel(ctx)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, budget)
+		st, err := call(cctx)
+		cancel()
+		if err == nil || !flight.IsCoordinationFailure(err) || time.Now().Add(wait).After(deadline) {
+			return st, err
+		}
+		time.Sleep(wait)
+	}
+}
+
+// handover gives the running flight up without spending its attempt: the next acquire (this
+// task's entry, released or delayed, or any duplicate) takes over at once.
+func (t *taskRun) handover(o flight.Ownership, log zerolog.Logger, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := t.p.coord.Handover(ctx, o); err != nil && !errors.Is(err, flight.ErrGone) {
+		log.Warn().Err(err).Str("why", why).Msg("handing the flight over failed; its lease lapses by itself")
+		return
+	}
+	log.Info().Str("why", why).Msg("flight handed over; the attempt is not spent")
+}
+
+// heartbeat renews the lease every HeartbeatInterval; it cancels the run when the flight is
+// cancelled, expired or fenced off, and when the session lock is lost. A meta that vanished
+// is written back by the heartbeat itself.
+func (t *taskRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, o flight.Ownership, progress *atomic.Int64, log zerolog.Logger) {
+	p := t.p
+	tick := time.NewTicker(p.stage.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.lockLost: // nil (never ready) for stages without a session lock
+			cancel(errSessionLockLost)
+			return
+		case <-tick.C:
+		}
+		hctx, hcancel := context.WithTimeout(ctx, p.stage.HeartbeatInterval)
+		prog := ""
+		if n := progress.Load(); n > 0 {
+			prog = strconv.FormatInt(n, 10)
+		}
+		restored, err := p.coord.Heartbeat(hctx, o, prog)
+		hcancel()
+		if restored {
+			log.Warn().Msg("the flight's meta was gone; written back by its owner")
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+			cancel(err)
+			return
+		case ctx.Err() == nil:
+			log.Warn().Err(err).Msg("heartbeat failed")
+		}
+	}
+}

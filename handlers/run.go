@@ -1,0 +1,241 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/stream"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// taskRun is one handler run of one task. It settles its message before returning nil:
+// acknowledged (the task's event is written), parked on a running flight, delayed (held by
+// this consumer without a handler, handed out again later) or released to other consumers.
+type taskRun struct {
+	p        *Processor
+	msg      *message.Message
+	task     topics.Task
+	key      string
+	ent      entry
+	log      zerolog.Logger
+	received time.Time
+	queued   time.Duration
+	// lockLost is closed when the task's session lock was lost while it ran; checkLock renews
+	// the lock once and reports whether the run still holds it (nil: no session lock).
+	lockLost  chan struct{}
+	checkLock func(context.Context) bool
+	// run is the duration of the last model call (the runMs of events about it).
+	runTime time.Duration
+}
+
+// flightTask is the task as the flight scripts answer it.
+func (t *taskRun) flightTask() flight.Task {
+	return flight.Task{ID: t.task.TaskID, Stream: t.ent.stream, Entry: t.ent.id, Queued: t.queued}
+}
+
+// poll is how long a task waits, held but without a handler, before it tries again.
+func (t *taskRun) poll() time.Duration {
+	d := min(t.p.stage.HeartbeatInterval, 500*time.Millisecond)
+	return d/2 + rand.N(d)
+}
+
+func (t *taskRun) run(ctx context.Context) error {
+	p := t.p
+	switch p.stage.Mode {
+	case string(flight.ModeBypass), string(flight.ModeLocalOnly):
+		return t.runUncoordinated(ctx)
+	}
+	if !t.flushSpooled(ctx) {
+		// Its outcome is still spooled (Redis answers again, but not for writes yet): hold
+		// the task until the write-back answers it.
+		stream.Delay(t.msg, p.stage.HeartbeatInterval)
+		return nil
+	}
+	if p.stage.SessionLock != nil && *p.stage.SessionLock && t.task.SessionID != "" {
+		release, held, err := t.lockSession(ctx)
+		if err != nil {
+			return err
+		}
+		if !held {
+			// Another task of the session runs: wait without holding a handler.
+			stream.Delay(t.msg, t.poll())
+			return nil
+		}
+		defer release()
+	}
+	return t.acquireLoop(ctx)
+}
+
+// flushSpooled writes back a spooled outcome of the task's key before the flight is acquired,
+// so that a task whose result was spooled is answered from it instead of running the model
+// again. It answers false while the outcome is still spooled (Redis away).
+func (t *taskRun) flushSpooled(ctx context.Context) bool {
+	p := t.p
+	if !p.spool.Has(t.key) {
+		return true
+	}
+	fctx, cancel := context.WithTimeout(ctx, p.stage.Lease)
+	defer cancel()
+	if _, err := p.spool.Flush(fctx, p.coord); err != nil {
+		t.log.Debug().Err(err).Msg("spool flush failed")
+	}
+	return !p.spool.Has(t.key)
+}
+
+// acquireLoop acquires the flight until the task is settled: owned and run, parked, delayed
+// or answered from the flight's outcome (by the acquire script itself).
+func (t *taskRun) acquireLoop(ctx context.Context) error {
+	p := t.p
+	for {
+		if err := ctx.Err(); err != nil {
+			stream.Release(t.msg)
+			return nil
+		}
+		var deadline time.Time
+		if dl, ok := t.task.DeadlineTime(); ok {
+			deadline = dl
+		}
+		d, err := flight.Guard(p.breaker, func() (flight.Decision, error) {
+			return p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
+				Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
+				Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, Run: t.runTime})
+		})
+		if err != nil {
+			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
+		}
+		t.observe(d.Action, d.Reason, d.Answered, d.Waited, statusOf(d))
+		log := t.log.With().Int64("token", d.Token).Logger()
+		switch d.Action {
+		case flight.ActionOwner:
+			log.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner")
+			again, err := t.own(ctx, d, log)
+			if !again || err != nil {
+				return err
+			}
+		case flight.ActionFollowerWait:
+			if d.Reason == flight.ReasonParked {
+				log.Debug().Str("owner", d.OwnerID).Msg("parked on the running flight")
+				stream.Park(t.msg)
+				return nil
+			}
+			// The owner's own entry delivered again (its consumer restarted, or another
+			// claimed it while the owner lives), or the flight's park set is full: check
+			// again once the owner's lease could have lapsed.
+			stream.Delay(t.msg, d.RecheckIn(p.stage.HeartbeatInterval))
+			return nil
+		default:
+			// RESULT_HIT, FAILED_FINAL, CANCELLED, EXPIRED: the script answered the task and
+			// the parked ones and acknowledged their entries.
+			stream.Acked(t.msg)
+			return nil
+		}
+	}
+}
+
+// statusOf is the status of the event an acquire wrote for the caller's task.
+func statusOf(d flight.Decision) topics.Status {
+	switch d.Action {
+	case flight.ActionResultHit:
+		return topics.StatusSucceeded
+	case flight.ActionFailedFinal:
+		return topics.StatusFailed
+	case flight.ActionCancelled:
+		return topics.StatusCancelled
+	case flight.ActionExpired:
+		return topics.StatusExpired
+	}
+	return ""
+}
+
+// observe counts how a call settled the task and the parked tasks it answered.
+func (t *taskRun) observe(action flight.Action, reason flight.Reason, answered int, waited []time.Duration, status topics.Status) {
+	m, stage := t.p.metrics, t.task.Stage
+	own := ""
+	switch {
+	case action == flight.ActionFollowerWait && reason == flight.ReasonParked:
+		own = "parked"
+	case action == flight.ActionResultHit:
+		own = "hit_" + string(status)
+	case action == flight.ActionExpired && reason == flight.ReasonDeadlinePassed:
+		own = "owner_" + string(status)
+	case status != "":
+		own = "follower_" + string(status)
+	}
+	if own != "" {
+		m.tasks.WithLabelValues(stage, own).Inc()
+		if own != "parked" {
+			answered--
+			m.endToEnd.WithLabelValues(stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
+		}
+	}
+	if answered > 0 && status != "" {
+		m.tasks.WithLabelValues(stage, "follower_"+string(status)).Add(float64(answered))
+	}
+	for _, w := range waited {
+		m.followerWait.WithLabelValues(stage).Observe(w.Seconds())
+	}
+}
+
+// lockSession takes the task's session lock if it is free (held false when another task of
+// the session holds it), keeps it renewed, and returns the function that releases it. The
+// holder is unique to this run, and the lock is the tenant's.
+func (t *taskRun) lockSession(ctx context.Context) (release func(), held bool, err error) {
+	p := t.p
+	holder := p.name + "/" + t.task.Tenant + "/" + t.task.TaskID + "/" + uuid.NewString()
+	token, ok, err := p.sessions.TryAcquire(ctx, t.task.Tenant, t.task.SessionID, holder, p.stage.Lease)
+	if err != nil {
+		return nil, false, fmt.Errorf("handlers: task %s: session lock: %w", t.task.TaskID, err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	t.log.Debug().Int64("sessionToken", token).Msg("session lock held")
+	t.lockLost = make(chan struct{})
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	renew := func(ctx context.Context) error {
+		return p.sessions.Renew(ctx, t.task.Tenant, t.task.SessionID, token, p.stage.Lease)
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(p.stage.HeartbeatInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			if err := renew(rctx); errors.Is(err, flight.ErrLockLost) {
+				t.log.Warn().Msg("session lock lost")
+				close(t.lockLost)
+				return
+			}
+		}
+	}()
+	t.checkLock = func(ctx context.Context) bool {
+		select {
+		case <-t.lockLost:
+			return false
+		default:
+		}
+		return !errors.Is(renew(ctx), flight.ErrLockLost)
+	}
+	return func() {
+		stop()
+		<-done
+		rel, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := p.sessions.Release(rel, t.task.Tenant, t.task.SessionID, token); err != nil && !errors.Is(err, flight.ErrLockLost) {
+			t.log.Warn().Err(err).Msg("session lock release failed; it expires with its lease")
+		}
+	}, true, nil
+}
