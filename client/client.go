@@ -49,9 +49,12 @@ type Config struct {
 	// CancelTTL is how long Cancel keeps a cancelled flight's meta (the flight policy's
 	// FailureTTL). Defaults to 1 min, the flight.Policy default.
 	CancelTTL time.Duration
-	// Now is the clock for Task.EnqueuedAt, Receipt.EnqueuedAt and the FinishedAt of the
-	// events Cancel publishes. Defaults to time.Now.
+	// Now is the clock for Task.EnqueuedAt and Receipt.EnqueuedAt. Defaults to time.Now.
 	Now func() time.Time
+	// Flight is handed to the flight coordinator Cancel uses (Client and Keyspace are set
+	// from this Config); set its fault-injection fields in chaos runs. Defaults to the zero
+	// flight.Config.
+	Flight flight.Config
 }
 
 func (c *Config) setDefaults() {
@@ -85,7 +88,9 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	coord, err := flight.NewCoordinator(flight.Config{Client: cfg.Client, Keyspace: cfg.Keyspace})
+	fc := cfg.Flight
+	fc.Client, fc.Keyspace = cfg.Client, cfg.Keyspace
+	coord, err := flight.NewCoordinator(fc)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -113,6 +118,12 @@ type Receipt struct {
 	StreamID string `json:"streamId"`
 	// EnqueuedAt is the task's EnqueuedAt (the client clock, millisecond precision).
 	EnqueuedAt time.Time `json:"enqueuedAt"`
+	// RequestKey is the task's flight key (flight.TaskKey); Inspect and Cancel take it, and
+	// Await and Collect read the flight's outcome by it when the task's event was trimmed
+	// from the result stream.
+	RequestKey string `json:"requestKey,omitempty"`
+	// Tenant is the task's tenant.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // prepare fills the task's id and enqueue time when they are empty and validates it under
@@ -144,7 +155,13 @@ func (c *Client) Enqueue(ctx context.Context, t topics.Task) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, fmt.Errorf("client: enqueue: %w", err)
 	}
-	return Receipt{TaskID: t.TaskID, Stage: t.Stage, StreamID: id, EnqueuedAt: at}, nil
+	return receiptOf(t, id, at), nil
+}
+
+// receiptOf is the receipt of t enqueued as entry id.
+func receiptOf(t topics.Task, id string, at time.Time) Receipt {
+	key, _ := flight.TaskKey(t) // valid: the task passed Validate
+	return Receipt{TaskID: t.TaskID, Stage: t.Stage, StreamID: id, EnqueuedAt: at, RequestKey: key, Tenant: t.Tenant}
 }
 
 // EnqueueBatch enqueues tasks as Enqueue does, pipelined: one round trip per 500 tasks. Every
@@ -169,7 +186,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []topics.Task) ([]Recei
 		ids, err := c.w.EnqueueTasks(ctx, prepared[lo:hi])
 		for j, id := range ids {
 			t := prepared[lo+j]
-			receipts = append(receipts, Receipt{TaskID: t.TaskID, Stage: t.Stage, StreamID: id, EnqueuedAt: times[lo+j]})
+			receipts = append(receipts, receiptOf(t, id, times[lo+j]))
 		}
 		if err != nil {
 			return receipts, fmt.Errorf("client: enqueue batch: %d of %d appended: %w", len(receipts), len(tasks), err)

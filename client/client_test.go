@@ -302,7 +302,17 @@ func TestSubscribeSurvivesRedisRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.r.Server.Stop()
-	time.Sleep(300 * time.Millisecond)
+	// Stay down until the read loop has seen the outage (under load it may take a while to
+	// come back to its XREAD).
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		mu.Lock()
+		n := len(errs)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	b.r.Server.Restart()
 	if err := b.w.PublishEvents(ctx, eventFor("after-restart", stageA, topics.SharedOwner)); err != nil {
 		t.Fatal(err)

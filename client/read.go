@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -35,10 +36,14 @@ const (
 // follow reads the streams of cur (stream name to the last id seen, exclusive) until handle
 // returns true (follow returns nil) or ctx ends (follow returns the context's error). It
 // advances cur as it goes. Redis errors are reported to Config.Errors and retried with
-// exponential backoff and jitter.
-func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(topics.StreamEvent) bool) error {
+// exponential backoff and jitter. tick, when set, runs before every read; when it returns
+// true follow returns nil.
+func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(topics.StreamEvent) bool, tick func() bool) error {
 	backoff := minBackoff
 	for {
+		if tick != nil && tick() {
+			return nil
+		}
 		block := readBlock
 		if dl, ok := ctx.Deadline(); ok {
 			// Block no longer than the context lives, so that the read ends by itself rather
@@ -161,22 +166,28 @@ func checkReceipt(r Receipt) error {
 // Await waits for the terminal event of the task of r on ai:results:<r.Stage> and returns
 // the first one published. It starts reading 5 s before the task's entry time (from
 // r.StreamID, which the same Redis clock stamps), so an event published before Await was
-// called is found too; events of other tasks are skipped. It blocks in XREAD for at most
-// 500 ms at a time, so a cancelled ctx ends it promptly. Redis errors are retried with
-// backoff (and reported to Config.Errors) until ctx ends; the error then wraps ctx.Err().
+// called is found too; events of other tasks are skipped. When the result stream was trimmed
+// past that point (it is capped), the task's event may be gone: Await then returns the
+// outcome stored in the task's flight (by r.RequestKey) as an event marked shared "hit",
+// once the flight has one. It blocks in XREAD for at most 500 ms at a time, so a cancelled
+// ctx ends it promptly. Redis errors are retried with backoff (and reported to
+// Config.Errors) until ctx ends; the error then wraps ctx.Err().
 func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	if err := checkReceipt(r); err != nil {
 		return topics.Event{}, err
 	}
 	var got topics.Event
 	cur := map[string]string{c.ks.Results(r.Stage): strconv.FormatInt(startMillis(r), 10) + "-0"}
+	from := maps.Clone(cur)
+	tick := c.gapWatch(ctx, []Receipt{r}, from, func(string) bool { return true },
+		func(ev topics.Event) bool { got = ev; return true })
 	err := c.follow(ctx, cur, func(se topics.StreamEvent) bool {
 		if se.Err == nil && se.Event.TaskID == r.TaskID {
 			got = se.Event
 			return true
 		}
 		return false
-	})
+	}, tick)
 	if err != nil {
 		return topics.Event{}, fmt.Errorf("client: await %s: %w", r.TaskID, err)
 	}
@@ -190,9 +201,10 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 // stream is read from 5 s before its earliest receipt, as Await does, in batches of up to
 // 1000 entries, with O(1) work per entry, so 10k receipts cost about as many entries read.
 //
-// Collect returns nil once every receipt has its event. When ctx ends first it returns an
-// error that wraps ctx.Err() and tells how many events are missing. Redis errors are retried
-// with backoff (and reported to Config.Errors).
+// Collect returns nil once every receipt has its event. Receipts whose event was trimmed from
+// a capped result stream get the outcome stored in their flight instead, as Await does.
+// When ctx ends first it returns an error that wraps ctx.Err() and tells how many events are
+// missing. Redis errors are retried with backoff (and reported to Config.Errors).
 func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics.Event)) error {
 	pending := make(map[string]struct{}, len(receipts))
 	from := make(map[string]int64) // result stream -> earliest start millisecond
@@ -215,17 +227,21 @@ func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics
 	for s, ms := range from {
 		cur[s] = strconv.FormatInt(ms, 10) + "-0"
 	}
+	deliver := func(ev topics.Event) bool {
+		if _, ok := pending[ev.TaskID]; !ok {
+			return false
+		}
+		delete(pending, ev.TaskID)
+		fn(ev)
+		return len(pending) == 0
+	}
+	tick := c.gapWatch(ctx, receipts, maps.Clone(cur), func(id string) bool { _, ok := pending[id]; return ok }, deliver)
 	err := c.follow(ctx, cur, func(se topics.StreamEvent) bool {
 		if se.Err != nil {
 			return false
 		}
-		if _, ok := pending[se.Event.TaskID]; !ok {
-			return false
-		}
-		delete(pending, se.Event.TaskID)
-		fn(se.Event)
-		return len(pending) == 0
-	})
+		return deliver(se.Event)
+	}, tick)
 	if err != nil {
 		return fmt.Errorf("client: collect: %d of %d events missing: %w", len(pending), total, err)
 	}
@@ -279,7 +295,7 @@ func (c *Client) Subscribe(ctx context.Context, stages []string, from string) (<
 			case <-ctx.Done():
 				return true
 			}
-		})
+		}, nil)
 	}()
 	return ch, nil
 }

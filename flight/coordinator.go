@@ -235,6 +235,11 @@ type Config struct {
 	// AnswerAfterScript writes answers (events, acknowledgements) after each script instead
 	// of inside it, as on Redis Cluster, whose clients always do. Defaults to false.
 	AnswerAfterScript bool
+	// AfterScript, when set, is called with the script's name (acquire, complete, fail,
+	// cancel) after every answering script returned and before the coordinator writes what
+	// it handed back: a fault-injection hook for tests and chaos runs (a process that dies
+	// there leaves the answers to the next caller of the flight). Defaults to nil.
+	AfterScript func(op string)
 }
 
 // Coordinator is the Go side of the flight scripts in lua/. It is safe for concurrent use and
@@ -246,6 +251,7 @@ type Coordinator struct {
 	consumer string
 	maxLen   int64
 	mode     string // answer mode: "write" or "return"
+	after    func(op string)
 }
 
 // NewCoordinator returns a coordinator on cfg.Client.
@@ -257,7 +263,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("flight: %w", err)
 	}
 	c := &Coordinator{rdb: cfg.Client, ks: cfg.Keyspace, group: cfg.Group, consumer: cfg.Consumer,
-		maxLen: cfg.ResultMaxLen, mode: "write"}
+		maxLen: cfg.ResultMaxLen, mode: "write", after: cfg.AfterScript}
 	if c.group == "" {
 		c.group = topics.ConsumerGroup
 	}
@@ -335,6 +341,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
 	d.Answered, d.Waited = ans.n, ans.waited
+	c.afterScript("acquire")
 	if err := c.settle(ctx, p.Key, p.Stage, ans); err != nil {
 		return d, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
@@ -344,6 +351,12 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 			MaxInline: p.MaxInline}
 	}
 	return d, nil
+}
+
+func (c *Coordinator) afterScript(op string) {
+	if c.after != nil {
+		c.after(op)
+	}
 }
 
 // acquireFields is the number of fixed elements of acquire's reply, before the answer tail.

@@ -10,6 +10,8 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // KeyParams are the parts of a semantic key (DESIGN.md section 8).
@@ -117,4 +119,15 @@ func Canonical(doc json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// TaskKey returns the flight key of a task: its requestKey namespaced by tenant and stage when
+// the producer gave one, else the semantic key of its input, versions and params. Consumers
+// run the task's flight under it; clients find the flight's outcome by it.
+func TaskKey(t topics.Task) (string, error) {
+	if t.RequestKey != "" {
+		return NamespacedKey(t.Stage, t.Tenant, t.RequestKey, 1)
+	}
+	return SemanticKey(KeyParams{Stage: t.Stage, Tenant: t.Tenant, Input: t.Input,
+		ModelVersion: t.ModelVersion, PromptVersion: t.PromptVersion, Params: t.Params})
 }

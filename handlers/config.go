@@ -56,11 +56,27 @@ type Config struct {
 	TrimInterval time.Duration
 	// Breaker configures the circuit breaker around the consumer's flight acquires.
 	Breaker flight.BreakerConfig
+	// ResultMaxLen caps each result stream (XADD MAXLEN ~): clients that read an event later
+	// than this many newer ones find the task's outcome in its flight instead (client.Await).
+	// Zero means topics.DefaultResultMaxLen (1,000,000); negative turns the cap off.
+	ResultMaxLen int64
+	// Faults are fault-injection knobs for chaos runs and tests, handed to the flight
+	// coordinator: answers written after the scripts (as on Redis Cluster) and a hook called
+	// between a script and its answers. Defaults to none.
+	Faults Faults
 	// SpoolDir is the directory of the spool of uncertain outcomes (results the model produced
 	// but Redis could not store): this consumer's file is named after Name, and the spools of
 	// dead processes found there are adopted and written back at start. Defaults to
 	// flight.DefaultSpoolDir(os.Getenv); give it a durable volume in production.
 	SpoolDir string
+}
+
+// Faults are the consumer's fault-injection knobs (see flight.Config).
+type Faults struct {
+	// AnswerAfterScript writes answers after the scripts, even on a single Redis node.
+	AnswerAfterScript bool
+	// AfterScript is called between an answering script and its answers.
+	AfterScript func(op string)
 }
 
 func (c *Config) setDefaults() {

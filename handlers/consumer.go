@@ -80,7 +80,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 			return nil, fmt.Errorf("handlers: register metrics: %w", err)
 		}
 	}
-	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Keyspace: cfg.Keyspace, Consumer: cfg.Name})
+	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Keyspace: cfg.Keyspace, Consumer: cfg.Name,
+		ResultMaxLen: cfg.ResultMaxLen, AnswerAfterScript: cfg.Faults.AnswerAfterScript, AfterScript: cfg.Faults.AfterScript})
 	if err != nil {
 		c.closeClients()
 		return nil, err
@@ -92,7 +93,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	owners, abandon := context.WithCancelCause(stop)
 	c.life = &lifecycle{stop: stop, owners: owners}
 	c.stop, c.abandon = stopCancel, abandon
-	writer := topics.Writer{Client: c.rdb, Keyspace: cfg.Keyspace}
+	writer := topics.Writer{Client: c.rdb, Keyspace: cfg.Keyspace, ResultMaxLen: cfg.ResultMaxLen}
 	for _, s := range cfg.Stages {
 		proc := &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
 			ks: cfg.Keyspace, model: cfg.Models[s.Model], name: cfg.Name, limits: cfg.Limits,
@@ -190,6 +191,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	if err := c.live.Beat(ctx); err != nil {
 		return fmt.Errorf("handlers: first liveness beat: %w", err)
+	}
+	if c.spool.Len() > 0 {
+		// Write back what earlier processes spooled before taking any task over, so that a
+		// task whose result is spooled is answered from it. (A task of a key still spooled
+		// waits for the write-back anyway.)
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rep, err := c.spool.Flush(fctx, c.coord)
+		cancel()
+		c.log.Info().Int("written", rep.Written).Int("refused", rep.Refused).Int("kept", rep.Kept).
+			Int("answered", rep.Answered).AnErr("error", err).Msg("spooled outcomes written back at start")
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup

@@ -130,15 +130,8 @@ func (p *Processor) handle(msg *message.Message) error {
 	return t.run(ctx)
 }
 
-// TaskKey returns the flight key of a task: its requestKey namespaced by tenant and stage when
-// the producer gave one, else the semantic key of its input, versions and params.
-func TaskKey(t topics.Task) (string, error) {
-	if t.RequestKey != "" {
-		return flight.NamespacedKey(t.Stage, t.Tenant, t.RequestKey, 1)
-	}
-	return flight.SemanticKey(flight.KeyParams{Stage: t.Stage, Tenant: t.Tenant, Input: t.Input,
-		ModelVersion: t.ModelVersion, PromptVersion: t.PromptVersion, Params: t.Params})
-}
+// TaskKey returns the flight key of a task (flight.TaskKey).
+func TaskKey(t topics.Task) (string, error) { return flight.TaskKey(t) }
 
 // maxDeadPayload bounds the payload a dead letter keeps: an oversized entry is refused
 // anyway, and keeping all of it would let a flood of them fill Redis.

@@ -74,11 +74,32 @@ type e2e struct {
 	grace  string // --grace of the consumers
 	coord  *flight.Coordinator
 	config string
+	spool  string // the consumers' spool directory
+	srv    *redistest.Server
 }
 
 func newE2E(t *testing.T) *e2e {
 	r := redistest.New(t)
-	return newE2EOn(t, r.Client, r.URL, r.Prefix)
+	e := newE2EOn(t, r.Client, r.URL, r.Prefix)
+	e.srv = r.Server
+	return e
+}
+
+// stageConfig writes a stage config file for this test and returns its path.
+func (e *e2e) stageConfig(yaml string) string {
+	e.t.Helper()
+	path := filepath.Join(e.t.TempDir(), "stages.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return path
+}
+
+// startConfig runs a consumer with the given stage config and extra flags, and waits until it
+// is ready.
+func (e *e2e) startConfig(name, config string, extra ...string) *proc {
+	e.t.Helper()
+	return e.startWith(name, []string{"REDIS_URL=" + e.url}, true, append([]string{"--config", config}, extra...)...)
 }
 
 // newE2EOn sets a test up on any Redis: a single node or a cluster (url in cluster form).
@@ -91,7 +112,7 @@ func newE2EOn(t *testing.T, rdb redis.UniversalClient, url, prefix string) *e2e 
 	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: ks})
 	return &e2e{t: t, ctx: context.Background(), rdb: rdb, url: url, prefix: prefix, ks: ks,
 		w: topics.Writer{Client: rdb, Keyspace: ks}, coord: coord, config: cfg,
-		stages: "interview-evaluation,interview-followup", grace: "3s"}
+		stages: "interview-evaluation,interview-followup", grace: "3s", spool: filepath.Join(t.TempDir(), "spool")}
 }
 
 // proc is one consumer process.
@@ -129,7 +150,7 @@ func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *
 	}
 	args := append([]string{"--config", e.config, "--stages", e.stages, "--prefix", e.prefix,
 		"--name", name, "--http", p.http, "--grace", e.grace, "--liveness-interval", "200ms",
-		"--claim-interval", claimInterval.String(), "--log-level", "info"}, extra...)
+		"--claim-interval", claimInterval.String(), "--log-level", "info", "--spool-dir", e.spool}, extra...)
 	p.cmd = exec.Command(binary, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REDIS_") && !strings.HasPrefix(kv, "OPENAI_") && !strings.HasPrefix(kv, "FLIGHTDECK_") {

@@ -33,6 +33,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -57,6 +58,7 @@ func run(args []string) error {
 		grace       = fs.Duration("grace", 10*time.Second, "on SIGTERM, how long running owners may finish")
 		livenessInt = fs.Duration("liveness-interval", time.Second, "how often this consumer records it is alive")
 		claimInt    = fs.Duration("claim-interval", time.Second, "how often each task stream is scanned for entries to claim and parked tasks to check")
+		resultCap   = fs.Int64("result-maxlen", 0, "cap of each result stream, in events (approximate; 0: 1,000,000; -1: none); clients answer a task whose event was trimmed from its flight's stored outcome")
 		spoolDir    = fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)")
 		logLevel    = fs.String("log-level", "info", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or console")
@@ -102,13 +104,18 @@ func run(args []string) error {
 		}
 	}
 
+	knobs, err := faults.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := handlers.NewConsumer(handlers.Config{
 		NewClient: newClient,
 		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Models: models,
 		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
-		SpoolDir: *spoolDir,
+		SpoolDir: *spoolDir, ResultMaxLen: *resultCap,
+		Faults: handlers.Faults{AnswerAfterScript: knobs.AnswerAfterScript, AfterScript: knobs.AfterScript()},
 	})
 	if err != nil {
 		return err

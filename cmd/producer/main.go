@@ -19,6 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -259,12 +261,18 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 		_ = rdb.Close()
 		return nil, nil, fmt.Errorf("cannot reach Redis: %w", err)
 	}
+	knobs, err := faults.FromEnv(os.Getenv)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
 	c, err := client.New(client.Config{
 		Client:   rdb,
 		Keyspace: topics.Keyspace{Prefix: a.prefix, Partitions: map[string]int{"*": a.parts}},
 		Errors: func(err error) {
 			fmt.Fprintf(a.stderr, "producer: %v (retrying)\n", err)
 		},
+		Flight: flight.Config{AnswerAfterScript: knobs.AnswerAfterScript, AfterScript: knobs.AfterScript()},
 	})
 	if err != nil {
 		_ = rdb.Close()

@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Result streams are capped (approximately, by XADD MAXLEN): a task's event can be trimmed
+// before a slow client reads it. Await and Collect therefore check, when they start and every
+// gapCheckEvery while they wait, whether their stream lost entries past where they started
+// reading; for the tasks whose event may be among them they read the outcome from the
+// flight itself (meta and result, by the receipt's request key). A flight that has no final
+// outcome yet (or whose record expired too) keeps them waiting for the event.
+
+// gapCheckEvery is how often Await and Collect look for a trimmed result stream while they
+// wait.
+const gapCheckEvery = 2 * time.Second
+
+// trimmedPast reports whether the stream lost entries after the id from: trimmed ones (the
+// oldest entries go first, so some are gone after from when its first entry is newer than
+// from, or when it is empty and its last id is not older than from) or deleted ones (its
+// largest deleted id is not below from).
+func (c *Client) trimmedPast(ctx context.Context, stream, from string) bool {
+	info, err := c.rdb.XInfoStream(ctx, stream).Result()
+	if err != nil {
+		return false // no stream (nothing was trimmed), or Redis away: the read loop retries
+	}
+	if md := info.MaxDeletedEntryID; md != "" && md != "0-0" && !topics.IDLess(md, from) {
+		return true
+	}
+	if info.EntriesAdded <= info.Length {
+		return false // nothing was ever removed
+	}
+	if info.Length == 0 {
+		return !topics.IDLess(info.LastGeneratedID, from)
+	}
+	first := info.FirstEntry.ID
+	if first == "" {
+		first = info.RecordedFirstEntryID
+	}
+	return topics.IDLess(from, first)
+}
+
+// outcomes reads the final outcomes of the receipts' flights (one pipeline) and returns the
+// events they stand for, by task id: status, token, attempts and the result or error, marked
+// shared "hit" (the event itself was lost). Flights without a final outcome are left out.
+func (c *Client) outcomes(ctx context.Context, receipts []Receipt) map[string]topics.Event {
+	type reads struct {
+		meta *redis.MapStringStringCmd
+		res  *redis.StringCmd
+	}
+	byKey := map[string]*reads{}
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range receipts {
+			if r.RequestKey == "" || byKey[r.RequestKey] != nil || flight.CheckKey(r.RequestKey) != nil {
+				continue
+			}
+			byKey[r.RequestKey] = &reads{meta: p.HGetAll(ctx, c.ks.Meta(r.RequestKey)), res: p.Get(ctx, c.ks.Result(r.RequestKey))}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil
+	}
+	out := map[string]topics.Event{}
+	for _, r := range receipts {
+		rd := byKey[r.RequestKey]
+		if rd == nil {
+			continue
+		}
+		if ev, ok := finalEvent(r, rd.meta.Val(), rd.res, c.ks.Result(r.RequestKey)); ok {
+			out[r.TaskID] = ev
+		}
+	}
+	return out
+}
+
+// finalEvent builds the event a flight's final outcome stands for.
+func finalEvent(r Receipt, m map[string]string, res *redis.StringCmd, ref string) (topics.Event, bool) {
+	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+	maxA := n("maxAttempts")
+	if maxA <= 0 {
+		maxA = 3
+	}
+	st := topics.Status(m["status"])
+	switch st {
+	case topics.StatusSucceeded:
+		if res.Err() != nil {
+			return topics.Event{}, false // the result expired: not a known outcome any more
+		}
+	case topics.StatusFailed:
+		if m["retryable"] == "1" && n("attempts") < maxA {
+			return topics.Event{}, false
+		}
+	case topics.StatusExpired:
+		if n("attempts") < maxA {
+			return topics.Event{}, false
+		}
+	case topics.StatusCancelled:
+	default:
+		return topics.Event{}, false
+	}
+	ev := topics.Event{TaskID: r.TaskID, RequestKey: r.RequestKey, Stage: r.Stage, Tenant: m["tenant"], Status: st,
+		Shared: topics.SharedHit, OwnerToken: n("ownerToken"), Attempts: int(n("attempts")),
+		ErrorType: m["errorType"], ErrorCode: m["errorCode"], Error: m["error"],
+		FinishedAt: time.UnixMilli(n("updatedAt"))}
+	if st == topics.StatusCancelled && m["cancelReason"] != "" {
+		ev.Error = m["cancelReason"]
+	}
+	if st == topics.StatusSucceeded {
+		ev.ErrorType, ev.ErrorCode, ev.Error = "", "", ""
+		ev.SetResult([]byte(res.Val()), flight.DefaultMaxInline, ref)
+	}
+	return ev, true
+}
+
+// gapWatch returns the tick of a read loop over the streams of receipts: it looks for trimmed
+// streams at most every gapCheckEvery and hands the outcomes of the affected, still pending
+// receipts to found. pending reports whether a task id still waits.
+func (c *Client) gapWatch(ctx context.Context, receipts []Receipt, from map[string]string,
+	pending func(taskID string) bool, found func(topics.Event) bool) func() bool {
+	var last time.Time
+	return func() bool {
+		if time.Since(last) < gapCheckEvery {
+			return false
+		}
+		last = time.Now()
+		gapped := map[string]bool{}
+		for stream, start := range from {
+			if c.trimmedPast(ctx, stream, start) {
+				gapped[strings.TrimPrefix(stream, c.ks.Results(""))] = true
+			}
+		}
+		if len(gapped) == 0 {
+			return false
+		}
+		var check []Receipt
+		for _, r := range receipts {
+			if gapped[r.Stage] && pending(r.TaskID) {
+				check = append(check, r)
+			}
+			if len(check) == 1000 {
+				break
+			}
+		}
+		for _, ev := range c.outcomes(ctx, check) {
+			if found(ev) {
+				return true
+			}
+		}
+		return false
+	}
+}

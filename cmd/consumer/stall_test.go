@@ -1,0 +1,184 @@
+package main_test
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Process tests of the stream engine: the ways reading and claiming used to stall under
+// backlog, restarts and mixed task lengths.
+
+// readAsDead enqueues tk and delivers it to a consumer name no process uses (a consumer that
+// died holding it).
+func (e *e2e) readAsDead(tk topics.Task, dead string) {
+	e.t.Helper()
+	e.enqueue(tk)
+	stream := e.ks.Tasks(tk.Stage)
+	_ = e.rdb.XGroupCreateMkStream(e.ctx, stream, topics.ConsumerGroup, "0").Err()
+	res, err := e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: dead,
+		Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+	if err != nil || len(res) == 0 || len(res[0].Messages) != 1 {
+		e.t.Fatalf("deliver to %s: %v %v", dead, res, err)
+	}
+}
+
+// answeredAt waits for task id's first event and returns when it was written.
+func (e *e2e) answeredAt(id string, timeout time.Duration) time.Time {
+	e.t.Helper()
+	got := e.collect([]string{handlers.StageEvaluation}, map[string]bool{id: true}, timeout)
+	if len(got[id]) == 0 {
+		e.t.Fatalf("task %s got no event within %v", id, timeout)
+	}
+	return got[id][0].FinishedAt
+}
+
+// TestNewConsumerReadsAtOnce: a consumer that starts while more than a hundred entries are
+// pending under a busy live consumer reads and runs a new task at once.
+func TestNewConsumerReadsAtOnce(t *testing.T) {
+	e := newE2E(t)
+	e.stages = handlers.StageEvaluation
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 1500ms
+`)
+	e.startConfig("busy", cfg, "--concurrency", "55")
+	for i := range 165 {
+		e.enqueue(task(fmt.Sprint("long-", i), handlers.StageEvaluation, 1000+i, 30000))
+	}
+	time.Sleep(2 * time.Second) // the busy consumer's entries idle meanwhile
+	e.startConfig("new", cfg, "--concurrency", "120")
+	start := time.Now()
+	e.enqueue(task("quick", handlers.StageEvaluation, 1, 0))
+	e.answeredAt("quick", 10*time.Second)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the quick task took %v", took)
+	}
+}
+
+// TestDeadEntryFoundBehindLiveOnes: a dead consumer's entry is claimed within the lease and a
+// second or two, although 200 older entries are held by a live owner.
+func TestDeadEntryFoundBehindLiveOnes(t *testing.T) {
+	e := newE2E(t)
+	e.stages = handlers.StageEvaluation
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 2s
+    lease: 5s
+`)
+	e.startConfig("live", cfg, "--concurrency", "200")
+	for i := range 200 {
+		e.enqueue(task(fmt.Sprint("held-", i), handlers.StageEvaluation, 2000+i, 40000))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		p, _ := e.rdb.XPending(e.ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Result()
+		if p != nil && p.Consumers["live"] == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live consumer holds %v", p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.readAsDead(task("orphan", handlers.StageEvaluation, 1, 0), "dead-host")
+	start := time.Now()
+	e.startConfig("rescuer", cfg, "--concurrency", "2")
+	e.answeredAt("orphan", 20*time.Second)
+	if took := time.Since(start); took > 5*time.Second+3*time.Second {
+		t.Errorf("the orphan was answered after %v, want within the lease and a claim pass or two", took)
+	}
+}
+
+// TestDeadEntryClaimedWhenASlotFrees: a dead consumer's entry is found while the only handler
+// is busy and runs the moment it is free, before the backlog queued behind it.
+func TestDeadEntryClaimedWhenASlotFrees(t *testing.T) {
+	e := newE2E(t)
+	e.stages = handlers.StageEvaluation
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 1500ms
+`)
+	e.startConfig("one", cfg, "--concurrency", "1")
+	e.enqueue(task("first", handlers.StageEvaluation, 1, 4000))
+	e.waitOwned([]string{keyOf(t, task("first", handlers.StageEvaluation, 1, 4000))}, "one", 10*time.Second)
+	e.readAsDead(task("orphan", handlers.StageEvaluation, 2, 0), "dead-host")
+	backlog := map[string]bool{}
+	for i := range 10 {
+		id := fmt.Sprint("later-", i)
+		backlog[id] = true
+		e.enqueue(task(id, handlers.StageEvaluation, 100+i, 500))
+	}
+	orphanAt := e.answeredAt("orphan", 15*time.Second)
+	got := e.collect([]string{handlers.StageEvaluation}, backlog, 30*time.Second)
+	for id := range backlog {
+		if evs := got[id]; len(evs) > 0 && evs[0].FinishedAt.Before(orphanAt) {
+			t.Errorf("%s was answered before the orphan", id)
+		}
+	}
+}
+
+// TestRestartUnderSameName: a consumer restarted under its own name (a container restart
+// keeps hostname and pid 1) picks up the entries its previous life held.
+func TestRestartUnderSameName(t *testing.T) {
+	e := newE2E(t)
+	e.stages = handlers.StageEvaluation
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 1500ms
+`)
+	a := e.startConfig("same", cfg, "--concurrency", "1")
+	tk := task("kept", handlers.StageEvaluation, 1, 2000)
+	e.enqueue(tk)
+	e.waitOwned([]string{keyOf(t, tk)}, "same", 10*time.Second)
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	e.startConfig("same", cfg, "--concurrency", "1")
+	e.answeredAt("kept", 20*time.Second)
+}
+
+// TestNoHeadOfLineBlocking: with two consumers of four handlers each, four long tasks and then
+// eight quick ones: the quick ones run on the four free handlers at once, none waits behind a
+// long one.
+func TestNoHeadOfLineBlocking(t *testing.T) {
+	e := newE2E(t)
+	e.stages = handlers.StageEvaluation
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 1500ms
+    concurrency: 4
+`)
+	e.startConfig("c1", cfg)
+	e.startConfig("c2", cfg)
+	for i := range 4 {
+		e.enqueue(task(fmt.Sprint("long-", i), handlers.StageEvaluation, 100+i, 12000))
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	quick := map[string]bool{}
+	for i := range 8 {
+		id := fmt.Sprint("quick-", i)
+		quick[id] = true
+		e.enqueue(task(id, handlers.StageEvaluation, i, 100))
+	}
+	got := e.collect([]string{handlers.StageEvaluation}, quick, 20*time.Second)
+	for id := range quick {
+		if len(got[id]) == 0 {
+			t.Errorf("%s got no event", id)
+			continue
+		}
+		if wait := got[id][0].FinishedAt.Sub(start); wait > 3*time.Second {
+			t.Errorf("%s answered after %v, behind a long task", id, wait)
+		}
+	}
+}

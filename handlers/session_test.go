@@ -1,0 +1,135 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// heavyConsumer starts a consumer of the extraction stage (session-locked) with a short lease.
+func (b *bundle) heavyConsumer(name string, m model.Model) {
+	b.t.Helper()
+	b.consumer(name, func(c *handlers.Config) {
+		stages, err := handlers.LoadStages("", []string{handlers.StageExtraction})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		stages[0].HeartbeatInterval, stages[0].Lease = 100*time.Millisecond, time.Second
+		c.Stages, c.Models = stages, map[string]model.Model{"sim": m}
+	})
+}
+
+// stubborn ignores cancellation: it answers after d whatever happens (a model client that does
+// not honour its context), numbering its runs.
+type stubborn struct {
+	d       time.Duration
+	runs    atomic.Int64
+	mu      sync.Mutex
+	got     [][2]time.Time
+	tenants []string
+	hook    func(run int64)
+}
+
+func (s *stubborn) Name() string { return "sim" }
+func (s *stubborn) Call(_ context.Context, req model.Request, _ model.ProgressFunc) (json.RawMessage, error) {
+	n := s.runs.Add(1)
+	start := time.Now()
+	if s.hook != nil {
+		s.hook(n)
+	}
+	time.Sleep(s.d)
+	s.mu.Lock()
+	s.got = append(s.got, [2]time.Time{start, time.Now()})
+	s.tenants = append(s.tenants, req.Tenant)
+	s.mu.Unlock()
+	return json.RawMessage(fmt.Sprintf(`{"run":%d,"task":%q}`, n, req.TaskID)), nil
+}
+
+// overlaps counts the pairs of runs of one tenant that overlapped.
+func (s *stubborn) overlaps(tenant string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for i, a := range s.got {
+		for j := i + 1; j < len(s.got); j++ {
+			c := s.got[j]
+			if s.tenants[i] == tenant && s.tenants[j] == tenant && a[0].Before(c[1]) && c[0].Before(a[1]) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (s *stubborn) finished() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+// TestLostSessionLockCannotComplete: a heavy run whose session lock was taken by another
+// holder mid-run does not complete, even when its model returns a value: the task runs again
+// once it holds the lock, and its event carries that run's result.
+func TestLostSessionLockCannotComplete(t *testing.T) {
+	b := setup(t)
+	ks := b.ks
+	m := &stubborn{d: 1500 * time.Millisecond}
+	m.hook = func(run int64) {
+		if run != 1 {
+			return
+		}
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			// The lock is lost: another holder has it for a while.
+			b.r.Client.Set(b.ctx, ks.SessionLock("acme", "s-1"), "1|intruder", 2*time.Second)
+		}()
+	}
+	b.heavyConsumer("c1", m)
+	b.enqueue(topics.Task{TaskID: "heavy", Stage: handlers.StageExtraction, SessionID: "s-1",
+		Input: json.RawMessage(`{"resume":"r"}`)})
+	got := b.eventsFor([]string{handlers.StageExtraction}, []string{"heavy"}, 20*time.Second)
+	evs := got["heavy"]
+	if len(evs) != 1 || evs[0].Status != topics.StatusSucceeded {
+		t.Fatalf("events %+v", evs)
+	}
+	var res struct{ Run int }
+	_ = json.Unmarshal(evs[0].Result, &res)
+	if res.Run != 2 || m.runs.Load() != 2 {
+		t.Errorf("result of run %d after %d runs; the run that lost its lock must not complete", res.Run, m.runs.Load())
+	}
+}
+
+// TestSessionLockHolderIsPerRun: two tasks of one tenant and session that carry the same task
+// id (a producer's retry with a changed input) never run at once; the same session id in
+// another tenant is another session and does not wait.
+func TestSessionLockHolderIsPerRun(t *testing.T) {
+	b := setup(t)
+	m := &stubborn{d: 800 * time.Millisecond}
+	b.heavyConsumer("c1", m)
+	for i, tenant := range []string{"acme", "acme", "beta"} {
+		b.enqueue(topics.Task{TaskID: "same-id", Tenant: tenant, Stage: handlers.StageExtraction, SessionID: "s-1",
+			Input: json.RawMessage(fmt.Sprintf(`{"resume":"r%d"}`, i))})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for m.finished() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs finished", m.finished())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := m.overlaps("acme"); n != 0 {
+		t.Errorf("acme's two runs of one session overlapped")
+	}
+	got := b.eventsFor([]string{handlers.StageExtraction}, []string{"same-id"}, 10*time.Second)
+	if len(got["same-id"]) < 3 {
+		t.Errorf("%d events for the three tasks", len(got["same-id"]))
+	}
+}
