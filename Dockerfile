@@ -8,7 +8,8 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/consumer ./cmd/consumer && \
     CGO_ENABLED=0 go build -trimpath -o /out/producer ./cmd/producer
 
 FROM alpine:3.20
-RUN adduser -D -u 10001 flightdeck
+RUN adduser -D -u 10001 flightdeck && \
+    mkdir -p /var/lib/flightdeck/spool && chown -R flightdeck /var/lib/flightdeck
 COPY --from=build /out/consumer /out/producer /usr/local/bin/
 USER flightdeck
 ENTRYPOINT []

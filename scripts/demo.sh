@@ -43,7 +43,8 @@ else
 fi
 
 for n in 1 2; do
-  "$work/consumer" --prefix "$prefix" --name "demo-$n" --log-format console --log-level warn &
+  "$work/consumer" --prefix "$prefix" --name "demo-$n" --log-format console --log-level warn \
+    --spool-dir "$work/spool" &
   pids+=($!)
 done
 echo "== two consumers running (demo-1, demo-2)"
