@@ -86,7 +86,7 @@ func (c *Client) outcomes(ctx context.Context, receipts []Receipt) map[string]to
 // finalEvent builds the event a flight's final outcome stands for.
 func finalEvent(r Receipt, m map[string]string, res *redis.StringCmd, ref string) (topics.Event, bool) {
 	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
-	maxA := n("maxAttempts")
+	maxA := int64(flight.PinnedPolicy(m["policy"]).MaxAttempts)
 	if maxA <= 0 {
 		maxA = 3
 	}

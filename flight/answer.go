@@ -21,17 +21,28 @@ import (
 // "return"). A crash between two of those steps leaves the entries pending and the waiters in
 // place: the next caller of the flight, or a consumer's parked-entry check, answers them again.
 
-// answerArgv returns the answer block (lib.lua ARGV[1..12]) for a call made for task t.
-func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int) []any {
+// answerArgv returns the answer block (lib.lua ARGV[1..11]) for a call made for task t; body
+// is the caller's own SUCCEEDED event body when the caller built it ("" otherwise).
+func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int, body string) []any {
 	if maxInline <= 0 {
 		maxInline = DefaultMaxInline
 	}
-	argv := make([]any, 12, 32)
-	argv[0], argv[1], argv[2], argv[3] = c.mode, uuid.NewString(), c.maxLen, c.group
-	argv[4], argv[5], argv[6] = topics.ParkingConsumer, topics.FormatTime(time.Now()), c.consumer
-	argv[7], argv[8], argv[9] = t.ID, t.ref(), t.Queued.Milliseconds()
-	argv[10], argv[11] = run.Milliseconds(), maxInline
+	argv := make([]any, 11, 28)
+	argv[0], argv[1], argv[2], argv[3] = c.mode, c.maxLen, c.group, topics.ParkingConsumer
+	argv[4], argv[5] = c.tailFields(), body
+	argv[6], argv[7], argv[8] = t.ID, t.ref(), t.Queued.Milliseconds()
+	argv[9], argv[10] = run.Milliseconds(), maxInline
 	return argv
+}
+
+// tailFields is the JSON of the events' finishedAt and consumer fields, now.
+func (c *Coordinator) tailFields() string {
+	b := make([]byte, 0, 64+len(c.consumerJSON))
+	b = append(b, `"finishedAt":"`...)
+	b = time.Now().UTC().AppendFormat(b, topics.TimeLayout)
+	b = append(b, `","consumer":`...)
+	b = append(b, c.consumerJSON...)
+	return string(b)
 }
 
 // answerKeys returns the flight keys of key and, in answer mode write, the result stream and

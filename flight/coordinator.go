@@ -5,6 +5,7 @@ package flight
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -252,6 +253,8 @@ type Coordinator struct {
 	maxLen   int64
 	mode     string // answer mode: "write" or "return"
 	after    func(op string)
+	// consumerJSON is the consumer name as a JSON string, for the events.
+	consumerJSON []byte
 }
 
 // NewCoordinator returns a coordinator on cfg.Client.
@@ -270,6 +273,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	if c.consumer == "" {
 		c.consumer = DefaultNodeID()
 	}
+	c.consumerJSON, _ = json.Marshal(c.consumer)
 	switch {
 	case c.maxLen == 0:
 		c.maxLen = topics.DefaultResultMaxLen
@@ -288,12 +292,14 @@ func (c *Coordinator) Keyspace() topics.Keyspace { return c.ks }
 // Client returns the coordinator's Redis client.
 func (c *Coordinator) Client() redis.UniversalClient { return c.rdb }
 
-// Load loads every script into Redis (SCRIPT LOAD), so that later EVALSHA calls hit. It is
-// optional: calls fall back to EVAL on NOSCRIPT. On Redis Cluster it loads them on every
-// master.
+// Load loads the flight function library and the plain scripts into Redis (on every master of
+// a cluster). It is optional: calls load what is missing on demand.
 func (c *Coordinator) Load(ctx context.Context) error {
+	if err := lua.LoadLibrary(ctx, c.rdb); err != nil {
+		return fmt.Errorf("flight: %w", err)
+	}
 	load := func(ctx context.Context, r redis.Scripter) error {
-		for _, s := range lua.All() {
+		for _, s := range lua.Scripts() {
 			if err := s.Load(ctx, r).Err(); err != nil {
 				return fmt.Errorf("flight: load scripts: %w", err)
 			}
@@ -324,10 +330,10 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if !p.Deadline.IsZero() {
 		deadline = max(p.Deadline.UnixMilli(), 1)
 	}
-	argv := c.answerArgv(p.Task, p.Run, p.MaxInline)
+	argv := c.answerArgv(p.Task, p.Run, p.MaxInline, "")
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
-		ms(pol.Lease), ms(pol.RunningTTL), ms(pol.StallTimeout), ms(pol.ResultTTL), ms(pol.FailureTTL),
-		pol.MaxAttempts, pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
+		ms(pol.Lease), ms(pol.RunningTTL), pol.pinned(), ms(pol.RunningTTL+pol.FailureTTL),
+		pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
 	res, err := lua.Acquire.Run(ctx, c.rdb, c.answerKeys(p.Key, p.Stage), argv...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
@@ -459,7 +465,6 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 func metaOf(f map[string]string) Meta {
 	i64 := func(k string) int64 { v, _ := strconv.ParseInt(f[k], 10, 64); return v }
 	at := func(k string) time.Time { return unixMilli(i64(k)) }
-	msd := func(k string) time.Duration { return time.Duration(i64(k)) * time.Millisecond }
 	return Meta{
 		Status: Status(f["status"]), Stage: f["stage"], Tenant: f["tenant"], SessionID: f["sessionId"],
 		RequestKey: f["requestKey"], OwnerID: f["ownerId"], TaskID: f["taskId"],
@@ -467,10 +472,22 @@ func metaOf(f map[string]string) Meta {
 		CreatedAt: at("createdAt"), UpdatedAt: at("updatedAt"), HeartbeatAt: at("heartbeatAt"),
 		ProgressAt: at("progressAt"), ExpireAt: at("expireAt"), Progress: f["progress"],
 		Retryable: f["retryable"] == "1", ErrorType: f["errorType"], ErrorCode: f["errorCode"],
-		Error: f["error"], ResultRef: f["resultRef"], Fields: f,
-		Policy: Policy{Lease: msd("lease"), RunningTTL: msd("runningTTL"), StallTimeout: msd("stall"),
-			ResultTTL: msd("resultTTL"), FailureTTL: msd("failureTTL"), MaxAttempts: int(i64("maxAttempts"))},
+		Error: f["error"], ResultRef: f["resultRef"], Fields: f, Policy: PinnedPolicy(f["policy"]),
 	}
+}
+
+// PinnedPolicy parses the policy field of a meta ("<lease> <runningTTL> <stall> <resultTTL>
+// <failureTTL> <maxAttempts>", milliseconds and a count); fields it cannot read stay zero.
+func PinnedPolicy(field string) Policy {
+	var v [6]int64
+	for i, part := range strings.Fields(field) {
+		if i < len(v) {
+			v[i], _ = strconv.ParseInt(part, 10, 64)
+		}
+	}
+	d := func(i int) time.Duration { return time.Duration(v[i]) * time.Millisecond }
+	return Policy{Lease: d(0), RunningTTL: d(1), StallTimeout: d(2), ResultTTL: d(3), FailureTTL: d(4),
+		MaxAttempts: int(v[5])}
 }
 
 // parseWaiters decodes the waiters hash: "<entry id> <stream>" -> "<parked at ms> <task id>".
@@ -509,15 +526,19 @@ const MaxKeyLen = 512
 const DefaultMaxInline = 64 << 10
 
 // CheckKey reports a request key that cannot name a flight: empty, longer than MaxKeyLen, or
-// holding '{' or '}' (which would break the Redis Cluster hash tag) or whitespace.
+// holding anything but printable ASCII without whitespace, braces (which would break the Redis
+// Cluster hash tag), quotes or backslashes (keys travel unescaped inside events).
 func CheckKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidKey, len(key), MaxKeyLen)
-	case strings.ContainsAny(key, "{} \t\r\n"):
-		return fmt.Errorf("%w: %q holds braces or whitespace", ErrInvalidKey, key)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c >= 0x7f || c == '{' || c == '}' || c == '"' || c == '\\' {
+			return fmt.Errorf("%w: %q holds a byte 0x%02x that a key may not hold", ErrInvalidKey, key, c)
+		}
 	}
 	return nil
 }

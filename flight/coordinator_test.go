@@ -379,7 +379,7 @@ func TestAcquireTable(t *testing.T) {
 			name: "RUNNING/progress older than the pinned stallTimeout/OWNER expired",
 			arrange: func(key string) arranged {
 				d, _ := b.own(key)
-				b.set(key, "progressAt", "now-31s", "stall", "30000")
+				b.set(key, "progressAt", "now-31s", "policy", "5000 60000 30000 600000 120000 3")
 				return arranged{d: d}
 			},
 			want: want{action: flight.ActionOwner, reason: flight.ReasonExpired, status: flight.StatusPending,
@@ -494,8 +494,8 @@ func TestAcquireTable(t *testing.T) {
 					now := b.now()
 					want := map[string]string{"status": "PENDING", "ownerId": "B", "taskId": "tb",
 						"entry": tb.Entry + " " + tb.Stream, "stage": testStage, "tenant": "acme", "sessionId": "s-1",
-						"requestKey": key, "errorType": "", "errorCode": "", "resultRef": "", "lease": "5000",
-						"runningTTL": "60000", "maxAttempts": "3", "failureTTL": "120000", "resultTTL": "600000"}
+						"requestKey": key, "errorType": "", "errorCode": "", "resultRef": "",
+						"policy": "5000 60000 0 600000 120000 3"}
 					for f, v := range want {
 						if m.Fields[f] != v {
 							t.Errorf("field %s = %q, want %q", f, m.Fields[f], v)
@@ -507,8 +507,8 @@ func TestAcquireTable(t *testing.T) {
 					if d := m.ExpireAt.UnixMilli() - (m.HeartbeatAt.UnixMilli() + time.Minute.Milliseconds()); d != 0 {
 						t.Errorf("expireAt - heartbeatAt = runningTTL%+dms", d)
 					}
-					if m.FenceTTL <= m.MetaTTL {
-						t.Errorf("fence TTL %v does not outlive meta TTL %v", m.FenceTTL, m.MetaTTL)
+					if m.Fence != "" && m.FenceTTL <= 0 {
+						t.Errorf("fence %q without a TTL", m.Fence)
 					}
 				}
 			})

@@ -208,6 +208,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	e := &Executor{cfg: cfg, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(), coord: cfg.Coordinator,
 		metrics: NewMetrics(cfg.Registry), stages: map[string]*stageRuntime{}}
 	for name, o := range cfg.Stages {
+		if !stageRe.MatchString(name) {
+			return nil, fmt.Errorf("flight: stage %q: want [a-z0-9-], at most 64", name)
+		}
 		o = o.withDefaults()
 		switch o.Mode {
 		case ModeDistributedOnly, ModeHybrid:

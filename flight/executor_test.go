@@ -679,14 +679,14 @@ func TestExecutorCompleteRefusedIsNotSuccess(t *testing.T) {
 // gets a connection error, as when a connection breaks after Redis executed the command.
 type dropReply struct {
 	dropped atomic.Bool
-	sha     string
+	fn      string
 }
 
 func (d *dropReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (d *dropReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if args := cmd.Args(); len(args) > 1 && (args[1] == d.sha) && d.dropped.CompareAndSwap(false, true) {
+		if args := cmd.Args(); len(args) > 1 && (args[1] == d.fn) && d.dropped.CompareAndSwap(false, true) {
 			cmd.SetErr(io.ErrUnexpectedEOF)
 			return io.ErrUnexpectedEOF
 		}
@@ -706,7 +706,7 @@ func TestExecutorLostCompleteReply(t *testing.T) {
 	s := newStreamTasks(t, srv, prefix)
 	rdb := redisconn.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	rdb.AddHook(&dropReply{sha: lua.Complete.Hash()})
+	rdb.AddHook(&dropReply{fn: lua.Complete.Name()})
 	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: prefix}, AnswerAfterScript: true})
 	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1",
 		Stages: map[string]flight.StageOptions{stage: fastPolicy()}, SpoolDir: t.TempDir(), FlushInterval: 50 * time.Millisecond})

@@ -4,9 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/lua"
 )
@@ -30,7 +29,7 @@ type Settlement struct {
 
 // ownerReply runs an owner script that does not answer tasks (start, heartbeat, handover) and
 // maps its code to nil or a sentinel error; it returns the code.
-func (c *Coordinator) ownerReply(ctx context.Context, op string, s *redis.Script, key string, args ...any) (string, error) {
+func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function, key string, args ...any) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
 	}
@@ -100,7 +99,7 @@ func (c *Coordinator) Handover(ctx context.Context, o Ownership) error {
 
 // settleCall runs an answering owner script (complete, fail) and returns its code, status
 // element, the third element and the caller's settlement.
-func (c *Coordinator) settleCall(ctx context.Context, op string, s *redis.Script, o Ownership, argv []any) (Settlement, error) {
+func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any) (Settlement, error) {
 	if err := CheckKey(o.Key); err != nil {
 		return Settlement{}, err
 	}
@@ -160,7 +159,8 @@ func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, 
 			result, inline = compact, "1"
 		}
 	}
-	argv := c.answerArgv(o.Task, run, o.MaxInline)
+	body := c.successBody(o, result, inline == "1", run)
+	argv := c.answerArgv(o.Task, run, o.MaxInline, body)
 	argv = append(argv, tok(o.Token), result, inline, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key,
 		max(o.Attempts, 1), ms(p.ResultTTL), ms(p.FenceTTL()))
 	return c.settleCall(ctx, "complete", lua.Complete, o, argv)
@@ -185,7 +185,7 @@ type Failure struct {
 // of the same token's fail succeeds again.
 func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time.Duration) (Settlement, error) {
 	p := o.Policy.WithDefaults()
-	argv := c.answerArgv(o.Task, run, o.MaxInline)
+	argv := c.answerArgv(o.Task, run, o.MaxInline, "")
 	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
 		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
 	return c.settleCall(ctx, "fail", lua.Fail, o, argv)
@@ -234,7 +234,7 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: TTL %v is below 1ms", key, p.TTL)
 	}
 	fence := Policy{FailureTTL: p.TTL}.WithDefaults().FenceTTL()
-	argv := c.answerArgv(Task{}, 0, 0)
+	argv := c.answerArgv(Task{}, 0, 0, "")
 	argv = append(argv, reason, ms(p.TTL), ms(fence))
 	res, err := lua.Cancel.Run(ctx, c.rdb, c.answerKeys(key, p.Stage), argv...).Slice()
 	if err != nil {
@@ -259,4 +259,37 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 		return out, fmt.Errorf("flight: cancel %q: %w", key, err)
 	}
 	return out, codeErr("cancel", key, code, st)
+}
+
+// successBody builds the body of the SUCCEEDED events of o's complete (every field but taskId,
+// shared and queuedMs), as lib.lua's outcomeOf would from the meta, so that the script writes
+// it as it is.
+func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run time.Duration) string {
+	maxInline := o.MaxInline
+	if maxInline <= 0 {
+		maxInline = DefaultMaxInline
+	}
+	b := make([]byte, 0, 256+len(result))
+	b = append(b, `"requestKey":"`...)
+	b = append(b, o.Key...)
+	b = append(b, `","stage":"`...)
+	b = append(b, o.Stage...)
+	b = append(b, `","tenant":"`...)
+	b = append(b, o.Tenant...)
+	b = append(b, `","status":"SUCCEEDED","ownerToken":`...)
+	b = strconv.AppendInt(b, o.Token, 10)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(max(o.Attempts, 1)), 10)
+	b = append(b, `,"runMs":`...)
+	b = strconv.AppendInt(b, run.Milliseconds(), 10)
+	b = append(b, ',')
+	b = append(b, c.tailFields()...)
+	if inline && len(result) <= maxInline {
+		b = append(b, `,"result":`...)
+		b = append(b, result...)
+	}
+	b = append(b, `,"resultRef":"`...)
+	b = append(b, c.ks.Result(o.Key)...)
+	b = append(b, '"')
+	return string(b)
 }

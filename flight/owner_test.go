@@ -104,7 +104,7 @@ func TestOwnerCallTable(t *testing.T) {
 		}, {
 			name: "heartbeat/progress stalled (pinned stallTimeout)/EXPIRED", arrange: func(key string) arranged {
 				a := running(key)
-				b.set(key, "progressAt", "now-31s", "stall", "30000")
+				b.set(key, "progressAt", "now-31s", "policy", "5000 60000 30000 600000 120000 3")
 				return a
 			},
 			call:    func(a arranged) error { _, err := b.c.Heartbeat(b.ctx, a.o, ""); return err },
@@ -148,6 +148,9 @@ func TestOwnerCallTable(t *testing.T) {
 				}
 				near(t, "meta", m.MetaTTL, 10*time.Minute)
 				near(t, "result", m.ResultTTL, 10*time.Minute)
+				if m.Fence != fmt.Sprint(a.o.Token) || m.FenceTTL <= m.MetaTTL {
+					t.Errorf("fence %q TTL %v: the finished flight's token must outlive its meta (%v)", m.Fence, m.FenceTTL, m.MetaTTL)
+				}
 				ev := b.events()["ta"]
 				if len(ev) != 1 || ev[0].Shared != topics.SharedOwner || string(ev[0].Result) != `{"ok":true}` ||
 					ev[0].RunMs != 40 || ev[0].QueuedMs != 3 || ev[0].Consumer != "test" || ev[0].Tenant != "acme" ||

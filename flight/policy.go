@@ -3,6 +3,7 @@ package flight
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -81,6 +82,13 @@ func (p Policy) Validate() error {
 // refused (nothing proves it was not superseded). Call it on WithDefaults' result.
 func (p Policy) FenceTTL() time.Duration {
 	return 2 * (p.RunningTTL + p.FailureTTL + p.ResultTTL)
+}
+
+// pinned is the policy as the meta's policy field holds it (PinnedPolicy parses it).
+func (p Policy) pinned() string {
+	return strconv.FormatInt(ms(p.Lease), 10) + " " + strconv.FormatInt(ms(p.RunningTTL), 10) + " " +
+		strconv.FormatInt(ms(p.StallTimeout), 10) + " " + strconv.FormatInt(ms(p.ResultTTL), 10) + " " +
+		strconv.FormatInt(ms(p.FailureTTL), 10) + " " + strconv.Itoa(p.MaxAttempts)
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

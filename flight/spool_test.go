@@ -157,11 +157,11 @@ func TestRestoreTable(t *testing.T) {
 			"errorCode": "", "error": "",
 		}
 		for f, want := range wantFields {
-			if got, ok := m.Fields[f]; !ok || got != want {
-				t.Errorf("meta %s = %q (present %v), want %q", f, got, ok, want)
+			if got := m.Fields[f]; got != want {
+				t.Errorf("meta %s = %q, want %q", f, got, want)
 			}
 		}
-		for _, f := range []string{"createdAt", "updatedAt", "heartbeatAt", "progressAt", "expireAt", "restoredAt"} {
+		for _, f := range []string{"createdAt", "updatedAt", "heartbeatAt", "expireAt", "restoredAt"} {
 			v, err := strconv.ParseInt(m.Fields[f], 10, 64)
 			if err != nil || v < before || v > b.now() {
 				t.Errorf("meta %s = %q, want Redis now", f, m.Fields[f])

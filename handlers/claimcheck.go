@@ -6,13 +6,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // metaFields are the meta fields the claim rule reads, in HMGET order.
-var metaFields = []string{"status", "entry", "heartbeatAt", "lease", "handover", "retryable", "attempts",
-	"maxAttempts", "updatedAt"}
+var metaFields = []string{"status", "entry", "heartbeatAt", "policy", "handover", "retryable", "attempts",
+	"updatedAt"}
 
 // claimCheck is the claim rule (DESIGN.md section 5) for the stream subscriber: it judges
 // another consumer's idle entry by the flight of its task.
@@ -86,7 +87,8 @@ func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict 
 		return stream.Claim // the flight vanished: whoever gets the task acquires anew
 	}
 	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
-	lease := n("lease")
+	pol := flight.PinnedPolicy(m["policy"])
+	lease := pol.Lease.Milliseconds()
 	if lease <= 0 {
 		lease = 5000
 	}
@@ -104,7 +106,7 @@ func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict 
 			return stream.Claim
 		}
 		return stream.Keep
-	case status == "FAILED" && m["retryable"] == "1" && n("attempts") < max(n("maxAttempts"), 1):
+	case status == "FAILED" && m["retryable"] == "1" && n("attempts") < int64(max(pol.MaxAttempts, 1)):
 		// A retry is due; its owner's entry brings it. Check only when that stalls.
 		if now-n("updatedAt") > 2*lease {
 			return stream.Claim

@@ -3,13 +3,13 @@
 -- Redis was away): one rule decides both.
 --
 -- KEYS[1..5] -> the flight keys and the result stream (lib.lua)
--- ARGV[1..12] -> the answer block (lib.lua); the caller is the owner's task
--- ARGV[13] -> ownerToken the result was produced under
--- ARGV[14] -> result bytes
--- ARGV[15] -> "1" when the result is compact JSON (events may inline it)
--- ARGV[16] -> ownerId, ARGV[17] -> stage, ARGV[18] -> tenant, ARGV[19] -> sessionId,
--- ARGV[20] -> requestKey K, ARGV[21] -> attempts (these write a meta that is gone)
--- ARGV[22] -> resultTTL in ms, ARGV[23] -> fenceTTL in ms
+-- ARGV[1..11] -> the answer block (lib.lua); the caller is the owner's task
+-- ARGV[12] -> ownerToken the result was produced under (decimal)
+-- ARGV[13] -> result bytes
+-- ARGV[14] -> "1" when the result is compact JSON (events may inline it)
+-- ARGV[15] -> ownerId, ARGV[16] -> stage, ARGV[17] -> tenant, ARGV[18] -> sessionId,
+-- ARGV[19] -> requestKey K, ARGV[20] -> attempts (these write a meta that is gone)
+-- ARGV[21] -> resultTTL in ms, ARGV[22] -> fenceTTL in ms
 --
 -- The rule: a result is accepted from the token that owns the flight while it is PENDING,
 -- RUNNING, or EXPIRED by that owner's own heartbeat (not yet answered: the attempt ran out,
@@ -31,67 +31,83 @@
 --   STATE       the token's own flight is FAILED: nothing written
 -- settled says what became of the caller's task: answered, parked or "" (still the caller's).
 
-initAnswers()
-local tok = num(ARGV[13], 0)
-local result, inline = ARGV[14], ARGV[15]
-local resultTTL, fenceTTL = num(ARGV[22], 600000), num(ARGV[23], 86400000)
-
-local function succeed(meta, restored)
-  redis.call('SET', KEYS[2], result, 'PX', resultTTL)
-  redis.call('HSET', KEYS[1], 'status', 'SUCCEEDED', 'updatedAt', now, 'resultRef', KEYS[2],
-    'inline', inline, 'retryable', '', 'errorType', '', 'errorCode', '', 'error', '', 'handover', '')
-  if restored then redis.call('HSET', KEYS[1], 'restoredAt', now) end
-  redis.call('PEXPIRE', KEYS[1], resultTTL)
-  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], resultTTL) end
-  writeFence(tok, '', fenceTTL)
-  meta.status, meta.inline = 'SUCCEEDED', inline
-  answer(outcomeOf(meta, 'SUCCEEDED', result), 'owner')
+-- compSucceed stores the result and answers the owner's task (with the event body the caller
+-- built) and every parked task. meta is the flight (nil on the common path: the caller's
+-- body needs none of it); restored: the meta was gone and is written anew.
+local function compSucceed(meta, restored, handover)
+  local ttl = V[21]
+  redis.call('SET', K[2], V[13], 'PX', ttl)
+  if restored then
+    redis.call('HSET', K[1], 'status', 'SUCCEEDED', 'updatedAt', nowStr, 'resultRef', K[2],
+      'inline', V[14], 'restoredAt', nowStr)
+  else
+    redis.call('HSET', K[1], 'status', 'SUCCEEDED', 'updatedAt', nowStr, 'resultRef', K[2],
+      'inline', V[14])
+    if handover == '1' or (meta and meta.status == 'EXPIRED') then
+      redis.call('HDEL', K[1], 'handover', 'retryable', 'errorType', 'errorCode', 'error')
+    end
+  end
+  redis.call('PEXPIRE', K[1], ttl)
+  writeFence(V[12], '', V[22])
+  local body = V[6]
+  if body == '' then
+    meta = meta or loadMeta()
+    meta.status, meta.inline = 'SUCCEEDED', V[14]
+    body = outcomeOf(meta, 'SUCCEEDED', V[13])
+  end
+  answer(body, 'owner')
+  if V[1] ~= 'write' and #out.released > 0 then redis.call('PEXPIRE', K[4], ttl) end
   local r = 0
   if restored then r = 1 end
   return tail({ 'OK', 'SUCCEEDED', r, 'answered' })
 end
 
-local meta = loadMeta()
-if not meta then
-  local verdict = fenceAdmits(tok, fenceTTL)
-  local m = { status = 'SUCCEEDED', stage = ARGV[17], tenant = ARGV[18], sessionId = ARGV[19],
-    requestKey = ARGV[20], ownerId = ARGV[16], ownerToken = fmt(tok), attempts = ARGV[21] }
-  if verdict == 'stale' then return tail({ 'STALE_TOKEN', '', 0, '' }) end
-  if verdict == 'c' or verdict == 'x' then
-    -- The run was closed and its record is gone: answer the caller with the closing outcome.
-    local st, code = 'CANCELLED', 'cancelled'
-    if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
-    m.status = st
-    answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the result arrived'), 'owner')
-    return tail({ st, st, 0, 'answered' })
+register('complete', function()
+  local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'handover')
+  local status = m[1]
+  if status and m[2] == V[12] and (status == 'RUNNING' or status == 'PENDING') then
+    return compSucceed(nil, false, m[3])
   end
-  redis.call('HSET', KEYS[1], 'status', 'SUCCEEDED', 'stage', m.stage, 'tenant', m.tenant,
-    'sessionId', m.sessionId, 'requestKey', m.requestKey, 'ownerId', m.ownerId,
-    'ownerToken', m.ownerToken, 'taskId', A.task, 'entry', A.entry, 'attempts', m.attempts,
-    'createdAt', now, 'heartbeatAt', now, 'progressAt', now, 'expireAt', now,
-    'resultTTL', resultTTL)
-  return succeed(m, true)
-end
+  local tok = num(V[12], 0)
+  if not status then
+    local verdict = fenceAdmits(tok, num(V[22], 86400000))
+    local meta = { status = 'SUCCEEDED', stage = V[16], tenant = V[17], sessionId = V[18],
+      requestKey = V[19], ownerId = V[15], ownerToken = V[12], attempts = V[20] }
+    if verdict == 'stale' then return tail({ 'STALE_TOKEN', '', 0, '' }) end
+    if verdict == 'c' or verdict == 'x' then
+      -- The run was closed and its record is gone: answer the caller with the closing outcome.
+      local st, code = 'CANCELLED', 'cancelled'
+      if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
+      meta.status = st
+      answer(outcomeOf(meta, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the result arrived'), 'owner')
+      return tail({ st, st, 0, 'answered' })
+    end
+    redis.call('HSET', K[1], 'stage', meta.stage, 'tenant', meta.tenant, 'sessionId', meta.sessionId,
+      'requestKey', meta.requestKey, 'ownerId', meta.ownerId, 'ownerToken', meta.ownerToken,
+      'taskId', V[7], 'entry', V[8], 'attempts', meta.attempts, 'createdAt', nowStr,
+      'heartbeatAt', nowStr, 'expireAt', nowStr)
+    return compSucceed(meta, true, nil)
+  end
 
-local status = meta.status
-if meta.ownerToken ~= fmt(tok) then
-  return tail({ 'STALE_TOKEN', status or '', 0, settleCaller(meta) })
-end
-if status == 'SUCCEEDED' then
-  answer(outcomeOf(meta, status, redis.call('GET', KEYS[2]) or result), 'owner')
-  return tail({ 'ALREADY', status, 0, 'answered' })
-end
-if status == 'CANCELLED' then
-  answer(failureOf(meta), 'owner')
-  return tail({ status, status, 0, 'answered' })
-end
-if status == 'EXPIRED' then
-  local f, mark = readFence()
-  if mark ~= '' and f == tok then
+  if m[2] ~= V[12] then
+    return tail({ 'STALE_TOKEN', status, 0, settleCaller(loadMeta()) })
+  end
+  local meta = loadMeta()
+  if status == 'SUCCEEDED' then
+    answer(outcomeOf(meta, status, redis.call('GET', K[2]) or V[13]), 'owner')
+    return tail({ 'ALREADY', status, 0, 'answered' })
+  end
+  if status == 'CANCELLED' then
     answer(failureOf(meta), 'owner')
     return tail({ status, status, 0, 'answered' })
   end
-  return succeed(meta, false)
-end
-if status == 'PENDING' or status == 'RUNNING' then return succeed(meta, false) end
-return tail({ 'STATE', status, 0, '' })
+  if status == 'EXPIRED' then
+    local f, mark = readFence()
+    if mark ~= '' and f == tok then
+      answer(failureOf(meta), 'owner')
+      return tail({ status, status, 0, 'answered' })
+    end
+    return compSucceed(meta, false, meta.handover)
+  end
+  return tail({ 'STATE', status, 0, '' })
+end)

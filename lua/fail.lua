@@ -3,14 +3,14 @@
 -- retryable one leaves them waiting for the next attempt.
 --
 -- KEYS[1..5] -> the flight keys and the result stream (lib.lua)
--- ARGV[1..12] -> the answer block (lib.lua); the caller is the owner's task
--- ARGV[13] -> ownerToken
--- ARGV[14] -> retryable ("1" or "0"), ARGV[15] -> errorType, ARGV[16] -> errorCode,
--- ARGV[17] -> error message
--- ARGV[18] -> ownerId, ARGV[19] -> stage, ARGV[20] -> tenant, ARGV[21] -> sessionId,
--- ARGV[22] -> requestKey K, ARGV[23] -> attempts (these write a meta that is gone)
--- ARGV[24] -> maxAttempts (the owner's pinned value), ARGV[25] -> failureTTL in ms,
--- ARGV[26] -> fenceTTL in ms
+-- ARGV[1..11] -> the answer block (lib.lua); the caller is the owner's task
+-- ARGV[12] -> ownerToken
+-- ARGV[13] -> retryable ("1" or "0"), ARGV[14] -> errorType, ARGV[15] -> errorCode,
+-- ARGV[16] -> error message
+-- ARGV[17] -> ownerId, ARGV[18] -> stage, ARGV[19] -> tenant, ARGV[20] -> sessionId,
+-- ARGV[21] -> requestKey K, ARGV[22] -> attempts (these write a meta that is gone)
+-- ARGV[23] -> maxAttempts (the owner's pinned value), ARGV[24] -> failureTTL in ms,
+-- ARGV[25] -> fenceTTL in ms
 --
 -- Accepted from the same tokens as complete (complete.lua). Output:
 --   { code, final, settled, <answer tail> }
@@ -23,74 +23,77 @@
 --   STATE       the token's flight SUCCEEDED: nothing written
 -- settled: answered | parked | "" (the caller keeps its task, to retry it).
 
-initAnswers()
-local tok = num(ARGV[13], 0)
-local retryable, etype, ecode, emsg = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
-local maxA, failureTTL, fenceTTL = num(ARGV[24], 3), num(ARGV[25], 60000), num(ARGV[26], 86400000)
+register('fail', function()
+  initAnswers()
+  local tok = num(V[12], 0)
+  local retryable, etype, ecode, emsg = V[13], V[14], V[15], V[16]
+  local maxA, failureTTL, fenceTTL = num(V[23], 3), num(V[24], 60000), num(V[25], 86400000)
 
-local function record(meta)
-  redis.call('HSET', KEYS[1], 'status', 'FAILED', 'updatedAt', now, 'retryable', retryable,
-    'errorType', etype, 'errorCode', ecode, 'error', emsg, 'handover', '')
-  redis.call('PEXPIRE', KEYS[1], failureTTL)
-  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], failureTTL) end
-  writeFence(tok, '', fenceTTL)
-  meta.status, meta.retryable, meta.errorType, meta.errorCode, meta.error = 'FAILED', retryable, etype, ecode, emsg
-end
-
-local function isFinal(meta)
-  return retryable ~= '1' or num(meta.attempts, 0) >= num(meta.maxAttempts, maxA)
-end
-
-local function done(code, meta)
-  if isFinal(meta) then
-    answer(failureOf(meta), 'owner')
-    return tail({ code, 1, 'answered' })
+  local function record(meta)
+    redis.call('HSET', K[1], 'status', 'FAILED', 'updatedAt', nowStr, 'retryable', retryable,
+      'errorType', etype, 'errorCode', ecode, 'error', emsg, 'handover', '')
+    redis.call('PEXPIRE', K[1], failureTTL)
+    if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], failureTTL) end
+    writeFence(tok, '', fenceTTL)
+    meta.status, meta.retryable, meta.errorType, meta.errorCode, meta.error = 'FAILED', retryable, etype, ecode, emsg
   end
-  return tail({ code, 0, '' })
-end
 
-local meta = loadMeta()
-if not meta then
-  local verdict = fenceAdmits(tok, fenceTTL)
-  if verdict == 'stale' then return tail({ 'STALE_TOKEN', 0, '' }) end
-  local m = { stage = ARGV[19], tenant = ARGV[20], sessionId = ARGV[21], requestKey = ARGV[22],
-    ownerId = ARGV[18], ownerToken = fmt(tok), attempts = ARGV[23], maxAttempts = fmt(maxA) }
-  if verdict == 'c' or verdict == 'x' then
-    local st, code = 'CANCELLED', 'cancelled'
-    if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
-    m.status = st
-    answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the failure arrived'), 'owner')
-    return tail({ st, 1, 'answered' })
+  local function isFinal(meta)
+    local _, _, _, _, _, pinnedMax = pinned(meta, '0 0 0 0 0 ' .. fmt(maxA))
+    return retryable ~= '1' or num(meta.attempts, 0) >= pinnedMax
   end
-  redis.call('HSET', KEYS[1], 'stage', m.stage, 'tenant', m.tenant, 'sessionId', m.sessionId,
-    'requestKey', m.requestKey, 'ownerId', m.ownerId, 'ownerToken', m.ownerToken,
-    'taskId', A.task, 'entry', A.entry, 'attempts', m.attempts, 'maxAttempts', m.maxAttempts,
-    'createdAt', now, 'heartbeatAt', now, 'progressAt', now, 'expireAt', now,
-    'failureTTL', failureTTL, 'restoredAt', now)
-  record(m)
-  return done('OK', m)
-end
 
-local status = meta.status
-if meta.ownerToken ~= fmt(tok) then
-  return tail({ 'STALE_TOKEN', 0, settleCaller(meta) })
-end
-if status == 'FAILED' then return done('ALREADY', meta) end
-if status == 'CANCELLED' then
-  answer(failureOf(meta), 'owner')
-  return tail({ status, 1, 'answered' })
-end
-if status == 'EXPIRED' then
-  local f, mark = readFence()
-  if mark ~= '' and f == tok then
+  local function done(code, meta)
+    if isFinal(meta) then
+      answer(failureOf(meta), 'owner')
+      return tail({ code, 1, 'answered' })
+    end
+    return tail({ code, 0, '' })
+  end
+
+  local meta = loadMeta()
+  if not meta then
+    local verdict = fenceAdmits(tok, fenceTTL)
+    if verdict == 'stale' then return tail({ 'STALE_TOKEN', 0, '' }) end
+    local m = { stage = V[18], tenant = V[19], sessionId = V[20], requestKey = V[21],
+      ownerId = V[17], ownerToken = fmt(tok), attempts = V[22] }
+    if verdict == 'c' or verdict == 'x' then
+      local st, code = 'CANCELLED', 'cancelled'
+      if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
+      m.status = st
+      answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the failure arrived'), 'owner')
+      return tail({ st, 1, 'answered' })
+    end
+    redis.call('HSET', K[1], 'stage', m.stage, 'tenant', m.tenant, 'sessionId', m.sessionId,
+      'requestKey', m.requestKey, 'ownerId', m.ownerId, 'ownerToken', m.ownerToken,
+      'taskId', A.task, 'entry', A.entry, 'attempts', m.attempts, 'createdAt', now,
+      'heartbeatAt', now, 'expireAt', now, 'restoredAt', now,
+      'policy', '5000 0 0 0 ' .. fmt(failureTTL) .. ' ' .. fmt(maxA))
+    record(m)
+    return done('OK', m)
+  end
+
+  local status = meta.status
+  if meta.ownerToken ~= fmt(tok) then
+    return tail({ 'STALE_TOKEN', 0, settleCaller(meta) })
+  end
+  if status == 'FAILED' then return done('ALREADY', meta) end
+  if status == 'CANCELLED' then
     answer(failureOf(meta), 'owner')
     return tail({ status, 1, 'answered' })
   end
-  record(meta)
-  return done('OK', meta)
-end
-if status == 'PENDING' or status == 'RUNNING' then
-  record(meta)
-  return done('OK', meta)
-end
-return tail({ 'STATE', 0, '' })
+  if status == 'EXPIRED' then
+    local f, mark = readFence()
+    if mark ~= '' and f == tok then
+      answer(failureOf(meta), 'owner')
+      return tail({ status, 1, 'answered' })
+    end
+    record(meta)
+    return done('OK', meta)
+  end
+  if status == 'PENDING' or status == 'RUNNING' then
+    record(meta)
+    return done('OK', meta)
+  end
+  return tail({ 'STATE', 0, '' })
+end)

@@ -11,10 +11,12 @@
 --   STALE_TOKEN another owner holds the flight: nothing written
 --   STATE       the flight is not PENDING or RUNNING (second element): nothing written
 
-local m = redis.call('HMGET', KEYS[1], 'status', 'ownerToken')
-local status, token = m[1], m[2]
-if not status then return { 'GONE', '' } end
-if token ~= ARGV[1] then return { 'STALE_TOKEN', status } end
-if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
-redis.call('HSET', KEYS[1], 'handover', '1', 'heartbeatAt', 0, 'updatedAt', now)
-return { 'OK', status }
+register('handover', function()
+  local m = redis.call('HMGET', K[1], 'status', 'ownerToken')
+  local status, token = m[1], m[2]
+  if not status then return { 'GONE', '' } end
+  if token ~= V[1] then return { 'STALE_TOKEN', status } end
+  if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
+  redis.call('HSET', K[1], 'handover', '1', 'heartbeatAt', 0, 'updatedAt', now)
+  return { 'OK', status }
+end)

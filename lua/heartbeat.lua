@@ -20,54 +20,58 @@
 --   STALE_TOKEN another owner holds the flight, or the fence refuses the token: abort
 --   STATE       any other status (second element)
 
-local tok = ARGV[1]
-local O = { owner = ARGV[3], stage = ARGV[4], tenant = ARGV[5], session = ARGV[6], key = ARGV[7],
-  task = ARGV[8], entry = ARGV[9], attempts = ARGV[10], expireAt = num(ARGV[11], 0),
-  lease = ARGV[12], runningTTL = ARGV[13], stall = ARGV[14], resultTTL = ARGV[15],
-  failureTTL = num(ARGV[16], 60000), maxAttempts = ARGV[17], fenceTTL = num(ARGV[18], 86400000) }
+register('heartbeat', function()
+  local tok = V[1]
+  local O = { owner = V[3], stage = V[4], tenant = V[5], session = V[6], key = V[7],
+    task = V[8], entry = V[9], attempts = V[10], expireAt = num(V[11], 0),
+    lease = V[12], runningTTL = V[13], stall = V[14], resultTTL = V[15],
+    failureTTL = num(V[16], 60000), maxAttempts = V[17], fenceTTL = num(V[18], 86400000) }
 
-local m = redis.call('HMGET', KEYS[1], 'status', 'ownerToken', 'progress', 'progressAt', 'expireAt',
-  'stall', 'failureTTL')
-local status, token = m[1], m[2]
-if not status then
-  local verdict = fenceAdmits(num(tok, 0), O.fenceTTL)
-  if verdict == 'c' then return { 'CANCELLED', 'CANCELLED' } end
-  if verdict == 'x' then return { 'EXPIRED', 'EXPIRED' } end
-  if verdict ~= 'ok' or now > O.expireAt then return { 'STALE_TOKEN', '' } end
-  redis.call('HSET', KEYS[1], 'status', 'RUNNING', 'stage', O.stage, 'tenant', O.tenant,
-    'sessionId', O.session, 'requestKey', O.key, 'ownerId', O.owner, 'ownerToken', tok,
-    'taskId', O.task, 'entry', O.entry, 'attempts', O.attempts, 'createdAt', now,
-    'updatedAt', now, 'heartbeatAt', now, 'progressAt', now, 'progress', ARGV[2],
-    'expireAt', O.expireAt, 'lease', O.lease, 'runningTTL', O.runningTTL, 'stall', O.stall,
-    'resultTTL', O.resultTTL, 'failureTTL', O.failureTTL, 'maxAttempts', O.maxAttempts,
-    'restoredAt', now)
-  redis.call('PEXPIRE', KEYS[1], O.expireAt - now + O.failureTTL)
-  writeFence(num(tok, 0), '', O.fenceTTL)
-  return { 'RESTORED', 'RUNNING' }
-end
-if token ~= tok then return { 'STALE_TOKEN', status } end
-if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
-if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
+  local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'progress', 'progressAt', 'expireAt',
+    'policy')
+  local status, token = m[1], m[2]
+  if not status then
+    local verdict = fenceAdmits(num(tok, 0), O.fenceTTL)
+    if verdict == 'c' then return { 'CANCELLED', 'CANCELLED' } end
+    if verdict == 'x' then return { 'EXPIRED', 'EXPIRED' } end
+    if verdict ~= 'ok' or now > O.expireAt then return { 'STALE_TOKEN', '' } end
+    redis.call('HSET', K[1], 'status', 'RUNNING', 'stage', O.stage, 'tenant', O.tenant,
+      'sessionId', O.session, 'requestKey', O.key, 'ownerId', O.owner, 'ownerToken', tok,
+      'taskId', O.task, 'entry', O.entry, 'attempts', O.attempts, 'createdAt', now,
+      'updatedAt', now, 'heartbeatAt', now, 'progressAt', now, 'progress', V[2],
+      'expireAt', O.expireAt, 'restoredAt', now,
+      'policy', O.lease .. ' ' .. O.runningTTL .. ' ' .. O.stall .. ' ' .. O.resultTTL .. ' ' ..
+        fmt(O.failureTTL) .. ' ' .. O.maxAttempts)
+    redis.call('PEXPIRE', K[1], O.expireAt - now + O.failureTTL)
+    writeFence(num(tok, 0), '', O.fenceTTL)
+    return { 'RESTORED', 'RUNNING' }
+  end
+  if token ~= tok then return { 'STALE_TOKEN', status } end
+  if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
+  if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
 
-local progressAt = num(m[4], 0)
-if ARGV[2] ~= '' and ARGV[2] ~= m[3] then
-  progressAt = now
-  redis.call('HSET', KEYS[1], 'progress', ARGV[2], 'progressAt', now)
-end
-redis.call('HSET', KEYS[1], 'heartbeatAt', now, 'updatedAt', now)
+  local _, pRunning, pStall, _, pFailure = pinned({ policy = m[6] },
+    '0 0 ' .. fmt(num(O.stall, 0)) .. ' 0 ' .. fmt(O.failureTTL) .. ' 0')
+  local progressAt = num(m[4], num(m[5], 0) - pRunning)
+  if V[2] ~= '' and V[2] ~= m[3] then
+    progressAt = now
+    redis.call('HSET', K[1], 'progress', V[2], 'progressAt', now)
+  end
+  redis.call('HSET', K[1], 'heartbeatAt', now, 'updatedAt', now)
 
-local stall, failureTTL = num(m[6], num(O.stall, 0)), num(m[7], O.failureTTL)
-local code = nil
-if now > num(m[5], 0) then
-  code = 'running_ttl'
-elseif stall > 0 and status == 'RUNNING' and now - progressAt > stall then
-  code = 'stalled'
-end
-if code then
-  redis.call('HSET', KEYS[1], 'status', 'EXPIRED', 'retryable', '1', 'errorType', 'expired',
-    'errorCode', code, 'error', 'owner heartbeat found the flight ' .. code)
-  redis.call('PEXPIRE', KEYS[1], failureTTL)
-  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], failureTTL) end
-  return { 'EXPIRED', 'EXPIRED' }
-end
-return { 'OK', status }
+  local stall, failureTTL = pStall, pFailure
+  local code = nil
+  if now > num(m[5], 0) then
+    code = 'running_ttl'
+  elseif stall > 0 and status == 'RUNNING' and now - progressAt > stall then
+    code = 'stalled'
+  end
+  if code then
+    redis.call('HSET', K[1], 'status', 'EXPIRED', 'retryable', '1', 'errorType', 'expired',
+      'errorCode', code, 'error', 'owner heartbeat found the flight ' .. code)
+    redis.call('PEXPIRE', K[1], failureTTL)
+    if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], failureTTL) end
+    return { 'EXPIRED', 'EXPIRED' }
+  end
+  return { 'OK', status }
+end)

@@ -1,34 +1,40 @@
--- lib: the prelude of every flight script. lua.go puts this file in front of acquire, start,
--- heartbeat, complete, fail, cancel and handover. It reads the clock, the meta and the fence,
+-- lib: the head of the flightdeck function library (Redis Functions, FUNCTION LOAD). lua.go
+-- puts it in front of acquire, start, heartbeat, complete, fail, cancel and handover, each of
+-- which registers one function with register(). Its helpers are defined once, when the library
+-- loads; every call only sets the per-call state (keys K, arguments V, the clock) and runs its
+-- body. The helpers read the clock, the meta and the fence,
 -- and answers tasks: it builds their terminal events and either writes them here, together
 -- with the acknowledgement of their stream entries (answer mode "write", for one Redis node),
 -- or hands events, acknowledgements and releases back to the caller, who writes them in that
 -- order (mode "return", for Redis Cluster, where the streams live in other slots).
 --
 -- Flight keys (every flight script):
---   KEYS[1] -> ai:flight:meta:{K}     hash: the state machine
---   KEYS[2] -> ai:flight:result:{K}   string: the result
---   KEYS[3] -> ai:flight:fence:{K}    string: the last token issued, "<token>", with ":c" or
+--   K[1] -> ai:flight:meta:{K}     hash: the state machine; the owner's policy is pinned in
+--                                     the field policy: "<lease> <runningTTL> <stall>
+--                                     <resultTTL> <failureTTL> <maxAttempts>" (ms, and a count)
+--   K[2] -> ai:flight:result:{K}   string: the result
+--   K[3] -> ai:flight:fence:{K}    string: the last token issued, "<token>", with ":c" or
 --                                     ":x" once that token's run is closed (cancelled, or
 --                                     expired for good): no result of it is accepted then
---   KEYS[4] -> ai:flight:waiters:{K}  hash: parked entry "<entry id> <task stream>" ->
+--   K[4] -> ai:flight:waiters:{K}  hash: parked entry "<entry id> <task stream>" ->
 --                                     "<parked at, Unix ms> <task id>"
---   KEYS[5] -> ai:results:<stage>     (answer mode write) the stage's result stream
---   KEYS[6..] -> the stage's task streams (answer mode write; declared, not required)
+--   K[5] -> ai:results:<stage>     (answer mode write) the stage's result stream
+--   K[6..] -> the stage's task streams (answer mode write; declared, not required)
 --
--- Answer block, ARGV[1..12], of the scripts that answer tasks (acquire, complete, fail, cancel):
---   ARGV[1]  -> mode: none | return | write
---   ARGV[2]  -> prefix of the event entries' _watermill_message_uuid ("<prefix>-<n>")
---   ARGV[3]  -> result stream MAXLEN ~ (0: no cap)
---   ARGV[4]  -> consumer group of the task streams
---   ARGV[5]  -> parking consumer: parked entries are moved to it (XCLAIM)
---   ARGV[6]  -> finishedAt of the events (RFC 3339)
---   ARGV[7]  -> the answering consumer (the events' consumer field)
---   ARGV[8]  -> the caller's task id ("" for in-process callers: no event of their own)
---   ARGV[9]  -> the caller's stream entry "<entry id> <task stream>" ("" for none)
---   ARGV[10] -> the caller's queuedMs
---   ARGV[11] -> runMs of the events
---   ARGV[12] -> largest result inlined in events (bytes)
+-- Answer block, V[1..11], of the scripts that answer tasks (acquire, complete, fail, cancel):
+--   V[1]  -> mode: none | return | write
+--   V[2]  -> result stream MAXLEN ~ (0: no cap)
+--   V[3]  -> consumer group of the task streams
+--   V[4]  -> parking consumer: parked entries are moved to it (XCLAIM)
+--   V[5]  -> the events' finishedAt and consumer fields, JSON-encoded by the caller:
+--               '"finishedAt":"<RFC 3339>","consumer":"<name>"'
+--   V[6]  -> (complete) the body of the caller's SUCCEEDED event, built by the caller; ""
+--   V[7]  -> the caller's task id ("" for in-process callers: no event of their own)
+--   V[8]  -> the caller's stream entry "<entry id> <task stream>" ("" for none)
+--   V[9]  -> the caller's queuedMs
+--   V[10] -> runMs of the events
+--   V[11] -> largest result inlined in events (bytes)
+-- An event written here (mode write) has the message uuid "<task id>-<Redis time, µs>-<n>".
 --
 -- Answer tail, appended to the replies of the answering scripts:
 --   { nEvents, payloads..., nAcks, entry refs..., nReleased, waiter fields..., park,
@@ -40,16 +46,32 @@
 --   waiters in place, for the next caller to answer again.
 -- Times come from Redis TIME. Tokens are max(previous + 1, now in microseconds).
 
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local nowUs = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- Cost matters here: an owner makes two calls per task. The helpers are defined once, when the
+-- library loads; a call allocates only what its path needs (the answer state is made on first
+-- use), passes strings rather than numbers to Redis where it can (a number is formatted at
+-- each call), and reads its arguments from V by position.
+
+-- FUNCTION_PREFIX is replaced by lua.go with the library's versioned prefix.
+local FUNCTION_PREFIX = '{{prefix}}'
+
+-- Per-call state: set by register's wrapper before every call (Redis runs one at a time).
+local K, V = nil, nil -- the call's keys and arguments (KEYS and ARGV in the headers)
+local now, nowUs = 0, 0 -- Redis TIME in ms and µs
+local nowStr, nowUsStr = '', '' -- the same as decimal strings
+local A = nil -- the answer block as a table, made by initAnswers on first use
+local out = nil -- what the call answered, made by answered() on first use
+
+local PAD = { '00000', '0000', '000', '00', '0', '' } -- left padding of TIME's microseconds
+
+-- DEFAULT_POLICY stands in for a meta without a pinned policy and no other fallback.
+local DEFAULT_POLICY = '5000 120000 0 600000 60000 3'
 
 local function fmt(n) return string.format('%.0f', n) end
 local function num(v, d) return tonumber(v or '') or d end
 
 -- loadMeta returns the meta as a table, or nil when there is none.
 local function loadMeta()
-  local raw = redis.call('HGETALL', KEYS[1])
+  local raw = redis.call('HGETALL', K[1])
   if #raw == 0 then return nil end
   local m = {}
   for i = 1, #raw, 2 do m[raw[i]] = raw[i + 1] end
@@ -59,28 +81,55 @@ end
 -- readFence returns the last token issued (nil without a fence) and the closing mark of that
 -- token's run: '' open, 'c' cancelled, 'x' expired for good.
 local function readFence()
-  local v = redis.call('GET', KEYS[3])
+  local v = redis.call('GET', K[3])
   if not v then return nil, '' end
   local tok, mark = string.match(v, '^(%d+):?(%a?)$')
   return tonumber(tok or '0') or 0, mark or ''
 end
 
--- writeFence records tok with its closing mark; the fence lives at least ttl ms more.
+-- writeFence records tok (a number or its decimal string) with its closing mark; the fence
+-- lives ttl ms more.
 local function writeFence(tok, mark, ttl)
-  local left = redis.call('PTTL', KEYS[3])
-  if left > ttl then ttl = left end
-  local v = fmt(tok)
+  local v = tok
+  if type(tok) == 'number' then v = fmt(tok) end
   if mark ~= '' then v = v .. ':' .. mark end
-  redis.call('SET', KEYS[3], v, 'PX', ttl)
+  redis.call('SET', K[3], v, 'PX', ttl)
 end
 
--- newToken issues the next token: max(previous + 1, now in µs), recorded open in the fence.
-local function newToken(fenceTTL)
-  local prev = readFence() or 0
-  local tok = nowUs
-  if tok <= prev then tok = prev + 1 end
-  writeFence(tok, '', fenceTTL)
-  return tok
+-- parsePolicy reads a pinned policy string: lease, runningTTL, stall, resultTTL, failureTTL,
+-- maxAttempts; nothing when s is not one.
+local function parsePolicy(s)
+  local l, r, st, res, f, m = string.match(s or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not l then return nil end
+  return tonumber(l), tonumber(r), tonumber(st), tonumber(res), tonumber(f), tonumber(m)
+end
+
+-- pinned returns the policy pinned in the meta (lease, runningTTL, stall, resultTTL,
+-- failureTTL, maxAttempts); for a meta without one, the policy string fallback, else
+-- DEFAULT_POLICY.
+local function pinned(meta, fallback)
+  local l, r, st, res, f, m = parsePolicy(meta.policy)
+  if l then return l, r, st, res, f, m end
+  l, r, st, res, f, m = parsePolicy(fallback)
+  if l then return l, r, st, res, f, m end
+  return parsePolicy(DEFAULT_POLICY)
+end
+
+-- newToken issues the next token: max(previous + 1, now in µs), previous being the larger of
+-- the fence (written when a flight ends) and the current meta's token. The new token is
+-- recorded in the meta; the fence records it when its flight ends (complete, fail, cancel,
+-- expiry). Until then the time floor keeps every later token above it. It returns the token
+-- and its decimal string.
+local function newToken(meta)
+  local prev = 0
+  local f = redis.call('GET', K[3])
+  if f then prev = tonumber(string.match(f, '^%d+') or '0') or 0 end
+  if meta then
+    local t = tonumber(meta.ownerToken or '')
+    if t and t > prev then prev = t end
+  end
+  if nowUs > prev then return nowUs, nowUsStr end
+  return prev + 1, fmt(prev + 1)
 end
 
 -- fenceAdmits judges a token that finds no meta: 'stale' when a larger token was issued, or
@@ -100,14 +149,19 @@ end
 
 -- Answers ------------------------------------------------------------------------------------
 
-local A = nil
-local out = { n = 0, events = {}, acks = {}, released = {}, park = '', waited = {} }
-
--- initAnswers reads the answer block (ARGV[1..12]).
+-- initAnswers returns the answer block (V[1..11]) as a table, made on first use.
 local function initAnswers()
-  A = { mode = ARGV[1], uuid = ARGV[2], maxlen = num(ARGV[3], 0), group = ARGV[4],
-    parking = ARGV[5], at = ARGV[6], consumer = ARGV[7], task = ARGV[8], entry = ARGV[9],
-    queued = num(ARGV[10], 0), run = num(ARGV[11], 0), inline = num(ARGV[12], 0) }
+  if A == nil then
+    A = { mode = V[1], maxlen = V[2], group = V[3], parking = V[4], tailFields = V[5], body = V[6],
+      task = V[7], entry = V[8], queued = V[9], run = V[10], inline = num(V[11], 0) }
+  end
+  return A
+end
+
+-- answered returns what the call answered so far, made on first use.
+local function answered()
+  if out == nil then out = { n = 0, events = {}, acks = {}, released = {}, park = '', waited = {} } end
+  return out
 end
 
 local function splitRef(ref)
@@ -116,23 +170,27 @@ end
 
 -- outcomeOf returns the body of the events of one outcome: every field but taskId, shared and
 -- queuedMs. result is the result bytes of a SUCCEEDED flight (inlined when the meta says they
--- are compact JSON no larger than the caller's cap).
+-- are compact JSON no larger than the caller's cap). requestKey, stage and tenant are
+-- written as they are: their charsets (validated when the flight was created) need no escape.
 local function outcomeOf(meta, status, result, etype, ecode, emsg)
-  local s = '"requestKey":' .. cjson.encode(meta.requestKey or '') ..
-    ',"stage":' .. cjson.encode(meta.stage or '') ..
-    ',"tenant":' .. cjson.encode(meta.tenant or '') ..
-    ',"status":"' .. status .. '","ownerToken":' .. fmt(num(meta.ownerToken, 0)) ..
-    ',"attempts":' .. fmt(num(meta.attempts, 0)) .. ',"runMs":' .. fmt(A.run) ..
-    ',"finishedAt":' .. cjson.encode(A.at) .. ',"consumer":' .. cjson.encode(A.consumer)
+  local a = initAnswers()
+  local s = { '"requestKey":"', meta.requestKey or '', '","stage":"', meta.stage or '', '","tenant":"',
+    meta.tenant or '', '","status":"', status, '","ownerToken":', meta.ownerToken or '0',
+    ',"attempts":', meta.attempts or '0', ',"runMs":', a.run, ',', a.tailFields }
   if status == 'SUCCEEDED' then
-    if result and meta.inline == '1' and #result <= A.inline then s = s .. ',"result":' .. result end
-    s = s .. ',"resultRef":' .. cjson.encode(KEYS[2])
+    if result and meta.inline == '1' and #result <= a.inline then
+      s[#s + 1] = ',"result":'
+      s[#s + 1] = result
+    end
+    s[#s + 1] = ',"resultRef":"'
+    s[#s + 1] = K[2]
+    s[#s + 1] = '"'
   else
-    if (etype or '') ~= '' then s = s .. ',"errorType":' .. cjson.encode(etype) end
-    if (ecode or '') ~= '' then s = s .. ',"errorCode":' .. cjson.encode(ecode) end
-    if (emsg or '') ~= '' then s = s .. ',"error":' .. cjson.encode(emsg) end
+    if (etype or '') ~= '' then s[#s + 1] = ',"errorType":' .. cjson.encode(etype) end
+    if (ecode or '') ~= '' then s[#s + 1] = ',"errorCode":' .. cjson.encode(ecode) end
+    if (emsg or '') ~= '' then s[#s + 1] = ',"error":' .. cjson.encode(emsg) end
   end
-  return s
+  return table.concat(s)
 end
 
 -- failureOf returns the body of the events of a FAILED, CANCELLED or EXPIRED meta.
@@ -144,19 +202,22 @@ local function failureOf(meta)
   return outcomeOf(meta, st, nil, meta.errorType, meta.errorCode, meta.error)
 end
 
+-- emit answers one task. Task ids are [A-Za-z0-9._:-] (validated before they reach a
+-- script), so they are written as they are.
 local function emit(taskId, shared, queued, body)
-  local p = '{"taskId":' .. cjson.encode(taskId) .. ',"shared":"' .. shared .. '","queuedMs":' ..
-    fmt(queued) .. ',' .. body .. '}'
-  out.n = out.n + 1
-  if A.mode == 'write' then
-    local id = A.uuid .. '-' .. out.n
-    if A.maxlen > 0 then
-      redis.call('XADD', KEYS[5], 'MAXLEN', '~', A.maxlen, '*', '_watermill_message_uuid', id, 'payload', p)
+  local o = answered()
+  local p = '{"taskId":"' .. taskId .. '","shared":"' .. shared .. '","queuedMs":' .. queued .. ',' ..
+    body .. '}'
+  o.n = o.n + 1
+  if V[1] == 'write' then
+    local id = taskId .. '-' .. nowUsStr .. '-' .. o.n
+    if V[2] ~= '0' and V[2] ~= '' then
+      redis.call('XADD', K[5], 'MAXLEN', '~', V[2], '*', '_watermill_message_uuid', id, 'payload', p)
     else
-      redis.call('XADD', KEYS[5], '*', '_watermill_message_uuid', id, 'payload', p)
+      redis.call('XADD', K[5], '*', '_watermill_message_uuid', id, 'payload', p)
     end
   else
-    out.events[#out.events + 1] = p
+    o.events[#o.events + 1] = p
   end
 end
 
@@ -164,72 +225,88 @@ end
 -- every parked task the same body with shared "follower", then acknowledges all their entries
 -- and releases the parked ones.
 local function answer(body, callerShared)
-  if A.task ~= '' then emit(A.task, callerShared, A.queued, body) end
-  if A.entry ~= '' then out.acks[#out.acks + 1] = A.entry end
-  local w = redis.call('HGETALL', KEYS[4])
+  local o = answered()
+  local task, entry = V[7], V[8]
+  if task ~= '' then emit(task, callerShared, V[9], body) end
+  if entry ~= '' then o.acks[#o.acks + 1] = entry end
+  local w = redis.call('HGETALL', K[4])
   for i = 1, #w, 2 do
     local field = w[i]
-    if field ~= A.entry then
+    if field ~= entry then
       local at, taskId = string.match(w[i + 1], '^(%d+) (.+)$')
       if taskId then
-        emit(taskId, 'follower', 0, body)
-        out.waited[#out.waited + 1] = now - (tonumber(at) or now)
+        emit(taskId, 'follower', '0', body)
+        o.waited[#o.waited + 1] = now - (tonumber(at) or now)
       end
-      out.acks[#out.acks + 1] = field
+      o.acks[#o.acks + 1] = field
     end
-    out.released[#out.released + 1] = field
+    o.released[#o.released + 1] = field
   end
 end
 
 -- park moves the caller's entry to the parking consumer (mode write) or asks the caller to.
 local function park()
-  if A.entry == '' then return end
-  if A.mode == 'write' then
-    local id, stream = splitRef(A.entry)
-    if id then redis.call('XCLAIM', stream, A.group, A.parking, 0, id, 'JUSTID') end
+  local entry = V[8]
+  if entry == '' then return end
+  if V[1] == 'write' then
+    local id, stream = splitRef(entry)
+    if id then redis.call('XCLAIM', stream, V[3], V[4], 0, id, 'JUSTID') end
   else
-    out.park = A.entry
+    answered().park = entry
+  end
+end
+
+-- ackAll acknowledges the answered entries, one XACK per stream (mode write).
+local function ackAll(acks)
+  if #acks == 1 then
+    local id, stream = splitRef(acks[1])
+    if id then redis.call('XACK', stream, V[3], id) end
+    return
+  end
+  local byStream, order = {}, {}
+  for _, ref in ipairs(acks) do
+    local id, stream = splitRef(ref)
+    if id then
+      if not byStream[stream] then byStream[stream] = {}; order[#order + 1] = stream end
+      local ids = byStream[stream]
+      ids[#ids + 1] = id
+    end
+  end
+  for _, stream in ipairs(order) do
+    local ids = byStream[stream]
+    for i = 1, #ids, 100 do
+      redis.call('XACK', stream, V[3], unpack(ids, i, math.min(i + 99, #ids)))
+    end
   end
 end
 
 -- tail finishes an answering script: in mode write it acknowledges the entries and deletes the
 -- released waiter fields; it appends the answer tail to reply and returns it.
 local function tail(reply)
-  if A == nil then initAnswers() end
-  if A.mode == 'write' then
-    local byStream, order = {}, {}
-    for _, ref in ipairs(out.acks) do
-      local id, stream = splitRef(ref)
-      if id then
-        if not byStream[stream] then byStream[stream] = {}; order[#order + 1] = stream end
-        local ids = byStream[stream]
-        ids[#ids + 1] = id
-      end
-    end
-    for _, stream in ipairs(order) do
-      local ids = byStream[stream]
-      for i = 1, #ids, 100 do
-        redis.call('XACK', stream, A.group, unpack(ids, i, math.min(i + 99, #ids)))
-      end
-    end
-    for i = 1, #out.released, 100 do
-      redis.call('HDEL', KEYS[4], unpack(out.released, i, math.min(i + 99, #out.released)))
-    end
-    reply[#reply + 1] = out.n
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = ''
-  else
-    reply[#reply + 1] = out.n
-    for _, p in ipairs(out.events) do reply[#reply + 1] = p end
-    reply[#reply + 1] = #out.acks
-    for _, r in ipairs(out.acks) do reply[#reply + 1] = r end
-    reply[#reply + 1] = #out.released
-    for _, r in ipairs(out.released) do reply[#reply + 1] = r end
-    reply[#reply + 1] = out.park
+  local o = out
+  local n = #reply
+  if o == nil then
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4], reply[n + 5] = 0, 0, 0, '', 0
+    return reply
   end
-  reply[#reply + 1] = #out.waited
-  for _, ms in ipairs(out.waited) do reply[#reply + 1] = ms end
+  if V[1] == 'write' then
+    if #o.acks > 0 then ackAll(o.acks) end
+    local rel = o.released
+    for i = 1, #rel, 100 do
+      redis.call('HDEL', K[4], unpack(rel, i, math.min(i + 99, #rel)))
+    end
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = o.n, 0, 0, ''
+  else
+    reply[#reply + 1] = o.n
+    for _, p in ipairs(o.events) do reply[#reply + 1] = p end
+    reply[#reply + 1] = #o.acks
+    for _, r in ipairs(o.acks) do reply[#reply + 1] = r end
+    reply[#reply + 1] = #o.released
+    for _, r in ipairs(o.released) do reply[#reply + 1] = r end
+    reply[#reply + 1] = o.park
+  end
+  reply[#reply + 1] = #o.waited
+  for _, ms in ipairs(o.waited) do reply[#reply + 1] = ms end
   return reply
 end
 
@@ -237,18 +314,19 @@ end
 -- when it has one, else by parking the caller's task on it (the current owner answers it).
 -- It returns 'answered' or 'parked'.
 local function settleCaller(meta)
-  if A.mode == 'write' and A.entry ~= '' then
+  local _, _, _, _, _, maxA = pinned(meta, nil)
+  local entry = V[8]
+  if V[1] == 'write' and entry ~= '' then
     -- An entry no longer pending was answered by whoever acknowledged it (the owner that
     -- took over): a zombie writes nothing more.
-    local id, stream = splitRef(A.entry)
-    local ok, p = pcall(redis.call, 'XPENDING', stream, A.group, id, id, 1)
+    local id, stream = splitRef(entry)
+    local ok, p = pcall(redis.call, 'XPENDING', stream, V[3], id, id, 1)
     if ok and not p[1] then return 'answered' end
   end
   local st = meta.status
   local attempts = num(meta.attempts, 0)
-  local maxA = num(meta.maxAttempts, 3)
   if st == 'SUCCEEDED' then
-    local result = redis.call('GET', KEYS[2])
+    local result = redis.call('GET', K[2])
     if result then
       answer(outcomeOf(meta, st, result), 'follower')
       return 'answered'
@@ -258,13 +336,29 @@ local function settleCaller(meta)
     answer(failureOf(meta), 'follower')
     return 'answered'
   end
-  if A.entry ~= '' then
-    if redis.call('HEXISTS', KEYS[4], A.entry) == 0 then
-      redis.call('HSET', KEYS[4], A.entry, fmt(now) .. ' ' .. A.task)
-      local ttl = redis.call('PTTL', KEYS[1])
-      if ttl > 0 then redis.call('PEXPIRE', KEYS[4], ttl) end
+  if entry ~= '' then
+    if redis.call('HEXISTS', K[4], entry) == 0 then
+      redis.call('HSET', K[4], entry, nowStr .. ' ' .. V[7])
+      local ttl = redis.call('PTTL', K[1])
+      if ttl > 0 then redis.call('PEXPIRE', K[4], ttl) end
     end
     park()
   end
   return 'parked'
+end
+
+-- register registers body as the library function <prefix><name> (the prefix carries the
+-- library's version, so that consumers of two versions can run side by side). Before each call
+-- it sets the call's keys, arguments and clock, and clears the answer state.
+local function register(name, body)
+  redis.register_function(FUNCTION_PREFIX .. name, function(keys, args)
+    K, V, A, out = keys, args, nil, nil
+    local clock = redis.call('TIME')
+    local sec, us = clock[1], clock[2]
+    us = PAD[#us] .. us
+    nowUsStr = sec .. us
+    nowStr = sec .. string.sub(us, 1, 3)
+    now, nowUs = tonumber(nowStr), tonumber(nowUsStr)
+    return body()
+  end)
 end

@@ -1,16 +1,30 @@
-// Package lua holds Flightdeck's Redis scripts. Each script lives in its own .lua file that
-// opens with a KEYS/ARGV/Output header, and is exported here as a *redis.Script (EVALSHA with
-// an EVAL fallback on NOSCRIPT). The flight scripts (acquire, start, heartbeat, complete, fail,
-// cancel, handover) share a prelude, lib.lua, that this package puts in front of each: the
-// clock, the fence rule and the answering of tasks. Every key a script touches arrives in
-// KEYS, and the keys of one call share one hash tag (a flight's {requestKey}, a session's
-// {sessionId}) or are a single stream, so every script runs unchanged on Redis Cluster; only
-// answer mode "write" (see lib.lua) reaches streams of other slots, and it is used on a single
-// Redis node only.
+// Package lua holds Flightdeck's Redis scripts, each in its own .lua file that opens with a
+// KEYS/ARGV/Output header.
+//
+// The flight scripts (acquire, start, heartbeat, complete, fail, cancel, handover) form one
+// Redis Functions library (FUNCTION LOAD, Redis 7.0 or later): lib.lua holds the helpers they
+// share (the clock, the fence rule, the answering of tasks), defined once when the library
+// loads, and each script's file registers one function. A call then runs only its body, not a
+// prelude: this is what keeps an owner's two calls per task cheap. The library's name and its
+// functions' names carry a hash of its source, so consumers of two versions run side by side
+// during a rolling deploy. Function.Run loads the library on demand (a Redis restarted without
+// persistence forgets it).
+//
+// The other scripts (stream_touch, liveness, session_lock) are plain scripts (EVALSHA with an
+// EVAL fallback). Every key a script touches arrives in KEYS, and the keys of one call share
+// one hash tag (a flight's {requestKey}, a session's {tenant:sessionId}) or are a single
+// stream, so every script runs unchanged on Redis Cluster; only answer mode "write" (see
+// lib.lua) reaches streams of other slots, and it is used on a single Redis node only.
 package lua
 
 import (
+	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -40,32 +54,94 @@ var (
 	sessionLockSrc string
 )
 
-// flightScript returns a flight script with the prelude in front of it.
-func flightScript(src string) *redis.Script { return redis.NewScript(libSrc + "\n" + src) }
+// library is the flight function library's source and prefix (set once by newLibrary).
+type library struct {
+	name, prefix, src string
+}
+
+func newLibrary() library {
+	body := strings.Join([]string{libSrc, acquireSrc, startSrc, heartbeatSrc, completeSrc, failSrc,
+		cancelSrc, handoverSrc}, "\n")
+	sum := sha256.Sum256([]byte(body))
+	v := hex.EncodeToString(sum[:6])
+	lib := library{name: "flightdeck_" + v, prefix: "fd_" + v + "_"}
+	lib.src = "#!lua name=" + lib.name + "\n" + strings.Replace(body, "{{prefix}}", lib.prefix, 1)
+	return lib
+}
+
+var flightLib = newLibrary()
+
+// Library returns the flight library's name and source (for inspection and tests).
+func Library() (name, src string) { return flightLib.name, flightLib.src }
+
+// Function is one function of the flight library.
+type Function struct {
+	name string
+}
+
+// Name is the function's name in Redis (with the library's version prefix).
+func (f *Function) Name() string { return f.name }
+
+// Run calls the function (FCALL). When Redis does not know it (the library was never loaded,
+// or Redis lost it with a restart) it loads the library and calls again.
+func (f *Function) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := c.FCall(ctx, f.name, keys, args...)
+	if err := cmd.Err(); err != nil && isNoFunction(err) {
+		if lerr := LoadLibrary(ctx, c); lerr != nil {
+			return cmd
+		}
+		cmd = c.FCall(ctx, f.name, keys, args...)
+	}
+	return cmd
+}
+
+func isNoFunction(err error) bool {
+	return strings.Contains(err.Error(), "Function not found") || strings.Contains(err.Error(), "No such function")
+}
+
+// LoadLibrary loads the flight library (FUNCTION LOAD REPLACE) on Redis, on every master of a
+// cluster. Loading it again is harmless.
+func LoadLibrary(ctx context.Context, c redis.UniversalClient) error {
+	load := func(ctx context.Context, n redis.Cmdable) error {
+		if err := n.FunctionLoadReplace(ctx, flightLib.src).Err(); err != nil {
+			if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+				return fmt.Errorf("%w: %w", ErrNoFunctions, err)
+			}
+			return fmt.Errorf("lua: load library %s: %w", flightLib.name, err)
+		}
+		return nil
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return load(ctx, n) })
+	}
+	return load(ctx, c)
+}
+
+func fn(name string) *Function { return &Function{name: flightLib.prefix + name} }
 
 // Acquire decides who runs a flight: OWNER, FOLLOWER_WAIT, RESULT_HIT, FAILED_FINAL,
 // CANCELLED or EXPIRED, and answers the tasks a final outcome settles. See acquire.lua.
-var Acquire = flightScript(acquireSrc)
+var Acquire = fn("acquire")
 
 // Start moves a flight from PENDING to RUNNING for the token's owner.
-var Start = flightScript(startSrc)
+var Start = fn("start")
 
 // Heartbeat renews the owner's lease, records progress, reports cancellation and expiry, and
 // writes back a meta that is gone.
-var Heartbeat = flightScript(heartbeatSrc)
+var Heartbeat = fn("heartbeat")
 
 // Complete stores the owner's result (or writes back a spooled one), makes the flight
 // SUCCEEDED and answers every task waiting for it.
-var Complete = flightScript(completeSrc)
+var Complete = fn("complete")
 
 // Fail records a failed attempt; a final failure answers every task waiting for the flight.
-var Fail = flightScript(failSrc)
+var Fail = fn("fail")
 
 // Cancel makes a flight that may still run CANCELLED and answers its parked tasks.
-var Cancel = flightScript(cancelSrc)
+var Cancel = fn("cancel")
 
 // Handover gives a running flight up without spending its attempt.
-var Handover = flightScript(handoverSrc)
+var Handover = fn("handover")
 
 // StreamTouch keeps (or hands over) custody of the task entries a consumer holds.
 var StreamTouch = redis.NewScript(streamTouchSrc)
@@ -76,8 +152,10 @@ var Liveness = redis.NewScript(livenessSrc)
 // SessionLock acquires, renews or releases the fenced, leased lock of one interview session.
 var SessionLock = redis.NewScript(sessionLockSrc)
 
-// All lists every script, for loading them ahead of pipelines (SCRIPT LOAD).
-func All() []*redis.Script {
-	return []*redis.Script{Acquire, Start, Heartbeat, Complete, Fail, Cancel, Handover, StreamTouch,
-		Liveness, SessionLock}
+// Scripts lists the plain scripts, for loading them ahead of pipelines (SCRIPT LOAD).
+func Scripts() []*redis.Script {
+	return []*redis.Script{StreamTouch, Liveness, SessionLock}
 }
+
+// ErrNoFunctions reports a Redis without Redis Functions (older than 7.0).
+var ErrNoFunctions = errors.New("lua: Redis 7.0 or later is required (FUNCTION LOAD)")

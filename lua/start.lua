@@ -11,17 +11,20 @@
 --   CANCELLED / EXPIRED   the flight ended meanwhile: nothing changed
 --   STATE       any other status (second element): nothing changed
 
-local m = redis.call('HMGET', KEYS[1], 'status', 'ownerToken', 'runningTTL', 'failureTTL')
-local status, token = m[1], m[2]
-if not status then return { 'GONE', '' } end
-if token ~= ARGV[1] then return { 'STALE_TOKEN', status } end
-if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
-if status == 'RUNNING' then return { 'OK', status } end
-if status ~= 'PENDING' then return { 'STATE', status } end
+register('start', function()
+  local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'policy')
+  local status, token = m[1], m[2]
+  if not status then return { 'GONE', '' } end
+  if token ~= V[1] then return { 'STALE_TOKEN', status } end
+  if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
+  if status == 'RUNNING' then return { 'OK', status } end
+  if status ~= 'PENDING' then return { 'STATE', status } end
 
-local runningTTL, failureTTL = num(m[3], 120000), num(m[4], 60000)
-redis.call('HSET', KEYS[1], 'status', 'RUNNING', 'updatedAt', now, 'heartbeatAt', now,
-  'progressAt', now, 'expireAt', now + runningTTL)
-redis.call('PEXPIRE', KEYS[1], runningTTL + failureTTL)
-if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], runningTTL + failureTTL) end
-return { 'OK', 'RUNNING' }
+  local _, runningTTL, _, _, failureTTL = pinned({ policy = m[3] }, nil)
+  redis.call('HSET', K[1], 'status', 'RUNNING', 'updatedAt', now, 'heartbeatAt', now,
+    'expireAt', now + runningTTL)
+  redis.call('HDEL', K[1], 'progressAt')
+  redis.call('PEXPIRE', K[1], runningTTL + failureTTL)
+  if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], runningTTL + failureTTL) end
+  return { 'OK', 'RUNNING' }
+end)
