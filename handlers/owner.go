@@ -67,6 +67,9 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 			return false, nil
 		}
 	}
+	// What is left is a short write (or, rarely, another acquire): the subscriber may read
+	// this slot's next task meanwhile.
+	stream.Finishing(t.msg)
 	if callErr != nil {
 		return t.fail(ctx, o, callErr, log)
 	}

@@ -94,9 +94,12 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 // or answered from the flight's outcome (by the acquire script itself).
 func (t *taskRun) acquireLoop(ctx context.Context) error {
 	p := t.p
-	for {
+	for again := false; ; again = true {
 		if err := ctx.Err(); err != nil {
 			stream.Release(t.msg)
+			return nil
+		}
+		if again && !t.stillHeld(ctx) {
 			return nil
 		}
 		var deadline time.Time
@@ -138,6 +141,24 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// stillHeld checks, before the task acquires its flight once more (its run was refused or
+// aborted), that its entry is still this consumer's: a consumer that was paused or cut off may
+// find it answered meanwhile (by the owner that took over, whose flight records may even be
+// gone by now) or claimed by another consumer. Then the task is not this consumer's to run
+// again: the message is settled as acknowledged (forgotten) and stillHeld answers false. An
+// error reading Redis counts as held (the acquire decides).
+func (t *taskRun) stillHeld(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, t.p.stage.Lease)
+	defer cancel()
+	held, err := stream.StillHeld(cctx, t.msg)
+	if err != nil || held {
+		return true
+	}
+	t.log.Warn().Msg("the task's entry was answered or taken over while this run was refused; not running it again")
+	stream.Acked(t.msg)
+	return false
 }
 
 // statusOf is the status of the event an acquire wrote for the caller's task.

@@ -3,6 +3,7 @@ package stream
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type heldEntry struct {
 	due        time.Time
 	state      int
 	index      int // position in the delayed heap
+	// finishing: handed out, and its handler said it is finishing (Finishing): its slot counts
+	// as free while the message is not yet settled.
+	finishing bool
 }
 
 // delayHeap orders delayed entries by due time.
@@ -61,7 +65,8 @@ type topicLoop struct {
 	held       map[string]*heldEntry
 	ready      []*heldEntry
 	delayed    delayHeap
-	inflight   int
+	inflight   int // handed out and holding a slot
+	finishing  int // handed out, finishing: no slot held, not yet settled
 	cands      []Candidate
 	candIDs    map[string]bool
 	recovering bool
@@ -130,6 +135,7 @@ func (l *topicLoop) run() {
 			}
 		}
 		var err error
+		free = l.gather(free)
 		if l.recovering {
 			err = l.recover(free)
 		} else {
@@ -146,6 +152,50 @@ func (l *topicLoop) run() {
 		}
 		backoff = 50 * time.Millisecond
 	}
+}
+
+// gather waits, for at most ReadWait, while handlers are finishing and slots are taken, so
+// that the next read serves the slots they free as well. It returns the free slots.
+func (l *topicLoop) gather(free int) int {
+	cfg := &l.s.cfg
+	if cfg.ReadWait <= 0 {
+		return free
+	}
+	var timer *time.Timer
+	woken := false
+	defer func() {
+		if woken {
+			l.signal() // pass it on: the loop may have been woken for something else too
+		}
+	}()
+	for {
+		l.mu.Lock()
+		free = cfg.Capacity - l.inflight
+		finishing := l.finishing
+		l.mu.Unlock()
+		if finishing == 0 || free >= cfg.Capacity {
+			return free
+		}
+		if timer == nil {
+			timer = time.NewTimer(cfg.ReadWait)
+			defer timer.Stop()
+		}
+		select {
+		case <-l.wake:
+			woken = true
+		case <-timer.C:
+			return l.freeSlots()
+		case <-l.ctx.Done():
+			return free
+		}
+	}
+}
+
+// freeSlots is how many handlers of the topic are free.
+func (l *topicLoop) freeSlots() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.s.cfg.Capacity - l.inflight
 }
 
 func (l *topicLoop) sleep(d time.Duration) {
@@ -251,6 +301,7 @@ func (l *topicLoop) emit(e *heldEntry) {
 	msg.Metadata.Set(MetaStream, l.topic)
 	msg.Metadata.Set(MetaDeliveries, strconv.FormatInt(e.deliveries, 10))
 	msg.Metadata.Set(MetaHow, e.how)
+	msg.SetContext(context.WithValue(msg.Context(), handleKey{}, &msgHandle{l: l, e: e}))
 	select {
 	case l.out <- msg:
 	case <-l.ctx.Done():
@@ -294,7 +345,7 @@ func (l *topicLoop) settle(e *heldEntry, msg *message.Message) {
 	}
 	l.mu.Lock()
 	delete(l.held, e.id)
-	l.inflight--
+	l.unout(e)
 	l.settled.Broadcast()
 	l.mu.Unlock()
 	l.signal()
@@ -303,13 +354,49 @@ func (l *topicLoop) settle(e *heldEntry, msg *message.Message) {
 // redeliver keeps e held and hands it out again once due.
 func (l *topicLoop) redeliver(e *heldEntry, due time.Time, how string) {
 	l.mu.Lock()
-	l.inflight--
+	l.unout(e)
 	e.state, e.due, e.how = stateDelayed, due, how
 	e.deliveries++
 	heap.Push(&l.delayed, e)
 	l.settled.Broadcast()
 	l.mu.Unlock()
 	l.signal()
+}
+
+// unout accounts for a handed-out entry that is settled or taken back. Call with l.mu held.
+func (l *topicLoop) unout(e *heldEntry) {
+	if e.finishing {
+		e.finishing = false
+		l.finishing--
+		return
+	}
+	l.inflight--
+}
+
+// finish frees the slot of a handed-out entry whose handler is finishing (Finishing): the
+// loop may read the next entry while the handler completes this one.
+func (l *topicLoop) finish(e *heldEntry) {
+	l.mu.Lock()
+	if e.state != stateOut || e.finishing {
+		l.mu.Unlock()
+		return
+	}
+	e.finishing = true
+	l.inflight--
+	l.finishing++
+	l.mu.Unlock()
+	l.signal()
+}
+
+// stillHeld reports whether id is still pending under this consumer (not acknowledged, not
+// claimed by another consumer).
+func (l *topicLoop) stillHeld(ctx context.Context, id string) (bool, error) {
+	p, err := l.s.cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.topic, Group: l.s.cfg.Group,
+		Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		return false, fmt.Errorf("stream: pending entry %s: %w", id, err)
+	}
+	return len(p) == 1 && p[0].Consumer == l.s.cfg.Consumer, nil
 }
 
 // drop forgets an entry this process no longer holds (claimed by another consumer, or
@@ -347,7 +434,7 @@ func (l *topicLoop) waitSettled(deadline time.Time) {
 	defer timer.Stop()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.inflight > 0 && time.Now().Before(deadline) {
+	for l.inflight+l.finishing > 0 && time.Now().Before(deadline) {
 		l.settled.Wait()
 	}
 }

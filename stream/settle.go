@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -46,6 +47,45 @@ func Delay(msg *message.Message, d time.Duration) {
 // long, so that another consumer claims it at once (a consumer shutting down hands its work
 // over this way).
 func Release(msg *message.Message) { msg.Metadata.Set(metaSettle, "release") }
+
+// handleKey is the context key of a handed-out message's handle.
+type handleKey struct{}
+
+// msgHandle ties a handed-out message to its topic loop and entry.
+type msgHandle struct {
+	l *topicLoop
+	e *heldEntry
+}
+
+func handleOf(msg *message.Message) *msgHandle {
+	h, _ := msg.Context().Value(handleKey{}).(*msgHandle)
+	return h
+}
+
+// Finishing tells the subscriber that msg's handler is finishing: what is left is a short
+// write to Redis (the task's outcome is known), not work. The subscriber counts msg's slot as
+// free and may read the next entry while the handler completes this one; msg stays held
+// (touched, waited for on Close) until it is settled. A handler that goes on to real work
+// after all (a refused write that makes it acquire and run again) does so beyond Capacity.
+// Calling it twice, or on a message this package did not hand out, does nothing.
+func Finishing(msg *message.Message) {
+	if h := handleOf(msg); h != nil {
+		h.l.finish(h.e)
+	}
+}
+
+// StillHeld asks Redis whether msg's entry is still pending under this consumer. It is not
+// when the entry was acknowledged (its task answered) or claimed by another consumer while
+// this process could not touch it (paused, cut off): a handler then settles the message with
+// Acked, which forgets it, rather than work on a task that is no longer its own. A message this
+// package did not hand out is held.
+func StillHeld(ctx context.Context, msg *message.Message) (bool, error) {
+	h := handleOf(msg)
+	if h == nil {
+		return true, nil
+	}
+	return h.l.stillHeld(ctx, h.e.id)
+}
 
 // Unsettle clears what a handler left on msg: a handler that runs again (a retry by the
 // middleware) starts from nothing.

@@ -88,6 +88,10 @@ type Config struct {
 	Capacity int
 	// BlockTime bounds one XREADGROUP BLOCK. Defaults to 250 ms.
 	BlockTime time.Duration
+	// ReadWait: when a slot frees while other handlers are finishing (see Finishing), the
+	// topic waits up to ReadWait for their slots too, so that one XREADGROUP reads for all of
+	// them. Defaults to 200 µs; negative: read at once.
+	ReadWait time.Duration
 	// TouchInterval is how often the entries this process holds are touched. Keep it well
 	// below ClaimIdle. Defaults to 1 s.
 	TouchInterval time.Duration
@@ -130,6 +134,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BlockTime == 0 {
 		c.BlockTime = 250 * time.Millisecond
+	}
+	if c.ReadWait == 0 {
+		c.ReadWait = 200 * time.Microsecond
 	}
 	if c.TouchInterval == 0 {
 		c.TouchInterval = time.Second

@@ -331,3 +331,42 @@ func (smuggler) Unmarshal(v map[string]any) (*message.Message, error) {
 	m.Metadata.Set("_flightdeck_settle", "parked")
 	return m, nil
 }
+
+// TestFinishingFreesTheSlot: a handler that says it is finishing frees its slot for the next
+// entry at once, while its own message stays held (pending, waited for on Close) until it is
+// settled; saying it twice frees one slot only.
+func TestFinishingFreesTheSlot(t *testing.T) {
+	b := newBench(t)
+	s, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
+	b.add("1", "2", "3")
+	first := next(t, ch, 2*time.Second)
+	none(t, ch, 200*time.Millisecond)
+	stream.Finishing(first)
+	stream.Finishing(first)
+	second := next(t, ch, time.Second)
+	if string(second.Payload) != "2" {
+		t.Fatalf("got %s after Finishing", second.Payload)
+	}
+	none(t, ch, 300*time.Millisecond) // the second holds the only slot
+	if p := b.pending(); p["a"] != 2 {
+		t.Errorf("pending %v: the finishing entry must stay held until settled", p)
+	}
+	// Close waits for the finishing message too.
+	closed := make(chan error, 1)
+	go func() { closed <- s.CloseTimeout(5 * time.Second) }()
+	second.Ack()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a finishing message was unsettled", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	first.Ack()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close did not return once every message was settled")
+	}
+}

@@ -132,7 +132,7 @@ func DecodeTask(payload []byte, lim Limits) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	if first != json.Delim('{') {
+	if first != '{' {
 		return Task{}, invalid(ReasonBadJSON, "", "payload is not a JSON object")
 	}
 

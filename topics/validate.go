@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 )
@@ -286,36 +285,43 @@ func checkJSONValue(field string, data []byte, maxDepth int) error {
 	return nil
 }
 
-// walkJSON reads data token by token with a streaming decoder and fails as soon as arrays
-// and objects nest deeper than maxDepth, so that no input can make a later Unmarshal
-// recurse deeply. It returns the first token. It does not check for trailing data.
-func walkJSON(field string, data []byte, maxDepth int) (json.Token, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber() // numbers such as 1e999 are valid JSON but overflow float64
-	var first json.Token
+// walkJSON scans data byte by byte and fails as soon as arrays and objects nest deeper than
+// maxDepth, so that no input can make a later Unmarshal recurse deeply. It returns the first
+// byte that is not white space. It checks nesting only: the caller validates the syntax.
+func walkJSON(field string, data []byte, maxDepth int) (byte, error) {
+	var first byte
 	depth := 0
-	for n := 0; ; n++ {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			if n == 0 {
-				return nil, invalid(ReasonBadJSON, field, "empty")
+	inString := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
 			}
-			return first, nil
+			continue
 		}
-		if err != nil {
-			return nil, invalid(ReasonBadJSON, field, err.Error())
-		}
-		if n == 0 {
-			first = tok
-		}
-		switch tok {
-		case json.Delim('['), json.Delim('{'):
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			inString = true
+		case '[', '{':
 			depth++
 			if depth > maxDepth {
-				return nil, invalid(ReasonTooDeep, field, fmt.Sprintf("nesting exceeds %d", maxDepth))
+				return 0, invalid(ReasonTooDeep, field, fmt.Sprintf("nesting exceeds %d", maxDepth))
 			}
-		case json.Delim(']'), json.Delim('}'):
+		case ']', '}':
 			depth--
 		}
+		if first == 0 {
+			first = c
+		}
 	}
+	if first == 0 {
+		return 0, invalid(ReasonBadJSON, field, "empty")
+	}
+	return first, nil
 }

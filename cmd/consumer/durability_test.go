@@ -241,6 +241,52 @@ func TestPauseShorterThanLease(t *testing.T) {
 	}
 }
 
+// TestZombieDoesNotRerunAnAnsweredTask: an owner paused past its lease is taken over; the new
+// owner answers the paused owner's task too, and the flight's records expire before the paused
+// owner wakes up. Its refused result must not make it run the model again for a task that is
+// answered already (its entry is no longer pending).
+func TestZombieDoesNotRerunAnAnsweredTask(t *testing.T) {
+	e := newE2E(t)
+	e.stages = handlers.StageEvaluation
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 1500ms
+    resultTTL: 1s
+`)
+	a := e.startConfig("a", cfg)
+	tk := task("z0", handlers.StageEvaluation, 7, 2500)
+	e.enqueue(tk)
+	e.waitOwned([]string{keyOf(t, tk)}, "a", 10*time.Second)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	b := e.startConfig("b", cfg)
+	got := e.expectAnswered(ids("z", 1), 20*time.Second)
+	if ev := got["z0"]; len(ev) != 1 || ev[0].Consumer != "b" {
+		t.Fatalf("events %+v, want b's answer", ev)
+	}
+	// Let the result and the flight's meta expire, then wake the paused owner up.
+	time.Sleep(2 * time.Second)
+	if m, err := e.coord.Get(e.ctx, keyOf(t, tk)); err == nil {
+		t.Fatalf("the flight's meta outlived its result TTL: %+v", m)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	if n := a.modelCalls(t); n != 1 {
+		t.Errorf("the woken owner ran the model %d times, want its first call only", n)
+	}
+	if n := b.modelCalls(t); n != 1 {
+		t.Errorf("b ran the model %d times, want 1", n)
+	}
+	if evs := e.collect([]string{handlers.StageEvaluation}, ids("z", 1), time.Second); len(evs["z0"]) != 1 {
+		t.Errorf("task z0 got %d events, want 1: %+v", len(evs["z0"]), evs["z0"])
+	}
+	e.expectDrained(10 * time.Second)
+}
+
 // TestShutdownSpendsNoAttempt: SIGTERM during the last attempt hands the flight over without
 // spending it: a healthy peer runs it and the task succeeds.
 func TestShutdownSpendsNoAttempt(t *testing.T) {

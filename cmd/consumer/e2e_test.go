@@ -63,7 +63,7 @@ const stageYAML = `stages:
 `
 
 type e2e struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	rdb    redis.UniversalClient
 	url    string
@@ -78,7 +78,7 @@ type e2e struct {
 	srv    *redistest.Server
 }
 
-func newE2E(t *testing.T) *e2e {
+func newE2E(t testing.TB) *e2e {
 	r := redistest.New(t)
 	e := newE2EOn(t, r.Client, r.URL, r.Prefix)
 	e.srv = r.Server
@@ -103,7 +103,7 @@ func (e *e2e) startConfig(name, config string, extra ...string) *proc {
 }
 
 // newE2EOn sets a test up on any Redis: a single node or a cluster (url in cluster form).
-func newE2EOn(t *testing.T, rdb redis.UniversalClient, url, prefix string) *e2e {
+func newE2EOn(t testing.TB, rdb redis.UniversalClient, url, prefix string) *e2e {
 	cfg := filepath.Join(t.TempDir(), "stages.yaml")
 	if err := os.WriteFile(cfg, []byte(stageYAML), 0o600); err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ type proc struct {
 	done    chan struct{}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

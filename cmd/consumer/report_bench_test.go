@@ -45,6 +45,7 @@ const (
 	repBareEnv   = "FLIGHTDECK_REPORT_BARE" // "block": handlers never return; "noop": they ack
 	repStreamEnv = "FLIGHTDECK_REPORT_STREAM"
 	repNameEnv   = "FLIGHTDECK_REPORT_NAME"
+	repSubsEnv   = "FLIGHTDECK_REPORT_SUBS" // subscribers of the child (default 4)
 )
 
 // init turns this test binary into a bare watermill consumer when repBareEnv is set; it runs
@@ -55,8 +56,9 @@ func init() {
 	}
 }
 
-// repBareChild runs 4 bare subscribers on $FLIGHTDECK_REPORT_STREAM until SIGTERM/SIGKILL. It
-// prints READY once subscribed and "START <uuid>" when a handler receives a message.
+// repBareChild runs bare subscribers ($FLIGHTDECK_REPORT_SUBS, default 4) on
+// $FLIGHTDECK_REPORT_STREAM until SIGTERM/SIGKILL. It prints READY once subscribed and
+// "START <uuid>" when a handler receives a message.
 func repBareChild(mode string) int {
 	opt, err := redis.ParseURL(os.Getenv("REDIS_URL"))
 	if err != nil {
@@ -72,7 +74,11 @@ func repBareChild(mode string) int {
 		return 1
 	}
 	var mu sync.Mutex
-	for i := range 4 {
+	subs, err := strconv.Atoi(os.Getenv(repSubsEnv))
+	if err != nil || subs <= 0 {
+		subs = 4
+	}
+	for i := range subs {
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 			Client: redisconn.NewClient(opt), Consumer: name + "/" + strconv.Itoa(i), ConsumerGroup: topics.ConsumerGroup,
 			ClaimInterval: claimInterval, MaxIdleTime: testLease, DisableIndefiniteInitialBlock: true}, nil)
@@ -111,15 +117,22 @@ type repBare struct {
 	done  chan struct{}
 }
 
-// repStartBare starts a bare child and waits for its READY.
-func repStartBare(t *testing.T, url, stream, name, mode string) *repBare {
+// repStartBare starts a bare child with 4 subscribers and waits for its READY.
+func repStartBare(t testing.TB, url, stream, name, mode string) *repBare {
+	t.Helper()
+	return repStartBareN(t, url, stream, name, mode, 4)
+}
+
+// repStartBareN starts a bare child with subs subscribers and waits for its READY.
+func repStartBareN(t testing.TB, url, stream, name, mode string, subs int) *repBare {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &repBare{cmd: exec.Command(self), lines: make(chan repLine, 100), done: make(chan struct{})}
-	c.cmd.Env = append(os.Environ(), "REDIS_URL="+url, repBareEnv+"="+mode, repStreamEnv+"="+stream, repNameEnv+"="+name)
+	c.cmd.Env = append(os.Environ(), "REDIS_URL="+url, repBareEnv+"="+mode, repStreamEnv+"="+stream, repNameEnv+"="+name,
+		repSubsEnv+"="+strconv.Itoa(subs))
 	c.cmd.Stderr = os.Stderr
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -143,7 +156,7 @@ func repStartBare(t *testing.T, url, stream, name, mode string) *repBare {
 	return c
 }
 
-func (c *repBare) next(t *testing.T, timeout time.Duration) repLine {
+func (c *repBare) next(t testing.TB, timeout time.Duration) repLine {
 	t.Helper()
 	select {
 	case l := <-c.lines:
@@ -168,7 +181,7 @@ var (
 
 // repUseReleaseBinary makes e.start run a consumer built without the race detector for the
 // rest of the test (tests of this package do not run in parallel).
-func repUseReleaseBinary(t *testing.T) {
+func repUseReleaseBinary(t testing.TB) {
 	t.Helper()
 	repBinaryOnce.Do(func() {
 		repBinary = filepath.Join(filepath.Dir(binary), "consumer-norace")

@@ -1,0 +1,186 @@
+package main_test
+
+// BenchmarkFleetBurst is the fleet measurement of docs/BENCHMARKS.md: consumer processes (not
+// in-process consumers) draining a burst of tasks that were all enqueued at once, the way a
+// deployment sees a backlog. Its asynq twin is bench/asynq (BenchmarkAsynqBurst), a separate
+// module, so that this module does not depend on asynq; `make bench-compare` runs both.
+//
+//	go test -run '^$' -bench FleetBurst -benchtime 5x ./cmd/consumer/
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Shape of one fleet burst.
+const (
+	fleetTasks       = 5000 // tasks per op, XADDed at once
+	fleetProcesses   = 2    // consumer processes
+	fleetConcurrency = 8    // handlers (subscribers) per process
+	fleetStage       = "interview-evaluation"
+)
+
+// BenchmarkFleetBurst: fleetTasks tasks with unique keys and a zero-latency sim model, XADDed
+// in pipelines, through fleetProcesses consumer processes of fleetConcurrency handlers each.
+// tasks/s runs from the first XADD to the last terminal event; redis-us/task is Redis's CPU
+// time (INFO cpu, user + sys) over the same span, per task, and consumer-us/task the consumer
+// processes' CPU time (user + sys, /proc/<pid>/stat). impl=bare is the same number of
+// bare watermill-redisstream consumer processes with fleetConcurrency subscribers each and a
+// handler that only acknowledges; it is done when the group has read every entry and none is
+// pending.
+func BenchmarkFleetBurst(b *testing.B) {
+	for _, impl := range []string{"flightdeck", "bare"} {
+		b.Run("impl="+impl, func(b *testing.B) { fleetBurst(b, impl) })
+	}
+}
+
+func fleetBurst(b *testing.B, impl string) {
+	e := newE2E(b)
+	e.stages = fleetStage
+	stream := e.ks.Tasks(fleetStage)
+	var pids []int
+	switch impl {
+	case "flightdeck":
+		repUseReleaseBinary(b)
+		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n", fleetStage, fleetConcurrency))
+		for i := range fleetProcesses {
+			p := e.startConfig("fleet-"+strconv.Itoa(i+1), cfg)
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+	case "bare":
+		for i := range fleetProcesses {
+			c := repStartBareN(b, e.url, stream, "bare-"+strconv.Itoa(i+1), "noop", fleetConcurrency)
+			pids = append(pids, c.cmd.Process.Pid)
+		}
+	}
+	results := e.ks.Results(fleetStage)
+	var elapsed time.Duration
+	var redisCPU, consumerCPU float64
+	b.ResetTimer()
+	for op := range b.N {
+		tasks := make([]topics.Task, fleetTasks)
+		for i := range tasks {
+			tasks[i] = topics.Task{TaskID: fmt.Sprintf("f%d-%d", op, i), Stage: fleetStage, Tenant: "acme",
+				Input: json.RawMessage(fmt.Sprintf(`{"question":"q%d-%d","answer":"a","sim":{"latencyMs":0}}`, op, i))}
+		}
+		from := "$"
+		if impl == "flightdeck" {
+			last, err := e.rdb.XRevRangeN(e.ctx, results, "+", "-", 1).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			from = "0"
+			if len(last) > 0 {
+				from = last[0].ID
+			}
+		}
+		cpu0, ccpu0 := fleetRedisCPU(b, e.rdb), fleetProcCPU(b, pids)
+		start := time.Now()
+		if _, err := e.w.EnqueueTasks(e.ctx, tasks); err != nil {
+			b.Fatal(err)
+		}
+		switch impl {
+		case "flightdeck":
+			fleetAwaitEvents(b, e.rdb, results, from, fleetTasks)
+		case "bare":
+			fleetAwaitDrained(b, e.rdb, stream)
+		}
+		elapsed += time.Since(start)
+		redisCPU += fleetRedisCPU(b, e.rdb) - cpu0
+		consumerCPU += fleetProcCPU(b, pids) - ccpu0
+	}
+	b.StopTimer()
+	n := float64(b.N * fleetTasks)
+	b.ReportMetric(n/elapsed.Seconds(), "tasks/s")
+	b.ReportMetric(redisCPU/n*1e6, "redis-us/task")
+	b.ReportMetric(consumerCPU/n*1e6, "consumer-us/task")
+	b.ReportMetric(0, "ns/op")
+}
+
+// fleetAwaitEvents reads the result stream after from until n events arrived.
+func fleetAwaitEvents(b *testing.B, rdb redis.UniversalClient, results, from string, n int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	seen := 0
+	for seen < n {
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{results, from}, Count: 1000, Block: time.Second}).Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			b.Fatalf("after %d of %d events: %v", seen, n, err)
+		}
+		for _, s := range res {
+			seen += len(s.Messages)
+			from = s.Messages[len(s.Messages)-1].ID
+		}
+	}
+}
+
+// fleetAwaitDrained waits until the group has read every entry of stream and none is pending.
+func fleetAwaitDrained(b *testing.B, rdb redis.UniversalClient, stream string) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		groups, err := rdb.XInfoGroups(context.Background(), stream).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, g := range groups {
+			if g.Name == topics.ConsumerGroup && g.Lag == 0 && g.Pending == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not drained: %+v", groups)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fleetRedisCPU is Redis's CPU time so far (user + sys), in seconds.
+func fleetRedisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
+}
+
+// fleetProcCPU is the CPU time so far (user + sys) of the processes pids, in seconds.
+func fleetProcCPU(b *testing.B, pids []int) float64 {
+	b.Helper()
+	var total float64
+	for _, pid := range pids {
+		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The fields after the command name (which may hold spaces) start after its ')'.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+		utime, _ := strconv.ParseFloat(f[11], 64)
+		stime, _ := strconv.ParseFloat(f[12], 64)
+		total += (utime + stime) / 100 // clock ticks (USER_HZ is 100 on Linux)
+	}
+	return total
+}
