@@ -1,6 +1,9 @@
 // Command chaos runs Flightdeck's seeded fault-injection run (`make chaos`): its own
 // redis-server with AOF, several consumer processes, a producer, and faults at random
-// times (SIGKILL and SIGSTOP of consumers, Redis restarts and pauses). With --cluster it runs
+// times: SIGKILL and SIGSTOP of consumers, restarts under the same name, every consumer down
+// past the flights' TTLs, deleted flight records, owners paused for less than their lease,
+// consumers and cancellers that crash between a script and its answers, Redis restarts and
+// pauses. The first faults inject every kind once, in a seeded order. With --cluster it runs
 // on its own 6-node Redis Cluster instead and kills masters (a replica is promoted, the
 // killed node rejoins as a replica). It prints the figures as a table and a JSON line, and
 // exits 1 on any violation of the checker's rules.
@@ -42,11 +45,12 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Keys, "keys", 20, "keys live at any time (each receives tasks for --key-life)")
 	fs.DurationVar(&cfg.KeyLife, "key-life", 10*time.Second, "how long a key receives tasks")
 	fs.Float64Var(&cfg.Rate, "rate", 20, "producer sends per second (a tenth are bursts of 2-4 duplicates)")
-	fs.DurationVar(&cfg.FaultEvery, "fault-every", 5*time.Second, "mean gap between faults")
+	fs.DurationVar(&cfg.FaultEvery, "fault-every", 0, "mean gap between faults (default 5s, less for runs too short to inject every kind at that pace)")
 	fs.DurationVar(&cfg.Drain, "drain", 2*time.Minute, "after the faults, how long to wait for every task to be answered")
 	fs.StringVar(&cfg.Out, "out", "", "directory for logs, the AOF, history.json and report.json (default: a new temp dir)")
 	fs.BoolVar(&cfg.RedisCluster, "cluster", false, "run on its own Redis Cluster (3 masters + 3 replicas) and kill masters (cluster-master-kill); the single-node Redis restart/pause faults are skipped")
 	fs.StringVar(&cfg.ConsumerBin, "consumer-bin", "", "a built consumer binary (default: go build ./cmd/consumer)")
+	fs.StringVar(&cfg.ProducerBin, "producer-bin", "", "a built producer binary, for its cancel command (default: go build ./cmd/producer)")
 	quiet := fs.Bool("quiet", false, "no progress lines, only the figures")
 	maxV := fs.Int("max-violations", 50, "violations printed (all are in report.json)")
 	recheck := fs.String("recheck", "", "check a saved history.json again instead of running")

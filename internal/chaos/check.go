@@ -7,12 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // The rules Check verifies.
 const (
-	// RuleEvent: every task the producer surely enqueued got a terminal event, under its key.
+	// RuleEvent: every task the producer surely enqueued got a terminal event, under its key;
+	// a CANCELLED one only when its key was cancelled.
 	RuleEvent = 1
 	// RuleOneResult: all SUCCEEDED events of one key within the result TTL carry the same
 	// result and token.
@@ -20,21 +22,25 @@ const (
 	// RuleNoStale: no result from a stale token was accepted: a key's accepted result carries
 	// the greatest token that ran in its flight, and it is the stored flight's token.
 	RuleNoStale = 3
-	// RuleRuns: model runs per key <= 1 + takeovers (reason takeover or expired); retry and
-	// result_lost runs are allowed extra runs; a fresh flight (reason new) is allowed only
-	// after the previous one ended without a result, or its result TTL passed.
+	// RuleRuns: model runs per key <= 1 + takeovers of a lapsed lease (reason takeover or
+	// expired); retry and result_lost runs are allowed extra runs, and so are handover runs
+	// after the previous owner handed the flight over (they spend no attempt); a fresh flight
+	// (reason new) is allowed only after the previous one ended without a result (or its
+	// result TTL passed), or after its records vanished (deleted, or expired: runningTTL +
+	// failureTTL after its last acquisition). No run may start while a paused owner's lease
+	// is still live (pause-under-lease faults).
 	RuleRuns = 4
-	// RulePending: nothing stays pending at the end: no pending or undelivered stream entry,
-	// no running flight, no parked task.
+	// RulePending: nothing stays pending at the end: no pending (parked followers included)
+	// or undelivered stream entry, no running flight, no parked task.
 	RulePending = 5
 )
 
 // RuleNames names the rules in reports.
 var RuleNames = map[int]string{
-	RuleEvent:     "every task got a terminal event",
+	RuleEvent:     "every task got a terminal event (CANCELLED only if cancelled)",
 	RuleOneResult: "one result and token per key",
 	RuleNoStale:   "no stale-token result accepted",
-	RuleRuns:      "model runs <= 1 + takeovers",
+	RuleRuns:      "model runs <= 1 + takeovers of a lapsed lease",
 	RulePending:   "nothing pending at the end",
 }
 
@@ -79,24 +85,36 @@ type Figures struct {
 
 	Faults      map[string]int `json:"faults"`
 	FaultsTotal int            `json:"faultsTotal"`
+	// CancelledKeys counts keys a cancel script ran for; CancellerCrashes the cancellers
+	// that exited 86 after it (canceller-crash).
+	CancelledKeys    int `json:"cancelledKeys"`
+	CancellerCrashes int `json:"cancellerCrashes"`
 
 	ModelRuns      int `json:"modelRuns"`
-	Flights        int `json:"flights"`        // flight generations that ran the model (per key: 1 + fresh flights after a failure)
+	Flights        int `json:"flights"`        // flight generations that ran the model (per key: 1 + fresh flights)
+	FreshAfterEnd  int `json:"freshAfterEnd"`  // fresh flights after the previous one ended without a result
+	FreshVanished  int `json:"freshVanished"`  // fresh flights after the previous one's records vanished
 	DuplicateRuns  int `json:"duplicateRuns"`  // runs beyond the first of each flight
 	Takeovers      int `json:"takeovers"`      // runs with reason takeover
 	ExpiredRuns    int `json:"expiredRuns"`    // runs with reason expired
 	RetryRuns      int `json:"retryRuns"`      // runs with reason retry (allowed extra)
 	ResultLostRuns int `json:"resultLostRuns"` // runs with reason result_lost (allowed extra)
+	HandoverRuns   int `json:"handoverRuns"`   // runs with reason handover (no attempt spent)
 	Completions    int `json:"completions"`    // results accepted by Redis
-	Restored       int `json:"restored"`       // of which written back by restore
+	Restored       int `json:"restored"`       // of which written back with the flight
+	MetaBack       int `json:"metaWrittenBack"`
 
 	Refused   int `json:"refusedResults"`   // late results refused by fencing
-	FencedOff int `json:"fencedOff"`        // owners stopped by a heartbeat that found their token stale
+	Aborted   int `json:"abortedRuns"`      // runs a heartbeat aborted (stale token, cancel, expiry)
 	Spooled   int `json:"spooled"`          // uncertain outcomes spooled
-	SpoolBack int `json:"spoolWrittenBack"` // spooled outcomes written back by the flush loop
-	Crashes   int `json:"consumerCrashes"`
+	SpoolBack int `json:"spoolWrittenBack"` // spooled outcomes written back by the flush loop or at start
+	PickedUp  int `json:"pickedUp"`         // entries consumers restarted under their name picked up
+	Crashes   int `json:"consumerCrashes"`  // exits nobody asked for
+	// InjectedCrashes counts consumers a fault knob made exit 86 (crash-after-complete).
+	InjectedCrashes int `json:"injectedCrashes"`
 
-	Pending int64 `json:"pending"` // pending + undelivered entries at the end
+	Pending int64 `json:"pending"` // pending (parked included) + undelivered entries at the end
+	Parked  int64 `json:"parkedPending"`
 
 	Violations       int            `json:"violations"`
 	ViolationsByRule map[string]int `json:"violationsByRule"`
@@ -106,37 +124,6 @@ type Figures struct {
 type Report struct {
 	Figures    Figures     `json:"figures"`
 	Violations []Violation `json:"violations"`
-}
-
-// Known run reasons (flight.Reason values of an owner).
-var ownerReasons = map[string]bool{"new": true, "retry": true, "takeover": true, "expired": true, "result_lost": true}
-
-// epoch is one flight generation of a key: the runs from a "new" (or "result_lost") run up
-// to the next one, in token order.
-type epoch struct {
-	runs []ModelRun // sorted by token; runs[0] starts the epoch
-}
-
-func (e epoch) first() int64   { return e.runs[0].Token }
-func (e epoch) last() ModelRun { return e.runs[len(e.runs)-1] }
-
-// epochsOf splits a key's runs (sorted by token) into flight generations.
-func epochsOf(runs []ModelRun) []epoch {
-	var eps []epoch
-	for i, r := range runs {
-		if i == 0 || r.Reason == "new" || r.Reason == "result_lost" {
-			eps = append(eps, epoch{})
-		}
-		eps[len(eps)-1].runs = append(eps[len(eps)-1].runs, r)
-	}
-	return eps
-}
-
-// epochIndex returns the index of the epoch holding token, or -1 when the token is below
-// every run.
-func epochIndex(eps []epoch, token int64) int {
-	i := sort.Search(len(eps), func(i int) bool { return eps[i].first() > token })
-	return i - 1
 }
 
 // Check verifies the five rules over h. It is a pure function of h.
@@ -180,6 +167,16 @@ func Check(h History) Report {
 		dead[d.TaskID] = append(dead[d.TaskID], d)
 	}
 	f.DeadLetters = len(h.DeadLetters)
+	cancelled := map[string]bool{}
+	for _, c := range h.Cancels {
+		if c.ScriptRan() {
+			cancelled[c.Key] = true
+		}
+		if c.Crash && c.Exit == faults.CrashExitCode {
+			f.CancellerCrashes++
+		}
+	}
+	f.CancelledKeys = len(cancelled)
 	for _, id := range order {
 		enq := sure[id]
 		evs := byTask[id]
@@ -212,6 +209,10 @@ func Check(h History) Report {
 			if ev.RequestKey != enq.Key {
 				add(Violation{Rule: RuleEvent, Key: enq.Key, TaskID: id,
 					Detail: fmt.Sprintf("event under another key %s", ev.RequestKey)})
+			}
+			if ev.Status == topics.StatusCancelled && !cancelled[enq.Key] {
+				add(Violation{Rule: RuleEvent, Key: enq.Key, TaskID: id, Detail: fmt.Sprintf(
+					"CANCELLED event (token %d, by %s: %s), but nobody cancelled the key", ev.OwnerToken, ev.Consumer, ev.Error)})
 			}
 		}
 	}
@@ -287,6 +288,8 @@ func Check(h History) Report {
 			f.RetryRuns++
 		case "result_lost":
 			f.ResultLostRuns++
+		case "handover":
+			f.HandoverRuns++
 		}
 	}
 	epochs := map[string][]epoch{}
@@ -370,62 +373,21 @@ func Check(h History) Report {
 		}
 	}
 
-	// Rule 4: runs per key <= 1 + takeovers (+ allowed extra runs).
+	// Rule 4: runs per key <= 1 + takeovers of a lapsed lease (+ allowed extra runs).
+	ix := newRunIndex(h)
 	for _, k := range sortedKeys(runsByKey) {
-		runs := runsByKey[k]
-		eps := epochs[k]
-		var takeovers, extra, fresh int
-		for i, run := range runs {
-			if !ownerReasons[run.Reason] {
-				add(Violation{Rule: RuleRuns, Key: k, TaskID: run.TaskID, Detail: fmt.Sprintf(
-					"run with token %d has unknown reason %q", run.Token, run.Reason)})
-			}
-			if i > 0 && runs[i-1].Token == run.Token {
-				add(Violation{Rule: RuleRuns, Key: k, TaskID: run.TaskID, Detail: fmt.Sprintf(
-					"token %d ran the model twice (%s task %s, %s task %s)", run.Token,
-					runs[i-1].Consumer, runs[i-1].TaskID, run.Consumer, run.TaskID)})
-			}
-			switch run.Reason {
-			case "takeover", "expired":
-				takeovers++
-			case "retry", "result_lost":
-				extra++
-			}
-		}
-		// A fresh flight (reason new) after the first is allowed when every earlier
-		// generation ended without a result (a FAILED, EXPIRED or CANCELLED event carries
-		// one of its tokens) or its result's TTL had passed.
-		var why []string
-		for i := 1; i < len(eps); i++ {
-			start := eps[i].runs[0]
-			if start.Reason != "new" {
-				continue
-			}
-			ok := true
-			for j := 0; j < i; j++ {
-				if w := generationOpen(eps, j, succ[k], other[k], start, h.ResultTTL); w != "" {
-					ok = false
-					why = append(why, fmt.Sprintf("fresh flight (token %d, task %s, %s) ran the model again: %s",
-						start.Token, start.TaskID, start.Consumer, w))
-					break
-				}
-			}
-			if ok {
-				fresh++
-			}
-		}
-		if allowed := 1 + fresh + takeovers + extra; len(runs) > allowed || len(why) > 0 {
-			add(Violation{Rule: RuleRuns, Key: k, Detail: fmt.Sprintf(
-				"%d model runs, allowed 1 + %d takeovers + %d fresh flights after a failure + %d retry/result_lost runs (%s)%s",
-				len(runs), takeovers, fresh, extra, describeRuns(runs), prefixJoin("; ", why))})
-		}
+		fresh := checkRuns(k, runsByKey[k], epochs[k], succ[k], other[k], h, ix, add)
+		f.FreshAfterEnd += fresh.afterEnd
+		f.FreshVanished += fresh.vanished
 	}
 
 	// Rule 5: nothing pending at the end.
 	for _, b := range h.Backlog {
 		if b.Pending > 0 {
 			f.Pending += b.Pending
-			add(Violation{Rule: RulePending, Detail: fmt.Sprintf("stage %s: %d entries pending in the group", b.Stage, b.Pending)})
+			f.Parked += b.Parked
+			add(Violation{Rule: RulePending, Detail: fmt.Sprintf("stage %s: %d entries pending in the group (%d parked under %s; by holder: %s)",
+				b.Stage, b.Pending, b.Parked, topics.ParkingConsumer, describeHolders(b.Holders))})
 		}
 		if b.Lag > 0 {
 			f.Pending += b.Lag
@@ -451,8 +413,9 @@ func Check(h History) Report {
 		f.Faults[ft.Kind]++
 		f.FaultsTotal++
 	}
-	f.Refused, f.FencedOff, f.Spooled, f.SpoolBack = h.Logs.Refused, h.Logs.FencedOff, h.Logs.Spooled, h.Logs.SpoolWritten
-	f.Crashes = len(h.Exits)
+	f.Refused, f.Aborted, f.Spooled, f.SpoolBack = h.Logs.Refused, h.Logs.Aborted, h.Logs.Spooled, h.Logs.SpoolWritten
+	f.MetaBack, f.PickedUp = h.Logs.MetaBack, h.Logs.PickedUp
+	f.Crashes, f.InjectedCrashes = len(h.Exits), len(h.InjectedCrashes)
 	f.Violations = len(r.Violations)
 	f.ViolationsByRule = map[string]int{}
 	for _, v := range r.Violations {
@@ -487,55 +450,16 @@ func checkAccepted(key string, token int64, what string, eps []epoch, add func(V
 	}
 }
 
-// generationOpen explains why flight generation j of a key had not ended when start (a
-// fresh flight of a later generation) ran, or answers "".
-func generationOpen(eps []epoch, j int, succ, other []topics.Event, start ModelRun, ttl time.Duration) string {
-	lo := eps[j].first()
-	hi := int64(1<<63 - 1)
-	if j+1 < len(eps) {
-		hi = eps[j+1].first()
+// describeHolders lists pending counts by holder, sorted by name.
+func describeHolders(m map[string]int64) string {
+	if len(m) == 0 {
+		return "unknown"
 	}
-	in := func(t int64) bool { return t >= lo && t < hi }
-	for _, ev := range succ {
-		if in(ev.OwnerToken) {
-			// Log times have second precision: allow one second.
-			if ttl == 0 || start.At.Add(time.Second).Sub(ev.FinishedAt) < ttl {
-				return fmt.Sprintf("generation %d (tokens from %d) succeeded with token %d at %s, within the result TTL",
-					j+1, lo, ev.OwnerToken, ev.FinishedAt.Format(time.StampMilli))
-			}
-			return ""
-		}
+	parts := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
-	for _, ev := range other {
-		if in(ev.OwnerToken) {
-			return ""
-		}
-	}
-	return fmt.Sprintf("generation %d (tokens %d..%d, last run by %s) never ended with an event",
-		j+1, lo, eps[j].last().Token, eps[j].last().Consumer)
-}
-
-func describeRuns(runs []ModelRun) string {
-	var b bytes.Buffer
-	for i, r := range runs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		if i == 8 {
-			fmt.Fprintf(&b, "... (%d more)", len(runs)-i)
-			break
-		}
-		fmt.Fprintf(&b, "%d/%s/%s", r.Token, r.Reason, r.Consumer)
-	}
-	return b.String()
-}
-
-func prefixJoin(sep string, parts []string) string {
-	out := ""
-	for _, p := range parts {
-		out += sep + p
-	}
-	return out
+	return strings.Join(parts, ", ")
 }
 
 func sameResult(a, b topics.Event) bool {

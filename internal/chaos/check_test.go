@@ -73,6 +73,8 @@ func cleanHistory() History {
 		},
 		Backlog:    []Backlog{{Stage: "s", Pending: 0, Lag: 0}},
 		ResultTTL:  10 * time.Minute,
+		RunningTTL: 4 * time.Second,
+		FailureTTL: 2 * time.Second,
 		SnapshotAt: at(300),
 		Faults:     []Fault{{Kind: "sigkill", Target: "c1", At: at(2)}, {Kind: "sigstop", Target: "c2", At: at(3)}},
 	}
@@ -303,28 +305,45 @@ func TestRule5Pending(t *testing.T) {
 
 func TestParseLog(t *testing.T) {
 	log := `{"level":"info","name":"c1-0","stages":2,"time":"2026-03-01T12:00:00Z","message":"starting"}
-{"level":"info","consumer":"c1-0/2","entry":"1-0","stage":"s","taskId":"t1","requestKey":"K","token":1234567890123456,"reason":"takeover","attempt":2,"time":"2026-03-01T12:00:01Z","message":"model call"}
-{"level":"warn","consumer":"c1-0/2","taskId":"t1","requestKey":"K","token":1234567890123456,"time":"2026-03-01T12:00:02Z","message":"the flight was gone when the result arrived; result restored"}
-{"level":"info","consumer":"c1-0/2","taskId":"t1","requestKey":"K","token":1234567890123456,"followers":1,"runMs":5,"time":"2026-03-01T12:00:02Z","message":"owner completed"}
-{"level":"warn","consumer":"c1-0/3","taskId":"t2","requestKey":"L","token":5,"time":"2026-03-01T12:00:02Z","message":"result refused: another owner holds the flight"}
-{"level":"warn","consumer":"c1-0/3","error":"x","time":"2026-03-01T12:00:02Z","message":"fenced off: another owner answers this task"}
+{"level":"info","consumer":"c1-0","entry":"1-0","stage":"s","taskId":"t1","requestKey":"K","token":1234567890123456,"reason":"takeover","attempt":2,"time":"2026-03-01T12:00:01Z","message":"model call"}
+{"level":"warn","consumer":"c1-0","taskId":"t1","requestKey":"K","token":1234567890123456,"time":"2026-03-01T12:00:02Z","message":"the flight was gone when the result arrived; written back"}
+{"level":"info","consumer":"c1-0","taskId":"t1","requestKey":"K","token":1234567890123456,"answered":2,"runMs":5,"time":"2026-03-01T12:00:02Z","message":"owner completed"}
+{"level":"warn","consumer":"c1-0","taskId":"t2","requestKey":"L","token":5,"time":"2026-03-01T12:00:02Z","message":"result refused: another owner holds the flight"}
+{"level":"warn","consumer":"c1-0","taskId":"t2","requestKey":"L","token":5,"error":"x","time":"2026-03-01T12:00:02Z","message":"run aborted by the flight; acquiring again"}
 panic: boom
 goroutine 1 [running]:
-{"level":"info","consumer":"c1-0","written":2,"refused":1,"kept":0,"time":"2026-03-01T12:00:03Z","message":"uncertain outcomes written back"}
-{"level":"info","consumer":"c1-0/1","taskId":"t3","requestKey":"M","token":7,"reason":"new","attempt":1,"time":"2026-03-01T12:00:03Z","message":"model call"}`
-	runs, comps, st, err := ParseLog(strings.NewReader(log))
+{"level":"info","consumer":"c1-0","written":2,"refused":1,"kept":0,"answered":3,"time":"2026-03-01T12:00:03Z","message":"uncertain outcomes written back"}
+{"level":"info","consumer":"c1-0","written":1,"refused":0,"kept":0,"answered":1,"time":"2026-03-01T12:00:03Z","message":"spooled outcomes written back at start"}
+{"level":"warn","consumer":"c1-0","outcomes":4,"dir":"/x","time":"2026-03-01T12:00:03Z","message":"adopted the spooled outcomes of stopped processes; writing them back"}
+{"level":"info","consumer":"c1-0","taskId":"t3","requestKey":"M","token":7,"reason":"new","attempt":1,"time":"2026-03-01T12:00:03Z","message":"model call"}
+{"level":"warn","consumer":"c1-0","taskId":"t3","requestKey":"M","token":7,"retryIn":200,"time":"2026-03-01T12:00:04Z","message":"model call failed; the flight retries"}
+{"level":"warn","consumer":"c1-0","taskId":"t4","requestKey":"N","token":8,"time":"2026-03-01T12:00:04Z","message":"model call failed for good"}
+{"level":"warn","consumer":"c1-0","taskId":"t3","requestKey":"M","token":7,"time":"2026-03-01T12:00:04Z","message":"the flight's meta was gone; written back by its owner"}
+{"level":"info","consumer":"c1-0","taskId":"t5","requestKey":"P","token":9,"why":"consumer_stopped","time":"2026-03-01T12:00:05Z","message":"flight handed over; the attempt is not spent"}
+{"level":"info","consumer":"c1-0","stream":"ai:tasks:s","entries":3,"time":"2026-03-01T12:00:05Z","message":"picked up this consumer's own pending entries"}
+{"level":"info","consumer":"c1-0","stream":"ai:tasks:s","entries":2,"time":"2026-03-01T12:00:06Z","message":"held entries handed over to the other consumers"}
+{"level":"error","consumer":"c1-0","time":"2026-03-01T12:00:06Z","message":"router stopped"}
+{"level":"error","fault":"crash_after_script","op":"complete","message":"fault injection: exiting after the complete script, before its answers"}`
+	p, err := ParseLog(strings.NewReader(log))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 2 || runs[0] != (ModelRun{Key: "K", TaskID: "t1", Token: 1234567890123456, Reason: "takeover", Attempt: 2,
-		Consumer: "c1-0/2", At: at(1)}) || runs[1].Token != 7 || runs[1].Reason != "new" {
-		t.Errorf("runs %+v", runs)
+	if len(p.Runs) != 2 || p.Runs[0] != (ModelRun{Key: "K", TaskID: "t1", Token: 1234567890123456, Reason: "takeover", Attempt: 2,
+		Consumer: "c1-0", At: at(1)}) || p.Runs[1].Token != 7 || p.Runs[1].Reason != "new" {
+		t.Errorf("runs %+v", p.Runs)
 	}
-	if len(comps) != 1 || comps[0].Token != 1234567890123456 || !comps[0].Restored || comps[0].Key != "K" {
-		t.Errorf("completions %+v", comps)
+	if len(p.Completions) != 1 || p.Completions[0].Token != 1234567890123456 || !p.Completions[0].Restored || p.Completions[0].Key != "K" {
+		t.Errorf("completions %+v", p.Completions)
 	}
-	if st.Lines != 10 || st.NotJSON != 2 || st.Panics != 1 || st.Refused != 1 || st.FencedOff != 1 || st.Restored != 1 ||
-		st.SpoolWritten != 2 || st.SpoolRefused != 1 {
-		t.Errorf("stats %+v", st)
+	if len(p.Failures) != 1 || p.Failures[0] != (RunFailure{Key: "M", TaskID: "t3", Token: 7, Consumer: "c1-0", At: at(4)}) {
+		t.Errorf("failures %+v", p.Failures)
+	}
+	if len(p.Handovers) != 1 || p.Handovers[0] != (Handover{Key: "P", Token: 9, Consumer: "c1-0", Why: "consumer_stopped", At: at(5)}) {
+		t.Errorf("handovers %+v", p.Handovers)
+	}
+	want := LogStats{Lines: 20, NotJSON: 2, Panics: 1, Refused: 1, Aborted: 1, Restored: 1, MetaBack: 1, SpoolWritten: 3,
+		SpoolRefused: 1, SpoolAdopted: 4, FailedCalls: 2, HandedOver: 1, PickedUp: 3, Released: 2, FaultCrashes: 1, Errors: 1}
+	if p.Stats != want {
+		t.Errorf("stats\n%+v, want\n%+v", p.Stats, want)
 	}
 }

@@ -2,14 +2,15 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // Fault kinds.
@@ -20,6 +21,25 @@ const (
 	FaultRedisKill  = "redis-restart-sigkill" // SIGKILL redis-server, start it again (AOF, fsync always)
 	FaultRedisPause = "redis-pause"           // SIGSTOP redis-server briefly, then SIGCONT
 	FaultMasterKill = "cluster-master-kill"   // kill one Redis Cluster master (needs Config.Cluster)
+	// FaultAllDown SIGKILLs every consumer for longer than a flight's runningTTL +
+	// failureTTL (metas and waiter records expire while tasks are parked), then restarts
+	// them all under their names.
+	FaultAllDown = "all-down-past-ttl"
+	// FaultDeleteKeys deletes the meta and waiters of a RUNNING flight (lost writes).
+	FaultDeleteKeys = "delete-flight-keys"
+	// FaultPauseLease SIGSTOPs an owner for 30-60% of its lease, then SIGCONTs it: nobody may
+	// run its flight meanwhile.
+	FaultPauseLease = "pause-under-lease"
+	// FaultRestartSame SIGKILLs a consumer and restarts it at once under the same name.
+	FaultRestartSame = "restart-same-name"
+	// FaultCrashComplete restarts a consumer, for a window, with knobs that make it write
+	// answers after the scripts and exit (status 86) right after a complete script, before
+	// its answers; the supervisor restarts it under its name.
+	FaultCrashComplete = "crash-after-complete"
+	// FaultCancellerCrash runs `producer cancel KEY` against a running flight with knobs that
+	// make it exit (status 86) right after the cancel script, before answering the parked
+	// tasks; the key's tasks then legitimately end CANCELLED.
+	FaultCancellerCrash = "canceller-crash"
 )
 
 // Cluster is the hook for the FaultMasterKill fault. With Config.RedisCluster the runner
@@ -38,36 +58,82 @@ type Cluster interface {
 	RestartMaster(i int) error
 }
 
-// faultWeights are the relative odds of each kind.
-var faultWeights = []struct {
+// faultWeight is the relative odds of one kind, after the first round.
+type faultWeight struct {
 	kind   string
 	weight float64
-}{
-	{FaultKill, 3}, {FaultStop, 3}, {FaultRedisTerm, 1}, {FaultRedisKill, 1}, {FaultRedisPause, 1.5}, {FaultMasterKill, 1},
 }
 
-// injector draws and injects faults until its end time.
+// faultWeights lists every kind with its odds. (A function, not a package variable: the
+// package keeps no mutable state.)
+func faultWeights() []faultWeight {
+	return []faultWeight{
+		{FaultKill, 3}, {FaultStop, 3}, {FaultRedisTerm, 1}, {FaultRedisKill, 1}, {FaultRedisPause, 1.5},
+		{FaultMasterKill, 1}, {FaultAllDown, 0.5}, {FaultDeleteKeys, 1.5}, {FaultPauseLease, 2},
+		{FaultRestartSame, 2}, {FaultCrashComplete, 1.5}, {FaultCancellerCrash, 1.5},
+	}
+}
+
+// drawableKinds lists the kinds a run can inject: the single-node Redis faults need the
+// run's own redis-server, cluster-master-kill a cluster.
+func drawableKinds(cluster bool) []string {
+	var out []string
+	for _, w := range faultWeights() {
+		switch w.kind {
+		case FaultMasterKill:
+			if !cluster {
+				continue
+			}
+		case FaultRedisTerm, FaultRedisKill, FaultRedisPause:
+			if cluster {
+				continue
+			}
+		}
+		out = append(out, w.kind)
+	}
+	return out
+}
+
+// injector draws and injects faults until its end time. The first round injects every
+// drawable kind once, in a seeded order (so that even a short run covers them all); later
+// faults are drawn by weight.
 type injector struct {
 	rng     *rand.Rand
 	sup     *supervisor
 	redis   *redisServer // nil in cluster mode: the single-node Redis faults are not drawn
 	cluster Cluster
 	coord   *flight.Coordinator
+	rdb     redis.UniversalClient
+	ks      topics.Keyspace
 	prod    *producer
 	lease   time.Duration
-	every   time.Duration // mean gap between faults
-	logf    func(format string, args ...any)
+	// heartbeat is the owners' heartbeat interval; flightTTL is runningTTL + failureTTL: the
+	// longest a flight's records live after its last acquisition.
+	heartbeat time.Duration
+	flightTTL time.Duration
+	// canceller runs `producer cancel` (FaultCancellerCrash).
+	canceller *canceller
+	every     time.Duration // mean gap between faults
+	logf      func(format string, args ...any)
 
-	mu     sync.Mutex
-	faults []Fault
-	wg     sync.WaitGroup
+	queue []string       // the first round's kinds still to inject
+	tries map[string]int // failed attempts of the first round's kinds
+
+	mu      sync.Mutex
+	faults  []Fault
+	cancels []Cancel
+	wg      sync.WaitGroup
 }
 
 func (in *injector) record(f Fault) {
 	in.mu.Lock()
 	in.faults = append(in.faults, f)
 	in.mu.Unlock()
-	in.logf("fault %-22s %-8s %s %s", f.Kind, f.Target, f.For, f.Note)
+	target := f.Target
+	if f.Key != "" && f.Target == "" {
+		target = shortKey(f.Key)
+	}
+	in.logf("fault %-22s %-8s %s %s", f.Kind, target, f.For, f.Note)
 }
 
 // drawable reports whether kind can be injected in this run.
@@ -77,29 +143,55 @@ func (in *injector) drawable(kind string) bool {
 		return in.cluster != nil
 	case FaultRedisTerm, FaultRedisKill, FaultRedisPause:
 		return in.redis != nil
+	case FaultCancellerCrash:
+		return in.canceller != nil
 	}
 	return true
 }
 
-func (in *injector) pick() string {
-	total := 0.0
-	for _, w := range faultWeights {
-		if !in.drawable(w.kind) {
-			continue
+// firstRound shuffles every drawable kind into the queue; the long all-down outage is put in
+// the first half, so that it ends well before a short run does.
+func (in *injector) firstRound() {
+	in.queue = in.queue[:0]
+	for _, w := range faultWeights() {
+		if in.drawable(w.kind) {
+			in.queue = append(in.queue, w.kind)
 		}
-		total += w.weight
+	}
+	in.rng.Shuffle(len(in.queue), func(a, b int) { in.queue[a], in.queue[b] = in.queue[b], in.queue[a] })
+	half := (len(in.queue) + 1) / 2
+	for i, k := range in.queue {
+		if k == FaultAllDown && i >= half {
+			j := in.rng.IntN(half)
+			in.queue[i], in.queue[j] = in.queue[j], in.queue[i]
+		}
+	}
+	in.tries = map[string]int{}
+}
+
+// pick returns the next kind: the first round's next, then a weighted draw.
+func (in *injector) pick() (kind string, fromQueue bool) {
+	if len(in.queue) > 0 {
+		kind, in.queue = in.queue[0], in.queue[1:]
+		return kind, true
+	}
+	total := 0.0
+	for _, w := range faultWeights() {
+		if in.drawable(w.kind) {
+			total += w.weight
+		}
 	}
 	x := in.rng.Float64() * total
-	for _, w := range faultWeights {
+	for _, w := range faultWeights() {
 		if !in.drawable(w.kind) {
 			continue
 		}
 		if x < w.weight {
-			return w.kind
+			return w.kind, false
 		}
 		x -= w.weight
 	}
-	return FaultKill
+	return FaultKill, false
 }
 
 // between draws a duration uniformly in [lo, hi).
@@ -110,6 +202,7 @@ func (in *injector) between(lo, hi time.Duration) time.Duration {
 // run injects faults until end, then waits for the running ones to recover.
 func (in *injector) run(ctx context.Context, end time.Time) {
 	defer in.wg.Wait()
+	in.firstRound()
 	for {
 		gap := in.between(in.every*2/5, in.every*8/5)
 		select {
@@ -118,93 +211,85 @@ func (in *injector) run(ctx context.Context, end time.Time) {
 		case <-time.After(gap):
 		}
 		if time.Now().After(end) {
+			if len(in.queue) > 0 {
+				in.logf("faults over: %v of the first round not injected", in.queue)
+			}
 			return
 		}
-		kind := in.pick()
-		switch kind {
-		case FaultKill:
-			in.kill()
-		case FaultStop:
-			in.stop(ctx)
-		case FaultRedisTerm, FaultRedisKill:
-			sig := syscall.SIGTERM
-			if kind == FaultRedisKill {
-				sig = syscall.SIGKILL
+		kind, fromQueue := in.pick()
+		if !in.inject(ctx, kind, end) && fromQueue {
+			// Not injectable now (no running flight, consumers busy): try again later, a few
+			// times, so that a short run still covers it.
+			if in.tries[kind]++; in.tries[kind] < 4 {
+				in.queue = append(in.queue, kind)
+			} else {
+				in.logf("fault %s could not be injected (4 tries)", kind)
 			}
-			down := in.between(200*time.Millisecond, 2*time.Second)
-			at := time.Now()
-			err := in.redis.restart(sig, down)
-			f := Fault{Kind: kind, Target: "redis", At: at, For: time.Since(at).Round(time.Millisecond).String()}
-			if err != nil {
-				f.Note = err.Error()
-			}
-			in.record(f)
-		case FaultRedisPause:
-			d := in.between(300*time.Millisecond, 2500*time.Millisecond)
-			at := time.Now()
-			in.redis.signal(syscall.SIGSTOP)
-			time.Sleep(d)
-			in.redis.signal(syscall.SIGCONT)
-			in.record(Fault{Kind: kind, Target: "redis", At: at, For: d.Round(time.Millisecond).String()})
-		case FaultMasterKill:
-			in.masterKill()
 		}
 	}
 }
 
-// kill SIGKILLs a random consumer and starts a new incarnation 0.3-3 s later.
-func (in *injector) kill() {
-	i := in.rng.IntN(len(in.sup.slots))
-	name, ok := in.sup.reserve(i)
-	if !ok {
-		return
-	}
-	down := in.between(300*time.Millisecond, 3*time.Second)
-	at := time.Now()
-	in.sup.kill(i)
-	in.record(Fault{Kind: FaultKill, Target: name, At: at, For: down.Round(time.Millisecond).String()})
-	in.wg.Add(1)
-	go func() {
-		defer in.wg.Done()
-		defer in.sup.release(i)
-		time.Sleep(down)
-		if err := in.sup.restart(i); err != nil {
-			in.logf("restart consumer slot %d: %v", i+1, err)
+// inject injects one fault of kind; false when it could not be injected now.
+func (in *injector) inject(ctx context.Context, kind string, end time.Time) bool {
+	switch kind {
+	case FaultKill:
+		return in.kill()
+	case FaultStop:
+		return in.stop(ctx)
+	case FaultRedisTerm, FaultRedisKill:
+		sig := syscall.SIGTERM
+		if kind == FaultRedisKill {
+			sig = syscall.SIGKILL
 		}
-	}()
-}
-
-// stop SIGSTOPs a consumer that owns a running flight (any consumer when none does) for
-// the lease plus 0.3-3 s, then SIGCONTs it: it wakes up as a zombie whose flights were
-// taken over.
-func (in *injector) stop(ctx context.Context) {
-	i, key, token := in.findOwner(ctx)
-	note := fmt.Sprintf("owner of %s token %d", shortKey(key), token)
-	if i < 0 {
-		i, note = in.rng.IntN(len(in.sup.slots)), "no running flight found: a random consumer"
-	}
-	name, ok := in.sup.reserve(i)
-	if !ok {
-		return
-	}
-	d := in.lease + in.between(300*time.Millisecond, 3*time.Second)
-	at := time.Now()
-	in.sup.stop(i)
-	in.record(Fault{Kind: FaultStop, Target: name, At: at, For: d.Round(time.Millisecond).String(), Note: note})
-	in.wg.Add(1)
-	go func() {
-		defer in.wg.Done()
-		defer in.sup.release(i)
+		down := in.between(200*time.Millisecond, 2*time.Second)
+		at := time.Now()
+		err := in.redis.restart(sig, down)
+		f := Fault{Kind: kind, Target: "redis", At: at, For: time.Since(at).Round(time.Millisecond).String()}
+		if err != nil {
+			f.Note = err.Error()
+		}
+		in.record(f)
+	case FaultRedisPause:
+		d := in.between(300*time.Millisecond, 2500*time.Millisecond)
+		at := time.Now()
+		in.redis.signal(syscall.SIGSTOP)
 		time.Sleep(d)
-		in.sup.cont(i)
-	}()
+		in.redis.signal(syscall.SIGCONT)
+		in.record(Fault{Kind: kind, Target: "redis", At: at, For: d.Round(time.Millisecond).String()})
+	case FaultMasterKill:
+		in.masterKill()
+	case FaultAllDown:
+		return in.allDown(ctx, end)
+	case FaultDeleteKeys:
+		return in.deleteFlightKeys(ctx)
+	case FaultPauseLease:
+		return in.pauseUnderLease(ctx)
+	case FaultRestartSame:
+		return in.restartSameName(ctx)
+	case FaultCrashComplete:
+		return in.crashAfterComplete()
+	case FaultCancellerCrash:
+		return in.cancellerCrash(ctx)
+	}
+	return true
 }
 
-// findOwner looks at the flights of recent keys for a RUNNING one and returns its owner's
-// slot, or -1.
-func (in *injector) findOwner(ctx context.Context) (int, string, int64) {
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+// running is a RUNNING flight found by findFlight: its key, its meta and the slot of its
+// owner (-1 when no slot runs a process of that name).
+type running struct {
+	key  string
+	meta flight.Meta
+	slot int
+}
+
+// findFlight looks at the flights of recent keys, for up to wait, for a RUNNING one that
+// suits want (nil: any). With preferParked it looks for one with parked tasks for the first
+// half of wait, and settles for any suitable one after that. ok is false when none was found.
+func (in *injector) findFlight(ctx context.Context, wait time.Duration, preferParked bool, want func(running) bool) (running, bool) {
+	cctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	settle := time.Now().Add(wait / 2)
+	var fallback *running
 	for cctx.Err() == nil { // most runs are short: look again for a while
 		keys := in.prod.recentKeys(3 * in.prod.keys)
 		in.rng.Shuffle(len(keys), func(a, b int) { keys[a], keys[b] = keys[b], keys[a] })
@@ -213,43 +298,47 @@ func (in *injector) findOwner(ctx context.Context) (int, string, int64) {
 			if err != nil || m.Status != flight.StatusRunning {
 				continue
 			}
-			if i := in.sup.slotOf(m.OwnerID); i >= 0 {
-				return i, k, m.OwnerToken
+			r := running{key: k, meta: m, slot: in.sup.slotOf(m.OwnerID)}
+			if want != nil && !want(r) {
+				continue
 			}
+			if !preferParked || len(m.Parked) > 0 {
+				return r, true
+			}
+			fallback = &r
+		}
+		if fallback != nil && time.Now().After(settle) {
+			// Looked for parked tasks long enough; the fallback's state may be old by now:
+			// read it again.
+			if m, err := in.coord.Get(cctx, fallback.key); err == nil && m.Status == flight.StatusRunning {
+				r := running{key: fallback.key, meta: m, slot: in.sup.slotOf(m.OwnerID)}
+				if want == nil || want(r) {
+					return r, true
+				}
+			}
+			fallback = nil
 		}
 		select {
 		case <-cctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return -1, "", 0
+	return running{}, false
 }
 
-func (in *injector) masterKill() {
-	if in.cluster == nil {
-		return
-	}
-	i := in.rng.IntN(in.cluster.Masters())
-	down := in.between(time.Second, 5*time.Second)
-	at := time.Now()
-	f := Fault{Kind: FaultMasterKill, Target: fmt.Sprintf("master%d", i), At: at}
-	if err := in.cluster.KillMaster(i); err != nil {
-		f.Note = err.Error()
-	}
-	failover := time.Since(at)
-	time.Sleep(down)
-	if err := in.cluster.RestartMaster(i); err != nil {
-		f.Note += " restart: " + err.Error()
-	}
-	f.For = time.Since(at).Round(time.Millisecond).String()
-	f.Note = strings.TrimSpace(fmt.Sprintf("failover %v, down %v; %s", failover.Round(time.Millisecond), down.Round(time.Millisecond), f.Note))
-	in.record(f)
-}
+// ownedBySlot: the flight's owner is one of the run's current consumer processes.
+func ownedBySlot(r running) bool { return r.slot >= 0 }
 
 func (in *injector) list() []Fault {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return append([]Fault(nil), in.faults...)
+}
+
+func (in *injector) cancelList() []Cancel {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]Cancel(nil), in.cancels...)
 }
 
 func shortKey(k string) string {

@@ -1,19 +1,24 @@
 // Package chaos is Flightdeck's fault-injection run (`make chaos`): it starts its own
 // redis-server (AOF on), several real consumer processes and an in-process producer, injects
-// faults at seeded random times (SIGKILL and SIGSTOP of consumers, Redis restarts and pauses),
-// records a History (every enqueue, every model run with its fencing token, every terminal
-// event, the flights and stream backlog at the end) and checks it with Check, a pure function.
+// faults at seeded random times (SIGKILL and SIGSTOP of consumers, restarts under the same
+// name, outages of every consumer that outlive the flights' TTLs, lost flight records, short
+// pauses under the lease, crashes between a script and its answers, crashed cancellers, Redis
+// restarts and pauses), records a History (every enqueue, every model run with its fencing
+// token, every terminal event, the flights and stream backlog at the end) and checks it with
+// Check, a pure function.
 package chaos
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -23,9 +28,15 @@ type History struct {
 	Enqueues []Enqueue `json:"enqueues"`
 	// Runs lists every model run, parsed from the consumers' "model call" log lines.
 	Runs []ModelRun `json:"runs"`
-	// Completions lists every result a consumer had accepted by Redis ("owner completed",
-	// "result restored" log lines).
+	// Completions lists every result a consumer had accepted by Redis ("owner completed"
+	// log lines; Restored when the flight was written back with it).
 	Completions []Completion `json:"completions"`
+	// Failures lists the retryable model failures the flights recorded ("model call failed;
+	// the flight retries"): the meta then lives FailureTTL unless a retry acquires it.
+	Failures []RunFailure `json:"failures,omitempty"`
+	// Handovers lists owners that gave their running flight up without spending the attempt
+	// (a consumer shutting down): the next run of the flight has reason handover.
+	Handovers []Handover `json:"handovers,omitempty"`
 	// Events holds every terminal event read from the result streams after the run.
 	Events []topics.Event `json:"events"`
 	// Flights is the stored flight of every key at the end (read after the drain).
@@ -34,16 +45,28 @@ type History struct {
 	Backlog []Backlog `json:"backlog"`
 	// ResultTTL is the stages' result TTL: events of a key within it must agree.
 	ResultTTL time.Duration `json:"resultTTL"`
+	// RunningTTL and FailureTTL are the stages' flight policy: a flight nobody acquires
+	// loses its records (meta and waiters) RunningTTL + FailureTTL after its last
+	// acquisition, or FailureTTL after a retryable failure. Zero: unknown (no records are
+	// assumed to have expired).
+	RunningTTL time.Duration `json:"runningTTL,omitempty"`
+	FailureTTL time.Duration `json:"failureTTL,omitempty"`
 	// SnapshotAt is when Flights and Backlog were read.
 	SnapshotAt time.Time `json:"snapshotAt"`
 	// Faults lists the faults injected.
 	Faults []Fault `json:"faults"`
-	// Logs counts notable consumer log lines (refused results, fenced-off owners, ...).
+	// Cancels lists the cancels the run issued (producer cancel child processes): their keys
+	// may legitimately end CANCELLED.
+	Cancels []Cancel `json:"cancels,omitempty"`
+	// Logs counts notable consumer log lines (refused results, aborted runs, ...).
 	Logs LogStats `json:"logs"`
 	// DeadLetters lists the entries of the dead-letter streams at the end.
 	DeadLetters []DeadLetter `json:"deadLetters,omitempty"`
 	// Exits lists consumer processes that exited without being told to.
 	Exits []Exit `json:"exits,omitempty"`
+	// InjectedCrashes lists consumer processes that a fault knob made exit on purpose
+	// (status 86 after a script, crash-after-complete): expected, not crashes.
+	InjectedCrashes []Exit `json:"injectedCrashes,omitempty"`
 }
 
 // Enqueue is one task sent by the producer.
@@ -78,6 +101,43 @@ type Completion struct {
 	At       time.Time `json:"at"`
 }
 
+// RunFailure is a retryable model failure a flight recorded (its meta is FAILED, retryable,
+// for FailureTTL).
+type RunFailure struct {
+	Key      string    `json:"key"`
+	TaskID   string    `json:"taskId"`
+	Token    int64     `json:"token"`
+	Consumer string    `json:"consumer"`
+	At       time.Time `json:"at"`
+}
+
+// Handover is an owner that gave its running flight up without spending the attempt (or
+// tried to: "handing the flight over failed"); either way its run stopped.
+type Handover struct {
+	Key      string    `json:"key"`
+	Token    int64     `json:"token"`
+	Consumer string    `json:"consumer"`
+	Why      string    `json:"why,omitempty"`
+	Failed   bool      `json:"failed,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Cancel is one `producer cancel` the run issued against a flight.
+type Cancel struct {
+	Key string    `json:"key"`
+	At  time.Time `json:"at"`
+	// Crash: the canceller ran with FLIGHTDECK_FAULT_CRASH_AFTER=cancel:1 (it dies after the
+	// cancel script, before answering the parked tasks).
+	Crash bool `json:"crash,omitempty"`
+	// Exit is the canceller's exit status (86: crashed after the script as told; 0: done).
+	Exit   int    `json:"exit"`
+	Output string `json:"output,omitempty"`
+}
+
+// ScriptRan reports whether the cancel script ran (the flight may be CANCELLED): the
+// canceller finished, or crashed after the script as its knob told it to.
+func (c Cancel) ScriptRan() bool { return c.Exit == 0 || c.Exit == faults.CrashExitCode }
+
 // Flight is a flight's stored state at the end of the run.
 type Flight struct {
 	Found      bool   `json:"found"`
@@ -91,8 +151,13 @@ type Flight struct {
 // Backlog is one task stream's consumer-group state at the end.
 type Backlog struct {
 	Stage   string `json:"stage"`
-	Pending int64  `json:"pending"` // XPENDING count of the group
-	Lag     int64  `json:"lag"`     // entries never delivered to the group (-1: unknown)
+	Pending int64  `json:"pending"` // XPENDING count of the group, parked entries included
+	// Parked counts the pending entries held by the parking consumer (topics.ParkingConsumer):
+	// followers nobody answered.
+	Parked int64 `json:"parked,omitempty"`
+	// Holders counts the pending entries per consumer name.
+	Holders map[string]int64 `json:"holders,omitempty"`
+	Lag     int64            `json:"lag"` // entries never delivered to the group (-1: unknown)
 }
 
 // Fault is one injected fault.
@@ -102,6 +167,14 @@ type Fault struct {
 	At     time.Time `json:"at"`
 	For    string    `json:"for,omitempty"` // how long it lasted
 	Note   string    `json:"note,omitempty"`
+	// Key and Token name the flight a flight fault acted on (delete-flight-keys,
+	// pause-under-lease, canceller-crash): its key and the owner token it had then.
+	Key   string `json:"key,omitempty"`
+	Token int64  `json:"token,omitempty"`
+	// LeaseUntil (pause-under-lease) is when the paused owner's lease lapses at the
+	// earliest: its last heartbeat before the pause plus its lease. No other run of Key may
+	// start before it.
+	LeaseUntil time.Time `json:"leaseUntil,omitempty"`
 }
 
 // DeadLetter is an entry a consumer moved to a dead-letter stream (ai:tasks:<stage>:dlq).
@@ -124,37 +197,43 @@ type Exit struct {
 
 // LogStats counts notable log lines of all consumers.
 type LogStats struct {
-	Lines          int `json:"lines"`
-	NotJSON        int `json:"notJson"`
-	Refused        int `json:"refused"`        // "result refused: another owner holds the flight"
-	FencedOff      int `json:"fencedOff"`      // "fenced off: another owner answers this task"
-	Restored       int `json:"restored"`       // "the flight was gone when the result arrived; result restored"
-	Spooled        int `json:"spooled"`        // "result write failed: uncertain outcome spooled..."
-	SpoolWritten   int `json:"spoolWritten"`   // outcomes written back by the spool flush ("uncertain outcomes written back")
-	SpoolRefused   int `json:"spoolRefused"`   // spooled outcomes the flush found stale or done
-	ExpiredRuns    int `json:"expiredRuns"`    // "flight expired during the run; acquiring again"
-	FailedCalls    int `json:"failedCalls"`    // "model call failed"
-	Abandoned      int `json:"abandoned"`      // "owner gave the flight up..."
-	Errors         int `json:"errors"`         // level error
-	Panics         int `json:"panics"`         // non-JSON lines starting a Go panic
-	ClaimedDropped int `json:"claimedDropped"` // "entry claimed by another consumer meanwhile..."
+	Lines        int `json:"lines"`
+	NotJSON      int `json:"notJson"`
+	Refused      int `json:"refused"`      // "result refused: ..." (another owner, or the run was closed)
+	Aborted      int `json:"aborted"`      // "run aborted by the flight; acquiring again" (stale token, cancel, expiry)
+	Restored     int `json:"restored"`     // "the flight was gone when the result arrived; written back"
+	MetaBack     int `json:"metaBack"`     // "the flight's meta was gone; written back by its owner" (heartbeat)
+	Spooled      int `json:"spooled"`      // "result write failed: uncertain outcome spooled..."
+	SpoolWritten int `json:"spoolWritten"` // outcomes written back from spools (flush loop and start)
+	SpoolRefused int `json:"spoolRefused"` // spooled outcomes the write-back found stale or done
+	SpoolAdopted int `json:"spoolAdopted"` // outcomes adopted from the spools of stopped processes
+	FailedCalls  int `json:"failedCalls"`  // "model call failed..." (retryable or for good)
+	HandedOver   int `json:"handedOver"`   // "flight handed over; the attempt is not spent" (and failed handovers)
+	PickedUp     int `json:"pickedUp"`     // entries a consumer restarted under its name picked up again
+	Released     int `json:"released"`     // held entries handed over to the other consumers at shutdown
+	FaultCrashes int `json:"faultCrashes"` // fault-injection exits ("fault":"crash_after_script")
+	Errors       int `json:"errors"`       // level error
+	Panics       int `json:"panics"`       // non-JSON lines starting a Go panic
 }
 
 func (s *LogStats) add(o LogStats) {
 	s.Lines += o.Lines
 	s.NotJSON += o.NotJSON
 	s.Refused += o.Refused
-	s.FencedOff += o.FencedOff
+	s.Aborted += o.Aborted
 	s.Restored += o.Restored
+	s.MetaBack += o.MetaBack
 	s.Spooled += o.Spooled
 	s.SpoolWritten += o.SpoolWritten
 	s.SpoolRefused += o.SpoolRefused
-	s.ExpiredRuns += o.ExpiredRuns
+	s.SpoolAdopted += o.SpoolAdopted
 	s.FailedCalls += o.FailedCalls
-	s.Abandoned += o.Abandoned
+	s.HandedOver += o.HandedOver
+	s.PickedUp += o.PickedUp
+	s.Released += o.Released
+	s.FaultCrashes += o.FaultCrashes
 	s.Errors += o.Errors
 	s.Panics += o.Panics
-	s.ClaimedDropped += o.ClaimedDropped
 }
 
 // logLine holds the fields of a consumer's JSON log line that the history needs.
@@ -168,52 +247,77 @@ type logLine struct {
 	Reason     string `json:"reason"`
 	Attempt    int    `json:"attempt"`
 	Consumer   string `json:"consumer"`
-	Subscriber string `json:"subscriber"`
+	Why        string `json:"why"`
+	Fault      string `json:"fault"`
 	Written    int    `json:"written"`
 	Refused    int    `json:"refused"`
+	Entries    int    `json:"entries"`
+	Outcomes   int    `json:"outcomes"`
 }
 
-// Log messages of handlers/processor.go the history reads.
+// Log messages of handlers/owner.go, handlers/consumer.go and stream/ the history reads.
 const (
-	msgModelCall = "model call"
-	msgCompleted = "owner completed"
-	msgRestored  = "the flight was gone when the result arrived; result restored"
+	msgModelCall     = "model call"
+	msgCompleted     = "owner completed"
+	msgRestored      = "the flight was gone when the result arrived; written back"
+	msgMetaBack      = "the flight's meta was gone; written back by its owner"
+	msgRetries       = "model call failed; the flight retries"
+	msgFailedCall    = "model call failed" // prefix of msgRetries and "... for good"
+	msgAborted       = "run aborted by the flight"
+	msgHandedOver    = "flight handed over; the attempt is not spent"
+	msgHandoverFail  = "handing the flight over failed"
+	msgRefused       = "result refused"
+	msgSpooled       = "result write failed"
+	msgSpoolBack     = "uncertain outcomes written back"
+	msgSpoolAtStart  = "spooled outcomes written back at start"
+	msgSpoolAdopted  = "adopted the spooled outcomes of stopped processes"
+	msgPickedUp      = "picked up this consumer's own pending entries"
+	msgReleased      = "held entries handed over to the other consumers"
+	faultCrashMarker = "crash_after_script"
 )
 
+// ParsedLog is what one consumer process's log tells the history.
+type ParsedLog struct {
+	Runs        []ModelRun
+	Completions []Completion
+	Failures    []RunFailure
+	Handovers   []Handover
+	Stats       LogStats
+}
+
 // ParseLog reads one consumer process's JSON log and returns its model runs, its accepted
-// completions and counts of notable lines. Lines that are not JSON (a panic, a fatal
-// error) are counted, never fatal.
-func ParseLog(r io.Reader) ([]ModelRun, []Completion, LogStats, error) {
+// completions, retryable failures and handovers, and counts of notable lines. Lines that are
+// not JSON (a panic, a fatal error, go-redis's own lines) are counted, never fatal.
+func ParseLog(r io.Reader) (ParsedLog, error) {
 	var (
-		runs     []ModelRun
-		comps    []Completion
+		p        ParsedLog
 		restored []string
-		st       LogStats
 	)
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			st.Lines++
-			parseLine(bytes.TrimSpace(line), &runs, &comps, &restored, &st)
+			p.Stats.Lines++
+			p.parseLine(bytes.TrimSpace(line), &restored)
 		}
 		if err == io.EOF {
 			for _, r := range restored {
-				for i := range comps {
-					if comps[i].Key+"\x00"+strconv.FormatInt(comps[i].Token, 10) == r {
-						comps[i].Restored = true
+				for i := range p.Completions {
+					if p.Completions[i].Key+"\x00"+strconv.FormatInt(p.Completions[i].Token, 10) == r {
+						p.Completions[i].Restored = true
 					}
 				}
 			}
-			return runs, comps, st, nil
+			return p, nil
 		}
 		if err != nil {
-			return runs, comps, st, err
+			return p, fmt.Errorf("chaos: read log: %w", err)
 		}
 	}
 }
 
-func parseLine(line []byte, runs *[]ModelRun, comps *[]Completion, restored *[]string, st *LogStats) {
+func (p *ParsedLog) parseLine(line []byte, restored *[]string) {
+	st := &p.Stats
 	var l logLine
 	if line[0] != '{' || json.Unmarshal(line, &l) != nil {
 		st.NotJSON++
@@ -223,41 +327,52 @@ func parseLine(line []byte, runs *[]ModelRun, comps *[]Completion, restored *[]s
 		return
 	}
 	at, _ := time.Parse(time.RFC3339Nano, l.Time)
-	if l.Subscriber != "" {
-		l.Consumer = l.Subscriber // the stream consumer "<process>/<n>"
+	if l.Fault == faultCrashMarker {
+		st.FaultCrashes++ // an error line on purpose: not counted in Errors
+		return
 	}
 	if l.Level == "error" || l.Level == "fatal" || l.Level == "panic" {
 		st.Errors++
 	}
 	switch {
 	case l.Message == msgModelCall:
-		*runs = append(*runs, ModelRun{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token, Reason: l.Reason,
+		p.Runs = append(p.Runs, ModelRun{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token, Reason: l.Reason,
 			Attempt: l.Attempt, Consumer: l.Consumer, At: at})
 	case l.Message == msgCompleted:
-		*comps = append(*comps, Completion{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
+		p.Completions = append(p.Completions, Completion{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
 			Consumer: l.Consumer, At: at})
 	case l.Message == msgRestored:
-		// A restore is followed by the run's "owner completed" line, which records it; mark it.
+		// A write-back is followed by the run's "owner completed" line, which records it; mark it.
 		st.Restored++
 		*restored = append(*restored, l.RequestKey+"\x00"+strconv.FormatInt(l.Token, 10))
-	case strings.HasPrefix(l.Message, "result refused"):
+	case l.Message == msgMetaBack:
+		st.MetaBack++
+	case strings.HasPrefix(l.Message, msgFailedCall):
+		st.FailedCalls++
+		if l.Message == msgRetries {
+			p.Failures = append(p.Failures, RunFailure{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
+				Consumer: l.Consumer, At: at})
+		}
+	case strings.HasPrefix(l.Message, msgAborted):
+		st.Aborted++
+	case l.Message == msgHandedOver || strings.HasPrefix(l.Message, msgHandoverFail):
+		st.HandedOver++
+		p.Handovers = append(p.Handovers, Handover{Key: l.RequestKey, Token: l.Token, Consumer: l.Consumer,
+			Why: l.Why, Failed: l.Message != msgHandedOver, At: at})
+	case strings.HasPrefix(l.Message, msgRefused):
 		st.Refused++
-	case strings.HasPrefix(l.Message, "fenced off"):
-		st.FencedOff++
-	case strings.HasPrefix(l.Message, "result write failed"):
+	case strings.HasPrefix(l.Message, msgSpooled):
 		st.Spooled++
-	case l.Message == "uncertain outcomes written back":
-		// The flush logs counts only, no keys or tokens: such write-backs are checked through
-		// the events and the stored flight (rule 3), not as Completions.
+	case l.Message == msgSpoolBack || l.Message == msgSpoolAtStart:
+		// The write-back logs counts only, no keys or tokens: such write-backs are checked
+		// through the events and the stored flight (rule 3), not as Completions.
 		st.SpoolWritten += l.Written
 		st.SpoolRefused += l.Refused
-	case strings.HasPrefix(l.Message, "flight expired during the run"):
-		st.ExpiredRuns++
-	case l.Message == "model call failed":
-		st.FailedCalls++
-	case strings.HasPrefix(l.Message, "owner gave the flight up"):
-		st.Abandoned++
-	case strings.HasPrefix(l.Message, "entry claimed by another consumer"):
-		st.ClaimedDropped++
+	case strings.HasPrefix(l.Message, msgSpoolAdopted):
+		st.SpoolAdopted += l.Outcomes
+	case l.Message == msgPickedUp:
+		st.PickedUp += l.Entries
+	case l.Message == msgReleased:
+		st.Released += l.Entries
 	}
 }

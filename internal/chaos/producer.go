@@ -23,8 +23,12 @@ type keySpec struct {
 	FailAttempts int    `json:"failAttempts,omitempty"`
 }
 
+// maxLatency is the longest simulated model call; the stages' runningTTL (runner.go) stays
+// above it by a second, so that an attempt expires only when its owner stopped.
+const maxLatency = 3 * time.Second
+
 // specFor draws key id's behaviour from the seed alone: most keys answer in 50-900 ms, some
-// take 1.5-4 s (longer than the lease, so only heartbeats keep them owned), a few fail
+// take 1.5-3 s (longer than the lease, so only heartbeats keep them owned), a few fail
 // retryably once (a retry run), a very few fail for good (FAILED events).
 func specFor(seed uint64, id int) keySpec {
 	r := rand.New(rand.NewPCG(seed, 0x6b6579<<20|uint64(id)))
@@ -34,7 +38,7 @@ func specFor(seed uint64, id int) keySpec {
 	case p < 0.08:
 		return keySpec{LatencyMs: 100 + r.Int64N(400), Fail: "retryable", FailAttempts: 1}
 	case p < 0.25:
-		return keySpec{LatencyMs: 1500 + r.Int64N(2500)}
+		return keySpec{LatencyMs: 1500 + r.Int64N(maxLatency.Milliseconds()-1500)}
 	default:
 		return keySpec{LatencyMs: 50 + r.Int64N(850)}
 	}

@@ -53,22 +53,32 @@ func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	sort.Strings(kinds)
 	row("faults", f.FaultsTotal, "")
 	for _, k := range kinds {
-		row("  "+k, f.Faults[k], "")
+		row("  "+k, f.Faults[k], faultNote(k, f))
 	}
-	for k, why := range s.Unavailable {
-		row("  "+k, "-", "not available: "+why)
+	unavailable := make([]string, 0, len(s.Unavailable))
+	for k := range s.Unavailable {
+		unavailable = append(unavailable, k)
 	}
-	row("model runs", f.ModelRuns, fmt.Sprintf("over %d flights (1 per key, plus fresh flights after a failure)", f.Flights))
+	sort.Strings(unavailable)
+	for _, k := range unavailable {
+		row("  "+k, "-", "not available: "+s.Unavailable[k])
+	}
+	row("model runs", f.ModelRuns, fmt.Sprintf("over %d flights (1 per key, plus %d fresh flights after a failure and %d after vanished records)",
+		f.Flights, f.FreshAfterEnd, f.FreshVanished))
 	row("duplicate runs", f.DuplicateRuns, "runs beyond the first of a flight:")
 	row("  takeovers", f.Takeovers, "reason takeover (lease lapsed)")
-	row("  expired", f.ExpiredRuns, "reason expired")
+	row("  expired", f.ExpiredRuns, "reason expired (runningTTL spent)")
 	row("  retry", f.RetryRuns, "reason retry (allowed extra)")
 	row("  result_lost", f.ResultLostRuns, "reason result_lost (allowed extra)")
-	row("results accepted", f.Completions, fmt.Sprintf("%d written back by restore", f.Restored))
-	row("late results refused", f.Refused, fmt.Sprintf("fencing; %d owners fenced off by a heartbeat", f.FencedOff))
-	row("uncertain outcomes", f.Spooled, fmt.Sprintf("spooled while Redis was away; %d written back by the flush loop", f.SpoolBack))
+	row("  handover", f.HandoverRuns, "reason handover (the previous owner handed the flight over; no attempt spent)")
+	row("results accepted", f.Completions, fmt.Sprintf("%d written back with their flight; %d metas written back by their owner's heartbeat", f.Restored, f.MetaBack))
+	row("late results refused", f.Refused, fmt.Sprintf("fencing; %d runs aborted by the flight (stale token, cancel, expiry)", f.Aborted))
+	row("uncertain outcomes", f.Spooled, fmt.Sprintf("spooled while Redis was away; %d written back by the flush loop or at start (a task's own flush logs nothing)", f.SpoolBack))
+	row("own entries picked up", f.PickedUp, "by consumers restarted under their name")
+	row("cancelled keys", f.CancelledKeys, fmt.Sprintf("a cancel script ran; %d cancellers crashed after it (exit 86)", f.CancellerCrashes))
+	row("injected crashes", f.InjectedCrashes, "consumers that exited 86 after a complete script, as their knobs told them")
 	row("consumer crashes", f.Crashes, "exits nobody asked for")
-	row("pending at end", f.Pending, "")
+	row("pending at end", f.Pending, fmt.Sprintf("entries pending or never delivered; %d of them parked followers", f.Parked))
 	row("violations", f.Violations, violationsByRule(f.ViolationsByRule))
 	tw.Flush()
 	for i, v := range o.Report.Violations {
@@ -81,6 +91,25 @@ func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	for _, e := range o.History.Exits {
 		fmt.Fprintf(w, "CRASH %s at %s: %s\n%s\n", e.Process, e.At.Format(time.TimeOnly), e.Status, indent(e.Tail))
 	}
+}
+
+// faultNote describes the effect of a fault kind in the table.
+func faultNote(kind string, f Figures) string {
+	switch kind {
+	case FaultAllDown:
+		return "every consumer down past runningTTL + failureTTL"
+	case FaultDeleteKeys:
+		return "meta and waiters of a running flight deleted"
+	case FaultPauseLease:
+		return "owner paused for 30-60% of its lease"
+	case FaultRestartSame:
+		return "SIGKILL, restarted at once under the same name"
+	case FaultCrashComplete:
+		return fmt.Sprintf("windows with the crash knobs; %d injected crashes", f.InjectedCrashes)
+	case FaultCancellerCrash:
+		return fmt.Sprintf("%d cancellers exited 86 after the cancel script", f.CancellerCrashes)
+	}
+	return ""
 }
 
 func violationsByRule(m map[string]int) string {

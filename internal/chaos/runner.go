@@ -2,16 +2,13 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,7 +34,8 @@ type Config struct {
 	// Rate is the number of producer sends per second (a tenth of them bursts of 2-4
 	// duplicates). Defaults to 20.
 	Rate float64
-	// FaultEvery is the mean gap between faults (drawn in [0.4, 1.6] x it). Defaults to 5 s.
+	// FaultEvery is the mean gap between faults (drawn in [0.4, 1.6] x it). Defaults to 5 s,
+	// less for short runs, so that the first round (every fault kind once) fits in Duration.
 	FaultEvery time.Duration
 	// Drain bounds the wait, after the last fault, for every task to be answered and nothing
 	// to be pending. Defaults to 2 min.
@@ -47,6 +45,9 @@ type Config struct {
 	Out string
 	// ConsumerBin is a built consumer binary; empty builds ./cmd/consumer with `go build`.
 	ConsumerBin string
+	// ProducerBin is a built producer binary (the canceller-crash fault runs its cancel
+	// command); empty builds ./cmd/producer with `go build`.
+	ProducerBin string
 	// RedisCluster runs the run on its own Redis Cluster (3 masters + 3 replicas, AOF with
 	// fsync always, cluster-node-timeout 2 s) instead of one redis-server: the consumers get
 	// the cluster REDIS_URL, the producer and the checker a cluster client, and the
@@ -60,10 +61,14 @@ type Config struct {
 	Log io.Writer
 }
 
-// Stage timings of the run: a short lease so that takeovers happen within seconds.
+// Stage timings of the run: a short lease so that takeovers happen within seconds, and short
+// flight TTLs so that an outage of every consumer outlives a flight's records within seconds
+// (runningTTL stays above the longest simulated model call, producer.go's maxLatency).
 const (
 	heartbeatInterval = 200 * time.Millisecond
 	lease             = 1200 * time.Millisecond
+	runningTTL        = 4 * time.Second
+	failureTTL        = 2 * time.Second
 	consumerGrace     = 3 * time.Second
 )
 
@@ -87,7 +92,7 @@ func (c *Config) setDefaults() {
 		c.Rate = 20
 	}
 	if c.FaultEvery == 0 {
-		c.FaultEvery = 5 * time.Second
+		c.FaultEvery = defaultFaultEvery(c.Duration, len(drawableKinds(c.RedisCluster || c.Cluster != nil)))
 	}
 	if c.Drain == 0 {
 		c.Drain = 2 * time.Minute
@@ -95,6 +100,12 @@ func (c *Config) setDefaults() {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+}
+
+// defaultFaultEvery is 5 s, or less when the first round (kinds faults and their gaps, plus
+// ~16 s that the faults themselves block the injector) would not fit in d; at least 1 s.
+func defaultFaultEvery(d time.Duration, kinds int) time.Duration {
+	return min(5*time.Second, max(time.Second, (d-16*time.Second)/time.Duration(kinds+1)))
 }
 
 // resultTTL outlives the run and its drain, so that every key's events must agree.
@@ -112,6 +123,25 @@ type Outcome struct {
 	Unavailable map[string]string
 }
 
+// env is what a run sets up before producing: its directories, Redis and consumers.
+type env struct {
+	cfg       Config
+	out       string
+	dirs      map[string]string
+	logf      func(format string, args ...any)
+	rs        *redisServer // nil in cluster mode
+	rdb       redis.UniversalClient
+	redisURL  string
+	waitRedis func(time.Duration) bool
+	closers   []func()
+}
+
+func (e *env) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
 // Run performs a chaos run and checks its history. An error means the run itself could not
 // be carried out (no redis-server, the build failed); violations are in the report.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
@@ -123,90 +153,26 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, errors.New("chaos: keys and rate must be positive")
 	}
 	began := time.Now()
-	logf := func(format string, args ...any) {
+	e := &env{cfg: cfg, dirs: map[string]string{}, logf: func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-	}
-	out := cfg.Out
-	if out == "" {
-		var err error
-		if out, err = os.MkdirTemp("", fmt.Sprintf("flightdeck-chaos-seed%d-", cfg.Seed)); err != nil {
-			return nil, err
-		}
-	}
-	dirs := map[string]string{}
-	for _, d := range []string{"logs", "redis", "tmp", "bin"} {
-		dirs[d] = filepath.Join(out, d)
-		if err := os.MkdirAll(dirs[d], 0o755); err != nil {
-			return nil, err
-		}
-	}
-
-	bin := cfg.ConsumerBin
-	if bin == "" {
-		bin = filepath.Join(dirs["bin"], "consumer")
-		logf("building the consumer: %s", bin)
-		if err := buildConsumer(ctx, bin); err != nil {
-			return nil, err
-		}
-	}
-	stageFile := filepath.Join(out, "stages.yaml")
-	if err := os.WriteFile(stageFile, []byte(stageYAML(cfg.resultTTL())), 0o644); err != nil {
+	}}
+	defer e.close()
+	if err := e.prepare(ctx); err != nil {
 		return nil, err
 	}
-
-	var (
-		rs        *redisServer
-		rdb       redis.UniversalClient
-		redisURL  string
-		waitRedis func(d time.Duration) bool
-	)
-	if cfg.RedisCluster || cfg.Cluster != nil {
-		if cfg.Cluster == nil {
-			lc, err := startCluster(dirs["redis"], logf)
-			if err != nil {
-				return nil, err
-			}
-			defer lc.stop(syscall.SIGKILL)
-			cfg.Cluster = lc
-			logf("redis cluster of %d nodes (%d masters + replicas; appendonly, fsync always) in %s: %s",
-				len(lc.nodes), lc.Masters(), dirs["redis"], lc.URL())
-		}
-		redisURL = cfg.Cluster.URL()
-		cc, err := clusterClient(redisURL)
-		if err != nil {
-			return nil, err
-		}
-		defer cc.Close()
-		rdb = cc
-		cl := cfg.Cluster
-		waitRedis = func(d time.Duration) bool { return clusterReady(cl, cc, d) }
-	} else {
-		var err error
-		if rs, err = startRedis(dirs["redis"]); err != nil {
-			return nil, err
-		}
-		defer rs.stop(syscall.SIGKILL)
-		logf("redis-server on %s (appendonly, fsync always) in %s", rs.Addr(), dirs["redis"])
-		c := redis.NewClient(&redis.Options{Addr: rs.Addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
-			WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
-		defer c.Close()
-		rdb, redisURL = c, rs.URL()
-		waitRedis = func(d time.Duration) bool {
-			deadline := time.Now().Add(d)
-			for time.Now().Before(deadline) {
-				if rs.running() && rs.ping() == nil {
-					return true
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			return false
-		}
+	if err := e.startRedis(); err != nil {
+		return nil, err
 	}
+	cfg = e.cfg // with the built binaries and the cluster
 	ks := topics.Keyspace{}
-	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: ks})
+	coord, err := flight.NewCoordinator(flight.Config{Client: e.rdb, Keyspace: ks})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: coordinator: %w", err)
+	}
 
-	sup := &supervisor{bin: bin, config: stageFile, redisURL: redisURL, logDir: dirs["logs"], tmpDir: dirs["tmp"],
-		grace: consumerGrace, waitRedis: waitRedis}
+	sup := &supervisor{bin: cfg.ConsumerBin, config: filepath.Join(e.out, "stages.yaml"), redisURL: e.redisURL,
+		logDir: e.dirs["logs"], tmpDir: e.dirs["tmp"], spoolDir: e.dirs["spool"], grace: consumerGrace,
+		waitRedis: e.waitRedis, logf: e.logf}
 	defer sup.shutdown()
 	if err := sup.start(cfg.Consumers); err != nil {
 		return nil, err
@@ -214,13 +180,15 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := sup.waitRunning(30 * time.Second); err != nil {
 		return nil, err
 	}
-	logf("%d consumers running; producing for %v at %.0f sends/s over %d live keys (key life %v)",
-		cfg.Consumers, cfg.Duration, cfg.Rate, cfg.Keys, cfg.KeyLife)
+	e.logf("%d consumers running (spool %s); producing for %v at %.0f sends/s over %d live keys (key life %v), a fault every ~%v",
+		cfg.Consumers, e.dirs["spool"], cfg.Duration, cfg.Rate, cfg.Keys, cfg.KeyLife, cfg.FaultEvery)
 
-	prod := &producer{w: topics.Writer{Client: rdb, Keyspace: ks}, rng: rand.New(rand.NewPCG(cfg.Seed, 1)),
+	prod := &producer{w: topics.Writer{Client: e.rdb, Keyspace: ks}, rng: rand.New(rand.NewPCG(cfg.Seed, 1)),
 		seed: cfg.Seed, keys: cfg.Keys, keyLife: cfg.KeyLife, rate: cfg.Rate, keyNames: map[int]string{}}
-	inj := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 2)), sup: sup, redis: rs, cluster: cfg.Cluster,
-		coord: coord, prod: prod, lease: lease, every: cfg.FaultEvery, logf: logf}
+	inj := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 2)), sup: sup, redis: e.rs, cluster: cfg.Cluster,
+		coord: coord, rdb: e.rdb, ks: ks, prod: prod, lease: lease, heartbeat: heartbeatInterval,
+		flightTTL: runningTTL + failureTTL, every: cfg.FaultEvery, logf: e.logf,
+		canceller: &canceller{bin: cfg.ProducerBin, redisURL: e.redisURL, tmpDir: e.dirs["tmp"]}}
 	start := time.Now()
 	end := start.Add(cfg.Duration)
 	prodDone := make(chan struct{})
@@ -234,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 				return
 			case <-time.After(30 * time.Second):
 				enq, _ := prod.history()
-				logf("%v elapsed: %d tasks sent, %d faults", time.Since(start).Round(time.Second), len(enq), len(inj.list()))
+				e.logf("%v elapsed: %d tasks sent, %d faults", time.Since(start).Round(time.Second), len(enq), len(inj.list()))
 			}
 		}
 	}()
@@ -246,28 +214,147 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 
 	// Recovery: Redis up, every consumer running and continued; then drain.
-	if rs != nil {
-		rs.signal(syscall.SIGCONT)
+	if e.rs != nil {
+		e.rs.signal(syscall.SIGCONT)
 	}
-	if !waitRedis(30 * time.Second) {
+	if !e.waitRedis(30 * time.Second) {
 		return nil, errors.New("chaos: redis-server does not answer after the faults")
 	}
 	enqueues, keys := prod.history()
-	logf("faults over (%d injected); draining: waiting up to %v for %d tasks", len(inj.list()), cfg.Drain, len(enqueues))
-	drained := drain(ctx, rdb, ks, enqueues, cfg.Drain, logf)
+	e.logf("faults over (%d injected); draining: waiting up to %v for %d tasks", len(inj.list()), cfg.Drain, len(enqueues))
+	drained := drain(ctx, e.rdb, ks, enqueues, cfg.Drain, e.logf)
 	// Let late duplicates and releases settle before the snapshot.
 	time.Sleep(2 * time.Second)
 	if !drained {
-		logf("drain timed out: the checker reports what is missing")
+		e.logf("drain timed out: the checker reports what is missing")
 	}
 
-	// Snapshot.
-	h := History{Enqueues: enqueues, ResultTTL: cfg.resultTTL(), Faults: inj.list()}
+	h := History{Enqueues: enqueues, ResultTTL: cfg.resultTTL(), RunningTTL: runningTTL, FailureTTL: failureTTL,
+		Faults: inj.list(), Cancels: inj.cancelList()}
+	if err := e.snapshot(coord, ks, keys, &h); err != nil {
+		return nil, err
+	}
+	sup.shutdown()
+	if e.rs != nil {
+		e.rs.stop(syscall.SIGTERM)
+	}
+	h.Exits, h.InjectedCrashes = sup.exitList(), sup.injectedList()
+	for _, path := range sup.logFiles() {
+		if err := h.addLog(path); err != nil {
+			return nil, err
+		}
+	}
+
+	o := &Outcome{History: h, Out: e.out, Elapsed: time.Since(began), Unavailable: map[string]string{}}
+	if cfg.Cluster == nil {
+		o.Unavailable[FaultMasterKill] = "single-node run: pass --cluster (chaos.Config.RedisCluster) for a Redis Cluster"
+	} else {
+		for _, k := range []string{FaultRedisTerm, FaultRedisKill, FaultRedisPause} {
+			o.Unavailable[k] = "single-node Redis fault, skipped in cluster mode (cluster-master-kill kills a node instead)"
+		}
+	}
+	o.Report = Check(h)
+	if err := writeJSON(filepath.Join(e.out, "history.json"), h); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(e.out, "report.json"), o.Report); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// prepare makes the run's directories, builds the binaries it was not given and writes the
+// stage file.
+func (e *env) prepare(ctx context.Context) error {
+	e.out = e.cfg.Out
+	if e.out == "" {
+		var err error
+		if e.out, err = os.MkdirTemp("", fmt.Sprintf("flightdeck-chaos-seed%d-", e.cfg.Seed)); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+	}
+	for _, d := range []string{"logs", "redis", "tmp", "bin", "spool"} {
+		e.dirs[d] = filepath.Join(e.out, d)
+		if err := os.MkdirAll(e.dirs[d], 0o755); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+	}
+	for _, b := range []struct {
+		bin *string
+		pkg string
+	}{{&e.cfg.ConsumerBin, "./cmd/consumer"}, {&e.cfg.ProducerBin, "./cmd/producer"}} {
+		if *b.bin != "" {
+			continue
+		}
+		*b.bin = filepath.Join(e.dirs["bin"], filepath.Base(b.pkg))
+		e.logf("building %s: %s", b.pkg, *b.bin)
+		if err := buildBinary(ctx, b.pkg, *b.bin); err != nil {
+			return err
+		}
+	}
+	stageFile := filepath.Join(e.out, "stages.yaml")
+	if err := os.WriteFile(stageFile, []byte(stageYAML(e.cfg.resultTTL())), 0o644); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	return nil
+}
+
+// startRedis starts the run's redis-server (or cluster) and its client.
+func (e *env) startRedis() error {
+	cfg := &e.cfg
+	if cfg.RedisCluster || cfg.Cluster != nil {
+		if cfg.Cluster == nil {
+			lc, err := startCluster(e.dirs["redis"], e.logf)
+			if err != nil {
+				return err
+			}
+			e.closers = append(e.closers, func() { lc.stop(syscall.SIGKILL) })
+			cfg.Cluster = lc
+			e.logf("redis cluster of %d nodes (%d masters + replicas; appendonly, fsync always) in %s: %s",
+				len(lc.nodes), lc.Masters(), e.dirs["redis"], lc.URL())
+		}
+		e.redisURL = cfg.Cluster.URL()
+		cc, err := clusterClient(e.redisURL)
+		if err != nil {
+			return err
+		}
+		e.closers = append(e.closers, func() { cc.Close() })
+		e.rdb = cc
+		cl := cfg.Cluster
+		e.waitRedis = func(d time.Duration) bool { return clusterReady(cl, cc, d) }
+		return nil
+	}
+	rs, err := startRedis(e.dirs["redis"])
+	if err != nil {
+		return err
+	}
+	e.rs = rs
+	e.closers = append(e.closers, func() { rs.stop(syscall.SIGKILL) })
+	e.logf("redis-server on %s (appendonly, fsync always) in %s", rs.Addr(), e.dirs["redis"])
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
+		WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+	e.closers = append(e.closers, func() { c.Close() })
+	e.rdb, e.redisURL = c, rs.URL()
+	e.waitRedis = func(d time.Duration) bool {
+		deadline := time.Now().Add(d)
+		for time.Now().Before(deadline) {
+			if rs.running() && rs.ping() == nil {
+				return true
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return false
+	}
+	return nil
+}
+
+// snapshot reads the events, the flights of keys, the dead letters and the backlog into h.
+func (e *env) snapshot(coord *flight.Coordinator, ks topics.Keyspace, keys []string, h *History) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var err error
-	if h.Events, err = readAllEvents(sctx, rdb, ks); err != nil {
-		return nil, fmt.Errorf("chaos: read events: %w", err)
+	if h.Events, err = readAllEvents(sctx, e.rdb, ks); err != nil {
+		return fmt.Errorf("chaos: read events: %w", err)
 	}
 	h.Flights = map[string]Flight{}
 	sort.Strings(keys)
@@ -277,242 +364,49 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		case errors.Is(err, flight.ErrNotFound):
 			h.Flights[k] = Flight{}
 		case err != nil:
-			return nil, fmt.Errorf("chaos: read flight %s: %w", k, err)
+			return fmt.Errorf("chaos: read flight %s: %w", k, err)
 		default:
 			h.Flights[k] = Flight{Found: true, Status: string(m.Status), OwnerToken: m.OwnerToken, Parked: len(m.Parked),
 				ResultStored: m.ResultTTL > 0 || m.ResultTTL == -1}
 		}
 	}
-	if h.DeadLetters, err = readDeadLetters(sctx, rdb, ks); err != nil {
-		return nil, fmt.Errorf("chaos: read dead letters: %w", err)
+	if h.DeadLetters, err = readDeadLetters(sctx, e.rdb, ks); err != nil {
+		return fmt.Errorf("chaos: read dead letters: %w", err)
 	}
-	if h.Backlog, err = backlog(sctx, rdb, ks); err != nil {
-		return nil, fmt.Errorf("chaos: read backlog: %w", err)
+	if h.Backlog, err = backlog(sctx, e.rdb, ks); err != nil {
+		return fmt.Errorf("chaos: read backlog: %w", err)
 	}
 	h.SnapshotAt = time.Now()
-	redisDiagnostics(sctx, rdb, filepath.Join(out, "redis-diagnostics.txt"))
-
-	sup.shutdown()
-	if rs != nil {
-		rs.stop(syscall.SIGTERM)
-	}
-	h.Exits = sup.exitList()
-	for _, path := range sup.logFiles() {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		runs, comps, st, err := ParseLog(f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("chaos: parse %s: %w", path, err)
-		}
-		h.Runs = append(h.Runs, runs...)
-		h.Completions = append(h.Completions, comps...)
-		h.Logs.add(st)
-	}
-
-	o := &Outcome{History: h, Out: out, Elapsed: time.Since(began), Unavailable: map[string]string{}}
-	if cfg.Cluster == nil {
-		o.Unavailable[FaultMasterKill] = "single-node run: pass --cluster (chaos.Config.RedisCluster) for a Redis Cluster"
-	} else {
-		for _, k := range []string{FaultRedisTerm, FaultRedisKill, FaultRedisPause} {
-			o.Unavailable[k] = "single-node Redis fault, skipped in cluster mode (cluster-master-kill kills a node instead)"
-		}
-	}
-	o.Report = Check(h)
-	if err := writeJSON(filepath.Join(out, "history.json"), h); err != nil {
-		return nil, err
-	}
-	if err := writeJSON(filepath.Join(out, "report.json"), o.Report); err != nil {
-		return nil, err
-	}
-	return o, nil
+	redisDiagnostics(sctx, e.rdb, filepath.Join(e.out, "redis-diagnostics.txt"))
+	return nil
 }
 
+// addLog parses one consumer log file into h.
+func (h *History) addLog(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	defer f.Close()
+	p, err := ParseLog(f)
+	if err != nil {
+		return fmt.Errorf("chaos: parse %s: %w", path, err)
+	}
+	h.Runs = append(h.Runs, p.Runs...)
+	h.Completions = append(h.Completions, p.Completions...)
+	h.Failures = append(h.Failures, p.Failures...)
+	h.Handovers = append(h.Handovers, p.Handovers...)
+	h.Logs.add(p.Stats)
+	return nil
+}
+
+// stageYAML is the stage file of the run: both chaos stages with its short timings.
 func stageYAML(resultTTL time.Duration) string {
 	var b strings.Builder
 	b.WriteString("stages:\n")
 	for _, s := range chaosStages {
-		fmt.Fprintf(&b, "  %s:\n    heartbeatInterval: %v\n    lease: %v\n    resultTTL: %v\n",
-			s, heartbeatInterval, lease, resultTTL)
+		fmt.Fprintf(&b, "  %s:\n    heartbeatInterval: %v\n    lease: %v\n    runningTTL: %v\n    failureTTL: %v\n    resultTTL: %v\n",
+			s, heartbeatInterval, lease, runningTTL, failureTTL, resultTTL)
 	}
 	return b.String()
-}
-
-// buildConsumer builds ./cmd/consumer of the module the working directory is in.
-func buildConsumer(ctx context.Context, bin string) error {
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("chaos: go env GOMOD: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	if root == "." || root == "" || strings.HasSuffix(strings.TrimSpace(string(gomod)), os.DevNull) {
-		return errors.New("chaos: run inside the flightdeck module (or pass the consumer binary)")
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/consumer")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("chaos: go build ./cmd/consumer: %w\n%s", err, out)
-	}
-	return nil
-}
-
-// drain waits until every surely enqueued task has an event and no entry is pending or
-// undelivered, or until timeout.
-func drain(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, enq []Enqueue, timeout time.Duration, logf func(string, ...any)) bool {
-	want := map[string]bool{}
-	for _, e := range enq {
-		if !e.Unsure {
-			want[e.TaskID] = true
-		}
-	}
-	from := map[string]string{}
-	for _, s := range chaosStages {
-		from[ks.Results(s)] = "0"
-	}
-	deadline := time.Now().Add(timeout)
-	lastLog := time.Now()
-	for {
-		for {
-			evs, _, err := topics.ReadEvents(ctx, rdb, from, 5000, -1)
-			if err != nil || len(evs) == 0 {
-				break
-			}
-			for _, ev := range evs {
-				from[ev.Stream] = ev.ID
-				delete(want, ev.Event.TaskID)
-			}
-		}
-		var pending int64
-		if len(want) == 0 {
-			bl, err := backlog(ctx, rdb, ks)
-			if err != nil {
-				pending = -1
-			}
-			for _, b := range bl {
-				pending += b.Pending + max(b.Lag, 0)
-			}
-			if err == nil && pending == 0 {
-				return true
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		if time.Since(lastLog) > 10*time.Second {
-			logf("draining: %d tasks without an event, %d entries pending", len(want), pending)
-			lastLog = time.Now()
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// readAllEvents reads both result streams from the start.
-func readAllEvents(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace) ([]topics.Event, error) {
-	var out []topics.Event
-	for _, s := range chaosStages {
-		from := map[string]string{ks.Results(s): "0"}
-		for {
-			evs, _, err := topics.ReadEvents(ctx, rdb, from, 5000, -1)
-			if err != nil {
-				return nil, err
-			}
-			if len(evs) == 0 {
-				break
-			}
-			for _, ev := range evs {
-				from[ev.Stream] = ev.ID
-				if ev.Err != nil {
-					return nil, fmt.Errorf("undecodable event %s: %w", ev.ID, ev.Err)
-				}
-				out = append(out, ev.Event)
-			}
-		}
-	}
-	return out, nil
-}
-
-// readDeadLetters reads both dead-letter streams.
-func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace) ([]DeadLetter, error) {
-	var out []DeadLetter
-	for _, s := range chaosStages {
-		msgs, err := rdb.XRange(ctx, ks.DLQ(s), "-", "+").Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range msgs {
-			str := func(k string) string { v, _ := m.Values[k].(string); return v }
-			d := DeadLetter{Stage: s, Reason: str(topics.FieldReason), Detail: str(topics.FieldDetail),
-				Consumer: str(topics.FieldConsumer), At: m.ID}
-			if ms, _, ok := strings.Cut(m.ID, "-"); ok {
-				if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
-					d.At = time.UnixMilli(v).UTC().Format("15:04:05.000")
-				}
-			}
-			var t struct {
-				TaskID string `json:"taskId"`
-			}
-			if json.Unmarshal([]byte(str(topics.FieldPayload)), &t) == nil {
-				d.TaskID = t.TaskID
-			}
-			out = append(out, d)
-		}
-	}
-	return out, nil
-}
-
-// backlog reads each task stream's pending count and lag in group flightdeck.
-func backlog(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace) ([]Backlog, error) {
-	var out []Backlog
-	for _, s := range chaosStages {
-		b := Backlog{Stage: s}
-		groups, err := rdb.XInfoGroups(ctx, ks.Tasks(s)).Result()
-		if err != nil && !strings.Contains(err.Error(), "no such key") {
-			return nil, err
-		}
-		for _, g := range groups {
-			if g.Name != topics.ConsumerGroup {
-				continue
-			}
-			b.Pending, b.Lag = g.Pending, g.Lag
-			// The lag XINFO GROUPS reports derives from the group's entries-read counter,
-			// which Redis 7.0 does not keep in step on replicas (redis/redis#12898, fixed in
-			// later releases): after a cluster failover the promoted replica reports a lag of
-			// entries long delivered. Count the undelivered entries instead.
-			if g.Lag != 0 {
-				undelivered, err := rdb.XRangeN(ctx, ks.Tasks(s), "("+g.LastDeliveredID, "+", 1_000_000).Result()
-				if err != nil {
-					return nil, err
-				}
-				b.Lag = int64(len(undelivered))
-			}
-		}
-		out = append(out, b)
-	}
-	return out, nil
-}
-
-// redisDiagnostics writes the server's command statistics and slow log (since its last
-// restart) for a look at where Redis spent its time; best effort.
-func redisDiagnostics(ctx context.Context, rdb redis.UniversalClient, path string) {
-	var b strings.Builder
-	if s, err := rdb.Info(ctx, "commandstats", "stats", "persistence", "cpu").Result(); err == nil {
-		b.WriteString(s)
-	}
-	if entries, err := rdb.SlowLogGet(ctx, 50).Result(); err == nil {
-		b.WriteString("\n# slowlog (last 50 since the last restart)\n")
-		for _, e := range entries {
-			fmt.Fprintf(&b, "%s %8dus %s\n", e.Time.Format("15:04:05"), e.Duration.Microseconds(), clip([]byte(strings.Join(e.Args, " "))))
-		}
-	}
-	_ = os.WriteFile(path, []byte(b.String()), 0o644)
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }

@@ -25,8 +25,20 @@ func TestStageYAMLLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range stages {
-		if s.Lease != lease || s.HeartbeatInterval != heartbeatInterval || s.ResultTTL != 15*time.Minute {
-			t.Errorf("%s: lease %v heartbeat %v resultTTL %v", s.Name, s.Lease, s.HeartbeatInterval, s.ResultTTL)
+		if s.Lease != lease || s.HeartbeatInterval != heartbeatInterval || s.ResultTTL != 15*time.Minute ||
+			s.RunningTTL != runningTTL || s.FailureTTL != failureTTL {
+			t.Errorf("%s: lease %v heartbeat %v resultTTL %v runningTTL %v failureTTL %v", s.Name, s.Lease,
+				s.HeartbeatInterval, s.ResultTTL, s.RunningTTL, s.FailureTTL)
+		}
+	}
+	// An attempt may expire only when its owner stopped: runningTTL outlives the longest
+	// simulated call by a second.
+	if runningTTL < maxLatency+time.Second {
+		t.Errorf("runningTTL %v, longest simulated call %v", runningTTL, maxLatency)
+	}
+	for id := range 2000 {
+		if l := time.Duration(specFor(1, id).LatencyMs) * time.Millisecond; l > maxLatency {
+			t.Fatalf("key %d: latency %v above maxLatency %v", id, l, maxLatency)
 		}
 	}
 }

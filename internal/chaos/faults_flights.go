@@ -1,0 +1,141 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/internal/faults"
+)
+
+// Faults that act on flights and on Redis.
+
+// delRunningSrc deletes a flight's meta and waiters (KEYS[1], KEYS[2]) when the flight is
+// still RUNNING under token ARGV[1]; it answers the number of keys deleted, or -1. Atomic, so
+// that a flight that finished meanwhile keeps its outcome (deleting a SUCCEEDED meta would
+// let a fresh flight run the model inside the result TTL: not the fault intended).
+const delRunningSrc = `
+if redis.call('HGET', KEYS[1], 'status') == 'RUNNING' and redis.call('HGET', KEYS[1], 'ownerToken') == ARGV[1] then
+  return redis.call('DEL', KEYS[1], KEYS[2])
+end
+return -1`
+
+// deleteFlightKeys deletes the meta and waiters of a RUNNING flight (preferably one with
+// parked tasks): lost writes. The owner's heartbeat writes the flight back; a duplicate that
+// acquires first starts a fresh flight (an allowed extra run for the checker).
+func (in *injector) deleteFlightKeys(ctx context.Context) bool {
+	r, ok := in.findFlight(ctx, 3*time.Second, true, nil)
+	if !ok {
+		return false
+	}
+	at := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	n, err := redis.NewScript(delRunningSrc).Run(cctx, in.rdb, []string{in.ks.Meta(r.key), in.ks.Waiters(r.key)},
+		r.meta.OwnerToken).Int64()
+	if err != nil || n < 0 {
+		return false // the flight moved on meanwhile, or Redis did not answer
+	}
+	in.record(Fault{Kind: FaultDeleteKeys, At: at, Key: r.key, Token: r.meta.OwnerToken,
+		Note: fmt.Sprintf("owner %s token %d, %d parked: %d keys deleted", r.meta.OwnerID, r.meta.OwnerToken, len(r.meta.Parked), n)})
+	return true
+}
+
+// canceller runs the producer binary's cancel command.
+type canceller struct {
+	bin, redisURL, tmpDir string
+}
+
+// cancel runs `producer cancel key --reason reason`, with the knobs that make it exit 86
+// right after the cancel script (before its answers) when crash. It answers the exit status
+// and the output; err only when the process could not run.
+func (c *canceller) cancel(ctx context.Context, key, reason string, crash bool) (int, string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, c.bin, "cancel", key, "--reason", reason)
+	cmd.Env = append(filterEnv(os.Environ(), "REDIS_URL", "REDIS_URL_FILE", "TMPDIR",
+		"FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT", "FLIGHTDECK_FAULT_CRASH_AFTER"),
+		"REDIS_URL="+c.redisURL, "TMPDIR="+c.tmpDir)
+	if crash {
+		cmd.Env = append(cmd.Env, "FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT=1", "FLIGHTDECK_FAULT_CRASH_AFTER=cancel:1")
+	}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return -1, string(out), fmt.Errorf("chaos: run producer cancel: %w", err)
+	}
+	return cmd.ProcessState.ExitCode(), strings.TrimSpace(string(out)), nil
+}
+
+// cancellerCrash cancels a running flight (preferably one with parked tasks) with a
+// canceller that dies right after the cancel script, before answering the parked tasks;
+// those are answered by the consumers' parked-entry checks. Half the time a second, plain
+// cancel follows (it prints "already cancelled" and answers what is still parked).
+func (in *injector) cancellerCrash(ctx context.Context) bool {
+	r, ok := in.findFlight(ctx, 3*time.Second, true, nil)
+	if !ok {
+		return false
+	}
+	const reason = "chaos: canceller-crash"
+	at := time.Now()
+	code, out, err := in.canceller.cancel(ctx, r.key, reason, true)
+	if err != nil {
+		in.logf("fault %s: %v", FaultCancellerCrash, err)
+		return false
+	}
+	in.addCancel(Cancel{Key: r.key, At: at, Crash: true, Exit: code, Output: clip([]byte(out))})
+	note := fmt.Sprintf("owner %s token %d, %d parked: canceller exited %d", r.meta.OwnerID, r.meta.OwnerToken, len(r.meta.Parked), code)
+	if code != faults.CrashExitCode {
+		note += " (" + firstLine(out) + ")"
+	}
+	if in.rng.IntN(2) == 0 {
+		at2 := time.Now()
+		code2, out2, err := in.canceller.cancel(ctx, r.key, reason+" (second)", false)
+		if err == nil {
+			in.addCancel(Cancel{Key: r.key, At: at2, Exit: code2, Output: clip([]byte(out2))})
+			note += fmt.Sprintf("; second cancel exited %d: %s", code2, firstLine(out2))
+		}
+	}
+	in.record(Fault{Kind: FaultCancellerCrash, At: at, For: time.Since(at).Round(time.Millisecond).String(),
+		Key: r.key, Token: r.meta.OwnerToken, Note: note})
+	return true
+}
+
+func (in *injector) addCancel(c Cancel) {
+	in.mu.Lock()
+	in.cancels = append(in.cancels, c)
+	in.mu.Unlock()
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
+
+// masterKill SIGKILLs a Redis Cluster master, waits 1-5 s and restarts its node.
+func (in *injector) masterKill() {
+	if in.cluster == nil {
+		return
+	}
+	i := in.rng.IntN(in.cluster.Masters())
+	down := in.between(time.Second, 5*time.Second)
+	at := time.Now()
+	f := Fault{Kind: FaultMasterKill, Target: fmt.Sprintf("master%d", i), At: at}
+	if err := in.cluster.KillMaster(i); err != nil {
+		f.Note = err.Error()
+	}
+	failover := time.Since(at)
+	time.Sleep(down)
+	if err := in.cluster.RestartMaster(i); err != nil {
+		f.Note += " restart: " + err.Error()
+	}
+	f.For = time.Since(at).Round(time.Millisecond).String()
+	f.Note = strings.TrimSpace(fmt.Sprintf("failover %v, down %v; %s", failover.Round(time.Millisecond), down.Round(time.Millisecond), f.Note))
+	in.record(f)
+}
