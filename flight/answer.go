@@ -23,12 +23,12 @@ import (
 
 // answerArgv returns the answer block (lib.lua ARGV[1..11]) for a call made for task t; body
 // is the caller's own SUCCEEDED event body when the caller built it ("" otherwise).
-func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int, body string) []any {
+func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int, body any) []any {
 	if maxInline <= 0 {
 		maxInline = DefaultMaxInline
 	}
 	argv := make([]any, 11, 28)
-	argv[0], argv[1], argv[2], argv[3] = c.mode, c.maxLen, c.group, topics.ParkingConsumer
+	argv[0], argv[1], argv[2], argv[3] = c.mode, c.maxLenArg, c.group, topics.ParkingConsumer
 	argv[4], argv[5] = c.tailFields(), body
 	argv[6], argv[7], argv[8] = t.ID, t.ref(), t.Queued.Milliseconds()
 	argv[9], argv[10] = run.Milliseconds(), maxInline
@@ -48,12 +48,24 @@ func (c *Coordinator) tailFields() string {
 // answerKeys returns the flight keys of key and, in answer mode write, the result stream and
 // task streams of stage.
 func (c *Coordinator) answerKeys(key, stage string) []string {
-	keys := c.ks.FlightKeys(key)
-	if c.mode == "write" {
-		keys = append(keys, c.ks.Results(stage))
-		keys = append(keys, c.ks.TaskStreams(stage)...)
+	if c.mode != "write" {
+		return c.ks.FlightKeys(key)
 	}
-	return keys
+	streams := c.stageStreams(stage)
+	keys := make([]string, 0, 4+len(streams))
+	keys = append(keys, c.ks.FlightKeys(key)...)
+	return append(keys, streams...)
+}
+
+// stageStreams returns stage's result stream followed by its task streams (made once per
+// stage).
+func (c *Coordinator) stageStreams(stage string) []string {
+	if v, ok := c.streams.Load(stage); ok {
+		return v.([]string)
+	}
+	s := append([]string{c.ks.Results(stage)}, c.ks.TaskStreams(stage)...)
+	c.streams.Store(stage, s)
+	return s
 }
 
 // answerTail is the tail of an answering script's reply (lib.lua).

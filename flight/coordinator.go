@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -241,12 +242,17 @@ type Config struct {
 	// it handed back: a fault-injection hook for tests and chaos runs (a process that dies
 	// there leaves the answers to the next caller of the flight). Defaults to nil.
 	AfterScript func(op string)
+	// Calls, when set, sends the flight calls (FCALL) instead of Client: a lua.Batcher on
+	// Client's node, so that the calls of concurrent callers share pipelines. Leave it nil on
+	// Redis Cluster. The coordinator does not close it.
+	Calls lua.FCaller
 }
 
 // Coordinator is the Go side of the flight scripts in lua/. It is safe for concurrent use and
 // holds no state of its own besides its configuration: every decision is taken in Redis.
 type Coordinator struct {
 	rdb      redis.UniversalClient
+	calls    lua.FCaller // sends the FCALLs: rdb, or Config.Calls
 	ks       topics.Keyspace
 	group    string
 	consumer string
@@ -255,6 +261,8 @@ type Coordinator struct {
 	after    func(op string)
 	// consumerJSON is the consumer name as a JSON string, for the events.
 	consumerJSON []byte
+	maxLenArg    string   // maxLen as a script argument
+	streams      sync.Map // stage -> its result stream and task streams (stageStreams)
 }
 
 // NewCoordinator returns a coordinator on cfg.Client.
@@ -266,7 +274,10 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("flight: %w", err)
 	}
 	c := &Coordinator{rdb: cfg.Client, ks: cfg.Keyspace, group: cfg.Group, consumer: cfg.Consumer,
-		maxLen: cfg.ResultMaxLen, mode: "write", after: cfg.AfterScript}
+		maxLen: cfg.ResultMaxLen, mode: "write", after: cfg.AfterScript, calls: cfg.Calls}
+	if c.calls == nil {
+		c.calls = cfg.Client
+	}
 	if c.group == "" {
 		c.group = topics.ConsumerGroup
 	}
@@ -280,6 +291,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 	case c.maxLen < 0:
 		c.maxLen = 0
 	}
+	c.maxLenArg = strconv.FormatInt(c.maxLen, 10)
 	if _, cluster := cfg.Client.(*redis.ClusterClient); cluster || cfg.AnswerAfterScript {
 		c.mode = "return"
 	}
@@ -334,7 +346,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
 		ms(pol.Lease), ms(pol.RunningTTL), pol.pinned(), ms(pol.RunningTTL+pol.FailureTTL),
 		pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
-	res, err := lua.Acquire.Run(ctx, c.rdb, c.answerKeys(p.Key, p.Stage), argv...).Slice()
+	res, err := lua.Acquire.RunVia(ctx, c.calls, c.rdb, c.answerKeys(p.Key, p.Stage), argv...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
@@ -373,7 +385,7 @@ func parseDecision(res []any) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: acquire answered %d elements", ErrProtocol, len(res))
 	}
 	s := func(i int) string { v, _ := res[i].(string); return v }
-	n := func(i int) int64 { v, _ := res[i].(int64); return v }
+	n := func(i int) int64 { return replyInt(res[i]) }
 	d := Decision{
 		Action:      Action(s(0)),
 		Reason:      Reason(s(1)),
@@ -401,6 +413,19 @@ func parseDecision(res []any) (Decision, error) {
 	default:
 		return d, fmt.Errorf("%w: unknown action %q", ErrProtocol, d.Action)
 	}
+}
+
+// replyInt reads an integer of a script's reply: an integer, or its decimal string (a script
+// passes a time it has as a string rather than parse it).
+func replyInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
 }
 
 func unixMilli(ms int64) time.Time {

@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -33,7 +34,7 @@ func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function
 	if err := CheckKey(key); err != nil {
 		return "", err
 	}
-	res, err := s.Run(ctx, c.rdb, c.ks.FlightKeys(key), args...).Slice()
+	res, err := s.RunVia(ctx, c.calls, c.rdb, c.ks.FlightKeys(key), args...).Slice()
 	if err != nil {
 		return "", fmt.Errorf("flight: %s %q: %w", op, key, err)
 	}
@@ -103,7 +104,7 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	if err := CheckKey(o.Key); err != nil {
 		return Settlement{}, err
 	}
-	res, err := s.Run(ctx, c.rdb, c.answerKeys(o.Key, o.Stage), argv...).Slice()
+	res, err := s.RunVia(ctx, c.calls, c.rdb, c.answerKeys(o.Key, o.Stage), argv...).Slice()
 	if err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
@@ -161,9 +162,15 @@ func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, 
 	}
 	body := c.successBody(o, result, inline == "1", run)
 	argv := c.answerArgv(o.Task, run, o.MaxInline, body)
-	argv = append(argv, tok(o.Token), result, inline, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key,
-		max(o.Attempts, 1), ms(p.ResultTTL), ms(p.FenceTTL()))
-	return c.settleCall(ctx, "complete", lua.Complete, o, argv)
+	argv = append(argv, tok(o.Token), result, inline, ms(p.ResultTTL), ms(p.FenceTTL()))
+	st, err := c.settleCall(ctx, "complete", lua.Complete, o, argv)
+	if errors.Is(err, ErrGone) {
+		// The meta is gone: call again with what it takes to write it back (the common call
+		// leaves these out).
+		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))
+		return c.settleCall(ctx, "complete", lua.Complete, o, argv)
+	}
+	return st, err
 }
 
 // Failure describes a failed attempt.
@@ -264,7 +271,7 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 // successBody builds the body of the SUCCEEDED events of o's complete (every field but taskId,
 // shared and queuedMs), as lib.lua's outcomeOf would from the meta, so that the script writes
 // it as it is.
-func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run time.Duration) string {
+func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run time.Duration) []byte {
 	maxInline := o.MaxInline
 	if maxInline <= 0 {
 		maxInline = DefaultMaxInline
@@ -291,5 +298,5 @@ func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run t
 	b = append(b, `,"resultRef":"`...)
 	b = append(b, c.ks.Result(o.Key)...)
 	b = append(b, '"')
-	return string(b)
+	return b
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -34,6 +35,7 @@ type Consumer struct {
 	metrics *Metrics
 	spool   *flight.Spool
 	clients []redis.UniversalClient
+	batch   *lua.Batcher // the handlers' flight calls on a single node (nil on a cluster)
 	procs   map[string]*Processor
 	subs    map[string]*stream.Subscriber
 	life    *lifecycle
@@ -80,8 +82,16 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 			return nil, fmt.Errorf("handlers: register metrics: %w", err)
 		}
 	}
-	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Keyspace: cfg.Keyspace, Consumer: cfg.Name,
-		ResultMaxLen: cfg.ResultMaxLen, AnswerAfterScript: cfg.Faults.AnswerAfterScript, AfterScript: cfg.Faults.AfterScript})
+	// On a single node the handlers' flight calls (acquire, complete, ...) share pipelines:
+	// the calls concurrent handlers make while one pipeline is out leave together in the next.
+	var calls lua.FCaller
+	if one, ok := c.rdb.(*redis.Client); ok {
+		c.batch = lua.NewBatcher(one)
+		calls = c.batch
+	}
+	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Calls: calls, Keyspace: cfg.Keyspace,
+		Consumer: cfg.Name, ResultMaxLen: cfg.ResultMaxLen, AnswerAfterScript: cfg.Faults.AnswerAfterScript,
+		AfterScript: cfg.Faults.AfterScript})
 	if err != nil {
 		c.closeClients()
 		return nil, err
@@ -273,6 +283,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) closeClients() {
+	if c.batch != nil {
+		_ = c.batch.Close()
+	}
 	for _, cl := range c.clients {
 		_ = cl.Close()
 	}

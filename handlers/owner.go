@@ -22,7 +22,7 @@ var errSessionLockLost = errors.New("handlers: session lock lost")
 // own runs the flight as its owner (acquire started it). again asks acquireLoop to acquire
 // again: the flight answers the task (cancelled, expired, another owner) or makes it owner
 // once more (a retry left to this consumer).
-func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger) (again bool, err error) {
+func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err error) {
 	p := t.p
 	o := *d.Owner
 	p.life.running.Add(1)
@@ -31,13 +31,12 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 	runCtx, cancel := context.WithCancelCause(p.life.owners)
 	defer cancel(nil)
 	var progress atomic.Int64
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		t.heartbeat(runCtx, cancel, o, &progress, log)
-	}()
+	stopHeartbeat := t.startHeartbeat(runCtx, cancel, o, &progress)
 	start := time.Now()
-	log.Info().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("model call")
+	if debugOn(p.log) {
+		l := t.logger()
+		l.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("model call")
+	}
 	p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
 	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
 	out, callErr := p.model.Call(runCtx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID,
@@ -47,22 +46,21 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 	t.runTime = time.Since(start)
 	cause := context.Cause(runCtx)
 	cancel(nil)
-	<-hbDone
+	stopHeartbeat()
 	p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(t.runTime.Seconds())
-	log = log.With().Dur("runMs", t.runTime).Logger()
 
 	// A call that failed after its run was cancelled failed because of that cancellation.
 	if callErr != nil && cause != nil {
 		switch {
 		case errors.Is(cause, flight.ErrStaleToken), errors.Is(cause, flight.ErrCancelled), errors.Is(cause, flight.ErrExpired):
-			log.Warn().Err(cause).Msg("run aborted by the flight; acquiring again")
+			t.warn().Err(cause).Msg("run aborted by the flight; acquiring again")
 			return true, nil
 		case errors.Is(cause, ErrShuttingDown):
-			t.handover(o, log, "consumer_stopped")
+			t.handover(o, "consumer_stopped")
 			stream.Release(t.msg)
 			return false, nil
 		case errors.Is(cause, errSessionLockLost):
-			t.handover(o, log, "session_lock_lost")
+			t.handover(o, "session_lock_lost")
 			stream.Delay(t.msg, t.poll())
 			return false, nil
 		}
@@ -71,7 +69,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 	// this slot's next task meanwhile.
 	stream.Finishing(t.msg)
 	if callErr != nil {
-		return t.fail(ctx, o, callErr, log)
+		return t.fail(ctx, o, callErr)
 	}
 	// A run that lost its session lock may not complete: another task of the session may have
 	// run meanwhile.
@@ -80,7 +78,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 		held := t.checkLock(cctx)
 		ccancel()
 		if !held {
-			t.handover(o, log, "session_lock_lost")
+			t.handover(o, "session_lock_lost")
 			stream.Delay(t.msg, t.poll())
 			return false, nil
 		}
@@ -90,18 +88,21 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 	switch {
 	case err == nil:
 		if st.Restored {
-			log.Warn().Msg("the flight was gone when the result arrived; written back")
+			t.warn().Msg("the flight was gone when the result arrived; written back")
 		}
-		log.Info().Int("answered", st.Events).Msg("owner completed")
+		if debugOn(p.log) {
+			l := t.logger()
+			l.Debug().Dur("runMs", t.runTime).Int("answered", st.Events).Msg("owner completed")
+		}
 		t.observeOwner(topics.StatusSucceeded, st)
 		stream.Acked(t.msg)
 		return false, nil
 	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
-		log.Warn().Err(err).Msg("result refused: the run was closed; the task is answered with the flight's outcome")
+		t.warn().Err(err).Msg("result refused: the run was closed; the task is answered with the flight's outcome")
 		stream.Acked(t.msg)
 		return false, nil
 	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
-		log.Warn().Err(err).Msg("result refused: another owner holds the flight")
+		t.warn().Err(err).Msg("result refused: another owner holds the flight")
 		return t.settled(st), nil
 	default:
 		// The model answered but the result cannot be stored: an uncertain outcome. Spool it
@@ -113,10 +114,21 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision, log zerolog.Logger
 			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
 		}
 		p.metrics.spooled.Inc()
-		log.Warn().Err(err).Msg("result write failed: uncertain outcome spooled; the task waits for the write-back")
+		t.warn().Err(err).Msg("result write failed: uncertain outcome spooled; the task waits for the write-back")
 		stream.Delay(t.msg, p.stage.HeartbeatInterval)
 		return false, nil
 	}
+}
+
+// warn starts a warning of the task, with the last model call's duration when there was one.
+// Not for the heartbeat goroutine (runTime is the handler's).
+func (t *taskRun) warn() *zerolog.Event {
+	l := t.logger()
+	e := l.Warn()
+	if t.runTime > 0 {
+		e = e.Dur("runMs", t.runTime)
+	}
+	return e
 }
 
 // settled turns a refusal's settlement into the message's fate: answered (acknowledged by
@@ -136,7 +148,7 @@ func (t *taskRun) settled(st flight.Settlement) bool {
 // fail records the failed model call. A final failure answers the task and the parked ones; a
 // retryable one holds the task (without a handler) for a backoff, then acquires again, which
 // retries while attempts are left.
-func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error, log zerolog.Logger) (bool, error) {
+func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error) (bool, error) {
 	p := t.p
 	me := model.Classify(callErr)
 	f := flight.Failure{Retryable: me.Retryable, Type: me.Type, Code: me.Code, Message: me.Error()}
@@ -146,7 +158,7 @@ func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error, l
 	var se *flight.StateError
 	switch {
 	case err == nil && st.Final:
-		log.Warn().Err(me).Msg("model call failed for good")
+		t.warn().Err(me).Msg("model call failed for good")
 		t.observeOwner(topics.StatusFailed, st)
 		stream.Acked(t.msg)
 		return false, nil
@@ -155,7 +167,7 @@ func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error, l
 		if me.RetryAfter > back {
 			back = me.RetryAfter
 		}
-		log.Warn().Err(me).Dur("retryIn", back).Msg("model call failed; the flight retries")
+		t.warn().Err(me).Dur("retryIn", back).Msg("model call failed; the flight retries")
 		stream.Delay(t.msg, back)
 		return false, nil
 	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
@@ -208,20 +220,47 @@ func retryCoordination(ctx context.Context, budget time.Duration, call func(cont
 
 // handover gives the running flight up without spending its attempt: the next acquire (this
 // task's entry, released or delayed, or any duplicate) takes over at once.
-func (t *taskRun) handover(o flight.Ownership, log zerolog.Logger, why string) {
+func (t *taskRun) handover(o flight.Ownership, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := t.p.coord.Handover(ctx, o); err != nil && !errors.Is(err, flight.ErrGone) {
-		log.Warn().Err(err).Str("why", why).Msg("handing the flight over failed; its lease lapses by itself")
+		t.warn().Err(err).Str("why", why).Msg("handing the flight over failed; its lease lapses by itself")
 		return
 	}
-	log.Info().Str("why", why).Msg("flight handed over; the attempt is not spent")
+	l := t.logger()
+	l.Info().Str("why", why).Msg("flight handed over; the attempt is not spent")
+}
+
+// startHeartbeat starts the owner's heartbeat (see heartbeat) and returns the function that
+// waits for it to stop once ctx is done. The first beat is due one HeartbeatInterval after
+// the start, so a model call that returns sooner starts no heartbeat at all; a task holding
+// a session lock starts it at once, to watch the lock.
+func (t *taskRun) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, o flight.Ownership, progress *atomic.Int64) (wait func()) {
+	done := make(chan struct{})
+	if t.lockLost != nil {
+		go func() {
+			defer close(done)
+			t.heartbeat(ctx, cancel, o, progress)
+		}()
+		return func() { <-done }
+	}
+	timer := time.AfterFunc(t.p.stage.HeartbeatInterval, func() {
+		defer close(done)
+		if ctx.Err() == nil && t.beat(ctx, cancel, o, progress) {
+			t.heartbeat(ctx, cancel, o, progress)
+		}
+	})
+	return func() {
+		if !timer.Stop() {
+			<-done
+		}
+	}
 }
 
 // heartbeat renews the lease every HeartbeatInterval; it cancels the run when the flight is
 // cancelled, expired or fenced off, and when the session lock is lost. A meta that vanished
 // is written back by the heartbeat itself.
-func (t *taskRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, o flight.Ownership, progress *atomic.Int64, log zerolog.Logger) {
+func (t *taskRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, o flight.Ownership, progress *atomic.Int64) {
 	p := t.p
 	tick := time.NewTicker(p.stage.HeartbeatInterval)
 	defer tick.Stop()
@@ -234,23 +273,40 @@ func (t *taskRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc,
 			return
 		case <-tick.C:
 		}
-		hctx, hcancel := context.WithTimeout(ctx, p.stage.HeartbeatInterval)
-		prog := ""
-		if n := progress.Load(); n > 0 {
-			prog = strconv.FormatInt(n, 10)
-		}
-		restored, err := p.coord.Heartbeat(hctx, o, prog)
-		hcancel()
-		if restored {
-			log.Warn().Msg("the flight's meta was gone; written back by its owner")
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
-			cancel(err)
+		if !t.beat(ctx, cancel, o, progress) {
 			return
-		case ctx.Err() == nil:
-			log.Warn().Err(err).Msg("heartbeat failed")
 		}
 	}
+}
+
+// beat renews the lease once; it answers false, having cancelled the run, when the flight
+// refused it (stale token, cancelled, expired).
+func (t *taskRun) beat(ctx context.Context, cancel context.CancelCauseFunc, o flight.Ownership, progress *atomic.Int64) bool {
+	p := t.p
+	hctx, hcancel := context.WithTimeout(ctx, p.stage.HeartbeatInterval)
+	prog := ""
+	if n := progress.Load(); n > 0 {
+		prog = strconv.FormatInt(n, 10)
+	}
+	restored, err := p.coord.Heartbeat(hctx, o, prog)
+	hcancel()
+	if restored {
+		l := t.logger()
+		l.Warn().Msg("the flight's meta was gone; written back by its owner")
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+		cancel(err)
+		return false
+	case ctx.Err() == nil:
+		l := t.logger()
+		l.Warn().Err(err).Msg("heartbeat failed")
+	}
+	return true
+}
+
+// debugOn reports whether l logs at level debug.
+func debugOn(l zerolog.Logger) bool {
+	return l.GetLevel() <= zerolog.DebugLevel && zerolog.GlobalLevel() <= zerolog.DebugLevel
 }

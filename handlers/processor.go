@@ -83,24 +83,34 @@ func (p *Processor) HandlerFunc() message.NoPublishHandlerFunc {
 			stream.Release(msg)
 			return nil
 		}
-		return p.handle(msg)
+		// A run of a message that ran before (the Retry middleware after an error) may find
+		// its task answered meanwhile: it checks its entry before acquiring (stillHeld).
+		retried := msg.Metadata.Get(metaRan) != ""
+		msg.Metadata.Set(metaRan, "1")
+		return p.handle(msg, retried)
 	}
 }
 
-func (p *Processor) handle(msg *message.Message) error {
+// metaRan marks a message whose handler ran once (a reserved _flightdeck_ key: producers
+// cannot set it).
+const metaRan = "_flightdeck_ran"
+
+func (p *Processor) handle(msg *message.Message, retried bool) error {
 	ctx := p.life.stop
 	ent := entry{stream: msg.Metadata.Get(stream.MetaStream), id: msg.Metadata.Get(stream.MetaEntry)}
 	corr := middleware.MessageCorrelationID(msg)
 	if corr == "" {
 		corr = msg.UUID
 	}
-	log := p.log.With().Str("entry", ent.id).Str("correlationId", corr).Logger()
+	log := func() zerolog.Logger { // only a dead letter logs before the task is known
+		return p.log.With().Str("entry", ent.id).Str("correlationId", corr).Logger()
+	}
 	if reason := msg.Metadata.Get(MetaBadEntry); reason != "" {
 		var raw map[string]any
 		if md := msg.Metadata.Get(MetaRawMetadata); md != "" {
 			raw = map[string]any{"metadata": md}
 		}
-		return p.deadLetter(ctx, log, msg, reason, msg.Metadata.Get(MetaBadDetail), raw)
+		return p.deadLetter(ctx, log(), msg, reason, msg.Metadata.Get(MetaBadDetail), raw)
 	}
 	task, err := topics.DecodeTask(msg.Payload, p.limits)
 	if err != nil {
@@ -109,18 +119,17 @@ func (p *Processor) handle(msg *message.Message) error {
 		if errors.As(err, &ite) {
 			reason = string(ite.Reason)
 		}
-		return p.deadLetter(ctx, log, msg, reason, err.Error(), nil)
+		return p.deadLetter(ctx, log(), msg, reason, err.Error(), nil)
 	}
 	if task.Stage != p.stage.Name {
-		return p.deadLetter(ctx, log, msg, "stage_mismatch",
+		return p.deadLetter(ctx, log(), msg, "stage_mismatch",
 			fmt.Sprintf("task stage %q arrived on the stream of stage %q", task.Stage, p.stage.Name), nil)
 	}
 	key, err := TaskKey(task)
 	if err != nil {
-		return p.deadLetter(ctx, log, msg, "bad_key", err.Error(), nil)
+		return p.deadLetter(ctx, log(), msg, "bad_key", err.Error(), nil)
 	}
-	log = log.With().Str("stage", task.Stage).Str("taskId", task.TaskID).Str("requestKey", key).Logger()
-	t := &taskRun{p: p, msg: msg, task: task, key: key, ent: ent, log: log, received: time.Now()}
+	t := &taskRun{p: p, msg: msg, task: task, key: key, ent: ent, corr: corr, received: time.Now(), retried: retried}
 	if enq, ok := task.EnqueuedTime(); ok {
 		t.queued = max(time.Since(enq), 0)
 		if msg.Metadata.Get(stream.MetaHow) == "read" {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -25,7 +27,8 @@ type taskRun struct {
 	task     topics.Task
 	key      string
 	ent      entry
-	log      zerolog.Logger
+	corr     string // correlation id
+	retried  bool   // the handler ran for this message before (see stillHeld)
 	received time.Time
 	queued   time.Duration
 	// lockLost is closed when the task's session lock was lost while it ran; checkLock renews
@@ -34,6 +37,31 @@ type taskRun struct {
 	checkLock func(context.Context) bool
 	// run is the duration of the last model call (the runMs of events about it).
 	runTime time.Duration
+	// token is the flight token the task owns or follows (0 before its first acquire).
+	token atomic.Int64
+
+	logMu    sync.Mutex
+	log      zerolog.Logger // built by logger on first use
+	logBuilt bool
+	logToken int64 // the token log was built with
+}
+
+// logger returns the task's logger: its entry, correlation id, stage, task id, key and, once
+// it acquired, its token. It is built on first use (and again when the token changed), so a
+// task that logs nothing, the common case at level info, builds none. Safe for concurrent use
+// (the owner's heartbeat logs too).
+func (t *taskRun) logger() zerolog.Logger {
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	if tok := t.token.Load(); !t.logBuilt || t.logToken != tok {
+		c := t.p.log.With().Str("entry", t.ent.id).Str("correlationId", t.corr).Str("stage", t.task.Stage).
+			Str("taskId", t.task.TaskID).Str("requestKey", t.key)
+		if tok != 0 {
+			c = c.Int64("token", tok)
+		}
+		t.log, t.logBuilt, t.logToken = c.Logger(), true, tok
+	}
+	return t.log
 }
 
 // flightTask is the task as the flight scripts answer it.
@@ -85,7 +113,8 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 	fctx, cancel := context.WithTimeout(ctx, p.stage.Lease)
 	defer cancel()
 	if _, err := p.spool.Flush(fctx, p.coord); err != nil {
-		t.log.Debug().Err(err).Msg("spool flush failed")
+		l := t.logger()
+		l.Debug().Err(err).Msg("spool flush failed")
 	}
 	return !p.spool.Has(t.key)
 }
@@ -94,7 +123,7 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 // or answered from the flight's outcome (by the acquire script itself).
 func (t *taskRun) acquireLoop(ctx context.Context) error {
 	p := t.p
-	for again := false; ; again = true {
+	for again := t.retried; ; again = true {
 		if err := ctx.Err(); err != nil {
 			stream.Release(t.msg)
 			return nil
@@ -115,17 +144,23 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
 		}
 		t.observe(d.Action, d.Reason, d.Answered, d.Waited, statusOf(d))
-		log := t.log.With().Int64("token", d.Token).Logger()
+		t.token.Store(d.Token)
 		switch d.Action {
 		case flight.ActionOwner:
-			log.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner")
-			again, err := t.own(ctx, d, log)
+			if debugOn(t.p.log) {
+				l := t.logger()
+				l.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("owner")
+			}
+			again, err := t.own(ctx, d)
 			if !again || err != nil {
 				return err
 			}
 		case flight.ActionFollowerWait:
 			if d.Reason == flight.ReasonParked {
-				log.Debug().Str("owner", d.OwnerID).Msg("parked on the running flight")
+				if debugOn(t.p.log) {
+					l := t.logger()
+					l.Debug().Str("owner", d.OwnerID).Msg("parked on the running flight")
+				}
 				stream.Park(t.msg)
 				return nil
 			}
@@ -156,7 +191,8 @@ func (t *taskRun) stillHeld(ctx context.Context) bool {
 	if err != nil || held {
 		return true
 	}
-	t.log.Warn().Msg("the task's entry was answered or taken over while this run was refused; not running it again")
+	l := t.logger()
+	l.Warn().Msg("the task's entry was answered or taken over while this run was refused; not running it again")
 	stream.Acked(t.msg)
 	return false
 }
@@ -218,7 +254,10 @@ func (t *taskRun) lockSession(ctx context.Context) (release func(), held bool, e
 	if !ok {
 		return nil, false, nil
 	}
-	t.log.Debug().Int64("sessionToken", token).Msg("session lock held")
+	if debugOn(t.p.log) {
+		l := t.logger()
+		l.Debug().Int64("sessionToken", token).Msg("session lock held")
+	}
 	t.lockLost = make(chan struct{})
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -236,7 +275,8 @@ func (t *taskRun) lockSession(ctx context.Context) (release func(), held bool, e
 			case <-tick.C:
 			}
 			if err := renew(rctx); errors.Is(err, flight.ErrLockLost) {
-				t.log.Warn().Msg("session lock lost")
+				l := t.logger()
+				l.Warn().Msg("session lock lost")
 				close(t.lockLost)
 				return
 			}
@@ -256,7 +296,8 @@ func (t *taskRun) lockSession(ctx context.Context) (release func(), held bool, e
 		rel, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := p.sessions.Release(rel, t.task.Tenant, t.task.SessionID, token); err != nil && !errors.Is(err, flight.ErrLockLost) {
-			t.log.Warn().Err(err).Msg("session lock release failed; it expires with its lease")
+			l := t.logger()
+			l.Warn().Err(err).Msg("session lock release failed; it expires with its lease")
 		}
 	}, true, nil
 }

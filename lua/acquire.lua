@@ -20,6 +20,7 @@
 --
 -- Output: { action, reason, token, attempts, ownerId, ownerTaskId, status, result, errorType,
 --           errorCode, error, heartbeatAt, lease, expireAt, now, <answer tail> }
+--   (the numbers are integers or their decimal strings)
 --   action: OWNER | FOLLOWER_WAIT | RESULT_HIT | FAILED_FINAL | CANCELLED | EXPIRED | CORRUPT
 --   reason: OWNER new | retry | takeover | handover | expired | result_lost;
 --           FOLLOWER_WAIT parked | not_parked | full; EXPIRED deadline_passed or the stored
@@ -36,7 +37,7 @@ local function acqReply(action, reason, meta, result)
   return tail({ action, reason, num(meta.ownerToken, 0), num(meta.attempts, 0), meta.ownerId or '',
     meta.taskId or '', meta.status or '', result or '', meta.errorType or '',
     meta.errorCode or '', meta.error or '', num(meta.heartbeatAt, 0), lease,
-    num(meta.expireAt, 0), now })
+    num(meta.expireAt, 0), nowStr })
 end
 
 -- acqOwn makes the caller the owner with a new token. inherit: the flight record goes on
@@ -44,7 +45,7 @@ end
 -- like a parked one; otherwise the record starts afresh (new, result_lost). Parked entries
 -- stay. attempts is a decimal string.
 local function acqOwn(reason, attempts, meta, inherit)
-  local tok, tokStr = newToken(meta)
+  local tok = newToken(meta)
   local task, entry = V[7], V[8]
   local createdAt = nowStr
   if meta then
@@ -59,9 +60,9 @@ local function acqOwn(reason, attempts, meta, inherit)
   end
   local status = 'PENDING'
   if V[23] == '1' then status = 'RUNNING' end
-  local expireAt = now + tonumber(V[18])
+  local expireAt = nowMs() + tonumber(V[18])
   redis.call('HSET', K[1], 'status', status, 'stage', V[13], 'tenant', V[14],
-    'sessionId', V[15], 'requestKey', V[16], 'ownerId', V[12], 'ownerToken', tokStr,
+    'sessionId', V[15], 'requestKey', V[16], 'ownerId', V[12], 'ownerToken', tok,
     'taskId', task, 'entry', entry, 'attempts', attempts, 'createdAt', createdAt,
     'updatedAt', nowStr, 'heartbeatAt', nowStr, 'expireAt', expireAt, 'policy', V[19])
   redis.call('PEXPIRE', K[1], V[20])
@@ -72,8 +73,8 @@ local function acqOwn(reason, attempts, meta, inherit)
     if entry ~= '' then redis.call('HDEL', K[4], entry) end
     redis.call('PEXPIRE', K[4], V[20])
   end
-  return tail({ 'OWNER', reason, tok, tonumber(attempts), V[12], task, status, '', '', '', '', now,
-    tonumber(V[17]), expireAt, now })
+  return tail({ 'OWNER', reason, tok, attempts, V[12], task, status, '', '', '', '', nowStr, V[17],
+    expireAt, nowStr })
 end
 
 -- acqFinal answers the caller and every parked task from a stored outcome.
@@ -113,7 +114,7 @@ end
 -- acqIsLate reports whether the caller's deadline passed.
 local function acqIsLate()
   local d = V[24]
-  return d ~= '0' and d ~= '' and now > tonumber(d)
+  return d ~= '0' and d ~= '' and nowMs() > tonumber(d)
 end
 
 -- acqLate answers only the caller: its deadline passed before it could start or follow.
@@ -168,6 +169,7 @@ register('acquire', function()
   local status = meta.status
   local attempts = num(meta.attempts, 0)
   local pLease, pRunning, pStall, _, _, maxA = pinned(meta, V[19])
+  local now = nowMs()
 
   if status == 'SUCCEEDED' then
     local result = redis.call('GET', K[2])

@@ -7,9 +7,10 @@
 -- ARGV[12] -> ownerToken the result was produced under (decimal)
 -- ARGV[13] -> result bytes
 -- ARGV[14] -> "1" when the result is compact JSON (events may inline it)
--- ARGV[15] -> ownerId, ARGV[16] -> stage, ARGV[17] -> tenant, ARGV[18] -> sessionId,
--- ARGV[19] -> requestKey K, ARGV[20] -> attempts (these write a meta that is gone)
--- ARGV[21] -> resultTTL in ms, ARGV[22] -> fenceTTL in ms
+-- ARGV[15] -> resultTTL in ms, ARGV[16] -> fenceTTL in ms
+-- ARGV[17..22] (optional: only needed to write back a meta that is gone) -> ownerId, stage,
+--   tenant, sessionId, requestKey K, attempts. Without them such a call answers GONE and
+--   changes nothing; the caller calls again with them.
 --
 -- The rule: a result is accepted from the token that owns the flight while it is PENDING,
 -- RUNNING, or EXPIRED by that owner's own heartbeat (not yet answered: the attempt ran out,
@@ -18,6 +19,7 @@
 -- fence, nor from a run that was cancelled or expired for good.
 --
 -- Output: { code, status, restored, settled, <answer tail> }
+--   GONE        the meta is gone and ARGV[17..22] were not given: nothing was done
 --   OK          the result is stored (TTL resultTTL), the meta SUCCEEDED (TTL resultTTL); the
 --               caller (shared owner) and the parked tasks are answered. restored is 1 when
 --               the meta was gone and written anew (the meta records restoredAt).
@@ -35,7 +37,7 @@
 -- built) and every parked task. meta is the flight (nil on the common path: the caller's
 -- body needs none of it); restored: the meta was gone and is written anew.
 local function compSucceed(meta, restored, handover)
-  local ttl = V[21]
+  local ttl = V[15]
   redis.call('SET', K[2], V[13], 'PX', ttl)
   if restored then
     redis.call('HSET', K[1], 'status', 'SUCCEEDED', 'updatedAt', nowStr, 'resultRef', K[2],
@@ -48,7 +50,7 @@ local function compSucceed(meta, restored, handover)
     end
   end
   redis.call('PEXPIRE', K[1], ttl)
-  writeFence(V[12], '', V[22])
+  writeFence(V[12], '', V[16])
   local body = V[6]
   if body == '' then
     meta = meta or loadMeta()
@@ -70,9 +72,10 @@ register('complete', function()
   end
   local tok = num(V[12], 0)
   if not status then
-    local verdict = fenceAdmits(tok, num(V[22], 86400000))
-    local meta = { status = 'SUCCEEDED', stage = V[16], tenant = V[17], sessionId = V[18],
-      requestKey = V[19], ownerId = V[15], ownerToken = V[12], attempts = V[20] }
+    if V[22] == nil then return tail({ 'GONE', '', 0, '' }) end
+    local verdict = fenceAdmits(tok, num(V[16], 86400000))
+    local meta = { status = 'SUCCEEDED', stage = V[18], tenant = V[19], sessionId = V[20],
+      requestKey = V[21], ownerId = V[17], ownerToken = V[12], attempts = V[22] }
     if verdict == 'stale' then return tail({ 'STALE_TOKEN', '', 0, '' }) end
     if verdict == 'c' or verdict == 'x' then
       -- The run was closed and its record is gone: answer the caller with the closing outcome.

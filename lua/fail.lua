@@ -66,8 +66,8 @@ register('fail', function()
     end
     redis.call('HSET', K[1], 'stage', m.stage, 'tenant', m.tenant, 'sessionId', m.sessionId,
       'requestKey', m.requestKey, 'ownerId', m.ownerId, 'ownerToken', m.ownerToken,
-      'taskId', A.task, 'entry', A.entry, 'attempts', m.attempts, 'createdAt', now,
-      'heartbeatAt', now, 'expireAt', now, 'restoredAt', now,
+      'taskId', A.task, 'entry', A.entry, 'attempts', m.attempts, 'createdAt', nowStr,
+      'heartbeatAt', nowStr, 'expireAt', nowStr, 'restoredAt', nowStr,
       'policy', '5000 0 0 0 ' .. fmt(failureTTL) .. ' ' .. fmt(maxA))
     record(m)
     return done('OK', m)

@@ -17,6 +17,6 @@ register('handover', function()
   if not status then return { 'GONE', '' } end
   if token ~= V[1] then return { 'STALE_TOKEN', status } end
   if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
-  redis.call('HSET', K[1], 'handover', '1', 'heartbeatAt', 0, 'updatedAt', now)
+  redis.call('HSET', K[1], 'handover', '1', 'heartbeatAt', '0', 'updatedAt', nowStr)
   return { 'OK', status }
 end)

@@ -34,15 +34,15 @@ register('heartbeat', function()
     local verdict = fenceAdmits(num(tok, 0), O.fenceTTL)
     if verdict == 'c' then return { 'CANCELLED', 'CANCELLED' } end
     if verdict == 'x' then return { 'EXPIRED', 'EXPIRED' } end
-    if verdict ~= 'ok' or now > O.expireAt then return { 'STALE_TOKEN', '' } end
+    if verdict ~= 'ok' or nowMs() > O.expireAt then return { 'STALE_TOKEN', '' } end
     redis.call('HSET', K[1], 'status', 'RUNNING', 'stage', O.stage, 'tenant', O.tenant,
       'sessionId', O.session, 'requestKey', O.key, 'ownerId', O.owner, 'ownerToken', tok,
-      'taskId', O.task, 'entry', O.entry, 'attempts', O.attempts, 'createdAt', now,
-      'updatedAt', now, 'heartbeatAt', now, 'progressAt', now, 'progress', V[2],
-      'expireAt', O.expireAt, 'restoredAt', now,
+      'taskId', O.task, 'entry', O.entry, 'attempts', O.attempts, 'createdAt', nowStr,
+      'updatedAt', nowStr, 'heartbeatAt', nowStr, 'progressAt', nowStr, 'progress', V[2],
+      'expireAt', O.expireAt, 'restoredAt', nowStr,
       'policy', O.lease .. ' ' .. O.runningTTL .. ' ' .. O.stall .. ' ' .. O.resultTTL .. ' ' ..
         fmt(O.failureTTL) .. ' ' .. O.maxAttempts)
-    redis.call('PEXPIRE', K[1], O.expireAt - now + O.failureTTL)
+    redis.call('PEXPIRE', K[1], O.expireAt - nowMs() + O.failureTTL)
     writeFence(num(tok, 0), '', O.fenceTTL)
     return { 'RESTORED', 'RUNNING' }
   end
@@ -54,16 +54,16 @@ register('heartbeat', function()
     '0 0 ' .. fmt(num(O.stall, 0)) .. ' 0 ' .. fmt(O.failureTTL) .. ' 0')
   local progressAt = num(m[4], num(m[5], 0) - pRunning)
   if V[2] ~= '' and V[2] ~= m[3] then
-    progressAt = now
-    redis.call('HSET', K[1], 'progress', V[2], 'progressAt', now)
+    progressAt = nowMs()
+    redis.call('HSET', K[1], 'progress', V[2], 'progressAt', nowStr)
   end
-  redis.call('HSET', K[1], 'heartbeatAt', now, 'updatedAt', now)
+  redis.call('HSET', K[1], 'heartbeatAt', nowStr, 'updatedAt', nowStr)
 
   local stall, failureTTL = pStall, pFailure
   local code = nil
-  if now > num(m[5], 0) then
+  if nowMs() > num(m[5], 0) then
     code = 'running_ttl'
-  elseif stall > 0 and status == 'RUNNING' and now - progressAt > stall then
+  elseif stall > 0 and status == 'RUNNING' and nowMs() - progressAt > stall then
     code = 'stalled'
   end
   if code then

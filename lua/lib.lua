@@ -56,8 +56,8 @@ local FUNCTION_PREFIX = '{{prefix}}'
 
 -- Per-call state: set by register's wrapper before every call (Redis runs one at a time).
 local K, V = nil, nil -- the call's keys and arguments (KEYS and ARGV in the headers)
-local now, nowUs = 0, 0 -- Redis TIME in ms and µs
-local nowStr, nowUsStr = '', '' -- the same as decimal strings
+local nowStr, nowUsStr = '', '' -- Redis TIME in ms and µs, as decimal strings
+local nowN, nowUsN = nil, nil -- the same as numbers, parsed on first use (nowMs, nowMicros)
 local A = nil -- the answer block as a table, made by initAnswers on first use
 local out = nil -- what the call answered, made by answered() on first use
 
@@ -67,6 +67,17 @@ local PAD = { '00000', '0000', '000', '00', '0', '' } -- left padding of TIME's 
 local DEFAULT_POLICY = '5000 120000 0 600000 60000 3'
 
 local function fmt(n) return string.format('%.0f', n) end
+
+-- nowMs and nowMicros return Redis TIME as numbers (parsing costs: only paths that compare
+-- or add times call them).
+local function nowMs()
+  if nowN == nil then nowN = tonumber(nowStr) end
+  return nowN
+end
+local function nowMicros()
+  if nowUsN == nil then nowUsN = tonumber(nowUsStr) end
+  return nowUsN
+end
 local function num(v, d) return tonumber(v or '') or d end
 
 -- loadMeta returns the meta as a table, or nil when there is none.
@@ -118,8 +129,8 @@ end
 -- newToken issues the next token: max(previous + 1, now in µs), previous being the larger of
 -- the fence (written when a flight ends) and the current meta's token. The new token is
 -- recorded in the meta; the fence records it when its flight ends (complete, fail, cancel,
--- expiry). Until then the time floor keeps every later token above it. It returns the token
--- and its decimal string.
+-- expiry). Until then the time floor keeps every later token above it. It returns the
+-- token's decimal string.
 local function newToken(meta)
   local prev = 0
   local f = redis.call('GET', K[3])
@@ -128,8 +139,8 @@ local function newToken(meta)
     local t = tonumber(meta.ownerToken or '')
     if t and t > prev then prev = t end
   end
-  if nowUs > prev then return nowUs, nowUsStr end
-  return prev + 1, fmt(prev + 1)
+  if prev == 0 or nowMicros() > prev then return nowUsStr end
+  return fmt(prev + 1)
 end
 
 -- fenceAdmits judges a token that finds no meta: 'stale' when a larger token was issued, or
@@ -139,7 +150,7 @@ end
 local function fenceAdmits(tok, fenceTTL)
   local f, mark = readFence()
   if f == nil then
-    if tok < nowUs - fenceTTL * 1000 then return 'stale' end
+    if tok < nowMicros() - fenceTTL * 1000 then return 'stale' end
     return 'ok'
   end
   if tok < f then return 'stale' end
@@ -236,7 +247,7 @@ local function answer(body, callerShared)
       local at, taskId = string.match(w[i + 1], '^(%d+) (.+)$')
       if taskId then
         emit(taskId, 'follower', '0', body)
-        o.waited[#o.waited + 1] = now - (tonumber(at) or now)
+        o.waited[#o.waited + 1] = nowMs() - (tonumber(at) or nowMs())
       end
       o.acks[#o.acks + 1] = field
     end
@@ -352,13 +363,12 @@ end
 -- it sets the call's keys, arguments and clock, and clears the answer state.
 local function register(name, body)
   redis.register_function(FUNCTION_PREFIX .. name, function(keys, args)
-    K, V, A, out = keys, args, nil, nil
+    K, V, A, out, nowN, nowUsN = keys, args, nil, nil, nil, nil
     local clock = redis.call('TIME')
     local sec, us = clock[1], clock[2]
     us = PAD[#us] .. us
     nowUsStr = sec .. us
     nowStr = sec .. string.sub(us, 1, 3)
-    now, nowUs = tonumber(nowStr), tonumber(nowUsStr)
     return body()
   end)
 end

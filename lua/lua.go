@@ -82,15 +82,21 @@ type Function struct {
 // Name is the function's name in Redis (with the library's version prefix).
 func (f *Function) Name() string { return f.name }
 
-// Run calls the function (FCALL). When Redis does not know it (the library was never loaded,
-// or Redis lost it with a restart) it loads the library and calls again.
+// Run calls the function (FCALL) on c. When Redis does not know it (the library was never
+// loaded, or Redis lost it with a restart) it loads the library and calls again.
 func (f *Function) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmd := c.FCall(ctx, f.name, keys, args...)
+	return f.RunVia(ctx, c, c, keys, args...)
+}
+
+// RunVia is Run with the call sent through calls (a Batcher, say); c loads the library when
+// Redis does not know it.
+func (f *Function) RunVia(ctx context.Context, calls FCaller, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := calls.FCall(ctx, f.name, keys, args...)
 	if err := cmd.Err(); err != nil && isNoFunction(err) {
 		if lerr := LoadLibrary(ctx, c); lerr != nil {
 			return cmd
 		}
-		cmd = c.FCall(ctx, f.name, keys, args...)
+		cmd = calls.FCall(ctx, f.name, keys, args...)
 	}
 	return cmd
 }

@@ -21,8 +21,8 @@ register('start', function()
   if status ~= 'PENDING' then return { 'STATE', status } end
 
   local _, runningTTL, _, _, failureTTL = pinned({ policy = m[3] }, nil)
-  redis.call('HSET', K[1], 'status', 'RUNNING', 'updatedAt', now, 'heartbeatAt', now,
-    'expireAt', now + runningTTL)
+  redis.call('HSET', K[1], 'status', 'RUNNING', 'updatedAt', nowStr, 'heartbeatAt', nowStr,
+    'expireAt', nowMs() + runningTTL)
   redis.call('HDEL', K[1], 'progressAt')
   redis.call('PEXPIRE', K[1], runningTTL + failureTTL)
   if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], runningTTL + failureTTL) end

@@ -33,15 +33,20 @@ const (
 	// RulePending: nothing stays pending at the end: no pending (parked followers included)
 	// or undelivered stream entry, no running flight, no parked task.
 	RulePending = 5
+	// RuleAnsweredRun: no model run for a task that is already answered: a run of task T (its
+	// own task id, not another task of its key) may not start after T's first terminal event
+	// (beyond answeredSlack), unless T was enqueued more than once (or unsurely).
+	RuleAnsweredRun = 6
 )
 
 // RuleNames names the rules in reports.
 var RuleNames = map[int]string{
-	RuleEvent:     "every task got a terminal event (CANCELLED only if cancelled)",
-	RuleOneResult: "one result and token per key",
-	RuleNoStale:   "no stale-token result accepted",
-	RuleRuns:      "model runs <= 1 + takeovers of a lapsed lease",
-	RulePending:   "nothing pending at the end",
+	RuleEvent:       "every task got a terminal event (CANCELLED only if cancelled)",
+	RuleOneResult:   "one result and token per key",
+	RuleNoStale:     "no stale-token result accepted",
+	RuleRuns:        "model runs <= 1 + takeovers of a lapsed lease",
+	RulePending:     "nothing pending at the end",
+	RuleAnsweredRun: "no model run for an answered task",
 }
 
 // Violation is one breach of a rule.
@@ -100,9 +105,16 @@ type Figures struct {
 	RetryRuns      int `json:"retryRuns"`      // runs with reason retry (allowed extra)
 	ResultLostRuns int `json:"resultLostRuns"` // runs with reason result_lost (allowed extra)
 	HandoverRuns   int `json:"handoverRuns"`   // runs with reason handover (no attempt spent)
-	Completions    int `json:"completions"`    // results accepted by Redis
-	Restored       int `json:"restored"`       // of which written back with the flight
-	MetaBack       int `json:"metaWrittenBack"`
+	// RunsAfterAnswer counts runs of a task that started after its first terminal event
+	// (rule 6 violations); ReRunsMultiEnqueued the same runs of tasks enqueued more than
+	// once or unsurely (allowed); LateRunLogs the runs logged after their task's first
+	// event whose token dates their acquire before it (a consumer stopped in between).
+	RunsAfterAnswer     int `json:"runsAfterAnswer"`
+	ReRunsMultiEnqueued int `json:"reRunsMultiEnqueued"`
+	LateRunLogs         int `json:"lateRunLogs"`
+	Completions         int `json:"completions"` // results accepted by Redis
+	Restored            int `json:"restored"`    // of which written back with the flight
+	MetaBack            int `json:"metaWrittenBack"`
 
 	Refused   int `json:"refusedResults"`   // late results refused by fencing
 	Aborted   int `json:"abortedRuns"`      // runs a heartbeat aborted (stale token, cancel, expiry)
@@ -126,7 +138,7 @@ type Report struct {
 	Violations []Violation `json:"violations"`
 }
 
-// Check verifies the five rules over h. It is a pure function of h.
+// Check verifies the rules (RuleEvent to RuleAnsweredRun) over h. It is a pure function of h.
 func Check(h History) Report {
 	var r Report
 	f := &r.Figures
@@ -406,6 +418,10 @@ func Check(h History) Report {
 			add(Violation{Rule: RulePending, Key: k, Detail: fmt.Sprintf("%d tasks still parked on the %s flight", fl.Parked, fl.Status)})
 		}
 	}
+
+	// Rule 6: no model run for an answered task.
+	ans := checkAnswered(h, add)
+	f.RunsAfterAnswer, f.ReRunsMultiEnqueued, f.LateRunLogs = ans.violations, ans.multi, ans.lateLog
 
 	// Faults, logs, exits.
 	f.Faults = map[string]int{}

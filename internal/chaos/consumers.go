@@ -90,7 +90,7 @@ func (s *supervisor) startLocked(i int, fresh bool, env []string) error {
 	}
 	cmd := exec.Command(s.bin, "--config", s.config, "--stages", s.stagesArg(), "--name", sl.name,
 		"--grace", s.grace.String(), "--liveness-interval", "200ms", "--claim-interval", "200ms",
-		"--spool-dir", s.spoolDir, "--log-level", "info", "--log-format", "json")
+		"--spool-dir", s.spoolDir, "--log-level", "debug", "--log-format", "json")
 	cmd.Env = append(filterEnv(os.Environ(), "REDIS_URL", "REDIS_URL_FILE", "TMPDIR", "FLIGHTDECK_HTTP",
 		"FLIGHTDECK_SPOOL_DIR", "FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT", "FLIGHTDECK_FAULT_CRASH_AFTER"),
 		"REDIS_URL="+s.redisURL, "TMPDIR="+s.tmpDir)

@@ -71,6 +71,8 @@ func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	row("  retry", f.RetryRuns, "reason retry (allowed extra)")
 	row("  result_lost", f.ResultLostRuns, "reason result_lost (allowed extra)")
 	row("  handover", f.HandoverRuns, "reason handover (the previous owner handed the flight over; no attempt spent)")
+	row("runs after answer", f.RunsAfterAnswer, fmt.Sprintf("runs of a task started after its first terminal event (rule 6); %d more of tasks enqueued twice or unsurely (allowed); %d logged late but acquired before the event",
+		f.ReRunsMultiEnqueued, f.LateRunLogs))
 	row("results accepted", f.Completions, fmt.Sprintf("%d written back with their flight; %d metas written back by their owner's heartbeat", f.Restored, f.MetaBack))
 	row("late results refused", f.Refused, fmt.Sprintf("fencing; %d runs aborted by the flight (stale token, cancel, expiry)", f.Aborted))
 	row("uncertain outcomes", f.Spooled, fmt.Sprintf("spooled while Redis was away; %d written back by the flush loop or at start (a task's own flush logs nothing)", f.SpoolBack))
@@ -114,7 +116,7 @@ func faultNote(kind string, f Figures) string {
 
 func violationsByRule(m map[string]int) string {
 	var parts []string
-	for r := RuleEvent; r <= RulePending; r++ {
+	for r := RuleEvent; r <= RuleAnsweredRun; r++ {
 		if n := m[fmt.Sprint(r)]; n > 0 {
 			parts = append(parts, fmt.Sprintf("rule %d (%s): %d", r, RuleNames[r], n))
 		}
