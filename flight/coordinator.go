@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -261,8 +262,26 @@ type Coordinator struct {
 	after    func(op string)
 	// consumerJSON is the consumer name as a JSON string, for the events.
 	consumerJSON []byte
-	maxLenArg    string   // maxLen as a script argument
-	streams      sync.Map // stage -> its result stream and task streams (stageStreams)
+	maxLenArg    string       // maxLen as a script argument
+	streams      sync.Map     // stage -> its result stream and task streams (stageStreams)
+	policies     sync.Map     // Policy -> its pinned form (pinnedOf)
+	nPolicies    atomic.Int32 // entries in policies
+}
+
+// maxPinnedCache bounds the policies whose pinned form a coordinator keeps (stage policies are
+// few; a caller that varies its policy per call gets it computed).
+const maxPinnedCache = 64
+
+// pinnedOf returns p.pinned(), kept for the first maxPinnedCache policies.
+func (c *Coordinator) pinnedOf(p Policy) string {
+	if v, ok := c.policies.Load(p); ok {
+		return v.(string)
+	}
+	s := p.pinned()
+	if c.nPolicies.Add(1) <= maxPinnedCache {
+		c.policies.Store(p, s)
+	}
+	return s
 }
 
 // NewCoordinator returns a coordinator on cfg.Client.
@@ -344,7 +363,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	}
 	argv := c.answerArgv(p.Task, p.Run, p.MaxInline, "")
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
-		ms(pol.Lease), ms(pol.RunningTTL), pol.pinned(), ms(pol.RunningTTL+pol.FailureTTL),
+		ms(pol.Lease), ms(pol.RunningTTL), c.pinnedOf(pol), ms(pol.RunningTTL+pol.FailureTTL),
 		pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
 	res, err := lua.Acquire.RunVia(ctx, c.calls, c.rdb, c.answerKeys(p.Key, p.Stage), argv...).Slice()
 	if err != nil {

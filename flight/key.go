@@ -87,11 +87,37 @@ func NamespacedKey(stage, tenant, requestKey string, version int) (string, error
 	return "ai:" + stage + ":v" + strconv.Itoa(version) + ":" + tenant + ":rk:" + requestKey, nil
 }
 
+// validStage and validTenant are stageRe and tenantRe without the regexp engine (they run
+// for every task).
+func validStage(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func validTenant(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 func checkScope(stage, tenant string) error {
-	if !stageRe.MatchString(stage) {
+	if !validStage(stage) {
 		return fmt.Errorf("%w: stage %q: want [a-z0-9-], at most 64", ErrInvalidKey, stage)
 	}
-	if !tenantRe.MatchString(tenant) {
+	if !validTenant(tenant) {
 		return fmt.Errorf("%w: tenant %q: want [a-z0-9_-], 1-64", ErrInvalidKey, tenant)
 	}
 	return nil

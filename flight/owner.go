@@ -2,7 +2,6 @@ package flight
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -155,10 +154,8 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, run time.Duration) (Settlement, error) {
 	p := o.Policy.WithDefaults()
 	inline := "0"
-	if json.Valid(result) {
-		if compact, err := compactJSON(result); err == nil {
-			result, inline = compact, "1"
-		}
+	if compact, err := compactJSON(result); err == nil {
+		result, inline = compact, "1"
 	}
 	body := c.successBody(o, result, inline == "1", run)
 	argv := c.answerArgv(o.Task, run, o.MaxInline, body)

@@ -651,5 +651,24 @@ func TestEventsAreValidJSON(t *testing.T) {
 		if last := evs[len(evs)-1]; last.Result != nil || last.ResultRef == "" {
 			t.Errorf("non-JSON result inlined: %+v", last)
 		}
+		// JSON results are inlined compact; white space inside strings stays.
+		for i, doc := range []string{`{"a":"x y","b":[1,2]}`, "{ \"a\" : \"x y\",\n \"b\": [1, 2] }"} {
+			o, _ := b.own("j4" + strings.Repeat("x", i))
+			if _, err := b.complete(*o.Owner, doc); err != nil {
+				t.Fatal(err)
+			}
+			evs = b.events()["ta"]
+			if last := evs[len(evs)-1]; string(last.Result) != `{"a":"x y","b":[1,2]}` {
+				t.Errorf("result %q inlined as %q", doc, last.Result)
+			}
+		}
+		e, _ := b.own("j5")
+		if _, err := b.complete(*e.Owner, `{"a":"x y"`); err != nil {
+			t.Fatal(err)
+		}
+		evs = b.events()["ta"]
+		if last := evs[len(evs)-1]; last.Result != nil {
+			t.Errorf("truncated JSON inlined: %q", last.Result)
+		}
 	})
 }

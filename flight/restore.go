@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 )
 
 // Restore writes back an uncertain outcome (DESIGN.md section 6): o.Result was produced by the
@@ -26,10 +27,34 @@ func (c *Coordinator) Restore(ctx context.Context, o Outcome) (Settlement, error
 
 // compactJSON returns b without insignificant whitespace.
 func compactJSON(b []byte) ([]byte, error) {
+	if compactAlready(b) {
+		// No white space outside strings: compact when valid (no copy).
+		if !json.Valid(b) {
+			return nil, errors.New("flight: invalid JSON")
+		}
+		return b, nil
+	}
 	var buf bytes.Buffer
 	buf.Grow(len(b))
 	if err := json.Compact(&buf, b); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// compactAlready reports whether b has no white space outside its strings.
+func compactAlready(b []byte) bool {
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\r' || c == '\n'):
+			return false
+		}
+	}
+	return true
 }

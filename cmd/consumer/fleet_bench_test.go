@@ -30,21 +30,29 @@ const (
 	fleetStage       = "interview-evaluation"
 )
 
-// BenchmarkFleetBurst: fleetTasks tasks with unique keys and a zero-latency sim model, XADDed
-// in pipelines, through fleetProcesses consumer processes of fleetConcurrency handlers each.
-// tasks/s runs from the first XADD to the last terminal event; redis-us/task is Redis's CPU
-// time (INFO cpu, user + sys) over the same span, per task, and consumer-us/task the consumer
-// processes' CPU time (user + sys, /proc/<pid>/stat). impl=bare is the same number of
-// bare watermill-redisstream consumer processes with fleetConcurrency subscribers each and a
-// handler that only acknowledges; it is done when the group has read every entry and none is
-// pending.
+// BenchmarkFleetBurst: fleetTasks tasks with a zero-latency sim model, XADDed in pipelines,
+// with unique keys (load=unique) or 10 tasks per key XADDed one after the other (load=dup10),
+// through fleetProcesses consumer processes of fleetConcurrency handlers each. tasks/s runs
+// from the first XADD to the last terminal event; redis-us/task is Redis's CPU time (INFO cpu,
+// user + sys) over the same span, per task, and consumer-us/task the consumer processes' CPU
+// time (user + sys, /proc/<pid>/stat). impl=bare is the same number of bare
+// watermill-redisstream consumer processes with fleetConcurrency subscribers each and a handler
+// that only acknowledges; it is done when the group has read every entry and none is pending.
 func BenchmarkFleetBurst(b *testing.B) {
-	for _, impl := range []string{"flightdeck", "bare"} {
-		b.Run("impl="+impl, func(b *testing.B) { fleetBurst(b, impl) })
+	for _, load := range []struct {
+		name   string
+		perKey int
+	}{{"unique", 1}, {"dup10", 10}} {
+		for _, impl := range []string{"flightdeck", "bare"} {
+			if impl == "bare" && load.perKey > 1 {
+				continue // the bare consumer knows no keys: its figure is the unique one
+			}
+			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) { fleetBurst(b, impl, load.perKey) })
+		}
 	}
 }
 
-func fleetBurst(b *testing.B, impl string) {
+func fleetBurst(b *testing.B, impl string, perKey int) {
 	e := newE2E(b)
 	e.stages = fleetStage
 	stream := e.ks.Tasks(fleetStage)
@@ -71,7 +79,7 @@ func fleetBurst(b *testing.B, impl string) {
 		tasks := make([]topics.Task, fleetTasks)
 		for i := range tasks {
 			tasks[i] = topics.Task{TaskID: fmt.Sprintf("f%d-%d", op, i), Stage: fleetStage, Tenant: "acme",
-				Input: json.RawMessage(fmt.Sprintf(`{"question":"q%d-%d","answer":"a","sim":{"latencyMs":0}}`, op, i))}
+				Input: json.RawMessage(fmt.Sprintf(`{"question":"q%d-%d","answer":"a","sim":{"latencyMs":0}}`, op, i/perKey))}
 		}
 		from := "$"
 		if impl == "flightdeck" {
