@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps build vet test race bench chaos chaos-short chaos-cluster demo fmt tidy clean test-ui
+.PHONY: all deps build vet test race bench bench-compare chaos chaos-short chaos-cluster demo fmt tidy clean test-ui
 
 all: build
 
@@ -45,6 +45,16 @@ test-ui: deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# bench-compare: the fleet burst (2 consumer processes) beside bare watermill-redisstream
+# processes and asynq (bench/asynq, its own module), interleaved, RUNS times
+# (docs/BENCHMARKS.md, "Fleet throughput").
+RUNS ?= 5
+bench-compare: deps
+	@for i in $$(seq 1 $(RUNS)); do \
+		$(GO) test -run '^$$' -bench FleetBurst -benchtime 3x -count 1 ./cmd/consumer/ | grep '^Benchmark' || exit 1; \
+		(cd bench/asynq && $(GO) test -run '^$$' -bench 'AsynqBurst/servers=2' -benchtime 3x -count 1 | grep '^Benchmark') || exit 1; \
+	done
 
 # chaos: the seeded fault-injection run (cmd/chaos): its own redis-server with AOF, three
 # consumer processes, SIGKILL/SIGSTOP of consumers, Redis restarts and pauses, then the

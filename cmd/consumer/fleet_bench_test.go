@@ -39,6 +39,7 @@ const (
 // watermill-redisstream consumer processes with fleetConcurrency subscribers each and a handler
 // that only acknowledges; it is done when the group has read every entry and none is pending.
 func BenchmarkFleetBurst(b *testing.B) {
+	redis.SetLogger(fleetQuiet{}) // go-redis's reconnect lines would split the result lines
 	for _, load := range []struct {
 		name   string
 		perKey int
@@ -192,3 +193,8 @@ func fleetProcCPU(b *testing.B, pids []int) float64 {
 	}
 	return total
 }
+
+// fleetQuiet drops go-redis's internal log lines.
+type fleetQuiet struct{}
+
+func (fleetQuiet) Printf(context.Context, string, ...any) {}

@@ -254,7 +254,7 @@ func TestReportTakeover(t *testing.T) {
 			if claimed == 0 {
 				xp, err := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
 					Group: topics.ConsumerGroup, Start: "-", End: "+", Count: 10}).Result()
-				if err == nil && len(xp) > 0 && strings.HasPrefix(xp[0].Consumer, "rescuer/") {
+				if err == nil && len(xp) > 0 && xp[0].Consumer == "rescuer" {
 					claimed = time.Since(killed)
 				}
 			}
