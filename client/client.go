@@ -126,6 +126,26 @@ type Receipt struct {
 	Tenant string `json:"tenant,omitempty"`
 }
 
+// ErrorTypeInvalidTask is the errorType of the FAILED event a consumer writes for a task it
+// dead-lettered (the errorCode is the dead-letter reason).
+const ErrorTypeInvalidTask = "invalid_task"
+
+// Matches reports whether ev is the terminal event of the receipt's task: the same task id,
+// tenant and request key. A task id alone is not enough on a result stream that every
+// producer of the stage writes to: another producer may enqueue a task under the same id,
+// and its event must not answer this one. The event of a task that was dead-lettered before
+// it had a key (errorType invalid_task, no requestKey) matches on id and tenant. A field the
+// receipt leaves empty (a receipt built by hand) is not compared.
+func (r Receipt) Matches(ev topics.Event) bool {
+	if ev.TaskID != r.TaskID || (r.Tenant != "" && ev.Tenant != r.Tenant) {
+		return false
+	}
+	if r.RequestKey == "" || ev.RequestKey == r.RequestKey {
+		return true
+	}
+	return ev.RequestKey == "" && ev.Status == topics.StatusFailed && ev.ErrorType == ErrorTypeInvalidTask
+}
+
 // prepare fills the task's id and enqueue time when they are empty and validates it under
 // the configured limits. The error wraps topics.ErrInvalidTask.
 func (c *Client) prepare(t topics.Task) (topics.Task, time.Time, error) {

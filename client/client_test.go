@@ -57,6 +57,13 @@ func eventFor(taskID, stage string, shared topics.Shared) topics.Event {
 	}
 }
 
+// eventOf is eventFor the task of r, with its tenant and request key.
+func eventOf(r client.Receipt, shared topics.Shared) topics.Event {
+	e := eventFor(r.TaskID, r.Stage, shared)
+	e.Tenant, e.RequestKey = r.Tenant, r.RequestKey
+	return e
+}
+
 // consume plays a consumer: it reads stage's task stream from the start and publishes one
 // SUCCEEDED event per task until ctx ends.
 func (b *testBundle) consume(ctx context.Context, t *testing.T, stage string) {
@@ -82,7 +89,14 @@ func (b *testBundle) consume(ctx context.Context, t *testing.T, stage string) {
 					t.Errorf("consumer: %v", err)
 					continue
 				}
-				if err := b.w.PublishEvents(ctx, eventFor(task.TaskID, task.Stage, topics.SharedOwner)); err != nil && ctx.Err() == nil {
+				key, err := flight.TaskKey(task)
+				if err != nil {
+					t.Errorf("consumer: %v", err)
+					continue
+				}
+				ev := eventFor(task.TaskID, task.Stage, topics.SharedOwner)
+				ev.Tenant, ev.RequestKey = task.Tenant, key
+				if err := b.w.PublishEvents(ctx, ev); err != nil && ctx.Err() == nil {
 					t.Errorf("consumer: %v", err)
 				}
 			}
@@ -143,7 +157,7 @@ func TestAwaitEventPublishedBeforeAwait(t *testing.T) {
 	}
 	// Another task's event, then ours, then ours again: all before Await.
 	if err := b.w.PublishEvents(ctx, eventFor("other", stageA, topics.SharedOwner),
-		eventFor(r.TaskID, stageA, topics.SharedHit), eventFor(r.TaskID, stageA, topics.SharedOwner)); err != nil {
+		eventOf(r, topics.SharedHit), eventOf(r, topics.SharedOwner)); err != nil {
 		t.Fatal(err)
 	}
 	e, err := b.c.Await(ctx, r)
@@ -349,10 +363,10 @@ func TestCollect(t *testing.T) {
 	publish := func(rs []client.Receipt) {
 		var evs []topics.Event
 		for _, r := range rs {
-			evs = append(evs, eventFor(r.TaskID, r.Stage, topics.SharedOwner), eventFor("foreign-"+r.TaskID, r.Stage, topics.SharedOwner))
+			evs = append(evs, eventOf(r, topics.SharedOwner), eventFor("foreign-"+r.TaskID, r.Stage, topics.SharedOwner))
 		}
 		for _, r := range rs {
-			evs = append(evs, eventFor(r.TaskID, r.Stage, topics.SharedFollower))
+			evs = append(evs, eventOf(r, topics.SharedFollower))
 		}
 		if err := b.w.PublishEvents(ctx, evs...); err != nil {
 			t.Error(err)
@@ -553,5 +567,60 @@ func TestCancel(t *testing.T) {
 	}
 	if _, err := b.c.Inspect(ctx, "ai:nope:v1:acme:0"); !errors.Is(err, flight.ErrNotFound) {
 		t.Errorf("Inspect of an unknown key = %v, want ErrNotFound", err)
+	}
+}
+
+// TestAwaitMatchesTenantAndKey: on a result stream that every producer of the stage writes
+// to, an event under the task's id but of another tenant or request key (a task another
+// producer enqueued under the same id first) does not answer Await or Collect; the event of
+// a dead-lettered task, which has no request key, does.
+func TestAwaitMatchesTenantAndKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tk := newTask(stageA, `{"q":"victim"}`)
+	tk.TaskID = "predictable-1"
+	r, err := b.c.Enqueue(ctx, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTenant := eventOf(r, topics.SharedOwner)
+	otherTenant.Tenant, otherTenant.Result = "evil", json.RawMessage(`{"forged":1}`)
+	otherKey := eventOf(r, topics.SharedOwner)
+	otherKey.RequestKey, otherKey.Result = "attacker-key", json.RawMessage(`{"forged":2}`)
+	own := eventOf(r, topics.SharedHit)
+	if err := b.w.PublishEvents(ctx, otherTenant, otherKey, own); err != nil {
+		t.Fatal(err)
+	}
+	e, err := b.c.Await(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Shared != topics.SharedHit || string(e.Result) != `{"ok":true}` {
+		t.Errorf("Await = %+v, want the task's own event", e)
+	}
+	var got []topics.Event
+	if err := b.c.Collect(ctx, []client.Receipt{r}, func(e topics.Event) { got = append(got, e) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Shared != topics.SharedHit {
+		t.Errorf("Collect = %+v, want the task's own event", got)
+	}
+
+	// A dead-lettered task's event carries no request key: it matches on id and tenant.
+	tk2 := newTask(stageA, `{"q":"dead"}`)
+	r2, err := b.c.Enqueue(ctx, tk2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := topics.Event{TaskID: r2.TaskID, Stage: stageA, Tenant: r2.Tenant, Status: topics.StatusFailed,
+		Shared: topics.SharedOwner, ErrorType: client.ErrorTypeInvalidTask, ErrorCode: "deadline_passed",
+		Error: "deadline passed", FinishedAt: time.Now()}
+	if err := b.w.PublishEvents(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := b.c.Await(ctx, r2); err != nil || e.ErrorType != client.ErrorTypeInvalidTask {
+		t.Errorf("Await(dead-lettered) = %+v, %v; want its invalid_task event", e, err)
 	}
 }

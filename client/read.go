@@ -164,7 +164,8 @@ func checkReceipt(r Receipt) error {
 }
 
 // Await waits for the terminal event of the task of r on ai:results:<r.Stage> and returns
-// the first one published. It starts reading 5 s before the task's entry time (from
+// the first one published: the first event whose task id, tenant and request key match r
+// (Receipt.Matches). It starts reading 5 s before the task's entry time (from
 // r.StreamID, which the same Redis clock stamps), so an event published before Await was
 // called is found too; events of other tasks are skipped. When the result stream was trimmed
 // past that point (it is capped), the task's event may be gone: Await then returns the
@@ -182,7 +183,7 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	tick := c.gapWatch(ctx, []Receipt{r}, from, func(string) bool { return true },
 		func(ev topics.Event) bool { got = ev; return true })
 	err := c.follow(ctx, cur, func(se topics.StreamEvent) bool {
-		if se.Err == nil && se.Event.TaskID == r.TaskID {
+		if se.Err == nil && r.Matches(se.Event) {
 			got = se.Event
 			return true
 		}
@@ -196,9 +197,9 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 
 // Collect waits for the terminal events of all receipts with one reader over the result
 // streams of every stage involved, and calls fn once per receipt with the first event
-// published for its task id (later duplicates are dropped; receipts that share a task id
-// count once). fn runs on Collect's goroutine, in stream order per stage. Each stage's
-// stream is read from 5 s before its earliest receipt, as Await does, in batches of up to
+// published for its task (matched as in Receipt.Matches; later duplicates are dropped;
+// receipts that share a task id count once, as the first of them). fn runs on Collect's
+// goroutine, in stream order per stage. Each stage's stream is read from 5 s before its earliest receipt, as Await does, in batches of up to
 // 1000 entries, with O(1) work per entry, so 10k receipts cost about as many entries read.
 //
 // Collect returns nil once every receipt has its event. Receipts whose event was trimmed from
@@ -206,13 +207,15 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 // When ctx ends first it returns an error that wraps ctx.Err() and tells how many events are
 // missing. Redis errors are retried with backoff (and reported to Config.Errors).
 func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics.Event)) error {
-	pending := make(map[string]struct{}, len(receipts))
+	pending := make(map[string]Receipt, len(receipts)) // task id -> its first receipt
 	from := make(map[string]int64) // result stream -> earliest start millisecond
 	for _, r := range receipts {
 		if err := checkReceipt(r); err != nil {
 			return err
 		}
-		pending[r.TaskID] = struct{}{}
+		if _, dup := pending[r.TaskID]; !dup {
+			pending[r.TaskID] = r
+		}
 		s := c.ks.Results(r.Stage)
 		ms := startMillis(r)
 		if cur, ok := from[s]; !ok || ms < cur {
@@ -228,7 +231,7 @@ func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics
 		cur[s] = strconv.FormatInt(ms, 10) + "-0"
 	}
 	deliver := func(ev topics.Event) bool {
-		if _, ok := pending[ev.TaskID]; !ok {
+		if r, ok := pending[ev.TaskID]; !ok || !r.Matches(ev) {
 			return false
 		}
 		delete(pending, ev.TaskID)

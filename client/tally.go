@@ -44,15 +44,19 @@ type Tally struct {
 	done  chan struct{}
 
 	mu       sync.Mutex // guards the fields below
-	expected map[string]time.Time
+	expected map[string]Receipt
 	answered map[string]bool
-	early    map[string]arrival
+	early    map[string][]arrival // events seen before their receipt, at most maxEarly per id
 	keys     map[string]struct{}
 	latency  []time.Duration
 	sum      Summary
 	sealed   bool
 	closed   bool
 }
+
+// maxEarly bounds the events kept per unknown task id until its receipt is registered: a
+// foreign event under the same id must not crowd out the task's own.
+const maxEarly = 4
 
 type arrival struct {
 	e  topics.Event
@@ -64,45 +68,52 @@ func NewTally(start time.Time) *Tally {
 	return &Tally{
 		start:    start,
 		done:     make(chan struct{}),
-		expected: make(map[string]time.Time),
+		expected: make(map[string]Receipt),
 		answered: make(map[string]bool),
-		early:    make(map[string]arrival),
+		early:    make(map[string][]arrival),
 		keys:     make(map[string]struct{}),
 	}
 }
 
-// Expect registers r. When an event for r.TaskID was observed already, it is counted now
-// and returned with true, so that the caller can report it. A task id registered twice
-// counts once.
+// Expect registers r. When an event of r's task (Receipt.Matches) was observed already, it
+// is counted now and returned with true, so that the caller can report it. A task id
+// registered twice counts once, as the first receipt.
 func (t *Tally) Expect(r Receipt) (topics.Event, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.expected[r.TaskID]; ok {
 		return topics.Event{}, false
 	}
-	t.expected[r.TaskID] = r.EnqueuedAt
+	t.expected[r.TaskID] = r
 	t.sum.Tasks++
-	a, ok := t.early[r.TaskID]
-	if !ok {
-		return topics.Event{}, false
-	}
+	early := t.early[r.TaskID]
 	delete(t.early, r.TaskID)
-	t.count(a.e, a.at)
-	return a.e, true
+	for _, a := range early {
+		if r.Matches(a.e) {
+			t.count(a.e, a.at)
+			return a.e, true
+		}
+	}
+	return topics.Event{}, false
 }
 
 // Observe records e, which arrived at at. It returns true when e is the first event of an
-// expected task (and was counted), false for a duplicate or a task not expected (yet).
+// expected task (and was counted), false for a duplicate, an event that does not match the
+// task's receipt (Receipt.Matches), or a task not expected (yet).
 func (t *Tally) Observe(e topics.Event, at time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.answered[e.TaskID] {
 		return false
 	}
-	if _, ok := t.expected[e.TaskID]; !ok {
-		if _, seen := t.early[e.TaskID]; !seen && !t.sealed {
-			t.early[e.TaskID] = arrival{e, at}
+	r, ok := t.expected[e.TaskID]
+	if !ok {
+		if a := t.early[e.TaskID]; len(a) < maxEarly && !t.sealed {
+			t.early[e.TaskID] = append(a, arrival{e, at})
 		}
+		return false
+	}
+	if !r.Matches(e) {
 		return false
 	}
 	t.count(e, at)
@@ -129,7 +140,7 @@ func (t *Tally) count(e topics.Event, at time.Time) {
 	if e.Status != topics.StatusSucceeded {
 		t.sum.Failures++
 	}
-	if enq := t.expected[e.TaskID]; !enq.IsZero() {
+	if enq := t.expected[e.TaskID].EnqueuedAt; !enq.IsZero() {
 		t.latency = append(t.latency, at.Sub(enq))
 	}
 	t.maybeClose()

@@ -55,3 +55,33 @@ func TestTally(t *testing.T) {
 		t.Errorf("Summary (-want +got):\n%s", diff)
 	}
 }
+
+// TestTallyForeignEvents: events under a task's id but of another tenant or request key
+// (another producer's task that reused the id) are not the task's event, before or after
+// its receipt is registered.
+func TestTallyForeignEvents(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ev := func(id, tenant, key string) topics.Event {
+		return topics.Event{TaskID: id, Tenant: tenant, RequestKey: key, Stage: "s",
+			Status: topics.StatusSucceeded, Shared: topics.SharedOwner}
+	}
+	tl := client.NewTally(t0)
+	// Early: a foreign event of x, then x's own.
+	tl.Observe(ev("x", "evil", "kx"), t0)
+	tl.Observe(ev("x", "acme", "kx"), t0)
+	if e, ok := tl.Expect(client.Receipt{TaskID: "x", Tenant: "acme", RequestKey: "kx", EnqueuedAt: t0}); !ok || e.Tenant != "acme" {
+		t.Errorf("Expect(x) = %+v, %v; want x's own early event", e, ok)
+	}
+	tl.Expect(client.Receipt{TaskID: "y", Tenant: "acme", RequestKey: "ky", EnqueuedAt: t0})
+	for _, foreign := range []topics.Event{ev("y", "evil", "ky"), ev("y", "acme", "other-key")} {
+		if tl.Observe(foreign, t0) {
+			t.Errorf("foreign event %+v counted for y", foreign)
+		}
+	}
+	if !tl.Observe(ev("y", "acme", "ky"), t0) {
+		t.Error("y's own event not counted")
+	}
+	if s := tl.Summary(t0); s.Events != 2 || s.Tasks != 2 {
+		t.Errorf("Summary = %+v, want 2 of 2", s)
+	}
+}

@@ -133,3 +133,30 @@ func TestSessionLockHolderIsPerRun(t *testing.T) {
 		t.Errorf("%d events for the three tasks", len(got["same-id"]))
 	}
 }
+
+// TestBusySessionDoesNotStallTheStage: tasks waiting for a busy session's lock hold no
+// handler (they wait delayed, not polling), so a burst of long tasks in one session (more
+// than the stage's 4 handlers) does not hold up a task of another session of the same tenant.
+func TestBusySessionDoesNotStallTheStage(t *testing.T) {
+	b := setup(t)
+	m := &stubborn{d: time.Second}
+	b.heavyConsumer("c1", m)
+	for i := range 6 {
+		b.enqueue(topics.Task{TaskID: fmt.Sprintf("busy-%d", i), Tenant: "acme", Stage: handlers.StageExtraction,
+			SessionID: "s-busy", Input: json.RawMessage(fmt.Sprintf(`{"resume":"busy%d"}`, i))})
+	}
+	time.Sleep(300 * time.Millisecond) // the burst is read and waiting for its lock
+	start := time.Now()
+	b.enqueue(topics.Task{TaskID: "other", Tenant: "acme", Stage: handlers.StageExtraction,
+		SessionID: "s-other", Input: json.RawMessage(`{"resume":"other"}`)})
+	got := b.eventsFor([]string{handlers.StageExtraction}, []string{"other"}, 15*time.Second)
+	took := time.Since(start)
+	if len(got["other"]) == 0 {
+		t.Fatal("no event for the task of the other session")
+	}
+	// Its own run takes 1 s; a stage stalled behind the busy session would answer it only
+	// after several of that session's 1 s runs.
+	if took > 2500*time.Millisecond {
+		t.Errorf("the other session's task took %v behind a busy session (%d of its runs done)", took, m.finished())
+	}
+}
