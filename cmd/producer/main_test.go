@@ -95,7 +95,12 @@ func (c *cli) consume(ctx context.Context, stage string) {
 					c.t.Errorf("consumer: %v", err)
 					continue
 				}
-				e := topics.Event{TaskID: task.TaskID, RequestKey: "k:" + string(task.Input), Stage: task.Stage,
+				key, err := flight.TaskKey(task) // the key a consumer runs it under: clients match on it
+				if err != nil {
+					c.t.Errorf("consumer: %v", err)
+					continue
+				}
+				e := topics.Event{TaskID: task.TaskID, RequestKey: key, Stage: task.Stage,
 					Tenant: task.Tenant, Status: topics.StatusSucceeded, Shared: topics.SharedOwner, FinishedAt: time.Now()}
 				if err := w.PublishEvents(ctx, e); err != nil && ctx.Err() == nil {
 					c.t.Errorf("consumer: %v", err)
