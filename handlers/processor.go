@@ -2,8 +2,6 @@ package handlers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -98,10 +96,11 @@ const metaRan = "_flightdeck_ran"
 func (p *Processor) handle(msg *message.Message, retried bool) error {
 	ctx := p.life.stop
 	ent := entry{stream: msg.Metadata.Get(stream.MetaStream), id: msg.Metadata.Get(stream.MetaEntry)}
-	corr := middleware.MessageCorrelationID(msg)
+	corr := middleware.MessageCorrelationID(msg) // a producer's metadata: up to 16 KiB
 	if corr == "" {
 		corr = msg.UUID
 	}
+	corr = logID(corr)
 	log := func() zerolog.Logger { // only a dead letter logs before the task is known
 		return p.log.With().Str("entry", ent.id).Str("correlationId", corr).Logger()
 	}
@@ -130,8 +129,10 @@ func (p *Processor) handle(msg *message.Message, retried bool) error {
 		return p.deadLetter(ctx, log(), msg, "bad_key", err.Error(), nil)
 	}
 	t := &taskRun{p: p, msg: msg, task: task, key: key, ent: ent, corr: corr, received: time.Now(), retried: retried}
-	if enq, ok := task.EnqueuedTime(); ok {
-		t.queued = max(time.Since(enq), 0)
+	// An enqueuedAt further than topics.MaxClockSkew from now (year 1, year 9999) counts as
+	// unknown: queued 0 in events and metrics, and no queue-wait sample.
+	if queued, ok := task.QueueWait(t.received); ok {
+		t.queued = queued
 		if msg.Metadata.Get(stream.MetaHow) == "read" {
 			p.metrics.queueWait.WithLabelValues(task.Stage).Observe(t.queued.Seconds())
 		}
@@ -139,35 +140,37 @@ func (p *Processor) handle(msg *message.Message, retried bool) error {
 	return t.run(ctx)
 }
 
+// maxLogID bounds an id taken from a message (its correlation id or uuid) where it is logged.
+const maxLogID = 128
+
+// logID returns s cut to maxLogID bytes.
+func logID(s string) string {
+	if len(s) <= maxLogID {
+		return s
+	}
+	return s[:maxLogID]
+}
+
 // TaskKey returns the flight key of a task (flight.TaskKey).
 func TaskKey(t topics.Task) (string, error) { return flight.TaskKey(t) }
 
-// maxDeadPayload bounds the payload a dead letter keeps: an oversized entry is refused
-// anyway, and keeping all of it would let a flood of them fill Redis.
-const maxDeadPayload = 64 << 10
-
-// deadLetter writes msg to the stage's dead-letter stream with reason and, when its payload
-// names a readable task id, a FAILED terminal event for that task (errorType invalid_task,
-// errorCode the reason), so that a client waiting for it does not hang. The message is then
-// acknowledged.
+// deadLetter writes msg to the stage's dead-letter stream with reason, cut to at most
+// topics.MaxDeadLetterBytes in all (payload, raw metadata, detail and uuid; what is cut is
+// named in the detail with its size and SHA-256), and, when its payload names a readable task
+// id, a FAILED terminal event for that task (errorType invalid_task, errorCode the reason),
+// so that a client waiting for it does not hang. The message is then acknowledged.
 func (p *Processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *message.Message, reason, detail string, raw map[string]any) error {
-	payload := msg.Payload
-	if len(payload) > maxDeadPayload {
-		sum := sha256.Sum256(payload)
-		detail = fmt.Sprintf("%s (payload of %d bytes, sha256 %x, kept: the first %d bytes)", detail, len(payload), sum, maxDeadPayload)
-		payload = payload[:maxDeadPayload]
-	}
+	dl := topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: msg.Payload,
+		Raw: raw, Reason: reason, Detail: detail, Consumer: p.name}.Bound()
 	ctx = context.WithoutCancel(ctx)
-	err := p.writer.DeadLetter(ctx, topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: payload,
-		Raw: raw, Reason: reason, Detail: detail, Consumer: p.name})
-	if err != nil {
-		return fmt.Errorf("handlers: dead-letter %s: %w", msg.UUID, err)
+	if err := p.writer.DeadLetter(ctx, dl); err != nil {
+		return fmt.Errorf("handlers: dead-letter %s: %w", dl.UUID, err)
 	}
-	p.metrics.deadLetters.WithLabelValues(p.stage.Name, reason).Inc()
-	log.Warn().Str("reason", reason).Str("detail", detail).Str("uuid", msg.UUID).Msg("task dead-lettered")
+	p.metrics.deadLetters.WithLabelValues(p.stage.Name, dl.Reason).Inc()
+	log.Warn().Str("reason", dl.Reason).Str("detail", dl.Detail).Str("uuid", dl.UUID).Msg("task dead-lettered")
 	if id := namedTaskID(msg.Payload, p.limits); id != "" {
 		ev := topics.Event{TaskID: id, Stage: p.stage.Name, Status: topics.StatusFailed, Shared: topics.SharedOwner,
-			ErrorType: "invalid_task", ErrorCode: reason, Error: detail, FinishedAt: time.Now(), Consumer: p.name}
+			ErrorType: "invalid_task", ErrorCode: dl.Reason, Error: dl.Detail, FinishedAt: time.Now(), Consumer: p.name}
 		if tenant := namedField(msg.Payload, "tenant"); topics.CheckTenant(tenant) == nil {
 			ev.Tenant = tenant
 		}
@@ -189,18 +192,9 @@ func namedTaskID(payload []byte, lim topics.Limits) string {
 	return id
 }
 
-// namedField returns the string field name of a JSON object payload, or "".
-func namedField(payload []byte, name string) string {
-	var doc map[string]json.RawMessage
-	if json.Unmarshal(payload, &doc) != nil {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(doc[name], &s) != nil {
-		return ""
-	}
-	return s
-}
+// namedField returns the string field name of a JSON object payload, read as DecodeTask
+// reads names (topics.NamedField: exact, not duplicated), or "".
+func namedField(payload []byte, name string) string { return topics.NamedField(payload, name) }
 
 // redisUnavailable reports errors that mean Redis could not be used for a while (connection
 // refused or reset, timeouts, a closed or exhausted pool, a restarting or failing-over

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/flightdeck-ai/flightdeck/stream"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // Metadata keys the consumer sets on every message it reads. They overwrite any value a
@@ -24,11 +25,25 @@ const (
 	MetaRawMetadata = "_flightdeck_raw_metadata"
 )
 
+// Bounds the unmarshaller checks before it decodes anything of an entry. An entry past one
+// becomes a bad message (MetaBadEntry uuid_too_long or metadata_too_large) that carries a
+// short uuid and at most maxKeptMetadata bytes of the raw metadata.
+const (
+	// MaxUUIDLen bounds an entry's _watermill_message_uuid (topics.MaxUUIDLen): the uuid is
+	// on every log line about the message.
+	MaxUUIDLen = topics.MaxUUIDLen
+	// MaxMetadataBytes bounds an entry's raw metadata field (topics.MaxMetadataBytes),
+	// checked before it is msgpack-decoded.
+	MaxMetadataBytes = topics.MaxMetadataBytes
+	// maxKeptMetadata bounds the raw metadata a bad message keeps for its dead letter.
+	maxKeptMetadata = 1 << 10
+)
+
 // Unmarshaller reads task stream entries in watermill-redisstream's wire format and never
 // fails: an entry it cannot read (no uuid, metadata that is not msgpack, values of the wrong
-// type) becomes a message with MetaBadEntry set, which the handler sends to the dead-letter
-// stream and acknowledges, instead of an error that would leave it pending to stop the next
-// consumer that claims it.
+// type, a uuid over MaxUUIDLen or metadata over MaxMetadataBytes) becomes a message with
+// MetaBadEntry set, which the handler sends to the dead-letter stream and acknowledges,
+// instead of an error that would leave it pending to stop the next consumer that claims it.
 type Unmarshaller struct{}
 
 // Unmarshal implements stream.Unmarshaller.
@@ -43,8 +58,16 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err 
 		}
 		err = nil
 	}()
-	if _, ok := clean[redisstream.UUIDHeaderKey].(string); !ok {
+	id, ok := clean[redisstream.UUIDHeaderKey].(string)
+	if !ok {
 		return badMessage(clean, "missing_uuid", "entry has no "+redisstream.UUIDHeaderKey+" field"), nil
+	}
+	if len(id) > MaxUUIDLen {
+		return badMessage(clean, "uuid_too_long", fmt.Sprintf("%s of %s, limit %d",
+			redisstream.UUIDHeaderKey, topics.Fingerprint(id), MaxUUIDLen)), nil
+	}
+	if n := rawLen(clean[topics.FieldMetadata]); n > MaxMetadataBytes {
+		return badMessage(clean, "metadata_too_large", fmt.Sprintf("metadata of %d bytes, limit %d", n, MaxMetadataBytes)), nil
 	}
 	if _, ok := clean["payload"]; !ok {
 		return badMessage(clean, "missing_payload", "entry has no payload field"), nil
@@ -61,17 +84,48 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err 
 	return m, nil
 }
 
+// rawLen is the length of a string or []byte entry value, else 0.
+func rawLen(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []byte:
+		return len(v)
+	}
+	return 0
+}
+
+// badMessage is the message of an entry that cannot be read. Its uuid is the entry's, or
+// topics.SafeUUID's short form of one over MaxUUIDLen, or a new one; it keeps the first
+// maxKeptMetadata bytes of the raw metadata (MetaRawMetadata), and names the size and SHA-256
+// of the whole in the detail when that is longer.
 func badMessage(values map[string]any, reason, detail string) *message.Message {
 	id, _ := values[redisstream.UUIDHeaderKey].(string)
 	if id == "" {
 		id = watermill.NewUUID()
 	}
 	payload, _ := values["payload"].(string)
-	m := message.NewMessage(id, []byte(payload))
+	m := message.NewMessage(topics.SafeUUID(id), []byte(payload))
+	if md, ok := values[topics.FieldMetadata]; ok {
+		var raw string
+		switch v := md.(type) {
+		case string:
+			raw = v
+			if len(v) > maxKeptMetadata {
+				raw = v[:maxKeptMetadata]
+				detail += " (" + topics.CutNote("metadata", v, maxKeptMetadata) + ")"
+			}
+		case []byte:
+			raw = string(v[:min(len(v), maxKeptMetadata)])
+			if len(v) > maxKeptMetadata {
+				detail += " (" + topics.CutNote("metadata", v, maxKeptMetadata) + ")"
+			}
+		default:
+			raw = fmt.Sprintf("(a %T)", v)
+		}
+		m.Metadata.Set(MetaRawMetadata, raw)
+	}
 	m.Metadata.Set(MetaBadEntry, reason)
 	m.Metadata.Set(MetaBadDetail, detail)
-	if md, ok := values["metadata"]; ok {
-		m.Metadata.Set(MetaRawMetadata, fmt.Sprint(md))
-	}
 	return m
 }

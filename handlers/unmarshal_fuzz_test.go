@@ -1,10 +1,14 @@
 package handlers
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // Shape bits of FuzzUnmarshal: which fields the fuzzed entry has, and with which Go types.
@@ -22,7 +26,9 @@ const (
 
 // FuzzUnmarshal feeds the consumer's unmarshaller arbitrary stream entries: it must never
 // panic, never fail, always stamp the entry id, and either hand back the entry's uuid and
-// payload unchanged or mark the message with a known MetaBadEntry reason.
+// payload unchanged or mark the message with a known MetaBadEntry reason; a message's uuid
+// is never over MaxUUIDLen, and a bad message keeps at most maxKeptMetadata bytes of the
+// raw metadata.
 func FuzzUnmarshal(f *testing.F) {
 	good, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("t", func() *message.Message {
 		m := message.NewMessage("u-1", []byte(`{"taskId":"t"}`))
@@ -34,6 +40,16 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Fatal(err)
 	}
 	md := good["metadata"].([]byte)
+	huge, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("t", func() *message.Message {
+		m := message.NewMessage("u-1", nil)
+		m.Metadata.Set("correlation_id", strings.Repeat("c", MaxMetadataBytes))
+		return m
+	}())
+	if err != nil {
+		f.Fatal(err)
+	}
+	hugeMD := huge["metadata"].([]byte) // valid msgpack, just over MaxMetadataBytes
+	longID := strings.Repeat("u", MaxUUIDLen+1)
 	const all = fzUUID | fzPayload | fzMetadata | fzXID
 	for _, s := range []struct {
 		uuid     string
@@ -57,6 +73,11 @@ func FuzzUnmarshal(f *testing.F) {
 		{"u-1", "p", md, all | fzPayloadInt},                                   // payload not a string
 		{"u-1", "p", md, all | fzMetadataNil | fzExtraField},                   // metadata nil
 		{"u-1", "p", []byte("\x81\xaf_flightdeck_xid\xa5forge"), all &^ fzXID}, // forged entry id
+		{longID, `{"taskId":"t-1"}`, md, all},                                  // uuid over the bound
+		{longID[1:], `{"taskId":"t-1"}`, md, all},                              // uuid at the bound
+		{"u-1", `{"taskId":"t-1"}`, hugeMD, all},                               // metadata over the bound
+		{"u-1", `{"taskId":"t-1"}`, hugeMD[:MaxMetadataBytes], all},            // truncated, at the bound
+		{longID, "", hugeMD, fzUUID | fzMetadata},                              // both, no payload
 	} {
 		f.Add(s.uuid, []byte(s.payload), s.metadata, s.shape)
 	}
@@ -105,10 +126,20 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 		reason := msg.Metadata.Get(MetaBadEntry)
 		uuidOK := shape&fzUUID != 0 && shape&fzUUIDBytes == 0
+		mdLen := -1
+		if md, ok := values["metadata"].(string); ok {
+			mdLen = len(md)
+		}
+		if len(msg.UUID) > MaxUUIDLen {
+			t.Fatalf("message uuid of %d bytes", len(msg.UUID))
+		}
 		switch reason {
 		case "":
 			if !uuidOK {
 				t.Fatalf("entry without a string uuid accepted: %v", values)
+			}
+			if len(uuid) > MaxUUIDLen || mdLen > MaxMetadataBytes {
+				t.Fatalf("entry with a uuid of %d bytes and metadata of %d accepted", len(uuid), mdLen)
 			}
 			if shape&fzPayloadInt != 0 && shape&fzPayload != 0 {
 				t.Fatalf("entry with a non-string payload accepted")
@@ -125,6 +156,17 @@ func FuzzUnmarshal(f *testing.F) {
 		case "missing_uuid":
 			if uuidOK {
 				t.Fatalf("entry with uuid %q refused as missing_uuid", uuid)
+			}
+		case "uuid_too_long":
+			if !uuidOK || len(uuid) <= MaxUUIDLen {
+				t.Fatalf("uuid_too_long for a uuid of %d bytes", len(uuid))
+			}
+			if msg.UUID != topics.SafeUUID(uuid) || !strings.HasPrefix(msg.UUID, "sha256:") {
+				t.Fatalf("uuid %q, want the short form of the entry's", msg.UUID)
+			}
+		case "metadata_too_large":
+			if !uuidOK || len(uuid) > MaxUUIDLen || mdLen <= MaxMetadataBytes {
+				t.Fatalf("metadata_too_large for metadata of %d bytes, uuid of %d", mdLen, len(uuid))
 			}
 		case "missing_payload":
 			if _, has := values["payload"]; has || !uuidOK {
@@ -146,6 +188,12 @@ func FuzzUnmarshal(f *testing.F) {
 			}
 			if msg.UUID == "" {
 				t.Fatalf("bad entry without a message uuid")
+			}
+			if raw := msg.Metadata.Get(MetaRawMetadata); len(raw) > maxKeptMetadata {
+				t.Fatalf("bad entry keeps %d bytes of raw metadata", len(raw))
+			}
+			if mdLen > maxKeptMetadata && !strings.Contains(msg.Metadata.Get(MetaBadDetail), fmt.Sprintf("metadata of %d bytes, sha256 ", mdLen)) {
+				t.Fatalf("cut metadata not named in the detail: %q", msg.Metadata.Get(MetaBadDetail))
 			}
 		}
 	})

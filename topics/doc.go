@@ -6,11 +6,13 @@
 // A task is one entry of the stream ai:tasks:<stage> (Keyspace.Tasks), laid out the way
 // the default marshaller of watermill-redisstream lays out a watermill message:
 //
-//   - _watermill_message_uuid (FieldUUID): the message id; any non-empty string. Required:
-//     the subscriber cannot read an entry without it.
+//   - _watermill_message_uuid (FieldUUID): the message id; any non-empty string of at most
+//     MaxUUIDLen bytes. Required: the subscriber cannot read an entry without it.
 //   - payload (FieldPayload): the Task as a JSON object; see Task and DecodeTask.
 //   - metadata (FieldMetadata): optional watermill metadata, a msgpack map of string to
-//     string. Leave it out when enqueuing by hand.
+//     string, at most MaxMetadataBytes. Leave it out when enqueuing by hand.
+//
+// A consumer dead-letters an entry past either bound before it decodes the metadata.
 //
 // Any service, in any language, can enqueue a task with a plain XADD:
 //
@@ -33,4 +35,12 @@ const (
 	FieldPayload = "payload"
 	// FieldMetadata holds the watermill metadata as a msgpack map; optional.
 	FieldMetadata = "metadata"
+)
+
+// Bounds of a task entry's own fields. A consumer checks them before it decodes anything.
+const (
+	// MaxUUIDLen bounds FieldUUID, which consumers log with every line about the entry.
+	MaxUUIDLen = 128
+	// MaxMetadataBytes bounds the raw FieldMetadata.
+	MaxMetadataBytes = 16 << 10
 )

@@ -2,7 +2,6 @@ package topics
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -137,48 +136,6 @@ func (w Writer) PublishEvents(ctx context.Context, events ...Event) error {
 	}
 	if err != nil {
 		return fmt.Errorf("topics: publish %d events: %w", len(events), err)
-	}
-	return nil
-}
-
-// DeadLetter is an entry refused by a consumer.
-type DeadLetter struct {
-	// Stage is the stage whose task stream held the entry.
-	Stage string
-	// UUID and Payload are the entry's own fields, when it had them.
-	UUID    string
-	Payload []byte
-	// Raw holds all the entry's fields when UUID or Payload could not be read.
-	Raw map[string]any
-	// Reason is machine-readable, Detail human-readable.
-	Reason, Detail string
-	// Consumer names the consumer that refused it.
-	Consumer string
-}
-
-// DeadLetter appends d to its stage's dead-letter stream.
-func (w Writer) DeadLetter(ctx context.Context, d DeadLetter) error {
-	if d.Stage == "" || d.Reason == "" {
-		return errors.New("topics: dead letter needs a stage and a reason")
-	}
-	id := d.UUID
-	if id == "" {
-		id = uuid.NewString()
-	}
-	values := []any{FieldUUID, id, FieldPayload, d.Payload, FieldReason, d.Reason,
-		FieldDetail, d.Detail, FieldConsumer, d.Consumer}
-	if len(d.Raw) > 0 {
-		raw, err := json.Marshal(d.Raw)
-		if err != nil {
-			raw = []byte(fmt.Sprintf("%q", fmt.Sprint(d.Raw)))
-		}
-		values = append(values, FieldOriginal, raw)
-	}
-	err := w.Client.XAdd(ctx, &redis.XAddArgs{
-		Stream: w.Keyspace.DLQ(d.Stage), MaxLen: maxLen(w.DLQMaxLen, DefaultDLQMaxLen), Approx: true, Values: values,
-	}).Err()
-	if err != nil {
-		return fmt.Errorf("topics: dead letter to %s: %w", w.Keyspace.DLQ(d.Stage), err)
 	}
 	return nil
 }

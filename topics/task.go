@@ -70,6 +70,27 @@ func (t Task) DeadlineTime() (time.Time, bool) { return parseTime(t.Deadline) }
 // EnqueuedAt is empty or not RFC 3339.
 func (t Task) EnqueuedTime() (time.Time, bool) { return parseTime(t.EnqueuedAt) }
 
+// MaxClockSkew bounds how far from now a task's EnqueuedAt may lie to count for metrics
+// and events: a producer's clock may be off, but a time of year 1 or 9999 would put ±9.2e9
+// seconds into the queue-wait histogram.
+const MaxClockSkew = 24 * time.Hour
+
+// QueueWait returns how long the task has waited since EnqueuedAt, as of now (0 when
+// EnqueuedAt lies ahead of now), and true; or 0 and false when EnqueuedAt is empty, not RFC
+// 3339, or more than MaxClockSkew before or after now, in which case it must not be used
+// for a metric or an event.
+func (t Task) QueueWait(now time.Time) (time.Duration, bool) {
+	enq, ok := t.EnqueuedTime()
+	if !ok {
+		return 0, false
+	}
+	d := now.Sub(enq) // saturates: no overflow for any parsed time
+	if d > MaxClockSkew || d < -MaxClockSkew {
+		return 0, false
+	}
+	return max(d, 0), true
+}
+
 func parseTime(s string) (time.Time, bool) {
 	if s == "" {
 		return time.Time{}, false
@@ -114,9 +135,15 @@ func (t Task) EncodeWith(lim Limits) ([]byte, error) {
 }
 
 // DecodeTask parses and validates a task payload under lim (zero fields take their
-// defaults). It never panics and bounds its work by the payload size: the size, UTF-8
-// and nesting depth are checked before anything is unmarshalled. Unknown fields are
-// ignored. Every error is an *InvalidTaskError (errors.Is(err, ErrInvalidTask)).
+// defaults). It never panics and bounds its work by the payload size: the size, UTF-8,
+// nesting depth and member names are checked before anything is unmarshalled.
+//
+// Decoding is strict, so that every JSON parser reads the same task from an accepted
+// payload: the payload object's member names must be task fields spelled exactly, compared
+// after JSON unescaping ("\u0074enant" is tenant; "Tenant", "TENANT" and "requeſtKey" are
+// not, although encoding/json would fold them), each at most once (ReasonUnknownField,
+// ReasonDuplicateField). Members inside input and params are free-form and not checked.
+// Every error is an *InvalidTaskError (errors.Is(err, ErrInvalidTask)).
 //
 // The returned Task has Input and Params compacted and Params nil when null, so that
 // DecodeTask(t.Encode()) returns t again.
@@ -128,7 +155,7 @@ func DecodeTask(payload []byte, lim Limits) (Task, error) {
 	if !utf8.Valid(payload) {
 		return Task{}, invalid(ReasonInvalidUTF8, "", "payload is not valid UTF-8")
 	}
-	first, err := walkJSON("", payload, lim.MaxJSONDepth)
+	first, err := walkTask(payload, lim.MaxJSONDepth)
 	if err != nil {
 		return Task{}, err
 	}

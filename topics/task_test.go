@@ -245,6 +245,9 @@ func FuzzDecodeTask(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, c := range strictNameCases { // case variants, folding, escapes, duplicates
+		f.Add([]byte(c.payload))
+	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		task, err := DecodeTask(payload, Limits{})
 		if err != nil {
@@ -253,6 +256,11 @@ func FuzzDecodeTask(f *testing.F) {
 				t.Fatalf("DecodeTask error %#v is not a *InvalidTaskError with a reason", err)
 			}
 			return
+		}
+		// Every parser sees the same task: a strict reading of the payload's members (exact
+		// names, duplicates refused) gives exactly the fields of the decoded task.
+		if err := sameAsStrictReading(payload, task); err != nil {
+			t.Fatalf("accepted payload %q read differently: %v", payload, err)
 		}
 		b, err := task.Encode()
 		if err != nil {
@@ -270,10 +278,16 @@ func FuzzDecodeTask(f *testing.F) {
 
 func BenchmarkDecodeTask(b *testing.B) {
 	many := strings.Repeat("0,", (1<<20-100)/2)
+	full, err := fullTask().Encode()
+	if err != nil {
+		b.Fatal(err)
+	}
 	for name, p := range map[string]string{
 		"Small": `{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":{"answer":"..."}}`,
-		// Worst case: a payload at the size cap made of tiny tokens in an ignored field.
-		"ManyTokens": `{"taskId":"t","stage":"s","tenant":"a","input":1,"x":[` + many + `0]}`,
+		"Full":  string(full),
+		// Worst case: a payload at the size cap made of tiny tokens in a free-form field
+		// (params: an unknown top-level field is refused at once).
+		"ManyTokens": `{"taskId":"t","stage":"s","tenant":"a","input":1,"params":{"x":[` + many + `0]}}`,
 	} {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(p)))

@@ -49,6 +49,12 @@ const (
 	ReasonDeadlinePassed Reason = "deadline_passed"
 	// ReasonBadAttempt: attempt is negative.
 	ReasonBadAttempt Reason = "bad_attempt"
+	// ReasonUnknownField: the payload object has a member that is not a task field, spelled
+	// exactly (after JSON unescaping): "Tenant", "TENANT" and "requeſtKey" are unknown.
+	ReasonUnknownField Reason = "unknown_field"
+	// ReasonDuplicateField: a task field occurs more than once in the payload object
+	// (after JSON unescaping: "\u0074enant" is tenant).
+	ReasonDuplicateField Reason = "duplicate_field"
 )
 
 // InvalidTaskError reports why a task payload or value was refused. errors.Is(err,

@@ -52,7 +52,6 @@ func TestDecodeTaskRules(t *testing.T) {
 			m["enqueuedAt"] = "2030-01-02T01:04:05.000Z"
 			m["params"] = json.RawMessage(`{"rubric":"v2","lang":"en"}`)
 		}},
-		{name: "UnknownFieldsIgnored", edit: func(m map[string]any) { m["extra"] = map[string]any{"a": []int{1}} }},
 		{name: "TaskIDWholeCharset", edit: func(m map[string]any) { m["taskId"] = "AZaz09._:-" }},
 		{name: "TaskIDAtLimit", edit: func(m map[string]any) { m["taskId"] = strings.Repeat("a", 128) }},
 		{name: "StageInStages", lim: Limits{Stages: []string{"x", "interview-evaluation"}}, edit: func(map[string]any) {}},
@@ -85,6 +84,10 @@ func TestDecodeTaskRules(t *testing.T) {
 		{name: "TooDeepInput", edit: func(m map[string]any) { m["input"] = json.RawMessage(nested(32)) }, wantErr: ReasonTooDeep},
 		{name: "TooDeepUnknownField", edit: func(m map[string]any) { m["x"] = json.RawMessage(nested(40)) }, wantErr: ReasonTooDeep},
 		{name: "TooDeepCustomLimit", lim: Limits{MaxJSONDepth: 2}, edit: func(m map[string]any) { m["input"] = json.RawMessage(`[[1]]`) }, wantErr: ReasonTooDeep},
+
+		// Member names (more in TestDecodeTaskStrictNames).
+		{name: "UnknownField", edit: func(m map[string]any) { m["extra"] = map[string]any{"a": []int{1}} }, wantErr: ReasonUnknownField},
+		{name: "CaseVariant", edit: func(m map[string]any) { m["TaskId"] = "t-2" }, wantErr: ReasonUnknownField},
 
 		// Types.
 		{name: "TaskIDNumber", edit: func(m map[string]any) { m["taskId"] = 5 }, wantErr: ReasonBadType, wantField: "taskId"},

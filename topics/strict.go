@@ -1,0 +1,287 @@
+package topics
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// taskFields are the JSON names of Task's fields, in struct order: a task payload's object
+// has no other member, and none twice. Bit i of a seen set stands for taskFields[i].
+var taskFields = [...]string{"taskId", "stage", "tenant", "sessionId", "requestKey", "input",
+	"modelVersion", "promptVersion", "deadline", "attempt", "enqueuedAt", "params"}
+
+// taskFieldIndex returns the index in taskFields of the exactly spelled name, or -1.
+func taskFieldIndex(name []byte) int {
+	switch string(name) { // no allocation: the compiler compares the bytes
+	case "taskId":
+		return 0
+	case "stage":
+		return 1
+	case "tenant":
+		return 2
+	case "sessionId":
+		return 3
+	case "requestKey":
+		return 4
+	case "input":
+		return 5
+	case "modelVersion":
+		return 6
+	case "promptVersion":
+		return 7
+	case "deadline":
+		return 8
+	case "attempt":
+		return 9
+	case "enqueuedAt":
+		return 10
+	case "params":
+		return 11
+	}
+	return -1
+}
+
+// walkTask is walkJSON for a whole task payload: in the same single pass it checks the
+// nesting depth and the member names of the top-level object, which must be task fields
+// spelled exactly, each at most once, compared after JSON unescaping. It returns the first
+// byte that is not white space. A depth error wins over a name error (which is kept until
+// the scan ends), so that no payload makes the scan stop early on a name and leave deep
+// nesting unchecked. Only the first top-level value is looked at; the caller's syntax check
+// refuses trailing data. Names inside input and params, and values, are not looked at.
+func walkTask(data []byte, maxDepth int) (byte, error) {
+	var (
+		first    byte
+		depth    int
+		inString bool
+		top      bool // inside the first top-level value, and it is an object
+		wantName bool // the next string at depth 1 of top is a member name
+		nameAt   = -1 // offset of the opening quote of the member name being scanned
+		escaped  bool // that name holds a backslash
+		seen     uint16
+		nameErr  error
+	)
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+				escaped = true
+			case '"':
+				inString = false
+				if nameAt >= 0 {
+					if nameErr == nil {
+						nameErr = checkName(data[nameAt:i+1], escaped, &seen)
+					}
+					nameAt = -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			inString = true
+			if wantName && depth == 1 {
+				nameAt, escaped, wantName = i, false, false
+			}
+		case '[', '{':
+			depth++
+			if depth > maxDepth {
+				return 0, invalid(ReasonTooDeep, "", fmt.Sprintf("nesting exceeds %d", maxDepth))
+			}
+			if first == 0 && c == '{' {
+				top, wantName = true, true
+			}
+			if depth > 1 { // a value such as input: no names to check inside, scan it fast
+				end, err := skipNested(data, i+1, depth, maxDepth)
+				if err != nil {
+					return 0, err
+				}
+				i, depth = end, depth-1
+				continue
+			}
+		case ']', '}':
+			depth--
+			if depth <= 0 {
+				top, wantName = false, false
+			}
+		case ',':
+			if top && depth == 1 {
+				wantName = true
+			}
+		}
+		if first == 0 {
+			first = c
+		}
+	}
+	if first == 0 {
+		return 0, invalid(ReasonBadJSON, "", "empty")
+	}
+	if nameErr != nil {
+		return 0, nameErr
+	}
+	return first, nil
+}
+
+// skipNested scans data from i, inside arrays and objects nested depth deep, up to the byte
+// that closes the outermost of them, and answers its index (len(data) when data ends first).
+// It fails as soon as the nesting exceeds maxDepth. It is walkTask's inner loop, without the
+// work on names.
+func skipNested(data []byte, i, depth, maxDepth int) (int, error) {
+	outer := depth
+	inString := false
+	for ; i < len(data); i++ {
+		c := data[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+			if depth > maxDepth {
+				return 0, invalid(ReasonTooDeep, "", fmt.Sprintf("nesting exceeds %d", maxDepth))
+			}
+		case ']', '}':
+			if depth == outer {
+				return i, nil
+			}
+			depth--
+		}
+	}
+	return i, nil
+}
+
+// checkName checks one member name of the payload object, quoted as it appears in the
+// payload, and records it in seen.
+func checkName(quoted []byte, escaped bool, seen *uint16) error {
+	name := quoted[1 : len(quoted)-1]
+	if escaped { // rare: unescape as every JSON parser does ("\u0074enant" is tenant)
+		var s string
+		if err := json.Unmarshal(quoted, &s); err != nil {
+			return invalid(ReasonBadJSON, "", "bad escape in a field name")
+		}
+		name = []byte(s)
+	}
+	i := taskFieldIndex(name)
+	if i < 0 {
+		return invalid(ReasonUnknownField, "", unknownDetail(string(name)))
+	}
+	if *seen&(1<<i) != 0 {
+		return invalid(ReasonDuplicateField, taskFields[i], "the field occurs more than once")
+	}
+	*seen |= 1 << i
+	return nil
+}
+
+// unknownDetail describes an unknown member name, quoting at most 40 bytes of it, and names
+// the task field it folds to, if any (encoding/json would have taken it for that field).
+func unknownDetail(name string) string {
+	q := name
+	if len(q) > 40 {
+		q = q[:40] + "…"
+	}
+	d := fmt.Sprintf("%q is not a task field", q)
+	for _, f := range taskFields {
+		if strings.EqualFold(name, f) {
+			return d + fmt.Sprintf(" (field names are exact: %q)", f)
+		}
+	}
+	return d
+}
+
+// NamedField returns the value of the top-level string member name of payload, read the
+// way DecodeTask reads names: payload must be one valid JSON object in which name occurs
+// exactly once, spelled exactly (after JSON unescaping), with a JSON string value. It
+// answers "" otherwise, so that a refused payload that is ambiguous about a field (two
+// taskIds, a "TaskId") names nothing. It does not check the value's syntax rules.
+func NamedField(payload []byte, name string) string {
+	if p := bytes.TrimLeft(payload, " \t\r\n"); len(p) == 0 || p[0] != '{' || !json.Valid(payload) {
+		return ""
+	}
+	var (
+		depth            int
+		inString         bool
+		wantName         bool
+		nameAt, valueAt  = -1, -1
+		escaped, matched bool
+		found            []byte
+		count            int
+	)
+	for i := 0; i < len(payload); i++ {
+		c := payload[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+				escaped = true
+			case '"':
+				inString = false
+				switch {
+				case nameAt >= 0:
+					matched = nameIs(payload[nameAt:i+1], escaped, name)
+					nameAt = -1
+				case valueAt >= 0:
+					found, valueAt = payload[valueAt:i+1], -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+			switch {
+			case wantName && depth == 1:
+				nameAt, escaped, wantName = i, false, false
+			case matched && depth == 1:
+				valueAt, matched = i, false
+				count++
+			}
+		case '{', '[':
+			depth++
+			wantName = depth == 1 && c == '{'
+			if matched && depth == 2 { // the member's value is not a string
+				matched, found = false, nil
+				count++
+			}
+		case '}', ']':
+			depth--
+		case ',':
+			wantName = depth == 1
+		case ' ', '\t', '\n', '\r', ':':
+		default:
+			if matched && depth == 1 { // a number, true, false or null
+				matched, found = false, nil
+				count++
+			}
+		}
+	}
+	if count != 1 || found == nil {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(found, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// nameIs reports whether the quoted member name is name after unescaping.
+func nameIs(quoted []byte, escaped bool, name string) bool {
+	if !escaped {
+		return string(quoted[1:len(quoted)-1]) == name
+	}
+	var s string
+	return json.Unmarshal(quoted, &s) == nil && s == name
+}
