@@ -25,7 +25,11 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-const testToken = "test-token"
+// The dashboard's tokens in tests: the action token and the read-only one.
+const (
+	testToken     = "test-action-token-0123456789"
+	testReadToken = "test-read-token-0123456789"
+)
 
 // pipeline is a private Redis, consumers running in-process and the dashboard handler on an
 // httptest server, as cmd/consumer wires them.
@@ -90,8 +94,11 @@ func startPipeline(t testing.TB, stages []string, names ...string) *pipeline {
 		t.Fatal(err)
 	}
 	serving := p.consumers[0]
-	ui := admin.Handler(admin.HandlerConfig{Inspector: insp, Token: testToken,
+	ui, err := admin.Handler(admin.HandlerConfig{Inspector: insp, Token: testToken, ReadToken: testReadToken,
 		Node: func() any { return serving.Status() }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p.apiDown.Load() && strings.HasPrefix(r.URL.Path, "/ui/api/") {
@@ -112,7 +119,14 @@ func startPipeline(t testing.TB, stages []string, names ...string) *pipeline {
 			}
 		}
 	}))
-	p.srv = httptest.NewServer(mux)
+	// Served as cmd/consumer serves it: behind the Host check of its loopback listener.
+	p.srv = httptest.NewUnstartedServer(nil)
+	policy, err := admin.NewHostPolicy(p.srv.Listener.Addr().String(), p.srv.Listener.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.srv.Config.Handler = policy.Wrap(mux)
+	p.srv.Start()
 	t.Cleanup(p.srv.Close)
 	return p
 }
@@ -156,10 +170,13 @@ func (p *pipeline) enqueue(task topics.Task) string {
 	return key
 }
 
-// get decodes GET /ui/api/<path> into v and returns the status code.
+// get decodes GET /ui/api/<path>, read with the read-only token, into v and returns the
+// status code.
 func (p *pipeline) get(path string, v any) int {
 	p.t.Helper()
-	res, err := http.Get(p.srv.URL + "/ui/api/" + path)
+	req, _ := http.NewRequest(http.MethodGet, p.srv.URL+"/ui/api/"+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testReadToken)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -328,7 +345,7 @@ func TestAPIReadModel(t *testing.T) {
 	var node map[string]any
 	p.get("node", &node)
 	status, _ := node["status"].(map[string]any)
-	if node["actions"] != true || status["name"] != "node-a" || status["breaker"] != "closed" || status["started"] != true {
+	if node["actions"] != true || node["canAct"] != false || status["name"] != "node-a" || status["breaker"] != "closed" || status["started"] != true {
 		t.Errorf("node = %v", node)
 	}
 
@@ -392,8 +409,11 @@ func TestAPICancel(t *testing.T) {
 	if code, _ := p.post("cancel", "", body, nil); code != http.StatusUnauthorized {
 		t.Errorf("cancel without a token: %d, want 401", code)
 	}
-	if code, _ := p.post("cancel", "wrong", body, nil); code != http.StatusUnauthorized {
+	if code, _ := p.post("cancel", "wrong-token-0123456789", body, nil); code != http.StatusUnauthorized {
 		t.Errorf("cancel with a wrong token: %d, want 401", code)
+	}
+	if code, out := p.post("cancel", testReadToken, body, nil); code != http.StatusForbidden || !strings.Contains(out, "read_only") {
+		t.Errorf("cancel with the read-only token: %d %s, want 403 read_only", code, out)
 	}
 	if f, _ := p.flight(key); f.Status != "RUNNING" {
 		t.Fatalf("a refused cancel changed the flight: %+v", f)

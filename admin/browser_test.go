@@ -1,8 +1,10 @@
 //go:build browser
 
 // The browser test drives the dashboard in headless Chromium (Debian's chromium; `make
-// test-ui` installs it) against a running pipeline: it waits for a live flight, cancels it
-// from the page and sees its CANCELLED events, and fails on any console error, uncaught
+// test-ui` installs it) against a running pipeline: the page asks for a token before it reads
+// anything, shows a refused one's 401, reads with the read-only token (actions disabled),
+// then with the action token cancels a live flight and sees its CANCELLED events, and brings
+// the form back when its stored token is refused; it fails on any console error, uncaught
 // exception or failed request. Screenshots go to the test's artifact directory
 // (go test -artifacts keeps them; the test logs where they are) and, with
 // UPDATE_SCREENSHOTS=1, to docs/img/ for the README.
@@ -292,6 +294,28 @@ func TestBrowserDashboard(t *testing.T) {
 		chromedp.Navigate(p.srv.URL+"/ui/"),
 		chromedp.WaitVisible(chromedp.CSS(`#flights`)),
 	)
+	// The token form comes first, and nothing is read before a token is given.
+	waitJS("the token form", `!document.getElementById('auth').hidden &&
+		document.getElementById('auth-error').hidden &&
+		document.getElementById('live').dataset.state === 'locked' &&
+		document.querySelectorAll('#flights tbody tr').length === 0`, 10*time.Second)
+	submitToken := func(tok string) {
+		t.Helper()
+		run("enter the token "+tok[:4]+"…",
+			chromedp.Evaluate[chromedp.Void](`(() => { document.getElementById('auth-token').value = ''; })()`),
+			chromedp.SendKeys(chromedp.ID("auth-token"), tok), chromedp.Click(chromedp.ID("auth-submit")))
+	}
+	refused := problems.allow("status of 401")
+	submitToken("not-the-token-0123456789")
+	waitJS("the refused token's 401 in the form", `!document.getElementById('auth').hidden &&
+		document.getElementById('auth-error').textContent.includes('401')`, 10*time.Second)
+	refused()
+	if v, err := chromedp.Run(tctx, chromedp.Evaluate[string](`sessionStorage.getItem('flightdeck.token') || ''`)); err != nil || v != "" {
+		t.Errorf("a refused token was kept: %q %v", v, err)
+	}
+	submitToken(testReadToken)
+	waitJS("the form closed by the read-only token", `document.getElementById('auth').hidden &&
+		document.getElementById('token-button').dataset.access === 'read'`, 10*time.Second)
 	waitJS("the slow flight RUNNING with its parked follower",
 		fmt.Sprintf(`!!document.querySelector(%q)`, row+`[data-status="RUNNING"][data-parked="1"]`), 30*time.Second)
 	waitJS("the seeded events, stages, consumers and dead letter", `
@@ -303,9 +327,9 @@ func TestBrowserDashboard(t *testing.T) {
 		document.getElementById('node-breaker').dataset.breaker === 'closed' &&
 		document.getElementById('live').dataset.state === 'live' &&
 		document.getElementById('conn-error').hidden`, 30*time.Second)
-	// Without a token the actions are visible but disabled.
-	waitJS("a disabled Cancel button", fmt.Sprintf(`document.querySelector(%q).disabled`,
-		row+` button[data-action="cancel"]`), 5*time.Second)
+	// With the read-only token the actions are visible but disabled, and say why.
+	waitJS("a disabled Cancel button", fmt.Sprintf(`(() => { const b = document.querySelector(%q);
+		return b.disabled && b.title.includes('read-only'); })()`, row+` button[data-action="cancel"]`), 5*time.Second)
 
 	time.Sleep(2500 * time.Millisecond) // let the new-row highlights fade
 	shot("dashboard.png", true)
@@ -326,36 +350,20 @@ func TestBrowserDashboard(t *testing.T) {
 	run("close the panel", chromedp.Click(chromedp.ID("detail-close")))
 	waitJS("the panel closed", `document.getElementById('flight-detail').hidden`, 5*time.Second)
 
-	// A wrong token: the server refuses the cancel and the row says why.
+	// The action token, entered through the Token button: Cancel, Confirm, and both tasks
+	// get their CANCELLED events.
 	cancelBtn := row + ` button[data-action="cancel"]`
-	setToken := func(tok string) {
-		t.Helper()
-		run("set the token", chromedp.Evaluate[chromedp.Void](`(() => { const t = document.getElementById('token');
-			t.value = ''; t.dispatchEvent(new Event('input', {bubbles: true})); })()`),
-			chromedp.SendKeys(chromedp.ID("token"), tok))
-		waitJS("an enabled Cancel button", fmt.Sprintf(`!document.querySelector(%q).disabled`, cancelBtn), 5*time.Second)
-	}
-	cancelFlight := func() {
-		t.Helper()
-		run("click Cancel", chromedp.Click(chromedp.CSS(cancelBtn)))
-		waitJS("the confirm state", fmt.Sprintf(`document.querySelector(%q).classList.contains('confirming')`, cancelBtn), 5*time.Second)
-		run("confirm", chromedp.Click(chromedp.CSS(cancelBtn)))
-	}
-	refused := problems.allow("status of 401")
-	setToken("not-the-token")
-	cancelFlight()
-	waitJS("the inline 401 error", fmt.Sprintf(`document.querySelector(%q).textContent.includes('401')`,
-		row+` [data-role="action-error"]`), 10*time.Second)
-	refused()
 	if f, _ := p.flight(key); f.Status != "RUNNING" {
-		t.Fatalf("a refused cancel changed the flight: %+v", f)
+		t.Fatalf("the flight changed under the read-only token: %+v", f)
 	}
-
-	// The right token: Cancel, Confirm, and both tasks get their CANCELLED events.
-	setToken(testToken)
-	waitJS("the error cleared by the new token", fmt.Sprintf(`document.querySelector(%q).textContent === ''`,
-		row+` [data-role="action-error"]`), 5*time.Second)
-	cancelFlight()
+	run("change the token", chromedp.Click(chromedp.ID("token-button")))
+	waitJS("the token form again", `!document.getElementById('auth').hidden`, 5*time.Second)
+	submitToken(testToken)
+	waitJS("an enabled Cancel button", fmt.Sprintf(`document.getElementById('auth').hidden &&
+		document.getElementById('token-button').dataset.access === 'act' && !document.querySelector(%q).disabled`, cancelBtn), 10*time.Second)
+	run("click Cancel", chromedp.Click(chromedp.CSS(cancelBtn)))
+	waitJS("the confirm state", fmt.Sprintf(`document.querySelector(%q).classList.contains('confirming')`, cancelBtn), 5*time.Second)
+	run("confirm", chromedp.Click(chromedp.CSS(cancelBtn)))
 	waitJS("the CANCELLED events of both tasks", `
 		!!document.querySelector('#events tbody tr[data-task-id="ev-1100"][data-status="CANCELLED"]') &&
 		!!document.querySelector('#events tbody tr[data-task-id="ev-1101"][data-status="CANCELLED"]')`, 30*time.Second)
@@ -392,6 +400,20 @@ func TestBrowserDashboard(t *testing.T) {
 	run("light theme", dark("light"))
 	time.Sleep(300 * time.Millisecond)
 	shot("dashboard-light.png", true)
+
+	// A stored token the server no longer accepts: after a reload the form is back, with
+	// the 401, and the token is forgotten.
+	refused = problems.allow("status of 401")
+	aborted := problems.allow("canceled true") // the reload cancels the polls in flight
+	run("store a stale token and reload",
+		chromedp.Evaluate[chromedp.Void](`sessionStorage.setItem('flightdeck.token', 'stale-token-0123456789')`),
+		chromedp.Reload())
+	waitJS("the form with the 401 of the stale token", `!document.getElementById('auth').hidden &&
+		document.getElementById('auth-error').textContent.includes('401') &&
+		!sessionStorage.getItem('flightdeck.token')`, 10*time.Second)
+	refused()
+	aborted()
+	shot("dashboard-token.png", false)
 
 	problems.stopped.Store(true)
 	problems.check(t)

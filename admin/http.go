@@ -2,14 +2,13 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -22,10 +21,19 @@ var uiFiles embed.FS
 type HandlerConfig struct {
 	// Inspector reads the state. Required.
 	Inspector *Inspector
-	// Token authorises the actions (cancel, requeue): requests must carry
-	// "Authorization: Bearer <Token>". Empty disables the actions. Reads need no token; keep
-	// the server on loopback or behind your own proxy.
+	// Token authorises reads and the actions (cancel, requeue): requests carry
+	// "Authorization: Bearer <Token>". At least MinTokenLen bytes; empty turns the actions
+	// off. cmd/consumer reads it from FLIGHTDECK_UI_TOKEN or FLIGHTDECK_UI_TOKEN_FILE.
 	Token string
+	// ReadToken authorises reads only. At least MinTokenLen bytes and not Token; may be
+	// empty. cmd/consumer reads it from FLIGHTDECK_UI_READ_TOKEN or its _FILE variant.
+	// With neither token set every /ui/api/ request is refused (403) with a message naming
+	// the variables; the page itself still loads and shows it.
+	ReadToken string
+	// FailuresPerMinute bounds the requests with a wrong token per client address: past it
+	// every request of that address carrying a token is answered 429 with Retry-After until
+	// the budget refills (evenly over a minute). Defaults to DefaultFailuresPerMinute.
+	FailuresPerMinute int
 	// Node reports the serving consumer's own state (name, breaker, draining, spool); may be
 	// nil.
 	Node func() any
@@ -35,34 +43,58 @@ type HandlerConfig struct {
 
 // Handler serves the dashboard under /ui/ and its JSON API under /ui/api/:
 //
-//	GET  /ui/                   the page (embedded, no build step)
-//	GET  /ui/api/overview       stages, consumers, flight counts
-//	GET  /ui/api/node           the serving consumer's own state
+//	GET  /ui/                   the page (embedded, no build step; no token needed)
+//	GET  /ui/api/overview       stages, consumers, flight counts          (read token)
+//	GET  /ui/api/node           the serving consumer's own state, and what the token may do
 //	GET  /ui/api/flights        ?status=&stage=&limit=
 //	GET  /ui/api/flight         ?key=
 //	GET  /ui/api/events         ?stage=&n=
 //	GET  /ui/api/dlq            ?stage=&n=
-//	POST /ui/api/cancel         {"key": "...", "reason": "..."}   (token)
-//	POST /ui/api/requeue        {"stage": "...", "id": "..."}     (token)
-func Handler(cfg HandlerConfig) http.Handler {
+//	POST /ui/api/cancel         {"key": "...", "reason": "..."}   (action token)
+//	POST /ui/api/requeue        {"stage": "...", "id": "..."}     (action token)
+//
+// Every API request needs "Authorization: Bearer <token>": ReadToken or Token for reads,
+// Token for actions. Refusals are JSON {"error", "code"}: 401 without a token or with a
+// wrong one, 403 when no token is configured or a read token tries an action, 429 after too
+// many wrong tokens. Serve it behind HostPolicy.Wrap, so that a page of another site cannot
+// reach it through DNS rebinding. Handler fails on a token shorter than MinTokenLen or a
+// ReadToken equal to Token.
+func Handler(cfg HandlerConfig) (http.Handler, error) {
+	if cfg.Inspector == nil {
+		return nil, errors.New("admin: HandlerConfig.Inspector is required")
+	}
+	if err := CheckToken(cfg.Token); err != nil {
+		return nil, fmt.Errorf("admin: Token: %w", err)
+	}
+	if err := CheckToken(cfg.ReadToken); err != nil {
+		return nil, fmt.Errorf("admin: ReadToken: %w", err)
+	}
+	if cfg.Token != "" && cfg.ReadToken == cfg.Token {
+		return nil, errors.New("admin: ReadToken equals Token: a read token must differ from the action token")
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
+	auth := newAuthenticator(cfg.Token, cfg.ReadToken, cfg.FailuresPerMinute)
 	in := cfg.Inspector
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(uiFiles, "ui")
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) })
-	get := func(path string, f func(ctx context.Context, r *http.Request) (any, error)) {
+	get := func(path string, f func(ctx context.Context, r *http.Request, granted access) (any, error)) {
 		mux.HandleFunc("GET /ui/api/"+path, func(w http.ResponseWriter, r *http.Request) {
+			granted := auth.check(w, r, accessRead)
+			if granted == accessNone {
+				return
+			}
 			ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeout)
 			defer cancel()
-			v, err := f(ctx, r)
+			v, err := f(ctx, r, granted)
 			reply(w, v, err)
 		})
 	}
 	n := func(r *http.Request, def int64) int64 {
-		if v, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64); err == nil && v > 0 && v <= 1000 {
+		if v, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64); err == nil && v > 0 && v <= MaxListEntries {
 			return v
 		}
 		return def
@@ -73,34 +105,35 @@ func Handler(cfg HandlerConfig) http.Handler {
 		}
 		return nil
 	}
-	get("overview", func(ctx context.Context, r *http.Request) (any, error) { return in.Overview(ctx) })
-	get("node", func(ctx context.Context, r *http.Request) (any, error) {
-		node := map[string]any{"actions": cfg.Token != ""}
+	get("overview", func(ctx context.Context, r *http.Request, _ access) (any, error) { return in.Overview(ctx) })
+	get("node", func(ctx context.Context, r *http.Request, granted access) (any, error) {
+		node := map[string]any{"actions": cfg.Token != "", "canAct": granted == accessAct}
 		if cfg.Node != nil {
 			node["status"] = cfg.Node()
 		}
 		return node, nil
 	})
-	get("flights", func(ctx context.Context, r *http.Request) (any, error) {
+	get("flights", func(ctx context.Context, r *http.Request, _ access) (any, error) {
 		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 		return in.Flights(ctx, FlightFilter{Status: r.URL.Query().Get("status"), Stage: r.URL.Query().Get("stage"), Limit: limit})
 	})
-	get("flight", func(ctx context.Context, r *http.Request) (any, error) {
+	get("flight", func(ctx context.Context, r *http.Request, _ access) (any, error) {
 		return in.Flight(ctx, r.URL.Query().Get("key"))
 	})
-	get("events", func(ctx context.Context, r *http.Request) (any, error) { return in.Events(ctx, stages(r), n(r, 50)) })
-	get("dlq", func(ctx context.Context, r *http.Request) (any, error) {
+	get("events", func(ctx context.Context, r *http.Request, _ access) (any, error) {
+		return in.Events(ctx, stages(r), n(r, 50))
+	})
+	get("dlq", func(ctx context.Context, r *http.Request, _ access) (any, error) {
 		return in.DeadLetters(ctx, stages(r), n(r, 50))
 	})
 	post := func(path string, f func(ctx context.Context, body map[string]string) (any, error)) {
 		mux.HandleFunc("POST /ui/api/"+path, func(w http.ResponseWriter, r *http.Request) {
-			if !authorized(r, cfg.Token) {
-				http.Error(w, `{"error":"actions need a valid token (Authorization: Bearer ...)"}`, http.StatusUnauthorized)
+			if auth.check(w, r, accessAct) == accessNone {
 				return
 			}
 			var body map[string]string
 			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil {
-				http.Error(w, `{"error":"body must be a JSON object of strings"}`, http.StatusBadRequest)
+				apiError(w, http.StatusBadRequest, "bad_body", "body must be a JSON object of strings")
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeout)
@@ -120,15 +153,17 @@ func Handler(cfg HandlerConfig) http.Handler {
 		id, err := in.Requeue(ctx, b["stage"], b["id"])
 		return map[string]string{"id": id}, err
 	})
-	return securityHeaders(mux)
-}
-
-func authorized(r *http.Request, token string) bool {
-	if token == "" {
-		return false
+	// Any other /ui/api/ path is refused like a read before it is found missing, so that
+	// probing paths needs a token too.
+	unknown := func(w http.ResponseWriter, r *http.Request) {
+		if auth.check(w, r, accessRead) == accessNone {
+			return
+		}
+		apiError(w, http.StatusNotFound, "not_found", "no such API path")
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+	mux.HandleFunc("GET /ui/api/", unknown)
+	mux.HandleFunc("POST /ui/api/", unknown)
+	return securityHeaders(mux), nil
 }
 
 func reply(w http.ResponseWriter, v any, err error) {
@@ -147,7 +182,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 			code = http.StatusGatewayTimeout
 		}
 		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": Truncate(err.Error(), MaxFieldBytes)})
 		return
 	}
 	_ = json.NewEncoder(w).Encode(v)

@@ -114,7 +114,8 @@ type Overview struct {
 	FlightsByStatus map[string]int `json:"flightsByStatus"`
 }
 
-// Overview reads stages, consumers and flight counts.
+// Overview reads stages, consumers and flight counts; names are bounded to MaxFieldBytes
+// and the consumers to MaxListEntries.
 func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	now, err := in.rdb.Time(ctx).Result()
 	if err != nil {
@@ -165,6 +166,7 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	for _, f := range flights {
 		ov.FlightsByStatus[f.Status]++
 	}
+	bound(&ov, MaxFieldBytes)
 	return ov, nil
 }
 
@@ -265,7 +267,7 @@ type FlightFilter struct {
 }
 
 // Flights scans up to Config.MaxFlights flight metas (SCAN, on every master of a cluster),
-// newest update first.
+// newest update first, every string field at most MaxFieldBytes.
 func (in *Inspector) Flights(ctx context.Context, f FlightFilter) ([]FlightView, error) {
 	if f.Limit <= 0 || f.Limit > in.cfg.MaxFlights {
 		f.Limit = in.cfg.MaxFlights
@@ -303,9 +305,7 @@ func (in *Inspector) Flights(ctx context.Context, f FlightFilter) ([]FlightView,
 		out = append(out, fv)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UpdatedAt > out[j].UpdatedAt })
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-	}
+	out, _ = boundList(out, f.Limit, MaxFieldBytes)
 	return out, nil
 }
 
@@ -355,11 +355,15 @@ func (in *Inspector) scan(ctx context.Context, pattern string, limit int) ([]str
 	return keys, scanNode(ctx, in.rdb)
 }
 
-// FlightDetail is one flight with everything stored about it.
+// FlightDetail is one flight with everything stored about it, bounded: every string at
+// most MaxFieldBytes (then marked "…(N bytes)"), every list and map (parked tasks, raw
+// fields) at most MaxListEntries entries.
 type FlightDetail struct {
 	Meta flight.Meta `json:"meta"`
-	// Result is the stored result (truncated to 4 KiB), when there is one.
+	// Result is the stored result (at most MaxFieldBytes), when there is one.
 	Result string `json:"result,omitempty"`
+	// Truncated tells that a field, list or map was cut.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Flight reads one flight (ErrNotFound when none).
@@ -370,11 +374,9 @@ func (in *Inspector) Flight(ctx context.Context, key string) (FlightDetail, erro
 	}
 	d := FlightDetail{Meta: m}
 	if res, err := in.coord.Result(ctx, key); err == nil {
-		if len(res) > 4096 {
-			res = append(res[:4096:4096], "…"...)
-		}
 		d.Result = string(res)
 	}
+	_, d.Truncated = bound(&d, MaxFieldBytes)
 	return d, nil
 }
 
@@ -385,8 +387,10 @@ type EventView struct {
 }
 
 // Events returns the newest n terminal events of the given stages (all stages when none),
-// newest first.
+// newest first: at most MaxListEntries, every string field (and the inline result) at most
+// MaxFieldBytes, fewer events when their fields pass MaxResponseBytes.
 func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]EventView, error) {
+	n = min(n, MaxListEntries)
 	if len(stages) == 0 {
 		stages = in.cfg.Stages
 	}
@@ -404,9 +408,7 @@ func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]Ev
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return topics.IDLess(out[j].ID, out[i].ID) })
-	if int64(len(out)) > n {
-		out = out[:n]
-	}
+	out, _ = boundList(out, int(n), MaxFieldBytes)
 	return out, nil
 }
 
@@ -418,12 +420,16 @@ type DeadLetterView struct {
 	Reason   string `json:"reason"`
 	Detail   string `json:"detail"`
 	Consumer string `json:"consumer"`
-	// Payload is the refused payload, truncated to 2 KiB.
+	// Payload is the refused payload, truncated to MaxPayloadBytes.
 	Payload string `json:"payload"`
 }
 
-// DeadLetters returns the newest n entries of each stage's DLQ (all stages when none).
+// DeadLetters returns the newest n dead letters of the given stages' DLQs (all stages when
+// none), newest first: at most MaxListEntries, every field at most MaxFieldBytes (the
+// payload MaxPayloadBytes), fewer entries when their fields pass MaxResponseBytes. A
+// dead letter holds whatever a producer sent, so any field may be huge.
 func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) ([]DeadLetterView, error) {
+	n = min(n, MaxListEntries)
 	if len(stages) == 0 {
 		stages = in.cfg.Stages
 	}
@@ -435,14 +441,13 @@ func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) 
 		}
 		for _, m := range msgs {
 			str := func(f string) string { v, _ := m.Values[f].(string); return v }
-			p := str(topics.FieldPayload)
-			if len(p) > 2048 {
-				p = p[:2048] + "…"
-			}
 			out = append(out, DeadLetterView{Stage: s, ID: m.ID, UUID: str(topics.FieldUUID), Reason: str(topics.FieldReason),
-				Detail: str(topics.FieldDetail), Consumer: str(topics.FieldConsumer), Payload: p})
+				Detail: str(topics.FieldDetail), Consumer: str(topics.FieldConsumer),
+				Payload: Truncate(str(topics.FieldPayload), MaxPayloadBytes)})
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return topics.IDLess(out[j].ID, out[i].ID) })
+	out, _ = boundList(out, int(n), MaxFieldBytes)
 	return out, nil
 }
 

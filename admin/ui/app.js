@@ -1,7 +1,9 @@
 // Flightdeck dashboard: vanilla JS, no build step. It polls the JSON API under /ui/api/
 // (relative to this page), never stacks requests of one kind, and renders with keyed row
 // updates so that rows, buttons and focus survive every refresh. No innerHTML with data:
-// every value goes through textContent or an attribute.
+// every value goes through textContent or an attribute. Every API request carries the token
+// the user typed once into the token form (kept in sessionStorage, for this tab only) as
+// "Authorization: Bearer"; a 401 brings the form back with the reason.
 (() => {
   'use strict';
 
@@ -108,7 +110,9 @@
   const state = {
     paused: false,
     token: sessionStorage.getItem(TOKEN_KEY) || '',
-    actions: false,
+    locked: true,          // no accepted token yet: the token form is up and nothing polls
+    actions: false,        // the node has an action token configured
+    canAct: false,         // this tab's token is the action token
     nodeName: '',
     stageModes: {},
     filter: { status: '', stage: '', q: '' },
@@ -127,24 +131,32 @@
   // ---- API ----------------------------------------------------------------------------------
 
   class APIError extends Error {
-    constructor(message, status) { super(message); this.status = status; }
+    constructor(message, status, code, token) {
+      super(message);
+      this.status = status;
+      this.code = code || '';
+      this.token = token; // the token the request carried
+    }
   }
 
   async function api(path, opts = {}) {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), opts.timeout || 10000);
+    const token = opts.token != null ? opts.token : state.token;
+    const headers = Object.assign({}, opts.headers);
+    if (token) headers.Authorization = 'Bearer ' + token;
     let res;
     try {
       res = await fetch(API + path, {
         method: opts.method || 'GET',
-        headers: opts.headers,
+        headers,
         body: opts.body,
         cache: 'no-store',
         credentials: 'same-origin',
         signal: ctl.signal,
       });
     } catch (e) {
-      throw new APIError(e && e.name === 'AbortError' ? 'request timed out' : 'network error', 0);
+      throw new APIError(e && e.name === 'AbortError' ? 'request timed out' : 'network error', 0, '', token);
     } finally {
       clearTimeout(timer);
     }
@@ -153,7 +165,7 @@
     try { body = text ? JSON.parse(text) : null; } catch { body = null; }
     if (!res.ok) {
       const msg = (body && typeof body.error === 'string' && body.error) || text.trim() || res.statusText;
-      throw new APIError(msg || 'HTTP ' + res.status, res.status);
+      throw new APIError(msg || 'HTTP ' + res.status, res.status, body && body.code, token);
     }
     return body;
   }
@@ -182,7 +194,7 @@
   async function load(name) {
     const r = resources[name];
     const path = r.path();
-    if (!path || r.inflight) return;
+    if (!path || r.inflight || state.locked) return;
     r.inflight = true;
     r.last = Date.now();
     const gen = r.gen;
@@ -190,12 +202,14 @@
     try {
       body = await api(path);
     } catch (e) {
+      if (authFailure(e) || state.locked || e.token !== state.token) return;
       // A 4xx of the detail read is about the flight (gone, bad key), not the connection.
       if (r.fail && e.status >= 400 && e.status < 500) { ok(name); r.fail(e); } else failed(name, e);
       return;
     } finally {
       r.inflight = false;
     }
+    if (state.locked) return; // answered for a token that is no longer in use
     if (gen !== r.gen) { load(name); return; } // the query changed meanwhile: read again
     ok(name);
     r.apply(body); // a rendering bug surfaces as an uncaught error, not as a connection problem
@@ -212,7 +226,7 @@
   }
 
   function tick() {
-    if (state.paused || document.hidden) return;
+    if (state.paused || state.locked || document.hidden) return;
     const now = Date.now();
     for (const [name, r] of Object.entries(resources)) {
       if (!r.inflight && now - r.last >= r.every - 50) load(name);
@@ -241,7 +255,8 @@
     }
     const live = $('live');
     let st = 'live', label = 'Live';
-    if (state.paused) { st = 'paused'; label = 'Paused'; }
+    if (state.locked) { st = 'locked'; label = 'Token needed'; }
+    else if (state.paused) { st = 'paused'; label = 'Paused'; }
     else if (down) { st = 'offline'; label = 'Offline'; }
     else if (!state.everOk) { st = 'connecting'; label = 'Connecting'; }
     live.dataset.state = st;
@@ -258,20 +273,98 @@
     if (!p) tick();
   }
 
+  // ---- token --------------------------------------------------------------------------------
+
+  // authMessage says why a token was not accepted, in words a person can act on.
+  function authMessage(e) {
+    if (e.status === 401 && e.code === 'token_required') return 'This API needs a token (401).';
+    if (e.status === 401) {
+      return 'Token refused (401): it matches neither FLIGHTDECK_UI_READ_TOKEN nor FLIGHTDECK_UI_TOKEN of this consumer.';
+    }
+    if (e.status === 429) return 'Too many wrong tokens from this address (429): ' + e.message + '.';
+    if (e.status === 403) return 'Refused (403): ' + e.message + '.';
+    return 'Could not check the token: ' + (e.status ? 'HTTP ' + e.status + ': ' : '') + e.message;
+  }
+
+  // authFailure handles a refusal of the token itself (401, or 403 because no token is
+  // configured on the node): the form comes back with the reason. Other errors are left to
+  // the caller.
+  function authFailure(e) {
+    const auth = e.status === 401 || (e.status === 403 && e.code === 'no_token_configured');
+    if (!auth) return false;
+    if (e.token === state.token) lock(authMessage(e)); // else a request of a token since replaced
+    return true;
+  }
+
+  // lock forgets the token and shows the token form, with message when there is one.
+  function lock(message) {
+    state.token = '';
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.locked = true;
+    state.canAct = false;
+    state.failing.clear();
+    for (const r of Object.values(resources)) r.gen++;
+    $('auth').hidden = false;
+    const err = $('auth-error');
+    setText(err, message || '');
+    err.hidden = !message;
+    const input = $('auth-token');
+    input.value = '';
+    input.focus();
+    renderConnection();
+    renderActionButtons();
+    renderTokenButton();
+  }
+
+  // unlock uses token from now on; node is the node read that accepted it.
+  function unlock(token, node) {
+    state.token = token;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    state.locked = false;
+    $('auth').hidden = true;
+    $('auth-error').hidden = true;
+    for (const s of state.actionsState.values()) s.error = '';
+    renderNode(node);
+    renderConnection();
+    refresh(...Object.keys(resources));
+  }
+
+  // tryToken checks token with a read of the node; the form shows why when it fails.
+  async function tryToken(token) {
+    const btn = $('auth-submit');
+    btn.disabled = true;
+    try {
+      const node = await api('node', { token });
+      unlock(token, node);
+    } catch (e) {
+      lock(authMessage(e));
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  function renderTokenButton() {
+    const b = $('token-button');
+    const access = state.locked ? '' : state.canAct ? 'act' : 'read';
+    if (b.dataset.access !== access) b.dataset.access = access;
+    setText(b, state.locked ? 'Token' : 'Token: ');
+    b.title = state.locked ? 'enter the dashboard token'
+      : state.canAct ? 'this tab uses the action token; click to use another one'
+        : 'this tab uses the read-only token; click to enter the action token';
+  }
+
   // ---- node ---------------------------------------------------------------------------------
 
   function renderNode(body) {
     const actions = !!(body && body.actions);
+    const canAct = !!(body && body.canAct);
     const st = (body && body.status) || null;
-    if (actions !== state.actions) {
+    if (actions !== state.actions || canAct !== state.canAct) {
       state.actions = actions;
+      state.canAct = canAct;
       renderActionButtons();
     }
-    const tok = $('token');
-    tok.disabled = !actions;
-    tok.placeholder = actions ? 'Action token' : 'Actions disabled';
-    tok.title = actions ? 'token for cancel and requeue (kept for this tab only)'
-      : 'this node has no FLIGHTDECK_UI_TOKEN: cancel and requeue are disabled';
+    renderTokenButton();
     const node = $('node');
     $('node-breaker').hidden = !st;
     if (!st) { // the handler has no Node func: only the name placeholder
@@ -769,7 +862,7 @@
     return s;
   }
 
-  function canAct() { return state.actions && state.token !== ''; }
+  function canAct() { return state.actions && state.canAct && !state.locked; }
 
   function updateActionButton(btn, errEl, id, label) {
     const s = state.actionsState.get(id) || {};
@@ -777,7 +870,7 @@
     setText(btn, s.busy ? 'Working…' : s.confirm ? 'Confirm' : label);
     setClass(btn, 'confirming', !!s.confirm);
     btn.title = !state.actions ? 'actions are disabled on this node (no FLIGHTDECK_UI_TOKEN)'
-      : !state.token ? 'enter the action token in the header first'
+      : !state.canAct ? 'this tab uses the read-only token: click Token and enter FLIGHTDECK_UI_TOKEN to act'
         : s.confirm ? 'click again to confirm' : '';
     if (errEl) {
       setText(errEl, s.error || '');
@@ -796,18 +889,25 @@
   }
 
   function actionMessage(e) {
-    if (e.status === 401) return 'Token rejected (401): check the action token.';
+    if (e.status === 401) return 'Token refused (401): enter it again.';
+    if (e.status === 403) return 'Not allowed (403): ' + e.message;
+    if (e.status === 429) return 'Too many wrong tokens (429): ' + e.message;
     if (e.status === 409) return 'Conflict: ' + e.message;
     if (e.status === 404) return 'Not found: ' + e.message;
     return e.message || 'request failed';
   }
 
   async function post(path, body) {
-    return api(path, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + state.token },
-      body: JSON.stringify(body),
-    });
+    try {
+      return await api(path, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    } catch (e) {
+      if (e.status === 401) authFailure(e);
+      throw e;
+    }
   }
 
   async function cancelFlight(key) {
@@ -909,15 +1009,18 @@
       applyTheme(next);
     });
 
-    const tok = $('token');
-    tok.value = state.token;
-    tok.addEventListener('input', () => {
-      state.token = tok.value.trim();
-      if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token);
-      else sessionStorage.removeItem(TOKEN_KEY);
-      for (const s of state.actionsState.values()) if (s.error && s.error.startsWith('Token rejected')) s.error = '';
-      renderActionButtons();
+    $('auth-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const token = $('auth-token').value.trim();
+      if (!token) {
+        const err = $('auth-error');
+        setText(err, 'Enter a token.');
+        err.hidden = false;
+        return;
+      }
+      tryToken(token);
     });
+    $('token-button').addEventListener('click', () => lock(''));
 
     $('pause').addEventListener('click', () => setPaused(!state.paused));
 
@@ -950,6 +1053,7 @@
       if (row && !ev.target.closest('.payload')) openDetail(row.dataset.key);
     });
     document.addEventListener('keydown', (ev) => {
+      if (state.locked) return; // the token form has the keyboard
       if (ev.key === 'Escape' && state.detailKey) { closeDetail(); return; }
       const inField = ev.target.closest('input, select, textarea, button');
       if (ev.key === 'Enter' && !inField) {
@@ -967,8 +1071,11 @@
 
     renderConnection();
     renderActionButtons();
-    tick();
     setInterval(tick, 200);
+    // A token kept from earlier in this tab is checked like a typed one; without one the
+    // form asks for it, and nothing is read before.
+    const kept = state.token;
+    if (kept) tryToken(kept); else lock('');
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', init);

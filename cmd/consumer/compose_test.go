@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/flightdeck-ai/flightdeck/admin"
 )
 
 // composeFile is the part of docker-compose.yml the test reads.
@@ -66,7 +69,7 @@ func checkFlags(t *testing.T, service string, cmd []string, known map[string]boo
 // TestDockerCompose checks docker-compose.yml against the code, without Docker: Redis is new
 // enough and persists the streams, the consumer and producer commands use flags the binaries
 // have, the consumers share a spool volume the image prepares, and the health check asks the
-// consumer's own HTTP address.
+// consumer's own probe address (--health, else --http).
 func TestDockerCompose(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
 	if err != nil {
@@ -126,15 +129,24 @@ func TestDockerCompose(t *testing.T) {
 	if !strings.Contains(string(dockerfile), "mkdir -p "+spool) {
 		t.Errorf("the Dockerfile does not create the spool directory %s", spool)
 	}
-	httpAddr := ""
+	// The health check asks /healthz on --health when the consumer has one, else on --http;
+	// every address must pass the consumer's own rules (no "[]:port").
+	addrs := map[string]string{}
 	for i, arg := range consumer.Command {
-		if arg == "--http" && i+1 < len(consumer.Command) {
-			httpAddr = consumer.Command[i+1]
+		if (arg == "--http" || arg == "--health") && i+1 < len(consumer.Command) {
+			addrs[arg] = consumer.Command[i+1]
+			if _, err := admin.ListenAddr(consumer.Command[i+1]); err != nil {
+				t.Errorf("consumer %s: %v", arg, err)
+			}
 		}
 	}
-	_, port, _ := strings.Cut(httpAddr, ":")
+	probeFlag := "--http"
+	if _, ok := addrs["--health"]; ok {
+		probeFlag = "--health"
+	}
+	_, port, _ := net.SplitHostPort(addrs[probeFlag])
 	if hc := strings.Join(consumer.Healthcheck.Test, " "); port == "" || !strings.Contains(hc, "127.0.0.1:"+port+"/healthz") {
-		t.Errorf("consumer healthcheck %q does not ask /healthz on its --http address %q", hc, httpAddr)
+		t.Errorf("consumer healthcheck %q does not ask /healthz on its %s address %q", hc, probeFlag, addrs[probeFlag])
 	}
 	if d, err := time.ParseDuration(consumer.StopGracePeriod); err != nil || d <= 10*time.Second {
 		t.Errorf("consumer stop_grace_period %q: want more than the consumer's --grace (10s), so SIGKILL never cuts a graceful handover", consumer.StopGracePeriod)

@@ -3,22 +3,22 @@
 // terminal event per task. Several consumers may run on one host with default flags.
 //
 //	consumer [--redis URL] [--config stages.yaml] [--stages a,b] [--concurrency N]
-//	         [--name NAME] [--http ADDR] [--grace 10s] [--spool-dir DIR] [--log-level info]
-//	         [--log-format json]
+//	         [--name NAME] [--http ADDR] [--http-allowed-hosts h1,h2] [--health ADDR]
+//	         [--grace 10s] [--spool-dir DIR] [--log-level info] [--log-format json]
 //
 // The Redis URL comes from --redis, else REDIS_URL, else redis://127.0.0.1:6379/0; put a
-// password in REDIS_URL (or REDIS_URL_FILE) rather than on the command line. The OpenAI
-// adapter reads OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY or OPENAI_API_KEY_FILE. The
-// dashboard's actions (cancel, requeue) need FLIGHTDECK_UI_TOKEN or FLIGHTDECK_UI_TOKEN_FILE.
+// password in REDIS_URL (or REDIS_URL_FILE) rather than on the command line; logs and errors
+// show it redacted. The OpenAI adapter reads OPENAI_BASE_URL, OPENAI_MODEL and
+// OPENAI_API_KEY or OPENAI_API_KEY_FILE. The dashboard (--http) answers its API only with a
+// token: FLIGHTDECK_UI_READ_TOKEN (reads) or FLIGHTDECK_UI_TOKEN (reads and the cancel and
+// requeue actions), or the files named by their _FILE variants; each at least 16 bytes.
+// --health serves the probes and /metrics alone, for an address other hosts reach.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -27,10 +27,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
-	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/faults"
@@ -45,7 +43,7 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+func run(args []string) (err error) {
 	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
 	var (
 		redisURL    = fs.String("redis", "", "Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379/0)")
@@ -54,7 +52,9 @@ func run(args []string) error {
 		stages      = fs.String("stages", "", "comma-separated stages to consume (default: every configured stage)")
 		concurrency = fs.Int("concurrency", 0, "subscribers per stage (default: the stage's concurrency, 4)")
 		name        = fs.String("name", "", "consumer name (default host-pid)")
-		httpAddr    = fs.String("http", os.Getenv("FLIGHTDECK_HTTP"), "serve /metrics, /healthz, /readyz and the /ui dashboard on this address; \":9090\" binds loopback, give a host to bind others ($FLIGHTDECK_HTTP)")
+		httpAddr    = fs.String("http", os.Getenv("FLIGHTDECK_HTTP"), "serve the /ui dashboard (and /metrics, /healthz, /readyz) on this address; \":9090\" binds loopback, \"0.0.0.0:9090\" or \"[::]:9090\" every interface; requests must name it (or an --http-allowed-hosts entry) in Host ($FLIGHTDECK_HTTP)")
+		healthAddr  = fs.String("health", os.Getenv("FLIGHTDECK_HEALTH"), "serve only /healthz, /readyz and /metrics on this address, e.g. the pod IP for Kubernetes probes; same address rules as --http ($FLIGHTDECK_HEALTH)")
+		allowedHost = fs.String("http-allowed-hosts", os.Getenv("FLIGHTDECK_HTTP_ALLOWED_HOSTS"), "comma-separated names (host or host:port) the --http listener answers besides its own address; localhost, 127.0.0.1 and [::1] on its port are always allowed when it is bound to loopback ($FLIGHTDECK_HTTP_ALLOWED_HOSTS)")
 		grace       = fs.Duration("grace", 10*time.Second, "on SIGTERM, how long running owners may finish")
 		livenessInt = fs.Duration("liveness-interval", time.Second, "how often this consumer records it is alive")
 		claimInt    = fs.Duration("claim-interval", time.Second, "how often each task stream is scanned for entries to claim and parked tasks to check")
@@ -70,10 +70,19 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Addresses and tokens are checked before anything connects: a bad one is an error at
+	// start, never a dashboard that is silently open.
+	web, err := newHTTPSettings(*httpAddr, *healthAddr, *allowedHost)
+	if err != nil {
+		return err
+	}
 	url, err := redisconn.URL(*redisURL, os.Getenv)
 	if err != nil {
 		return err
 	}
+	// No error or log line repeats the URL's password (nor a user-only URL's user, which
+	// go-redis takes as the password).
+	defer func() { err = redisconn.RedactError(err, url) }()
 	newClient, err := redisconn.UniversalFromEnv(url, os.Getenv)
 	if err != nil {
 		return err
@@ -98,8 +107,10 @@ func run(args []string) error {
 			}
 			m, err := model.NewOpenAI(oc)
 			if err != nil {
-				return err
+				// url.Parse errors quote the whole base URL, credentials included.
+				return redisconn.RedactError(err, oc.BaseURL)
 			}
+			log.Info().Str("baseURL", redisconn.RedactURL(oc.BaseURL)).Str("model", oc.Model).Msg("openai model")
 			models["openai"] = m
 		}
 	}
@@ -124,59 +135,13 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	if *httpAddr != "" {
-		token, err := secretFromEnv("FLIGHTDECK_UI_TOKEN")
-		if err != nil {
-			return err
-		}
-		stageNames := make([]string, len(stageCfgs))
-		for i, s := range stageCfgs {
-			stageNames[i] = s.Name
-		}
-		adminRdb := newClient()
-		defer adminRdb.Close()
-		insp, err := admin.New(admin.Config{Client: adminRdb, Keyspace: handlers.Keyspace(topics.Keyspace{Prefix: *prefix}, stageCfgs),
-			Stages: stageNames, LivenessTimeout: 3 * *livenessInt})
-		if err != nil {
-			return err
-		}
-		// Listen before anything else: a port in use is a clear error at start. An address
-		// without a host binds loopback only.
-		addr := *httpAddr
-		if strings.HasPrefix(addr, ":") {
-			addr = "127.0.0.1" + addr
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("--http %s: %w", addr, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-			if err := c.Ready(r.Context()); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ready")
-		})
-		mux.Handle("/ui/", admin.Handler(admin.HandlerConfig{Inspector: insp, Token: token,
-			Node: func() any { return c.Status() }}))
-		mux.Handle("/ui", http.RedirectHandler("/ui/", http.StatusFound))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error().Err(err).Msg("http server")
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
-		log.Info().Str("addr", ln.Addr().String()).Bool("actions", token != "").Msg("http listening: /metrics /healthz /readyz /ui/")
+	stopHTTP, err := web.serve(&log, c, reg, newClient, handlers.Keyspace(topics.Keyspace{Prefix: *prefix}, stageCfgs),
+		stageCfgs, 3**livenessInt)
+	if err != nil {
+		return err
 	}
-	log.Info().Str("name", c.Name()).Int("stages", len(stageCfgs)).Msg("starting")
+	defer stopHTTP()
+	log.Info().Str("name", c.Name()).Int("stages", len(stageCfgs)).Str("redis", redisconn.RedactURL(url)).Msg("starting")
 	return c.Run(ctx)
 }
 
@@ -198,20 +163,4 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 	// (zerolog keeps the format in a package variable; only this wiring code sets it.)
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	return l.Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// secretFromEnv reads a secret from $NAME, or from the file named by $NAME_FILE; never from a
-// flag, which would show in a process listing.
-func secretFromEnv(name string) (string, error) {
-	if v := os.Getenv(name); v != "" {
-		return v, nil
-	}
-	if f := os.Getenv(name + "_FILE"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", fmt.Errorf("%s_FILE: %w", name, err)
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	return "", nil
 }

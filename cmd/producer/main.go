@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -188,14 +187,8 @@ func (f urlFlag) String() string {
 
 func (f urlFlag) Set(s string) error { *f.p = s; return nil }
 
-// redactURL returns u with its password replaced by "xxxxx".
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(malformed URL)"
-	}
-	return u.Redacted()
-}
+// redactURL returns s without its secrets (redisconn.RedactURL).
+func redactURL(s string) string { return redisconn.RedactURL(s) }
 
 // newFlagSet returns a subcommand's flag set with the global options and a usage line.
 func (a *app) newFlagSet(name, synopsis string) *flag.FlagSet {
@@ -241,14 +234,7 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 	} else {
 		opt, err := redisconn.OptionsFromEnv(a.redisURL, os.Getenv)
 		if err != nil {
-			msg := "malformed URL"
-			if u, perr := url.Parse(a.redisURL); perr == nil {
-				msg = strings.ReplaceAll(err.Error(), a.redisURL, u.Redacted())
-				if p, ok := u.User.Password(); ok && p != "" {
-					msg = strings.ReplaceAll(msg, p, "xxxxx")
-				}
-			}
-			return nil, nil, usagef("invalid Redis URL (--redis or $REDIS_URL): %s", msg)
+			return nil, nil, usagef("invalid Redis URL (--redis or $REDIS_URL): %s", redisconn.RedactError(err, a.redisURL))
 		}
 		if opt.Password == "" {
 			opt.Password = os.Getenv("REDIS_PASSWORD")

@@ -115,10 +115,11 @@ func (c *OpenAIConfig) setDefaults() {
 func (c *OpenAIConfig) validate() error {
 	u, err := url.Parse(c.BaseURL)
 	if err != nil {
-		return fmt.Errorf("BaseURL: %w", err)
+		// url.Parse's error quotes the whole URL, credentials included.
+		return errors.New("BaseURL is not a valid URL")
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("BaseURL %q: want an absolute http or https URL", u.Redacted())
+		return fmt.Errorf("BaseURL %q: want an absolute http or https URL", publicURL(c.BaseURL))
 	}
 	if c.Model == "" {
 		return errors.New("Model is required")
@@ -212,7 +213,18 @@ func (o *OpenAI) Name() string { return "openai" }
 
 // String describes the adapter without its key.
 func (o *OpenAI) String() string {
-	return fmt.Sprintf("model.OpenAI{BaseURL: %q, Model: %q, Stream: %t}", o.cfg.BaseURL, o.cfg.Model, o.cfg.Stream)
+	return fmt.Sprintf("model.OpenAI{BaseURL: %q, Model: %q, Stream: %t}", publicURL(o.cfg.BaseURL), o.cfg.Model, o.cfg.Stream)
+}
+
+// publicURL is raw without what may hold a secret (user information, query, fragment), for
+// messages and logs; "(invalid URL)" when raw does not parse.
+func publicURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }
 
 type chatMessage struct {

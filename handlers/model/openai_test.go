@@ -605,6 +605,24 @@ func TestNewOpenAI(t *testing.T) {
 		}
 	})
 
+	t.Run("BaseURLCredentialsNotEchoed", func(t *testing.T) {
+		t.Parallel()
+		const secret = "s3cr3t-in-url"
+		m, err := model.NewOpenAI(model.OpenAIConfig{Model: "m", BaseURL: "https://user:" + secret + "@llm.internal/v1?api_key=" + secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.String(); strings.Contains(got, secret) || !strings.Contains(got, "https://llm.internal/v1") {
+			t.Errorf("String() = %s, want the URL without its secrets", got)
+		}
+		for _, base := range []string{"ftp://u:" + secret + "@host/v1", "http://u:" + secret + "@[::1"} {
+			_, err := model.NewOpenAI(model.OpenAIConfig{Model: "m", BaseURL: base})
+			if err == nil || strings.Contains(err.Error(), secret) {
+				t.Errorf("NewOpenAI(%q) error = %v, want one without the password", base, err)
+			}
+		}
+	})
+
 	t.Run("Invalid", func(t *testing.T) {
 		t.Parallel()
 		neg, nan := -0.5, 0.0

@@ -81,8 +81,9 @@ func OptionsFromEnv(url string, getenv func(string) string) (*redis.Options, err
 // the CA file replaces the system's root CAs, the certificate and key are presented to the
 // server. Files require a rediss:// URL: with redis:// the connection would silently stay
 // in plain text, so that is an error. TLS 1.2 is the minimum; the server name checked is the
-// URL's host (go-redis's skip_verify=true query option turns checking off: tests only).
-// The error never repeats the URL, which may hold a password.
+// URL's host (go-redis's skip_verify=true query option turns checking off: tests only, and
+// an error together with any file). The error never repeats the URL, which may hold a
+// password.
 func OptionsWithTLS(url string, files TLSFiles) (*redis.Options, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
@@ -129,6 +130,12 @@ func withTLSFiles(cfg *tls.Config, files TLSFiles) (*tls.Config, error) {
 	if cfg == nil {
 		return nil, errors.New("redisconn: REDIS_TLS_* files are set but the Redis URL is not rediss://")
 	}
+	if cfg.InsecureSkipVerify {
+		// The files are there to check the server (CA) or to be trusted by it (client
+		// certificate): skip_verify would quietly undo that.
+		return nil, errors.New("redisconn: the Redis URL has skip_verify=true, which turns off the server certificate " +
+			"check that REDIS_TLS_* files are set up for: remove skip_verify from the URL, or the files")
+	}
 	cfg = cfg.Clone()
 	if files.CAFile != "" {
 		pem, err := os.ReadFile(files.CAFile)
@@ -160,23 +167,7 @@ func redact(err error, raw string) error {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		err = fmt.Errorf("%s: malformed URL", ue.Op)
 	}
-	msg := err.Error()
-	secret := ""
-	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
-		secret, _ = u.User.Password()
-	} else if i, j := strings.Index(raw, "://"), strings.LastIndex(raw, "@"); i >= 0 && j > i {
-		secret = raw[i+3 : j] // unparsable: hide all of user:password
-	}
-	if raw != "" && strings.Contains(msg, raw) || secret != "" && strings.Contains(msg, secret) {
-		if raw != "" {
-			msg = strings.ReplaceAll(msg, raw, "<url>")
-		}
-		if secret != "" {
-			msg = strings.ReplaceAll(msg, secret, "xxxxx")
-		}
-		return errors.New(msg)
-	}
-	return err
+	return RedactError(err, raw)
 }
 
 // NewClient returns a client on a copy of opt: go-redis keeps per-client state in Options, so

@@ -2,6 +2,9 @@ package redisconn_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,5 +177,85 @@ func TestUniversalWithTLS(t *testing.T) {
 	_, err = redisconn.UniversalWithTLS("redis://app:Sup3rSecret@10.0.0.1:7000?addr=10.0.0.2:7000&bogus=Sup3rSecret", redisconn.TLSFiles{})
 	if err == nil || strings.Contains(err.Error(), "Sup3rSecret") {
 		t.Errorf("bad cluster URL: %v", err)
+	}
+}
+
+// TestSecurityRedactURL: a URL in a log line or an error shows no password, no lone user
+// (go-redis's password-only form) and no secret-looking query value.
+func TestSecurityRedactURL(t *testing.T) {
+	const pw = "Sup3rSecretPw"
+	for in, want := range map[string]string{
+		"redis://app:" + pw + "@10.0.0.7:6380/3":            "redis://app:xxxxx@10.0.0.7:6380/3",
+		"rediss://:" + pw + "@redis.internal:6380":          "rediss://:xxxxx@redis.internal:6380",
+		"redis://" + pw + "@h:6379/0":                       "redis://xxxxx@h:6379/0",
+		"redis://app:p%40" + pw + "@h?addr=h2:7000":         "redis://app:xxxxx@h?addr=h2%3A7000",
+		"https://user:" + pw + "@api.example.com/v1":        "https://user:xxxxx@api.example.com/v1",
+		"https://api.example.com/v1?api_key=" + pw + "&x=1": "https://api.example.com/v1?api_key=xxxxx&x=1",
+		"redis://127.0.0.1:6379/0":                          "redis://127.0.0.1:6379/0",
+		"redis://app:" + pw + "%zz@h:6379":                  "redis://xxxxx@h:6379 (malformed)",
+		"http://user:" + pw + "@host:notaport/v1":           "http://xxxxx@host:notaport (malformed)",
+		" redis://app:" + pw + "@h":                         "<malformed URL>",
+		"":                                                  "",
+	} {
+		got := redisconn.RedactURL(in)
+		if got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(got, pw) {
+			t.Errorf("RedactURL(%q) shows the password: %q", in, got)
+		}
+	}
+}
+
+// TestSecurityRedactError: an error that quotes a URL (url.Parse's, a provider client's)
+// keeps its meaning but loses the password, also where the message quotes it escaped.
+func TestSecurityRedactError(t *testing.T) {
+	const pw = "Sup3r\"Secret"
+	raw := "http://apiuser:" + url.QueryEscape(pw) + "@host:notaport/v1"
+	_, perr := url.Parse(raw)
+	if perr == nil {
+		t.Fatal("the test URL parses")
+	}
+	for _, err := range []error{perr, fmt.Errorf("model: openai: BaseURL: %w", perr),
+		fmt.Errorf("dial %s: refused (password %s)", raw, pw), fmt.Errorf("password %q", pw)} {
+		got := redisconn.RedactError(err, raw)
+		if strings.Contains(got.Error(), "Secret") || strings.Contains(got.Error(), url.QueryEscape(pw)) {
+			t.Errorf("RedactError(%q) = %q: the password shows", err, got)
+		}
+		t.Log(got)
+	}
+	plain := errors.New("connection refused")
+	if redisconn.RedactError(plain, raw) != plain || redisconn.RedactError(nil, raw) != nil {
+		t.Error("an error without secrets must come back as it is")
+	}
+}
+
+// TestSecuritySkipVerifyConflict: skip_verify=true in the URL with a CA file or a client
+// certificate is refused (it would quietly turn off the check the files are for), for a
+// single node and a cluster URL; without files it stays a tests-only option.
+func TestSecuritySkipVerifyConflict(t *testing.T) {
+	s := redistest.Start(t, &redistest.Options{TLS: true})
+	f := s.TLS()
+	const pw = "Sup3rSecretPw"
+	u := "rediss://app:" + pw + "@" + s.Addr() + "/0?skip_verify=true"
+	for name, files := range map[string]redisconn.TLSFiles{
+		"CA file":            {CAFile: f.CAFile},
+		"client certificate": {CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile},
+	} {
+		_, err := redisconn.OptionsWithTLS(u, files)
+		if err == nil || !strings.Contains(err.Error(), "skip_verify") || strings.Contains(err.Error(), pw) {
+			t.Errorf("%s with skip_verify: %v, want a refusal naming skip_verify", name, err)
+		}
+		_, err = redisconn.UniversalWithTLS("rediss://app:"+pw+"@10.0.0.1:7000?addr=10.0.0.2:7000&skip_verify=true", files)
+		if err == nil || !strings.Contains(err.Error(), "skip_verify") || strings.Contains(err.Error(), pw) {
+			t.Errorf("%s with skip_verify on a cluster URL: %v", name, err)
+		}
+	}
+	env := map[string]string{"REDIS_TLS_CA_FILE": f.CAFile}
+	if _, err := redisconn.UniversalFromEnv(u, func(k string) string { return env[k] }); err == nil {
+		t.Error("UniversalFromEnv: skip_verify with REDIS_TLS_CA_FILE accepted")
+	}
+	if opt, err := redisconn.Options(u); err != nil || !opt.TLSConfig.InsecureSkipVerify {
+		t.Errorf("skip_verify alone: %v", err)
 	}
 }

@@ -1,0 +1,211 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// MinTokenLen is the shortest dashboard token accepted, in bytes: a token is a password that
+// anyone who reaches the port may guess. `openssl rand -hex 32` makes a good one.
+const MinTokenLen = 16
+
+// CheckToken returns an error when token is set but shorter than MinTokenLen bytes; the
+// message never repeats the token.
+func CheckToken(token string) error {
+	if token != "" && len(token) < MinTokenLen {
+		return fmt.Errorf("the token has %d bytes; a dashboard token needs at least %d (generate one with `openssl rand -hex 32`)",
+			len(token), MinTokenLen)
+	}
+	return nil
+}
+
+// access is what a request may do.
+type access int
+
+const (
+	accessNone access = iota
+	accessRead
+	accessAct
+)
+
+// DefaultFailuresPerMinute is the default limit of failed authentications per client
+// address: that many in a burst, refilled evenly over a minute; past it, 429 until the budget
+// refills.
+const DefaultFailuresPerMinute = 5
+
+// maxClients bounds the failure records kept (one per client address).
+const maxClients = 10000
+
+// authenticator checks bearer tokens and limits failed attempts per client address.
+type authenticator struct {
+	token, readToken [sha256.Size]byte
+	hasToken         bool
+	hasRead          bool
+	limit            rate.Limit
+	burst            int
+	now              func() time.Time
+
+	mu      sync.Mutex // held across the check of one request, so parallel guesses queue
+	clients map[string]*rate.Limiter
+}
+
+func newAuthenticator(token, readToken string, perMinute int) *authenticator {
+	if perMinute <= 0 {
+		perMinute = DefaultFailuresPerMinute
+	}
+	a := &authenticator{hasToken: token != "", hasRead: readToken != "", burst: perMinute,
+		limit: rate.Every(time.Minute / time.Duration(perMinute)), now: time.Now, clients: map[string]*rate.Limiter{}}
+	a.token, a.readToken = sha256.Sum256([]byte(token)), sha256.Sum256([]byte(readToken))
+	return a
+}
+
+// apiError is the JSON body of every refusal: a message for people and a code for the page.
+func apiError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}{msg, code})
+}
+
+// Messages of the refusals; the page shows them as they are.
+const (
+	msgNoToken = "the dashboard API is off on this consumer: set FLIGHTDECK_UI_READ_TOKEN (read-only) or " +
+		"FLIGHTDECK_UI_TOKEN (reads and actions), or their _FILE variants, and restart it"
+	msgNoActions = "actions are off on this consumer: FLIGHTDECK_UI_TOKEN is not set"
+	msgNeedToken = "this API needs a token: send Authorization: Bearer <FLIGHTDECK_UI_READ_TOKEN or FLIGHTDECK_UI_TOKEN>"
+	msgRefused   = "token refused"
+	msgReadOnly  = "this is the read-only token (FLIGHTDECK_UI_READ_TOKEN): actions need FLIGHTDECK_UI_TOKEN"
+)
+
+// check authorises r for need, answering the refusal itself; it returns the access the
+// request's token grants, accessNone when refused.
+func (a *authenticator) check(w http.ResponseWriter, r *http.Request, need access) access {
+	switch {
+	case !a.hasToken && !a.hasRead:
+		apiError(w, http.StatusForbidden, "no_token_configured", msgNoToken)
+		return accessNone
+	case need == accessAct && !a.hasToken:
+		apiError(w, http.StatusForbidden, "actions_disabled", msgNoActions)
+		return accessNone
+	}
+	header := r.Header.Get("Authorization")
+	if header == "" {
+		// No guess was made: not counted as a failure, so that a page without a token
+		// cannot lock its operator out.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flightdeck"`)
+		apiError(w, http.StatusUnauthorized, "token_required", msgNeedToken)
+		return accessNone
+	}
+	got := ""
+	if scheme, rest, ok := strings.Cut(header, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		got = strings.TrimSpace(rest)
+	}
+	client := clientKey(r.RemoteAddr)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	lim := a.clients[client]
+	if lim != nil {
+		if tokens := lim.TokensAt(now); tokens < 1 {
+			wait := time.Duration((1 - tokens) / float64(a.limit) * float64(time.Second))
+			secs := int(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+			apiError(w, http.StatusTooManyRequests, "rate_limited",
+				fmt.Sprintf("too many failed token attempts from this address; retry in %d s", max(secs, 1)))
+			return accessNone
+		}
+	}
+	granted := a.match(got)
+	if granted == accessNone {
+		if lim == nil {
+			lim = a.newLimiter()
+			a.clients[client] = lim
+		}
+		lim.AllowN(now, 1)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flightdeck", error="invalid_token"`)
+		apiError(w, http.StatusUnauthorized, "token_refused", msgRefused)
+		return accessNone
+	}
+	if granted < need {
+		apiError(w, http.StatusForbidden, "read_only", msgReadOnly)
+		return accessNone
+	}
+	return granted
+}
+
+// match compares got with both tokens in constant time (over their SHA-256, so neither the
+// content nor the length of a token shows in the timing).
+func (a *authenticator) match(got string) access {
+	if got == "" {
+		return accessNone
+	}
+	sum := sha256.Sum256([]byte(got))
+	act := subtle.ConstantTimeCompare(sum[:], a.token[:]) & boolInt(a.hasToken)
+	read := subtle.ConstantTimeCompare(sum[:], a.readToken[:]) & boolInt(a.hasRead)
+	switch {
+	case act == 1:
+		return accessAct
+	case read == 1:
+		return accessRead
+	}
+	return accessNone
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// newLimiter returns a failure budget for a new client, pruning the records of clients whose
+// budget is full again when there are too many. Called with a.mu held.
+func (a *authenticator) newLimiter() *rate.Limiter {
+	if len(a.clients) >= maxClients {
+		now := a.now()
+		for k, l := range a.clients {
+			if l.TokensAt(now) >= float64(a.burst) {
+				delete(a.clients, k)
+			}
+		}
+		if len(a.clients) >= maxClients {
+			// Every record is a client that failed within the last minute: start over
+			// rather than grow without bound.
+			clear(a.clients)
+		}
+	}
+	return rate.NewLimiter(a.limit, a.burst)
+}
+
+// clientKey is the address failures are counted under: the peer's IP address, or for IPv6
+// its /64 network, which one host usually owns whole. X-Forwarded-For is not trusted: behind
+// a proxy every client shares the proxy's budget.
+func clientKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() {
+		return netip.PrefixFrom(ip, 64).Masked().String()
+	}
+	return ip.String()
+}
