@@ -208,7 +208,7 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 // missing. Redis errors are retried with backoff (and reported to Config.Errors).
 func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics.Event)) error {
 	pending := make(map[string]Receipt, len(receipts)) // task id -> its first receipt
-	from := make(map[string]int64) // result stream -> earliest start millisecond
+	from := make(map[string]int64)                     // result stream -> earliest start millisecond
 	for _, r := range receipts {
 		if err := checkReceipt(r); err != nil {
 			return err
