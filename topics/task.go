@@ -27,7 +27,8 @@ type Task struct {
 	// Limits.Stages when that is set.
 	Stage string `json:"stage"`
 	// Tenant owns the task; it is part of every semantic key, so results are never shared
-	// across tenants. Required, [a-z0-9_-], at most 64 bytes.
+	// across tenants. Required, [a-z0-9_-], at most 64 bytes, one of Limits.Tenants when
+	// that is set.
 	Tenant string `json:"tenant"`
 	// SessionID groups the tasks of one user session (session lock of heavy stages).
 	// Optional, same rules as TaskID.

@@ -36,6 +36,8 @@ const (
 	ReasonTooLong Reason = "too_long"
 	// ReasonUnknownStage: the stage is not in Limits.Stages.
 	ReasonUnknownStage Reason = "unknown_stage"
+	// ReasonUnknownTenant: the tenant is not in Limits.Tenants.
+	ReasonUnknownTenant Reason = "unknown_tenant"
 	// ReasonInputTooLarge: input exceeds Limits.MaxInputBytes.
 	ReasonInputTooLarge Reason = "input_too_large"
 	// ReasonBadParams: params is neither absent, null nor a JSON object.
@@ -107,6 +109,10 @@ type Limits struct {
 	// Stages lists the accepted stage names. Empty accepts any stage name that matches
 	// [a-z0-9-]{1,64}. Defaults to empty.
 	Stages []string
+	// Tenants lists the accepted tenant names. Empty accepts any tenant name that matches
+	// [a-z0-9_-]{1,64}. A consumer of a tenant's own key prefix sets it to that tenant, so
+	// that a payload cannot name another one. Defaults to empty.
+	Tenants []string
 }
 
 // Default limits; see Limits.
@@ -120,7 +126,7 @@ const (
 )
 
 // WithDefaults returns a copy of l in which every field <= 0 holds its default.
-// Stages is shared with l, not copied.
+// Stages and Tenants are shared with l, not copied.
 func (l Limits) WithDefaults() Limits {
 	l.setDefaults()
 	return l
@@ -168,6 +174,9 @@ func (t Task) validate(lim Limits, checkJSON bool) error {
 	}
 	if err := checkString("tenant", t.Tenant, true, maxNameLen, isTenantByte); err != nil {
 		return err
+	}
+	if len(lim.Tenants) > 0 && !slices.Contains(lim.Tenants, t.Tenant) {
+		return invalid(ReasonUnknownTenant, "tenant", fmt.Sprintf("%q is not served here", t.Tenant))
 	}
 	if err := checkString("sessionId", t.SessionID, false, lim.MaxIDLen, isIDByte); err != nil {
 		return err

@@ -137,6 +137,7 @@ func TestDecodeTaskRules(t *testing.T) {
 
 		// Other field rules.
 		{name: "UnknownStage", lim: Limits{Stages: []string{"summarize"}}, edit: func(map[string]any) {}, wantErr: ReasonUnknownStage, wantField: "stage"},
+		{name: "UnknownTenant", lim: Limits{Tenants: []string{"beta"}}, edit: func(map[string]any) {}, wantErr: ReasonUnknownTenant, wantField: "tenant"},
 		{name: "InputTooLarge", lim: Limits{MaxInputBytes: 8}, edit: func(m map[string]any) { m["input"] = "123456789" }, wantErr: ReasonInputTooLarge, wantField: "input"},
 		{name: "ParamsArray", edit: func(m map[string]any) { m["params"] = []int{1} }, wantErr: ReasonBadParams, wantField: "params"},
 		{name: "ParamsString", edit: func(m map[string]any) { m["params"] = "a=b" }, wantErr: ReasonBadParams, wantField: "params"},

@@ -90,3 +90,94 @@ func TestProducerACL(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantCredentials: tenants that do not trust each other get one key prefix each, a
+// consumer per prefix that accepts only its tenant (--tenants), and producer credentials on
+// their own prefix (the documented producer line, for that prefix). Then the tenant comes from
+// the credentials: acme's producer enqueues and awaits its own tasks; it cannot read beta's
+// task or result streams, enqueue on beta's prefix, or write any result or dead-letter
+// stream; a task it sends naming tenant beta, with beta's request key, is dead-lettered
+// (unknown_tenant, and a FAILED event on acme's own result stream) and creates no flight
+// anywhere; so beta's later task with that key runs its own model and gets its own result.
+func TestTenantCredentials(t *testing.T) {
+	stage := handlers.StageEvaluation
+	pA, pB := redistest.Prefix(), redistest.Prefix()
+	lineFor := func(user, pw, prefix string) string {
+		return strings.Replace(producerACL(t, pw, prefix, stage), "user producer ", "user "+user+" ", 1)
+	}
+	eA, srv := newSecureE2E(t, pA, &redistest.Options{ACL: []string{
+		lineFor("producer-acme", "pw-acme", pA), lineFor("producer-beta", "pw-beta", pB)}})
+	eB := newE2EOn(t, srv.Client(), srv.URL(), pB)
+	eB.config, eB.stages, eB.grace = eA.config, eA.stages, eA.grace
+	eA.startWith("acme-c1", []string{"REDIS_URL=" + eA.url}, true, "--tenants", "acme")
+	eB.startWith("beta-c1", []string{"REDIS_URL=" + eB.url}, true, "--tenants", "beta")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	producer := func(user, pw string, e *e2e) (*redis.Client, *client.Client) {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: pw})
+		t.Cleanup(func() { _ = rdb.Close() })
+		cl, err := client.New(client.Config{Client: rdb, Keyspace: e.ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rdb, cl
+	}
+	rdbA, acme := producer("producer-acme", "pw-acme", eA)
+	_, beta := producer("producer-beta", "pw-beta", eB)
+
+	// acme's own work.
+	own := task("acme-1", stage, 1, 0)
+	r, err := acme.Enqueue(ctx, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := acme.Await(ctx, r); err != nil || ev.Status != topics.StatusSucceeded {
+		t.Fatalf("acme's own task: %+v, %v", ev, err)
+	}
+
+	// acme names tenant beta, with the request key beta will use and an input of its own.
+	forged := task("forged-1", stage, 2, 0)
+	forged.Tenant, forged.RequestKey = "beta", "q-7"
+	fr, err := acme.Enqueue(ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := acme.Await(ctx, fr)
+	if err != nil || ev.Status != topics.StatusFailed || ev.ErrorCode != string(topics.ReasonUnknownTenant) {
+		t.Fatalf("a task of acme's producer naming tenant beta: %+v, %v; want FAILED unknown_tenant", ev, err)
+	}
+	for _, ks := range []topics.Keyspace{eA.ks, eB.ks} {
+		if n, err := srv.Client().Exists(ctx, ks.Meta(fr.RequestKey)).Result(); err != nil || n != 0 {
+			t.Errorf("the forged task left a flight %s: %d, %v", ks.Meta(fr.RequestKey), n, err)
+		}
+	}
+
+	// beta's task with that key runs its own model and gets its own result.
+	mine := task("beta-1", stage, 3, 0)
+	mine.Tenant, mine.RequestKey = "beta", "q-7"
+	br, err := beta.Enqueue(ctx, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bev, err := beta.Await(ctx, br)
+	if err != nil || bev.Status != topics.StatusSucceeded || bev.Shared != topics.SharedOwner {
+		t.Fatalf("beta's task: %+v, %v; want its own model run (shared owner)", bev, err)
+	}
+
+	// What acme's credentials cannot do to beta's prefix, or to any result or dead-letter stream.
+	for _, cmd := range [][]any{
+		{"xadd", eB.ks.Tasks(stage), "*", topics.FieldPayload, "{}"},
+		{"xread", "streams", eB.ks.Tasks(stage), "0"},
+		{"xread", "streams", eB.ks.Results(stage), "0"},
+		{"xadd", eB.ks.Results(stage), "*", topics.FieldPayload, "{}"},
+		{"xadd", eA.ks.Results(stage), "*", topics.FieldPayload, "{}"},
+		{"xadd", eA.ks.DLQ(stage), "*", topics.FieldPayload, "{}"},
+		{"xadd", eB.ks.DLQ(stage), "*", topics.FieldPayload, "{}"},
+		{"get", eB.ks.Result(br.RequestKey)},
+	} {
+		if err := rdbA.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%v with acme's producer credentials: %v, want NOPERM", cmd, err)
+		}
+	}
+}

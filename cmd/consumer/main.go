@@ -2,7 +2,8 @@
 // consumer group "flightdeck", runs each semantic key once across the fleet and publishes a
 // terminal event per task. Several consumers may run on one host with default flags.
 //
-//	consumer [--redis URL] [--config stages.yaml] [--stages a,b] [--concurrency N]
+//	consumer [--redis URL] [--prefix ai] [--tenants a,b] [--config stages.yaml] [--stages a,b]
+//	         [--concurrency N]
 //	         [--name NAME] [--http ADDR] [--http-allowed-hosts h1,h2] [--health ADDR]
 //	         [--grace 10s] [--spool-dir DIR] [--log-level info] [--log-format json]
 //
@@ -48,6 +49,7 @@ func run(args []string) (err error) {
 	var (
 		redisURL    = fs.String("redis", "", "Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379/0)")
 		prefix      = fs.String("prefix", topics.DefaultPrefix, "key and stream prefix")
+		tenants     = fs.String("tenants", os.Getenv("FLIGHTDECK_TENANTS"), "comma-separated tenants this consumer accepts; a task naming another is dead-lettered (unknown_tenant). With one key prefix per tenant and its producers' ACL on that prefix, the tenant comes from the credentials (docs/SECURITY.md) ($FLIGHTDECK_TENANTS; default: any)")
 		config      = fs.String("config", "", "stage config file (YAML); the four built-in stages apply without one")
 		stages      = fs.String("stages", "", "comma-separated stages to consume (default: every configured stage)")
 		concurrency = fs.Int("concurrency", 0, "subscribers per stage (default: the stage's concurrency, 4)")
@@ -121,11 +123,20 @@ func run(args []string) (err error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var limits topics.Limits
+	for _, t := range strings.Split(*tenants, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			if err := topics.CheckTenant(t); err != nil {
+				return fmt.Errorf("--tenants: %w", err)
+			}
+			limits.Tenants = append(limits.Tenants, t)
+		}
+	}
 	c, err := handlers.NewConsumer(handlers.Config{
 		NewClient: newClient,
 		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Models: models,
 		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
-		SpoolDir: *spoolDir, ResultMaxLen: *resultCap,
+		SpoolDir: *spoolDir, ResultMaxLen: *resultCap, Limits: limits,
 		Faults: handlers.Faults{AnswerAfterScript: knobs.AnswerAfterScript, AfterScript: knobs.AfterScript()},
 	})
 	if err != nil {
