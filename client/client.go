@@ -134,8 +134,9 @@ const ErrorTypeInvalidTask = "invalid_task"
 // tenant and request key. A task id alone is not enough on a result stream that every
 // producer of the stage writes to: another producer may enqueue a task under the same id,
 // and its event must not answer this one. The event of a task that was dead-lettered before
-// it had a key (errorType invalid_task, no requestKey) matches on id and tenant. A field the
-// receipt leaves empty (a receipt built by hand) is not compared.
+// it had a key (errorType invalid_task, no requestKey) matches by the task's stream entry
+// instead (Event.Entry = StreamID), which another producer's refused task cannot carry. A
+// field the receipt leaves empty (a receipt built by hand) is not compared.
 func (r Receipt) Matches(ev topics.Event) bool {
 	if ev.TaskID != r.TaskID || (r.Tenant != "" && ev.Tenant != r.Tenant) {
 		return false
@@ -143,7 +144,8 @@ func (r Receipt) Matches(ev topics.Event) bool {
 	if r.RequestKey == "" || ev.RequestKey == r.RequestKey {
 		return true
 	}
-	return ev.RequestKey == "" && ev.Status == topics.StatusFailed && ev.ErrorType == ErrorTypeInvalidTask
+	return ev.RequestKey == "" && ev.Status == topics.StatusFailed && ev.ErrorType == ErrorTypeInvalidTask &&
+		ev.Entry != "" && ev.Entry == r.StreamID
 }
 
 // prepare fills the task's id and enqueue time when they are empty and validates it under

@@ -608,7 +608,8 @@ func TestAwaitMatchesTenantAndKey(t *testing.T) {
 		t.Errorf("Collect = %+v, want the task's own event", got)
 	}
 
-	// A dead-lettered task's event carries no request key: it matches on id and tenant.
+	// A dead-lettered task's event carries no request key: it matches by its stream entry. The
+	// same event for another entry (another producer's refused task under this id) does not.
 	tk2 := newTask(stageA, `{"q":"dead"}`)
 	r2, err := b.c.Enqueue(ctx, tk2)
 	if err != nil {
@@ -616,11 +617,13 @@ func TestAwaitMatchesTenantAndKey(t *testing.T) {
 	}
 	dead := topics.Event{TaskID: r2.TaskID, Stage: stageA, Tenant: r2.Tenant, Status: topics.StatusFailed,
 		Shared: topics.SharedOwner, ErrorType: client.ErrorTypeInvalidTask, ErrorCode: "deadline_passed",
-		Error: "deadline passed", FinishedAt: time.Now()}
-	if err := b.w.PublishEvents(ctx, dead); err != nil {
+		Error: "deadline passed", FinishedAt: time.Now(), Entry: r2.StreamID}
+	spoof := dead
+	spoof.Entry, spoof.ErrorCode = "1-1", "unknown_field"
+	if err := b.w.PublishEvents(ctx, spoof, dead); err != nil {
 		t.Fatal(err)
 	}
-	if e, err := b.c.Await(ctx, r2); err != nil || e.ErrorType != client.ErrorTypeInvalidTask {
+	if e, err := b.c.Await(ctx, r2); err != nil || e.ErrorType != client.ErrorTypeInvalidTask || e.ErrorCode != "deadline_passed" {
 		t.Errorf("Await(dead-lettered) = %+v, %v; want its invalid_task event", e, err)
 	}
 }

@@ -131,7 +131,7 @@ func TestHostileEntries(t *testing.T) {
 			continue
 		}
 		for _, e := range evs {
-			if e.Status != topics.StatusFailed || e.ErrorType != "invalid_task" || e.Result != nil {
+			if e.Status != topics.StatusFailed || e.ErrorType != "invalid_task" || e.Result != nil || e.Entry == "" {
 				t.Errorf("hostile entry %s produced event %+v", id, e)
 			}
 		}

@@ -157,8 +157,9 @@ func TaskKey(t topics.Task) (string, error) { return flight.TaskKey(t) }
 // deadLetter writes msg to the stage's dead-letter stream with reason, cut to at most
 // topics.MaxDeadLetterBytes in all (payload, raw metadata, detail and uuid; what is cut is
 // named in the detail with its size and SHA-256), and, when its payload names a readable task
-// id, a FAILED terminal event for that task (errorType invalid_task, errorCode the reason),
-// so that a client waiting for it does not hang. The message is then acknowledged.
+// id, a FAILED terminal event for that task (errorType invalid_task, errorCode the reason,
+// entry the message's stream entry, by which its client matches it), so that a client
+// waiting for it does not hang. The message is then acknowledged.
 func (p *Processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *message.Message, reason, detail string, raw map[string]any) error {
 	dl := topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: msg.Payload,
 		Raw: raw, Reason: reason, Detail: detail, Consumer: p.name}.Bound()
@@ -170,7 +171,8 @@ func (p *Processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *mes
 	log.Warn().Str("reason", dl.Reason).Str("detail", dl.Detail).Str("uuid", dl.UUID).Msg("task dead-lettered")
 	if id := namedTaskID(msg.Payload, p.limits); id != "" {
 		ev := topics.Event{TaskID: id, Stage: p.stage.Name, Status: topics.StatusFailed, Shared: topics.SharedOwner,
-			ErrorType: "invalid_task", ErrorCode: dl.Reason, Error: dl.Detail, FinishedAt: time.Now(), Consumer: p.name}
+			ErrorType: "invalid_task", ErrorCode: dl.Reason, Error: dl.Detail, FinishedAt: time.Now(), Consumer: p.name,
+			Entry: msg.Metadata.Get(stream.MetaEntry)}
 		if tenant := namedField(msg.Payload, "tenant"); topics.CheckTenant(tenant) == nil {
 			ev.Tenant = tenant
 		}

@@ -100,6 +100,10 @@ type Event struct {
 	FinishedAt time.Time `json:"finishedAt"`
 	// Consumer is the name of the consumer that published the event. Omitted when empty.
 	Consumer string `json:"consumer,omitempty"`
+	// Entry is the id of the task stream entry the event answers, set on the FAILED event of a
+	// dead-lettered task (errorType invalid_task), which has no request key: a client matches
+	// such an event by it (client.Receipt.Matches). Omitted when empty.
+	Entry string `json:"entry,omitempty"`
 }
 
 // eventJSON is Event without its methods, so that MarshalJSON and UnmarshalJSON can
