@@ -14,6 +14,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/internal/chaos"
+	"github.com/flightdeck-ai/flightdeck/internal/cli"
 )
 
 // quietRedis drops go-redis's own log lines (dial failures while Redis is down on purpose).
@@ -54,8 +56,20 @@ func run(args []string) int {
 	quiet := fs.Bool("quiet", false, "no progress lines, only the figures")
 	maxV := fs.Int("max-violations", 50, "violations printed (all are in report.json)")
 	recheck := fs.String("recheck", "", "check a saved history.json again instead of running")
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2 // the flag package printed the problem
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "chaos: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
 		return 2
+	}
+	if *version {
+		fmt.Println(cli.Version("chaos"))
+		return 0
 	}
 	if *recheck != "" {
 		return recheckFile(*recheck, cfg, *maxV)

@@ -151,6 +151,7 @@ func (s httpSettings) serve(log *zerolog.Logger, c *handlers.Consumer, reg *prom
 	mux := probes(c, reg)
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", http.RedirectHandler("/ui/", http.StatusFound))
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	serveOn("--http", httpLn, policy.Wrap(mux))
 	log.Info().Str("addr", httpLn.Addr().String()).Strs("allowedHosts", policy.Hosts()).
 		Bool("reads", s.token != "" || s.readToken != "").Bool("actions", s.token != "").

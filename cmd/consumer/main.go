@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -32,17 +33,22 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/internal/cli"
 	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	err := run(os.Args[1:])
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsagePrinted) {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
-		os.Exit(1)
 	}
+	os.Exit(cli.ExitCode(err))
 }
+
+// errUsagePrinted is a command-line error the flag package has already reported.
+var errUsagePrinted = cli.Usagef("bad command line")
 
 func run(args []string) (err error) {
 	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
@@ -64,9 +70,20 @@ func run(args []string) (err error) {
 		spoolDir    = fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)")
 		logLevel    = fs.String("log-level", "info", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or console")
+		version     = fs.Bool("version", false, "print the version and exit")
 	)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsagePrinted
+	}
+	if fs.NArg() > 0 {
+		return cli.Usagef("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	}
+	if *version {
+		fmt.Println(cli.Version("consumer"))
+		return nil
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
@@ -76,7 +93,7 @@ func run(args []string) (err error) {
 	// start, never a dashboard that is silently open.
 	web, err := newHTTPSettings(*httpAddr, *healthAddr, *allowedHost)
 	if err != nil {
-		return err
+		return &cli.UsageError{Err: err}
 	}
 	url, err := redisconn.URL(*redisURL, os.Getenv)
 	if err != nil {
@@ -127,7 +144,7 @@ func run(args []string) (err error) {
 	for _, t := range strings.Split(*tenants, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			if err := topics.CheckTenant(t); err != nil {
-				return fmt.Errorf("--tenants: %w", err)
+				return cli.Usagef("--tenants: %w", err)
 			}
 			limits.Tenants = append(limits.Tenants, t)
 		}
@@ -158,8 +175,8 @@ func run(args []string) (err error) {
 
 func newLogger(level, format string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("--log-level: %w", err)
+	if err != nil || level == "" {
+		return zerolog.Logger{}, cli.Usagef("--log-level %q: want trace, debug, info, warn or error", level)
 	}
 	var l zerolog.Logger
 	switch format {
@@ -168,7 +185,7 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 	case "console":
 		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
 	default:
-		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want json or console", format)
+		return zerolog.Logger{}, cli.Usagef("--log-format %q: want json or console", format)
 	}
 	// Milliseconds in log times: the chaos checker and people ordering takeovers need them.
 	// (zerolog keeps the format in a package variable; only this wiring code sets it.)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/flight"
+	fdcli "github.com/flightdeck-ai/flightdeck/internal/cli"
 	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -57,6 +58,7 @@ Global options (accepted before or after the command):
                   off the command line by putting it in $REDIS_URL (or $REDIS_PASSWORD).
   --prefix P      keyspace prefix of every stream and key (default "ai")
   --partitions N  task stream partitions per stage, as the consumers' stage config says (default 1)
+  --version       print the version and exit
 
 --wait prints each task's first terminal event as one JSON line on stdout as it arrives, then a
 final line {"summary":{...}} (tasks, events, missing, distinctKeys, owner, hit, follower, local,
@@ -106,11 +108,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usageText) }
 	a.globalFlags(fs)
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitUsage
+	}
+	if *version {
+		fmt.Fprintln(stdout, fdcli.Version("producer"))
+		return exitOK
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprint(stderr, usageText)

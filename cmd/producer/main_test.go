@@ -265,6 +265,14 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("Version", func(t *testing.T) {
+		t.Parallel()
+		res := newCLI(t).run("", "--version")
+		if res.code != 0 || !strings.HasPrefix(res.stdout, "producer github.com/flightdeck-ai/flightdeck ") {
+			t.Errorf("--version: exit %d, stdout %q", res.code, res.stdout)
+		}
+	})
+
 	t.Run("WaitAnswered", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
