@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -226,7 +227,13 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 	for _, n := range names {
 		sc, ok := stages[n]
 		if !ok {
-			return nil, fmt.Errorf("handlers: unknown stage %q", n)
+			known := make([]string, 0, len(stages))
+			for k := range stages {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("%w %q (known: %s; define it in the stage config file)",
+				ErrUnknownStage, n, strings.Join(known, ", "))
 		}
 		sc = sc.WithDefaults()
 		if err := sc.Validate(); err != nil {
@@ -236,6 +243,10 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 	}
 	return out, nil
 }
+
+// ErrUnknownStage: a stage asked for (LoadStages' only) that neither the built-in stages nor
+// the config file define.
+var ErrUnknownStage = errors.New("handlers: unknown stage")
 
 // Keyspace returns ks with the stages' partition counts set.
 func Keyspace(ks topics.Keyspace, stages []StageConfig) topics.Keyspace {

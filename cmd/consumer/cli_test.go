@@ -34,6 +34,9 @@ func TestCommandLine(t *testing.T) {
 			t.Errorf("%v: exit %d, output %q; want exit 2 and one line", args, code, out)
 		}
 	}
+	if out, code := run("--stages", "interview-evalution"); code != 2 || !strings.Contains(out, "known: interview-demeanor, interview-evaluation") {
+		t.Errorf("--stages with a typo: exit %d, output %q; want exit 2 and the known stages", code, out)
+	}
 	if _, code := run("--no-such-flag"); code != 2 {
 		t.Errorf("--no-such-flag: exit %d, want 2", code)
 	}

@@ -112,6 +112,9 @@ func run(args []string) (err error) {
 	}
 	stageCfgs, err := handlers.LoadStages(*config, only)
 	if err != nil {
+		if errors.Is(err, handlers.ErrUnknownStage) {
+			return &cli.UsageError{Err: fmt.Errorf("--stages: %w", err)}
+		}
 		return err
 	}
 	models := map[string]model.Model{"sim": &model.Sim{}}
