@@ -210,78 +210,32 @@ func NamedField(payload []byte, name string) string {
 	if p := bytes.TrimLeft(payload, " \t\r\n"); len(p) == 0 || p[0] != '{' || !json.Valid(payload) {
 		return ""
 	}
-	var (
-		depth            int
-		inString         bool
-		wantName         bool
-		nameAt, valueAt  = -1, -1
-		escaped, matched bool
-		found            []byte
-		count            int
-	)
-	for i := 0; i < len(payload); i++ {
-		c := payload[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-				escaped = true
-			case '"':
-				inString = false
-				switch {
-				case nameAt >= 0:
-					matched = nameIs(payload[nameAt:i+1], escaped, name)
-					nameAt = -1
-				case valueAt >= 0:
-					found, valueAt = payload[valueAt:i+1], -1
-				}
-			}
-			continue
+	// encoding/json's token reader unescapes member names and compares nothing itself: the
+	// comparison below is exact.
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if _, err := dec.Token(); err != nil { // {
+		return ""
+	}
+	var value string
+	count := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
 		}
-		switch c {
-		case '"':
-			inString = true
-			switch {
-			case wantName && depth == 1:
-				nameAt, escaped, wantName = i, false, false
-			case matched && depth == 1:
-				valueAt, matched = i, false
-				count++
-			}
-		case '{', '[':
-			depth++
-			wantName = depth == 1 && c == '{'
-			if matched && depth == 2 { // the member's value is not a string
-				matched, found = false, nil
-				count++
-			}
-		case '}', ']':
-			depth--
-		case ',':
-			wantName = depth == 1
-		case ' ', '\t', '\n', '\r', ':':
-		default:
-			if matched && depth == 1 { // a number, true, false or null
-				matched, found = false, nil
-				count++
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return ""
+		}
+		if key, _ := tok.(string); key == name {
+			count++
+			if json.Unmarshal(raw, &value) != nil {
+				value = ""
 			}
 		}
 	}
-	if count != 1 || found == nil {
+	if count != 1 {
 		return ""
 	}
-	var s string
-	if json.Unmarshal(found, &s) != nil {
-		return ""
-	}
-	return s
-}
-
-// nameIs reports whether the quoted member name is name after unescaping.
-func nameIs(quoted []byte, escaped bool, name string) bool {
-	if !escaped {
-		return string(quoted[1:len(quoted)-1]) == name
-	}
-	var s string
-	return json.Unmarshal(quoted, &s) == nil && s == name
+	return value
 }
