@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +19,8 @@ import (
 // password, key prefix and stage of this test.
 func producerACL(t *testing.T, password, prefix, stage string) string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "SECURITY.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(doc), "\n```acl-producer\n")
-	block, _, ok2 := strings.Cut(block, "\n```")
-	if !ok || !ok2 || strings.Count(block, "\n") != 0 || !strings.Contains(block, " >CHANGE-ME ") {
+	block := documentedACL(t, "acl-producer")
+	if !strings.Contains(block, " >CHANGE-ME ") {
 		t.Fatalf("docs/SECURITY.md has no one-line acl-producer block with >CHANGE-ME: %q", block)
 	}
 	block = strings.Replace(block, " >CHANGE-ME ", " >"+password+" ", 1)

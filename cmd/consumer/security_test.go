@@ -43,17 +43,28 @@ const securityYAML = `stages:
 
 const securityStages = "interview-evaluation,interview-followup,interview-extraction"
 
-// leastACL returns the consumer's ACL file line documented in docs/SECURITY.md (the one line
-// of its "acl" code block) with the password and key prefix of this test.
-func leastACL(t *testing.T, password, prefix string) string {
+// documentedACL returns the one line of the code block of docs/SECURITY.md whose fence is
+// tagged lang ("acl", "acl-producer").
+func documentedACL(t *testing.T, lang string) string {
 	t.Helper()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "SECURITY.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(doc), "\n```acl\n")
+	_, block, ok := strings.Cut(string(doc), "\n```"+lang+"\n")
 	block, _, ok2 := strings.Cut(block, "\n```")
-	if !ok || !ok2 || strings.Count(block, "\n") != 0 || !strings.HasPrefix(block, "user flightdeck ") {
+	if !ok || !ok2 || strings.Count(block, "\n") != 0 {
+		t.Fatalf("docs/SECURITY.md has no one-line %s block: %q", lang, block)
+	}
+	return block
+}
+
+// leastACL returns the consumer's ACL file line documented in docs/SECURITY.md (the one line
+// of its "acl" code block) with the password and key prefix of this test.
+func leastACL(t *testing.T, password, prefix string) string {
+	t.Helper()
+	block := documentedACL(t, "acl")
+	if !strings.HasPrefix(block, "user flightdeck ") {
 		t.Fatalf("docs/SECURITY.md has no one-line acl block with the flightdeck user: %q", block)
 	}
 	if !strings.Contains(block, " >CHANGE-ME ") || !strings.Contains(block, " ~ai:* ") {
