@@ -39,11 +39,18 @@ func BenchmarkLatencyBesideLongTasks(b *testing.B) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	b.ResetTimer()
+	repSteady(b, r.Client, ks, clock, 1)
+}
+
+// repSteady sends b.N tasks (run 1, perKey tasks per key) at a steady repRate per second,
+// waits for every event and reports the latencies clock measured.
+func repSteady(b *testing.B, rdb *redis.Client, ks topics.Keyspace, clock *repClock, perKey int) {
+	b.Helper()
 	start := time.Now()
 	for sent := 0; sent < b.N; {
 		due := min(b.N, int(time.Since(start).Seconds()*repRate)+1)
 		if due > sent {
-			repEnqueue(b, r.Client, ks, clock, 1, sent, due-sent, 1, 0)
+			repEnqueue(b, rdb, ks, clock, 1, sent, due-sent, perKey, 0)
 			sent = due
 			continue
 		}

@@ -391,20 +391,7 @@ func BenchmarkReportLatency(b *testing.B) {
 					}
 					defer stop()
 					b.ResetTimer()
-					start := time.Now()
-					for sent := 0; sent < b.N; {
-						due := min(b.N, int(time.Since(start).Seconds()*repRate)+1)
-						if due > sent {
-							repEnqueue(b, r.Client, ks, clock, 1, sent, due-sent, load.perKey, 0)
-							sent = due
-							continue
-						}
-						time.Sleep(time.Until(start.Add(time.Duration(sent) * time.Second / repRate)))
-					}
-					clock.wait(b, time.Minute)
-					b.StopTimer()
-					b.ReportMetric(0, "ns/op")
-					clock.report(b)
+					repSteady(b, r.Client, ks, clock, load.perKey)
 				})
 			}
 		}
