@@ -235,20 +235,7 @@ func TestReportTakeover(t *testing.T) {
 	for run := range repRuns() {
 		// Flightdeck.
 		e := newE2EOn(t, r.Client, r.URL, redistest.Prefix())
-		victim := e.start("victim")
-		tk := task("slow", handlers.StageEvaluation, run, 20000)
-		key := keyOf(t, tk)
-		if _, err := e.w.EnqueueTask(ctx, tk); err != nil {
-			t.Fatal(err)
-		}
-		e.waitOwned([]string{key}, "victim", 10*time.Second)
-		running := time.Now()
-		rescuer := e.start("rescuer")
-		time.Sleep(time.Until(running.Add(time.Second + rand.N(250*time.Millisecond))))
-		if err := victim.cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		killed := time.Now()
+		key, victim, rescuer, killed := repKillOwner(t, e, "slow", run)
 		var claimed time.Duration
 		for {
 			if claimed == 0 {

@@ -33,20 +33,7 @@ func TestReportTakeoverUnderBacklog(t *testing.T) {
 			e := newE2EOn(t, r.Client, r.URL, redistest.Prefix())
 			stream := e.ks.Tasks(handlers.StageEvaluation)
 			stopHolder := holdBacklog(t, e.rdb, stream, backlog)
-			victim := e.start("victim")
-			tk := task(fmt.Sprintf("slow%d", run), handlers.StageEvaluation, run, 20000)
-			key := keyOf(t, tk)
-			if _, err := e.w.EnqueueTask(ctx, tk); err != nil {
-				t.Fatal(err)
-			}
-			e.waitOwned([]string{key}, "victim", 10*time.Second)
-			running := time.Now()
-			rescuer := e.start("rescuer")
-			time.Sleep(time.Until(running.Add(time.Second + rand.N(250*time.Millisecond))))
-			if err := victim.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			killed := time.Now()
+			key, victim, rescuer, killed := repKillOwner(t, e, fmt.Sprintf("slow%d", run), run)
 			for {
 				m, err := e.coord.Get(ctx, key)
 				if err == nil && m.Status == flight.StatusRunning && m.OwnerID == "rescuer" {
@@ -65,6 +52,28 @@ func TestReportTakeoverUnderBacklog(t *testing.T) {
 		}
 		t.Logf("backlog %4d pending: kill -> new owner RUNNING: %s", backlog, repSummary(took))
 	}
+}
+
+// repKillOwner starts consumer "victim", makes it the owner of a 20 s task (id, key k),
+// starts consumer "rescuer", and SIGKILLs the victim 1.0-1.25 s after its flight went
+// RUNNING (a random phase of its heartbeat). It returns the task's key, the two processes and
+// the time of the kill.
+func repKillOwner(t *testing.T, e *e2e, id string, k int) (key string, victim, rescuer *proc, killed time.Time) {
+	t.Helper()
+	victim = e.start("victim")
+	tk := task(id, handlers.StageEvaluation, k, 20000)
+	key = keyOf(t, tk)
+	if _, err := e.w.EnqueueTask(context.Background(), tk); err != nil {
+		t.Fatal(err)
+	}
+	e.waitOwned([]string{key}, "victim", 10*time.Second)
+	running := time.Now()
+	rescuer = e.start("rescuer")
+	time.Sleep(time.Until(running.Add(time.Second + rand.N(250*time.Millisecond))))
+	if err := victim.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	return key, victim, rescuer, time.Now()
 }
 
 // holdBacklog adds n entries to stream (before the test's task) and keeps them pending under
