@@ -120,14 +120,7 @@ func startPipeline(t testing.TB, stages []string, names ...string) *pipeline {
 		}
 	}))
 	// Served as cmd/consumer serves it: behind the Host check of its loopback listener.
-	p.srv = httptest.NewUnstartedServer(nil)
-	policy, err := admin.NewHostPolicy(p.srv.Listener.Addr().String(), p.srv.Listener.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.srv.Config.Handler = policy.Wrap(mux)
-	p.srv.Start()
-	t.Cleanup(p.srv.Close)
+	p.srv = hostGuarded(t, mux, nil)
 	return p
 }
 

@@ -46,15 +46,23 @@ func newSecureServer(t *testing.T, cfg admin.HandlerConfig, extraHosts ...string
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "flightdeck_up 1") })
-	s.srv = httptest.NewUnstartedServer(nil)
-	policy, err := admin.NewHostPolicy(s.srv.Listener.Addr().String(), s.srv.Listener.Addr(), extraHosts)
+	s.srv = hostGuarded(t, mux, extraHosts)
+	return s
+}
+
+// hostGuarded serves h as cmd/consumer serves the dashboard: on a loopback listener, behind
+// the listener's Host check (allowing extraHosts too). The server closes with the test.
+func hostGuarded(t testing.TB, h http.Handler, extraHosts []string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	policy, err := admin.NewHostPolicy(srv.Listener.Addr().String(), srv.Listener.Addr(), extraHosts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.srv.Config.Handler = policy.Wrap(mux)
-	s.srv.Start()
-	t.Cleanup(s.srv.Close)
-	return s
+	srv.Config.Handler = policy.Wrap(h)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // response is what a request got.
