@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/flightdeck-ai/flightdeck/internal/cli"
 )
 
 // ErrBadListenAddr: a listen address (--http, --health) that is malformed or ambiguous.
@@ -109,15 +111,7 @@ func NewHostPolicy(configured string, bound net.Addr, extra []string) (*HostPoli
 
 // ParseHostList splits a comma-separated list of hosts (the value of --http-allowed-hosts),
 // dropping empty entries.
-func ParseHostList(s string) []string {
-	var out []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func ParseHostList(s string) []string { return cli.SplitList(s) }
 
 // splitHostEntry parses an allow-list entry: "name", "name:port", "1.2.3.4", "[::1]",
 // "[::1]:9090" or a bare IPv6 address. An empty port means any port.

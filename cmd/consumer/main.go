@@ -144,13 +144,11 @@ func run(args []string) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var limits topics.Limits
-	for _, t := range strings.Split(*tenants, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			if err := topics.CheckTenant(t); err != nil {
-				return cli.Usagef("--tenants: %w", err)
-			}
-			limits.Tenants = append(limits.Tenants, t)
+	for _, t := range cli.SplitList(*tenants) {
+		if err := topics.CheckTenant(t); err != nil {
+			return cli.Usagef("--tenants: %w", err)
 		}
+		limits.Tenants = append(limits.Tenants, t)
 	}
 	c, err := handlers.NewConsumer(handlers.Config{
 		NewClient: newClient,

@@ -7,7 +7,20 @@ import (
 	"flag"
 	"fmt"
 	"runtime/debug"
+	"strings"
 )
+
+// SplitList splits a comma-separated flag value, trimming white space around the items and
+// dropping empty ones.
+func SplitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
 
 // UsageError is a mistake on the command line (a bad flag value); commands exit 2 for it.
 type UsageError struct {
