@@ -14,8 +14,9 @@ import (
 )
 
 // Liveness keeps a consumer process's heartbeat in ai:consumers:<group> and answers whether
-// the process behind a consumer name is alive. The dashboard and inspect read it; claiming
-// does not (an entry's own idle time and its flight's lease decide that). Methods are safe
+// the process behind a consumer name is alive. The dashboard and inspect read it, and a
+// starting process reads it to refuse a name a live process holds (CheckName); claiming does
+// not (an entry's own idle time and its flight's lease decide that). Methods are safe
 // for concurrent use.
 type Liveness struct {
 	rdb      redis.UniversalClient
@@ -24,6 +25,8 @@ type Liveness struct {
 	interval time.Duration
 	timeout  time.Duration
 	log      zerolog.Logger
+	// stages, when set, are registered in the stage registry with every beat.
+	stages *stageRegistry
 
 	mu     sync.Mutex
 	beats  map[string]int64 // process name -> last beat (Redis ms)
@@ -39,10 +42,15 @@ func ProcessOf(consumer string) string {
 	return consumer
 }
 
-// Beat records one heartbeat now.
+// Beat records one heartbeat now, and registers the process's stages (when it has any) with
+// the beat's Redis time.
 func (l *Liveness) Beat(ctx context.Context) error {
 	forget := (24 * time.Hour).Milliseconds()
-	return lua.Liveness.Run(ctx, l.rdb, []string{l.key}, l.name, forget).Err()
+	now, err := lua.Liveness.Run(ctx, l.rdb, []string{l.key}, l.name, forget).Int64()
+	if err != nil {
+		return err
+	}
+	return l.stages.register(ctx, now)
 }
 
 // Run beats every interval until ctx ends, then removes the process's entry so that its

@@ -143,6 +143,12 @@ func (k Keyspace) SessionFence(tenant, sessionID string) string {
 // Consumers is the liveness record of the consumers of group.
 func (k Keyspace) Consumers(group string) string { return k.p() + ":consumers:" + group }
 
+// Stages is the stage registry: a hash, one field per stage that a consumer process consumes
+// or consumed, each holding a StageInfo JSON (partitions, mode, model, the last consumer that
+// registered it and when). Consumers write it at start and on every liveness beat, and never
+// remove a stage; producers read it to refuse a stage that no consumer reads (ReadStages).
+func (k Keyspace) Stages() string { return k.p() + ":stages" }
+
 // StageOf returns the stage of a task stream name, or "" when name is not a task stream of k.
 func (k Keyspace) StageOf(taskStream string) string {
 	s, ok := strings.CutPrefix(taskStream, k.p()+":tasks:")

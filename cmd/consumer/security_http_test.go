@@ -18,18 +18,25 @@ import (
 func (e *e2e) failAtStart(t *testing.T, name string, env []string, extra ...string) string {
 	t.Helper()
 	p := e.startWith(name, env, false, extra...)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		<-p.done
-		t.Errorf("%s: still running after 20 s, want a refusal at start", name)
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code == 0 {
+	if code := p.exitCode(t, 20*time.Second); code == 0 {
 		t.Errorf("%s: exit code 0, want a refusal at start", name)
 	}
 	b, _ := os.ReadFile(p.logPath)
 	return string(b)
+}
+
+// exitCode waits up to timeout for p to exit and returns its exit code; a process still
+// running then is ended (SIGTERM) and the test fails.
+func (p *proc) exitCode(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		<-p.done
+		t.Errorf("%s: still running after %v, want it to exit", p.name, timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 // httpGet sends GET rawURL with the given Host ("" = the URL's) and bearer token ("" = none).

@@ -38,8 +38,9 @@ type job struct {
 	total  int
 	stages []string
 	// next returns the next tasks to enqueue after done tasks; it may block to pace them.
-	next   func(ctx context.Context, done int) ([]topics.Task, error)
-	single bool // one task: no progress, and its receipt is printed when not waiting
+	next     func(ctx context.Context, done int) ([]topics.Task, error)
+	single   bool // one task: no progress bar
+	anyStage bool // --any-stage: no check of the stages against the stage registry
 	waitOpts
 }
 
@@ -48,6 +49,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	var t topics.Task
 	var input, file string
 	var wo waitOpts
+	var anyStage bool
 	fs.StringVar(&t.Stage, "stage", "", "task `stage` (with -f: for lines without one)")
 	fs.StringVar(&t.Tenant, "tenant", "", "`tenant` (with -f: for lines without one)")
 	fs.StringVar(&t.SessionID, "session", "", "session `id` (with -f: for lines without one)")
@@ -58,6 +60,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	fs.StringVar(&t.PromptVersion, "prompt-version", "", "prompt `version` (with -f: for lines without one)")
 	fs.StringVar(&t.Deadline, "deadline", "", "RFC 3339 `time` after which the result is no longer wanted")
 	fs.StringVar(&file, "f", "", "JSONL `file` of tasks, one topics.Task JSON per line (\"-\" for stdin)")
+	fs.BoolVar(&anyStage, "any-stage", false, anyStageUsage)
 	wo.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -100,7 +103,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 		}
 	}
 	return a.submit(ctx, job{
-		total: len(tasks), stages: stages, single: file == "", waitOpts: wo,
+		total: len(tasks), stages: stages, single: file == "", anyStage: anyStage, waitOpts: wo,
 		next: func(_ context.Context, done int) ([]topics.Task, error) {
 			return tasks[done:min(done+chunk, len(tasks))], nil
 		},
@@ -172,6 +175,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 		perSec                  float64
 		stagesFlag, tenant      string
 		wo                      waitOpts
+		anyStage                bool
 	)
 	fs.IntVar(&n, "n", 600, "number of tasks")
 	fs.IntVar(&keys, "keys", 60, "number of distinct inputs; task i uses input i % keys")
@@ -180,6 +184,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.StringVar(&stagesFlag, "stages", defaultStages, "comma-separated `stages`, used round-robin")
 	fs.StringVar(&tenant, "tenant", "load", "`tenant` of every task")
 	fs.IntVar(&latency, "latency-ms", 50, "simulated model latency in ms (input.sim.latencyMs)")
+	fs.BoolVar(&anyStage, "any-stage", false, anyStageUsage)
 	wo.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -201,7 +206,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 		lim = rate.NewLimiter(rate.Inf, burst)
 	}
 	return a.submit(ctx, job{
-		total: n, stages: stages, waitOpts: wo,
+		total: n, stages: stages, anyStage: anyStage, waitOpts: wo,
 		next: func(ctx context.Context, done int) ([]topics.Task, error) {
 			k := min(chunk, n-done)
 			if perSec > 0 {
@@ -226,15 +231,22 @@ func (a *app) load(ctx context.Context, args []string) error {
 	})
 }
 
-// submit enqueues a job's tasks and, with --wait, prints their terminal events and a summary.
-// It subscribes to the result streams before the first enqueue, so that every arrival time
-// is measured when the event comes.
+// submit enqueues a job's tasks and prints each task's receipt (without --wait) or, with
+// --wait, their terminal events, the receipts of the tasks still missing at the timeout with
+// hints at the cause, and a summary. It refuses stages that no consumer has registered
+// (unless --any-stage). It subscribes to the result streams before the first enqueue, so
+// that every arrival time is measured when the event comes.
 func (a *app) submit(ctx context.Context, j job) error {
 	rdb, c, err := a.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	if !j.anyStage {
+		if err := a.checkStages(ctx, c, j.stages); err != nil {
+			return err
+		}
+	}
 
 	start := time.Now()
 	var w *waiter
@@ -251,7 +263,6 @@ func (a *app) submit(ctx context.Context, j job) error {
 
 	bar := newProgress(a.stderr, j.total, !j.single && (j.progress || isTerminal(a.stderr)))
 	done := 0
-	var last client.Receipt
 	var enqErr error
 	for done < j.total {
 		tasks, err := j.next(ctx, done)
@@ -263,8 +274,9 @@ func (a *app) submit(ctx context.Context, j job) error {
 		for _, r := range receipts {
 			if w != nil {
 				w.expect(r)
+			} else if werr := writeJSON(a.stdout, r); werr != nil {
+				return werr
 			}
-			last = r
 		}
 		done += len(receipts)
 		bar.set(done)
@@ -287,9 +299,6 @@ func (a *app) submit(ctx context.Context, j job) error {
 		return enqErr
 	}
 	if w == nil {
-		if j.single {
-			return writeJSON(a.stdout, last)
-		}
 		return nil
 	}
 
@@ -307,12 +316,19 @@ func (a *app) submit(ctx context.Context, j job) error {
 	end := time.Now()
 	w.stop()
 	s := w.tally.Summary(end)
+	missing := w.tally.Missing()
+	for _, r := range missing {
+		if err := writeJSON(a.stdout, map[string]client.Receipt{"missing": r}); err != nil {
+			return err
+		}
+	}
 	if err := writeJSON(a.stdout, map[string]client.Summary{"summary": s}); err != nil {
 		return err
 	}
 	printTable(a.stderr, s)
 	if s.Missing > 0 {
 		fmt.Fprintf(a.stderr, "producer: %s: %d of %d events missing\n", why, s.Missing, s.Tasks)
+		a.hints(ctx, rdb, c, missing)
 		return errReported
 	}
 	return nil

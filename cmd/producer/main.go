@@ -42,10 +42,13 @@ Commands:
             or a JSONL file:   enqueue -f tasks.jsonl ("-" reads stdin; one topics.Task JSON per line,
                                --stage/--tenant/--session/--model-version/--prompt-version fill
                                empty fields) [--progress]
-            both take [--wait] [--timeout 60s]
+            both take [--wait] [--timeout 60s] [--any-stage]
   load      enqueue a generated load: N tasks over K distinct inputs, round-robin over stages,
             paced by a token bucket: load [--n 600] [--keys 60] [--rate 200] [--burst 20]
             [--stages a,b] [--tenant load] [--latency-ms 50] [--progress] [--wait] [--timeout 60s]
+            [--any-stage]
+  stages    list the stages consumers have registered, with their last consumer, when it was
+            last seen, and the entries waiting on their streams: stages [--format table|json]
   tail      follow result streams and print each event as a JSON line until SIGINT/SIGTERM:
             tail [--stages a,b] [--from $|0|ID]
   inspect   print the flight of a request key as indented JSON (state, parked tasks, key TTLs,
@@ -59,13 +62,18 @@ Global options (accepted before or after the command):
   --partitions N  task stream partitions per stage, as the consumers' stage config says (default 1)
   --version       print the version and exit
 
---wait prints each task's first terminal event as one JSON line on stdout as it arrives, then a
-final line {"summary":{...}} (tasks, events, missing, distinctKeys, owner, hit, follower, local,
-failures, p50Ms, p99Ms, wallMs) and a table on stderr. Latency is the event's arrival minus the
-task's enqueuedAt. --timeout counts from the last enqueue.
+enqueue and load refuse a stage that no consumer has registered (exit status 2, listing the
+known stages); --any-stage enqueues anyway. Without --wait they print each task's receipt as
+one JSON line on stdout (taskId, stage, streamId, enqueuedAt, requestKey, tenant: inspect and
+cancel take the requestKey). --wait prints each task's first terminal event as one JSON line on
+stdout as it arrives; at the timeout a line {"missing":{receipt}} per task still without its
+event, with a hint at the cause on stderr; then a final line {"summary":{...}} (tasks, events,
+missing, distinctKeys, owner, hit, follower, local, archive, failures, p50Ms, p99Ms, wallMs) and a
+table on stderr. Latency is the event's arrival minus the task's enqueuedAt. --timeout counts
+from the last enqueue.
 
 Exit status: 0 on success (with --wait: every event arrived, failed ones included), 1 on an
-error, a --wait timeout or a flight not found, 2 on a usage error.
+error, a --wait timeout or a flight not found, 2 on a usage error or an unknown stage.
 Run 'producer <command> -h' for the options of one command.
 `
 
@@ -134,6 +142,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = a.inspect(ctx, rest)
 	case "cancel":
 		err = a.cancel(ctx, rest)
+	case "stages":
+		err = a.stages(ctx, rest)
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK
@@ -142,6 +152,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	var ue usageError
+	var sr stageRefusal
 	switch {
 	case err == nil:
 		return exitOK
@@ -151,6 +162,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage // the flag package has printed the problem and the usage
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "producer %s: %v (see 'producer %s -h')\n", cmd, ue.msg, cmd)
+		return exitUsage
+	case errors.As(err, &sr):
+		fmt.Fprintf(stderr, "producer: %s\n", sr.msg)
 		return exitUsage
 	case errors.Is(err, errReported):
 		return exitFail

@@ -54,6 +54,23 @@ func (c *cli) run(stdin string, args ...string) result {
 	return res
 }
 
+// register plays a consumer that registered stages (one partition each) in the stage registry.
+func (c *cli) register(stages ...string) {
+	c.t.Helper()
+	ctx := context.Background()
+	now, err := c.r.Client.Time(ctx).Result()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	infos := make([]topics.StageInfo, len(stages))
+	for i, s := range stages {
+		infos[i] = topics.StageInfo{Name: s, Partitions: 1, Mode: "HYBRID", Model: "sim", Consumer: "test-consumer"}
+	}
+	if err := topics.RegisterStages(ctx, c.r.Client, c.ks, now.UnixMilli(), infos); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // tasks returns the decoded entries of a task stream.
 func (c *cli) tasks(stage string) []topics.Task {
 	c.t.Helper()
@@ -126,6 +143,7 @@ func TestCLI(t *testing.T) {
 	t.Run("EnqueueOne", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
+		c.register(stage)
 		res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--session", "s-1",
 			"--input", `{"q": 1}`, "--key", "ai:custom:k1", "--model-version", "m1")
 		if res.code != 0 {
@@ -144,17 +162,33 @@ func TestCLI(t *testing.T) {
 			tk.ModelVersion != "m1" || string(tk.Input) != `{"q":1}` || tk.EnqueuedAt == "" {
 			t.Errorf("task = %+v, receipt %+v", tk, rc)
 		}
+		if key, _ := flight.TaskKey(tk); rc.RequestKey == "" || rc.RequestKey != key {
+			t.Errorf("receipt requestKey %q, want the task's flight key %q", rc.RequestKey, key)
+		}
 	})
 
 	t.Run("LoadWithoutWait", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
+		c.register(splitList(defaultStages)...)
 		res := c.run("", "load", "--n", "20", "--keys", "5", "--latency-ms", "7")
 		if res.code != 0 {
 			t.Fatalf("exit %d: %s", res.code, res.stderr)
 		}
 		if !strings.Contains(res.stderr, "enqueued 20 of 20 tasks") {
 			t.Errorf("stderr = %q, want the final count line", res.stderr)
+		}
+		// One receipt per task on stdout, each with the key inspect and cancel take.
+		receipts := lines(res.stdout)
+		if len(receipts) != 20 {
+			t.Fatalf("stdout has %d lines, want 20 receipts: %q", len(receipts), res.stdout)
+		}
+		for _, l := range receipts {
+			var rc client.Receipt
+			if err := json.Unmarshal([]byte(l), &rc); err != nil || rc.TaskID == "" ||
+				!strings.HasPrefix(rc.RequestKey, "ai:"+rc.Stage+":v1:load:") {
+				t.Errorf("receipt line %q: %+v, %v", l, rc, err)
+			}
 		}
 		inputs := map[string]int{}
 		total := 0
@@ -182,6 +216,7 @@ func TestCLI(t *testing.T) {
 	t.Run("EnqueueFile", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
+		c.register(stage, "interview-followup")
 		file := filepath.Join(t.TempDir(), "tasks.jsonl")
 		body := `{"taskId":"f-1","input":{"a":1}}` + "\n\n" +
 			`{"taskId":"f-2","input":{"a":2},"tenant":"other"}` + "\n" +
@@ -192,6 +227,9 @@ func TestCLI(t *testing.T) {
 		res := c.run("", "enqueue", "-f", file, "--stage", stage, "--tenant", "acme")
 		if res.code != 0 {
 			t.Fatalf("exit %d: %s", res.code, res.stderr)
+		}
+		if n := len(lines(res.stdout)); n != 3 || !strings.Contains(res.stdout, `"requestKey":"ai:interview-followup:v1:acme:`) {
+			t.Errorf("stdout = %q, want 3 receipts with their request keys", res.stdout)
 		}
 		a, b := c.tasks(stage), c.tasks("interview-followup")
 		if len(a) != 2 || len(b) != 1 {
@@ -210,6 +248,11 @@ func TestCLI(t *testing.T) {
 		if n := c.r.Client.XLen(context.Background(), topics.Keyspace{Prefix: c.prefix + "x"}.Tasks(stage)).Val(); n != 0 {
 			t.Errorf("%d tasks enqueued from a bad file", n)
 		}
+	})
+
+	t.Run("InspectArchive", func(t *testing.T) {
+		t.Parallel()
+		testInspectArchive(t, newCLI(t))
 	})
 
 	t.Run("InspectAndCancel", func(t *testing.T) {
@@ -276,6 +319,7 @@ func TestCLI(t *testing.T) {
 	t.Run("WaitAnswered", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
+		c.register(stage)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		c.consume(ctx, stage)
@@ -306,6 +350,7 @@ func TestCLI(t *testing.T) {
 	t.Run("WaitTimeout", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
+		c.register(stage)
 		start := time.Now()
 		res := c.run("", "load", "--n", "3", "--keys", "1", "--stages", stage, "--wait", "--timeout", "500ms")
 		if res.code != 1 {
@@ -314,11 +359,144 @@ func TestCLI(t *testing.T) {
 		if !strings.Contains(res.stderr, "3 of 3 events missing") {
 			t.Errorf("stderr = %q", res.stderr)
 		}
-		if !strings.Contains(res.stdout, `{"summary":{"tasks":3,"events":0,"missing":3`) {
-			t.Errorf("stdout = %q", res.stdout)
+		out := lines(res.stdout)
+		if len(out) != 4 || !strings.HasPrefix(out[3], `{"summary":{"tasks":3,"events":0,"missing":3`) {
+			t.Fatalf("stdout = %q, want 3 missing receipts and the summary", res.stdout)
+		}
+		for _, l := range out[:3] {
+			var m struct{ Missing client.Receipt }
+			if err := json.Unmarshal([]byte(l), &m); err != nil || m.Missing.TaskID == "" || m.Missing.RequestKey == "" {
+				t.Errorf("missing line %q: %+v, %v", l, m, err)
+			}
+		}
+		// Nobody ever read the stage: the hint says so, and that a consumer registered it.
+		hint := "producer: stage " + stage + ": no consumer group on " + c.ks.Tasks(stage) + " (3 entries): no consumer ever read it; its last consumer test-consumer was seen "
+		if !strings.Contains(res.stderr, hint) {
+			t.Errorf("stderr = %q, want the hint %q", res.stderr, hint)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("took %v", d)
+		}
+	})
+
+	t.Run("UnknownStage", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		// No consumer has registered anything under this prefix yet.
+		for _, args := range [][]string{
+			{"enqueue", "--stage", stage, "--tenant", "acme", "--input", "1"},
+			{"load", "--n", "2", "--stages", stage},
+		} {
+			res := c.run("", args...)
+			want := `producer: unknown stage "` + stage + `": no consumer has registered any stage yet under prefix "` + c.prefix +
+				`"; --any-stage enqueues anyway` + "\n"
+			if res.code != 2 || res.stderr != want {
+				t.Errorf("%v with an empty registry: exit %d, stderr %q; want exit 2 and %q", args, res.code, res.stderr, want)
+			}
+		}
+		c.register(stage, "interview-demeanor")
+		for _, args := range [][]string{
+			{"enqueue", "--stage", "interview-evalution", "--tenant", "acme", "--input", "1", "--wait"},
+			{"load", "--n", "2", "--stages", stage + ",interview-evalution"},
+		} {
+			res := c.run("", args...)
+			want := `producer: unknown stage "interview-evalution" (known: interview-demeanor, interview-evaluation); --any-stage enqueues anyway` + "\n"
+			if res.code != 2 || res.stderr != want {
+				t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", args, res.code, res.stderr, want)
+			}
+		}
+		ctx := context.Background()
+		for _, s := range []string{stage, "interview-evalution"} {
+			if n := c.r.Client.XLen(ctx, c.ks.Tasks(s)).Val(); n != 0 {
+				t.Errorf("%d tasks enqueued on %s after a refusal", n, s)
+			}
+		}
+		res := c.run("", "enqueue", "--stage", "interview-evalution", "--tenant", "acme", "--input", "1", "--any-stage")
+		var rc client.Receipt
+		if res.code != 0 || json.Unmarshal([]byte(res.stdout), &rc) != nil || rc.Stage != "interview-evalution" || rc.RequestKey == "" {
+			t.Errorf("--any-stage: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+		}
+	})
+
+	t.Run("WaitHints", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		c.register(stage, "interview-followup")
+		ctx := context.Background()
+		// interview-followup: a consumer group whose consumer read the tasks and holds them.
+		tasks := c.ks.Tasks("interview-followup")
+		if err := c.r.Client.XGroupCreateMkStream(ctx, tasks, topics.ConsumerGroup, "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(300 * time.Millisecond) // after the producer enqueued
+			c.r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "holder/0",
+				Streams: []string{tasks, ">"}, Count: 10, Block: -1})
+		}()
+		res := c.run("", "enqueue", "--stage", "interview-followup", "--tenant", "acme", "--input", "1", "--wait", "--timeout", "700ms")
+		want := "producer: stage interview-followup: 1 entry pending on " + tasks + " (0 parked on running flights), the oldest held by holder/0, idle "
+		if res.code != 1 || !strings.Contains(res.stderr, want) {
+			t.Errorf("pending: exit %d, stderr %q; want exit 1 and %q", res.code, res.stderr, want)
+		}
+		// interview-evaluation: a group with a consumer reading, but not the new entries.
+		tasks = c.ks.Tasks(stage)
+		if err := c.r.Client.XGroupCreateMkStream(ctx, tasks, topics.ConsumerGroup, "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.r.Client.XGroupCreateConsumer(ctx, tasks, topics.ConsumerGroup, "reader/0")
+		res = c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", "1", "--wait", "--timeout", "300ms")
+		want = "producer: stage " + stage + ": 1 entry not yet read on " + tasks + ", whose consumers are alive (its last consumer test-consumer was seen "
+		if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "the stage is behind") {
+			t.Errorf("behind: exit %d, stderr %q; want exit 1 and %q", res.code, res.stderr, want)
+		}
+		// The consumers read the stage in two partitions; this producer writes one stream.
+		c.r.Client.HSet(ctx, c.ks.Stages(), stage, `{"partitions":2,"mode":"HYBRID","model":"sim","consumer":"p","lastSeen":1}`)
+		res = c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", "2", "--wait", "--timeout", "300ms")
+		want = "producer: stage " + stage + ": the consumers read it in 2 partitions, this producer wrote 1 (--partitions 2)\n"
+		if res.code != 1 || !strings.Contains(res.stderr, want) {
+			t.Errorf("partitions: exit %d, stderr %q; want exit 1 and %q", res.code, res.stderr, want)
+		}
+	})
+
+	t.Run("Stages", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		res := c.run("", "stages")
+		if res.code != 0 || res.stdout != "" || !strings.Contains(res.stderr, "no consumer has registered any stage under prefix") {
+			t.Errorf("stages, empty: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+		}
+		c.register(stage, "interview-followup")
+		ctx := context.Background()
+		// interview-evaluation: 2 entries nobody read; interview-followup: 3 entries, 1 read
+		// and pending, 2 not yet read.
+		for range 2 {
+			c.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: c.ks.Tasks(stage), Values: []any{"k", "v"}})
+		}
+		f := c.ks.Tasks("interview-followup")
+		c.r.Client.XGroupCreateMkStream(ctx, f, topics.ConsumerGroup, "$")
+		for range 3 {
+			c.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: f, Values: []any{"k", "v"}})
+		}
+		c.r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "x/0", Streams: []string{f, ">"}, Count: 1, Block: -1})
+		res = c.run("", "stages", "--format", "json")
+		var rows []stageRow
+		if err := json.Unmarshal([]byte(res.stdout), &rows); res.code != 0 || err != nil {
+			t.Fatalf("stages --format json: exit %d, %v: %q %q", res.code, err, res.stdout, res.stderr)
+		}
+		if len(rows) != 2 || rows[0].Name != "interview-evaluation" || rows[0].Backlog != 2 || rows[0].Pending != 0 ||
+			rows[1].Name != "interview-followup" || rows[1].Backlog != 2 || rows[1].Pending != 1 ||
+			rows[1].Consumer != "test-consumer" || rows[1].Partitions != 1 || rows[1].Mode != "HYBRID" || rows[1].Model != "sim" ||
+			rows[1].LastSeen == "" || rows[1].LastSeenAgoMs < 0 || rows[1].LastSeenAgoMs > 20000 {
+			t.Errorf("rows = %+v", rows)
+		}
+		res = c.run("", "stages")
+		out := lines(res.stdout)
+		if res.code != 0 || len(out) != 3 || !strings.HasPrefix(out[0], "STAGE ") ||
+			!strings.HasPrefix(out[2], "interview-followup ") || !strings.Contains(out[2], " test-consumer ") {
+			t.Errorf("stages: exit %d, stdout %q", res.code, res.stdout)
+		}
+		if res := c.run("", "stages", "--format", "yaml"); res.code != 2 {
+			t.Errorf("--format yaml: exit %d, want 2", res.code)
 		}
 	})
 
@@ -334,7 +512,7 @@ func TestCLI(t *testing.T) {
 			if !ok || ee.ExitCode() != 2 {
 				t.Errorf("%v: %v, want exit 2", args, err)
 			}
-			for _, sub := range []string{"enqueue", "load", "tail", "inspect", "cancel"} {
+			for _, sub := range []string{"enqueue", "load", "tail", "inspect", "cancel", "stages"} {
 				if !strings.Contains(errOut.String(), sub) {
 					t.Errorf("%v: usage does not list %s", args, sub)
 				}

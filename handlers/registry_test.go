@@ -1,0 +1,123 @@
+package handlers_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestStageRegistry: a consumer registers its stages at start, refreshes lastSeen on its
+// liveness beats, and the entries stay after it stopped.
+func TestStageRegistry(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	stop := b.consumer("reg-1", func(c *handlers.Config) {
+		c.Stages[1].Partitions = 3
+		c.Stages[1].Mode = "DISTRIBUTED_ONLY"
+	})
+	read := func() map[string]topics.StageInfo {
+		t.Helper()
+		st, now, err := topics.ReadStages(ctx, b.r.Client, b.ks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]topics.StageInfo{}
+		for _, s := range st {
+			if s.LastSeen > now || now-s.LastSeen > 5000 {
+				t.Errorf("stage %s lastSeen %d, Redis time %d", s.Name, s.LastSeen, now)
+			}
+			out[s.Name] = s
+		}
+		return out
+	}
+	first := read()
+	want := map[string]topics.StageInfo{
+		handlers.StageEvaluation: {Name: handlers.StageEvaluation, Partitions: 1, Mode: "HYBRID", Model: "sim", Consumer: "reg-1"},
+		handlers.StageFollowup:   {Name: handlers.StageFollowup, Partitions: 3, Mode: "DISTRIBUTED_ONLY", Model: "sim", Consumer: "reg-1"},
+	}
+	if len(first) != len(want) {
+		t.Fatalf("registry = %+v, want %+v", first, want)
+	}
+	for name, w := range want {
+		got := first[name]
+		w.LastSeen = got.LastSeen
+		if got != w {
+			t.Errorf("stage %s = %+v, want %+v", name, got, w)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // two liveness beats
+	if again := read(); again[handlers.StageEvaluation].LastSeen <= first[handlers.StageEvaluation].LastSeen {
+		t.Errorf("lastSeen did not advance on the liveness beats: %d, then %d",
+			first[handlers.StageEvaluation].LastSeen, again[handlers.StageEvaluation].LastSeen)
+	}
+	stop()
+	if after := read(); len(after) != 2 {
+		t.Errorf("registry after the consumer stopped = %+v, want both stages kept", after)
+	}
+}
+
+// TestNameInUse: a consumer started under the name of a live one is refused with
+// ErrNameInUse (and the live one runs on); a name whose process stopped gracefully is free at
+// once; a name whose process died without stopping (a recent beat that never advances) is
+// free once the liveness timeout has passed since that beat.
+func TestNameInUse(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	stop := b.consumer("dup", nil)
+
+	start := time.Now()
+	err := b.run("dup", 10*time.Second)
+	if !errors.Is(err, handlers.ErrNameInUse) {
+		t.Fatalf("second consumer named dup: %v, want ErrNameInUse", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("refused after %v; want within the liveness timeout (600ms)", d)
+	}
+	if beat := b.r.Client.HGet(ctx, b.ks.Consumers(topics.ConsumerGroup), "dup").Val(); beat == "" {
+		t.Error("the refused consumer removed the live one's liveness entry")
+	}
+
+	// A graceful stop frees the name at once.
+	stop()
+	start = time.Now()
+	stop = b.consumer("dup", nil)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("restart after a graceful stop took %v", d)
+	}
+	stop()
+
+	// A dead process: its last beat is recent and never advances.
+	now := b.r.Client.Time(ctx).Val().UnixMilli()
+	b.r.Client.HSet(ctx, b.ks.Consumers(topics.ConsumerGroup), "dead", now)
+	start = time.Now()
+	stop = b.consumer("dead", nil)
+	if d := time.Since(start); d < 400*time.Millisecond || d > 3*time.Second {
+		t.Errorf("start under a dead process's name took %v; want about the liveness timeout (600ms)", d)
+	}
+	stop()
+}
+
+// run runs a consumer named name until it returns or timeout passes, and returns its error.
+func (b *bundle) run(name string, timeout time.Duration) error {
+	b.t.Helper()
+	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	log := zerolog.Nop()
+	c, err := handlers.NewConsumer(handlers.Config{NewClient: redisconn.Factory(b.r.Client.Options()),
+		Keyspace: b.ks, Name: name, Stages: stages, Logger: &log, LivenessInterval: 200 * time.Millisecond, SpoolDir: b.t.TempDir()})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	return c.Run(ctx)
+}
