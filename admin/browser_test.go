@@ -13,6 +13,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,9 +194,52 @@ func seed(t *testing.T, p *pipeline) {
 	eventually(t, 15*time.Second, "the hit", func() bool { return len(p.events()["ev-1007"]) > 0 })
 }
 
+// seedHistory writes the per-minute stats that an hour of traffic would have left before the
+// test started (the minutes before the current one), so that the charts show a whole hour;
+// the current minute's stats are the pipeline's own.
+func seedHistory(t *testing.T, p *pipeline) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := p.r.Client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := now.Unix()/60 - 1
+	_, err = p.r.Client.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for si, stage := range p.stages {
+			for i := int64(0); i < 59; i++ {
+				x := float64(i)
+				ok := int64(40 + 25*math.Sin(x/7+float64(si)) + 10*math.Sin(x/2.3))
+				key := p.ks.Stats(stage, last-58+i)
+				fields := map[string]int64{"o:owner_SUCCEEDED": ok * 2 / 3, "o:follower_SUCCEEDED": ok / 4,
+					"o:hit_SUCCEEDED": ok - ok*2/3 - ok/4, "o:owner_FAILED": i % 7 / 3, "o:follower_CANCELLED": i % 11 / 8,
+					"o:owner_EXPIRED": i % 17 / 15, "le:0.5": ok / 5, "le:1": ok / 2, "le:2.5": ok - ok/5 - ok/2 - 2, "le:10": 2}
+				if i > 40 && i < 46 { // a slow spell
+					fields["le:10"], fields["le:30"] = ok/2, 3
+				}
+				var n int64
+				for f, v := range fields {
+					pl.HIncrBy(ctx, key, f, v)
+					if strings.HasPrefix(f, "le:") {
+						n += v
+					}
+				}
+				pl.HIncrBy(ctx, key, "n", n)
+				pl.HIncrBy(ctx, key, "sumMs", n*1200)
+				pl.Expire(ctx, key, topics.StatsRetention)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBrowserDashboard(t *testing.T) {
 	chrome := chromiumPath(t)
 	p := startPipeline(t, []string{handlers.StageEvaluation, handlers.StageFollowup}, "fd-node-a", "fd-node-b")
+	seedHistory(t, p)
 	seed(t, p)
 
 	// The flight to cancel: a slow owner and a duplicate parked on it.
@@ -327,6 +371,18 @@ func TestBrowserDashboard(t *testing.T) {
 		document.getElementById('node-breaker').dataset.breaker === 'closed' &&
 		document.getElementById('live').dataset.state === 'live' &&
 		document.getElementById('conn-error').hidden`, 30*time.Second)
+	// The last hour's charts, from the fleet's per-minute stats: throughput bars, outcome
+	// segments and latency points of the evaluation stage.
+	hist := `#history .history-row[data-stage="interview-evaluation"]`
+	waitJS("the history charts drawn with data", fmt.Sprintf(`(() => {
+		const row = document.querySelector(%q);
+		return !!row && row.querySelectorAll('svg.chart-throughput rect.bar').length >= 50 &&
+			row.querySelectorAll('svg.chart-latency polyline.p50').length > 0 &&
+			row.querySelectorAll('svg.chart-outcomes rect.seg[data-status="SUCCEEDED"]').length > 0 &&
+			row.querySelectorAll('svg.chart-outcomes rect.seg[data-status="FAILED"]').length > 0 &&
+			row.querySelectorAll('svg.chart-latency circle.p99').length > 0 &&
+			!row.querySelector('.chart-max').textContent.includes('—');
+	})()`, hist), 25*time.Second)
 	// With the read-only token the actions are visible but disabled, and say why.
 	waitJS("a disabled Cancel button", fmt.Sprintf(`(() => { const b = document.querySelector(%q);
 		return b.disabled && b.title.includes('read-only'); })()`, row+` button[data-action="cancel"]`), 5*time.Second)
@@ -373,6 +429,38 @@ func TestBrowserDashboard(t *testing.T) {
 		t.Errorf("action errors on the page: %q %v", msg, err)
 	}
 
+	// Pause the evaluation stage from its card: a new task waits in the queued list, with its
+	// payload (markup shown as text, not run), until the stage is resumed.
+	card := `#stages .stage-card[data-stage="interview-evaluation"]`
+	run("pause the stage", chromedp.Click(chromedp.CSS(card+` button[data-action="pause-stage"]`)))
+	waitJS("the stage paused", fmt.Sprintf(`(() => { const c = document.querySelector(%q);
+		return c.dataset.paused === 'true' && !c.querySelector('.badge.paused').hidden &&
+			c.querySelector('button[data-action="pause-stage"]').textContent === 'Resume'; })()`, card), 10*time.Second)
+	time.Sleep(2 * time.Second) // the subscribers' cached pause state (1 s) and a read already blocking (250 ms)
+	p.enqueue(topics.Task{TaskID: "ev-1200", Tenant: "acme", SessionID: "sess-47",
+		Input: input(map[string]any{"answer": "<img src=x onerror=alert(1)>", "sim": map[string]any{"latencyMs": 100}})})
+	if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks(handlers.StageEvaluation), Values: []any{
+		topics.FieldUUID, "raw-markup-1", topics.FieldPayload,
+		`{"taskId":"ev-1201","stage":"interview-evaluation","tenant":"acme","input":{"answer":"<img src=x onerror=alert(2)>","sim":{"latencyMs":100}}}`,
+	}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitJS("the queued tasks", `!!document.querySelector('#queued tbody tr[data-task-id="ev-1200"]') &&
+		[...document.querySelectorAll('#queued tbody tr[data-task-id="ev-1201"] td.payload code')].some(c => c.textContent.includes('<img src=x'))`, 10*time.Second)
+	if n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll('#queued img').length`)); err != nil || n != 0 {
+		t.Errorf("markup of a queued payload became elements: %d %v", n, err)
+	}
+	time.Sleep(time.Second)
+	if evs := p.events(); len(evs["ev-1200"])+len(evs["ev-1201"]) > 0 {
+		t.Fatalf("a paused stage's task was answered: %v", evs["ev-1200"])
+	}
+	shot("dashboard-paused.png", true)
+	run("resume the stage", chromedp.Click(chromedp.CSS(card+` button[data-action="pause-stage"]`)))
+	waitJS("the queued tasks answered after the resume", fmt.Sprintf(`document.querySelector(%q).dataset.paused === 'false' &&
+		!!document.querySelector('#events tbody tr[data-task-id="ev-1200"][data-status="SUCCEEDED"]') &&
+		!!document.querySelector('#events tbody tr[data-task-id="ev-1201"][data-status="SUCCEEDED"]') &&
+		!document.querySelector('#queued tbody tr')`, card), 20*time.Second)
+
 	// Requeue the dead letter: it leaves the DLQ, and being still invalid comes back as a
 	// new entry with the same uuid.
 	oldID, err := chromedp.Run(tctx, chromedp.Evaluate[string](`document.querySelector('#dlq tbody tr').dataset.id`))
@@ -384,6 +472,40 @@ func TestBrowserDashboard(t *testing.T) {
 		const rows = [...document.querySelectorAll('#dlq tbody tr')];
 		return rows.length === 1 && rows[0].dataset.id !== %q && rows[0].dataset.uuid === '5b0e7c1a-9d2f-4f61-8c55-0e1f2a3b4c5d';
 	})()`, oldID), 15*time.Second)
+
+	// Bulk: two more dead letters, all three selected and requeued at once; still invalid,
+	// they come back with new ids. Then the stage's whole DLQ is purged (two clicks).
+	for i, u := range []string{"bulk-uuid-1", "bulk-uuid-2"} {
+		if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks(handlers.StageEvaluation), Values: []any{
+			topics.FieldUUID, u, topics.FieldPayload, fmt.Sprintf(`{"taskId":"ev-13%02d","stage":"interview-evaluation"}`, i),
+		}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitJS("three dead letters", `document.querySelectorAll('#dlq tbody tr').length === 3`, 15*time.Second)
+	before, err := chromedp.Run(tctx, chromedp.Evaluate[string](`[...document.querySelectorAll('#dlq tbody tr')].map(r => r.dataset.id).join(' ')`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("select every dead letter", chromedp.Click(chromedp.ID("dlq-all")))
+	waitJS("three selected", `document.getElementById('dlq-selected').textContent.startsWith('3') &&
+		!document.getElementById('dlq-requeue-selected').disabled`, 5*time.Second)
+	run("requeue the selected", chromedp.Click(chromedp.ID("dlq-requeue-selected")))
+	waitJS("the three requeued and back", fmt.Sprintf(`(() => {
+		const before = new Set(%q.split(' '));
+		const rows = [...document.querySelectorAll('#dlq tbody tr')];
+		return rows.length === 3 && rows.every(r => !before.has(r.dataset.id)) &&
+			document.getElementById('dlq-selected').textContent === '';
+	})()`, before), 20*time.Second)
+	run("purge all of the stage", chromedp.SetValue(chromedp.ID("dlq-stage"), handlers.StageEvaluation),
+		chromedp.Click(chromedp.ID("dlq-purge-all")))
+	waitJS("the purge confirm", `document.getElementById('dlq-purge-all').classList.contains('confirming')`, 5*time.Second)
+	run("confirm the purge", chromedp.Click(chromedp.ID("dlq-purge-all")))
+	waitJS("the DLQ empty", `document.querySelectorAll('#dlq tbody tr').length === 0 &&
+		!document.getElementById('dlq-empty').hidden`, 15*time.Second)
+	if n := p.r.Client.XLen(context.Background(), p.ks.DLQ(handlers.StageEvaluation)).Val(); n != 0 {
+		t.Errorf("the DLQ has %d entries after the purge", n)
+	}
 
 	// The API goes away: the banner shows and the indicator says offline; then it recovers.
 	p.apiDown.Store(true)
@@ -429,7 +551,7 @@ func saveScreenshot(t *testing.T, name string, png []byte) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
-	if update, _ := strconv.ParseBool(os.Getenv("UPDATE_SCREENSHOTS")); update && (name == "dashboard.png" || name == "dashboard-flight.png") {
+	if update, _ := strconv.ParseBool(os.Getenv("UPDATE_SCREENSHOTS")); update && (name == "dashboard.png" || name == "dashboard-flight.png" || name == "dashboard-paused.png") {
 		docs := filepath.Join("..", "docs", "img")
 		if err := os.MkdirAll(docs, 0o755); err != nil {
 			t.Fatal(err)

@@ -50,8 +50,14 @@ type HandlerConfig struct {
 //	GET  /ui/api/flight         ?key=
 //	GET  /ui/api/events         ?stage=&n=
 //	GET  /ui/api/dlq            ?stage=&n=
+//	GET  /ui/api/history        ?stage=&minutes=   per-minute fleet stats of the last hour
+//	GET  /ui/api/queued         ?stage=&n=         task entries not yet delivered
 //	POST /ui/api/cancel         {"key": "...", "reason": "..."}   (action token)
 //	POST /ui/api/requeue        {"stage": "...", "id": "..."}     (action token)
+//	POST /ui/api/pause          {"stage": "..."}                  (action token)
+//	POST /ui/api/resume         {"stage": "..."}                  (action token)
+//	POST /ui/api/dlq/requeue    {"stage", "ids": [...]} or {"stage", "all": true, "upTo"}
+//	POST /ui/api/dlq/purge      the same selection                (action token)
 //
 // Every API request needs "Authorization: Bearer <token>": ReadToken or Token for reads,
 // Token for actions. Refusals are JSON {"error", "code"}: 401 without a token or with a
@@ -126,33 +132,69 @@ func Handler(cfg HandlerConfig) (http.Handler, error) {
 	get("dlq", func(ctx context.Context, r *http.Request, _ access) (any, error) {
 		return in.DeadLetters(ctx, stages(r), n(r, 50))
 	})
-	post := func(path string, f func(ctx context.Context, body map[string]string) (any, error)) {
+	get("history", func(ctx context.Context, r *http.Request, _ access) (any, error) {
+		minutes, _ := strconv.Atoi(r.URL.Query().Get("minutes"))
+		return in.History(ctx, stages(r), minutes)
+	})
+	get("queued", func(ctx context.Context, r *http.Request, _ access) (any, error) {
+		return in.Queued(ctx, stages(r), n(r, 20))
+	})
+	post := func(path string, f func(ctx context.Context, r *http.Request, body json.RawMessage) (any, error)) {
 		mux.HandleFunc("POST /ui/api/"+path, func(w http.ResponseWriter, r *http.Request) {
 			if auth.check(w, r, accessAct) == accessNone {
 				return
 			}
-			var body map[string]string
-			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil {
-				apiError(w, http.StatusBadRequest, "bad_body", "body must be a JSON object of strings")
+			var body json.RawMessage
+			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&body); err != nil ||
+				len(body) == 0 || body[0] != '{' {
+				apiError(w, http.StatusBadRequest, "bad_body", "body must be a JSON object")
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeout)
 			defer cancel()
-			v, err := f(ctx, body)
+			v, err := f(ctx, r, body)
 			reply(w, v, err)
 		})
 	}
-	post("cancel", func(ctx context.Context, b map[string]string) (any, error) {
+	// strs posts a body that is an object of strings.
+	strs := func(path string, f func(ctx context.Context, r *http.Request, body map[string]string) (any, error)) {
+		post(path, func(ctx context.Context, r *http.Request, raw json.RawMessage) (any, error) {
+			var body map[string]string
+			if err := json.Unmarshal(raw, &body); err != nil {
+				return nil, fmt.Errorf("%w: body must be a JSON object of strings", ErrBadRequest)
+			}
+			return f(ctx, r, body)
+		})
+	}
+	strs("cancel", func(ctx context.Context, _ *http.Request, b map[string]string) (any, error) {
 		reason := b["reason"]
 		if reason == "" {
 			reason = "cancelled from the dashboard"
 		}
 		return in.Cancel(ctx, b["key"], reason)
 	})
-	post("requeue", func(ctx context.Context, b map[string]string) (any, error) {
+	strs("requeue", func(ctx context.Context, _ *http.Request, b map[string]string) (any, error) {
 		id, err := in.Requeue(ctx, b["stage"], b["id"])
 		return map[string]string{"id": id}, err
 	})
+	strs("pause", func(ctx context.Context, r *http.Request, b map[string]string) (any, error) {
+		return in.Pause(ctx, b["stage"], "dashboard "+clientKey(r.RemoteAddr))
+	})
+	strs("resume", func(ctx context.Context, _ *http.Request, b map[string]string) (any, error) {
+		was, err := in.Resume(ctx, b["stage"])
+		return map[string]bool{"wasPaused": was}, err
+	})
+	bulk := func(path string, f func(context.Context, DLQSelection) (BulkResult, error)) {
+		post(path, func(ctx context.Context, _ *http.Request, raw json.RawMessage) (any, error) {
+			var sel DLQSelection
+			if err := json.Unmarshal(raw, &sel); err != nil {
+				return nil, fmt.Errorf("%w: body must be {\"stage\", \"ids\": [...]} or {\"stage\", \"all\": true}", ErrBadRequest)
+			}
+			return f(ctx, sel)
+		})
+	}
+	bulk("dlq/requeue", in.RequeueDLQ)
+	bulk("dlq/purge", in.PurgeDLQ)
 	// Any other /ui/api/ path is refused like a read before it is found missing, so that
 	// probing paths needs a token too.
 	unknown := func(w http.ResponseWriter, r *http.Request) {
@@ -174,7 +216,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 		switch {
 		case errors.Is(err, flight.ErrNotFound), errors.Is(err, ErrNotFound):
 			code = http.StatusNotFound
-		case errors.Is(err, flight.ErrInvalidKey):
+		case errors.Is(err, flight.ErrInvalidKey), errors.Is(err, ErrBadRequest):
 			code = http.StatusBadRequest
 		case errors.As(err, &se):
 			code = http.StatusConflict

@@ -1,7 +1,8 @@
 // Package admin is Flightdeck's operations read model and web dashboard: what the stages,
-// flights, consumers, dead letters and recent events look like in Redis right now, the two
-// operator actions (cancel a flight, requeue a dead letter), and the HTTP handler that serves
-// them as JSON and as the embedded /ui page. `producer inspect` and `producer tail` read
+// flights, consumers, dead letters, queued tasks and recent events look like in Redis right now,
+// the fleet's last hour per stage (from the per-minute stats the consumers flush), the operator
+// actions (cancel a flight, pause or resume a stage, requeue or purge dead letters), and the
+// HTTP handler that serves them as JSON and as the embedded /ui page. `producer inspect` and `producer tail` read
 // through the same Inspector.
 package admin
 
@@ -93,6 +94,8 @@ type StageView struct {
 	P99Ms int64 `json:"p99Ms"`
 	// Outcomes counts those events by "<shared>/<status>".
 	Outcomes map[string]int `json:"outcomes"`
+	// Paused tells who paused the stage and when; nil while it runs.
+	Paused *topics.PauseInfo `json:"paused,omitempty"`
 }
 
 // ConsumerView is one consumer process.
@@ -133,10 +136,17 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 		consumers[name] = &ConsumerView{Name: name, LastBeatAgeMs: age,
 			Alive: age <= in.cfg.LivenessTimeout.Milliseconds(), Pending: map[string]int64{}}
 	}
+	paused, err := in.PausedStages(ctx)
+	if err != nil {
+		return Overview{}, fmt.Errorf("admin: overview: %w", err)
+	}
 	for _, stage := range in.cfg.Stages {
 		sv, pend, err := in.stage(ctx, stage, now)
 		if err != nil {
 			return Overview{}, err
+		}
+		if p, ok := paused[stage]; ok {
+			sv.Paused = &p
 		}
 		ov.Stages = append(ov.Stages, sv)
 		for sub, n := range pend {
@@ -362,6 +372,8 @@ type FlightDetail struct {
 	Meta flight.Meta `json:"meta"`
 	// Result is the stored result (at most MaxFieldBytes), when there is one.
 	Result string `json:"result,omitempty"`
+	// Attempts are the flight's owner attempts, oldest first (see AttemptLogField).
+	Attempts []AttemptView `json:"attempts"`
 	// Truncated tells that a field, list or map was cut.
 	Truncated bool `json:"truncated,omitempty"`
 }
@@ -372,7 +384,7 @@ func (in *Inspector) Flight(ctx context.Context, key string) (FlightDetail, erro
 	if err != nil {
 		return FlightDetail{}, err
 	}
-	d := FlightDetail{Meta: m}
+	d := FlightDetail{Meta: m, Attempts: attempts(m)}
 	if res, err := in.coord.Result(ctx, key); err == nil {
 		d.Result = string(res)
 	}
@@ -455,30 +467,19 @@ func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) 
 var ErrNotFound = errors.New("admin: not found")
 
 // Requeue moves a dead letter back onto its stage's task stream (same uuid and payload) and
-// deletes it from the DLQ. It answers the new task entry id. A payload that is still invalid
-// simply comes back to the DLQ.
+// deletes it from the DLQ (see RequeueDLQ). It answers the new task entry id. A payload that
+// is still invalid simply comes back to the DLQ.
 func (in *Inspector) Requeue(ctx context.Context, stage, id string) (string, error) {
-	if !slices.Contains(in.cfg.Stages, stage) {
-		return "", fmt.Errorf("admin: requeue: %w: stage %q", ErrNotFound, stage)
-	}
-	msgs, err := in.rdb.XRange(ctx, in.ks.DLQ(stage), id, id).Result()
-	if err != nil {
-		return "", fmt.Errorf("admin: requeue: %w", err)
-	}
-	if len(msgs) == 0 {
+	res, err := in.RequeueDLQ(ctx, DLQSelection{Stage: stage, IDs: []string{id}})
+	switch {
+	case err != nil:
+		return "", err
+	case res.Missing > 0:
 		return "", fmt.Errorf("admin: requeue: %w: entry %s", ErrNotFound, id)
+	case len(res.IDs) == 0:
+		return "", fmt.Errorf("admin: requeue: entry %s was not added to the task stream", id)
 	}
-	uuid, _ := msgs[0].Values[topics.FieldUUID].(string)
-	payload, _ := msgs[0].Values[topics.FieldPayload].(string)
-	newID, err := in.rdb.XAdd(ctx, &redis.XAddArgs{Stream: in.ks.TaskStreamFor(stage, uuid), MaxLen: topics.DefaultTaskMaxLen,
-		Approx: true, Values: []any{topics.FieldUUID, uuid, topics.FieldPayload, payload}}).Result()
-	if err != nil {
-		return "", fmt.Errorf("admin: requeue: %w", err)
-	}
-	if err := in.rdb.XDel(ctx, in.ks.DLQ(stage), id).Err(); err != nil {
-		return newID, fmt.Errorf("admin: requeue: requeued as %s but not removed from the DLQ: %w", newID, err)
-	}
-	return newID, nil
+	return res.IDs[0], nil
 }
 
 // Cancel cancels a flight and answers its parked tasks (see client.Client.Cancel).

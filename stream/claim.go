@@ -90,6 +90,7 @@ func (l *topicLoop) scan(ctx context.Context, cursors map[string]string) error {
 			l.signal()
 		}
 	}
+	cands = l.s.unpausedCandidates(ctx, cands)
 	if len(cands) == 0 {
 		return nil
 	}

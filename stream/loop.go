@@ -134,6 +134,10 @@ func (l *topicLoop) run() {
 				continue
 			}
 		}
+		if !l.recovering && l.s.paused(l.ctx) {
+			l.sleep(wait) // a paused stage reads nothing new
+			continue
+		}
 		var err error
 		free = l.gather(free)
 		if l.recovering {

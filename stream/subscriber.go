@@ -120,6 +120,14 @@ type Config struct {
 	CloseTimeout time.Duration
 	// Logger receives the subscriber's logs. Defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// Paused, when set, tells whether the topics' stage is paused: then the subscriber reads
+	// no new entries and claims no other consumer's entries, except parked ones (so parked
+	// tasks are still answered), while it still hands out, touches and settles what it holds.
+	// It is asked at most once per PauseCheck per subscriber (the answer is cached); on an
+	// error the last answer stands. Defaults to nil: never paused.
+	Paused func(ctx context.Context) (bool, error)
+	// PauseCheck is how long an answer of Paused is used. Defaults to 1 s.
+	PauseCheck time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -161,6 +169,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = 10 * time.Second
+	}
+	if c.PauseCheck == 0 {
+		c.PauseCheck = time.Second
 	}
 	if c.Logger == nil {
 		l := zerolog.Nop()
@@ -231,6 +242,7 @@ type Subscriber struct {
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
 	acker   *acker
+	pause   pauseCache
 }
 
 // NewSubscriber validates cfg and returns a subscriber; nothing is read until Subscribe.

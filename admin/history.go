@@ -1,0 +1,173 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// MaxHistoryMinutes bounds the minutes one history read covers: about what the per-minute
+// stats hashes keep (topics.StatsRetention).
+const MaxHistoryMinutes = 60
+
+// MinuteStats is what the fleet answered for one stage in one minute.
+type MinuteStats struct {
+	// Minute is the minute's start, Unix seconds.
+	Minute int64 `json:"minute"`
+	// Outcomes counts the tasks answered by outcome: "<shared>_<status>" (owner_SUCCEEDED,
+	// follower_FAILED, hit_SUCCEEDED, ...) and "parked".
+	Outcomes map[string]int64 `json:"outcomes,omitempty"`
+	// Total counts the terminal events (every outcome but parked).
+	Total int64 `json:"total"`
+	// Count is the number of end-to-end latencies recorded; P50Ms, P99Ms and MeanMs are
+	// computed from their histogram buckets (-1 when Count is 0).
+	Count  int64 `json:"count"`
+	P50Ms  int64 `json:"p50Ms"`
+	P99Ms  int64 `json:"p99Ms"`
+	MeanMs int64 `json:"meanMs"`
+}
+
+// StageHistory is one stage's last minutes, oldest first, the current (partial) minute last.
+type StageHistory struct {
+	// Stage is the stage; Minutes its minutes, each one present.
+	Stage   string        `json:"stage"`
+	Minutes []MinuteStats `json:"minutes"`
+}
+
+// History reads the per-minute stats the consumers of the fleet flush into Redis
+// (topics.Keyspace.Stats) for the last minutes (at most MaxHistoryMinutes, the current one
+// included) of the given stages (all stages when none). Minutes without data are present with
+// zero counts, so that every stage has the same minutes.
+func (in *Inspector) History(ctx context.Context, stages []string, minutes int) ([]StageHistory, error) {
+	if minutes <= 0 || minutes > MaxHistoryMinutes {
+		minutes = MaxHistoryMinutes
+	}
+	if len(stages) == 0 {
+		stages = in.cfg.Stages
+	}
+	for _, s := range stages {
+		if !slices.Contains(in.cfg.Stages, s) {
+			return nil, fmt.Errorf("admin: history: %w: stage %q", ErrNotFound, s)
+		}
+	}
+	now, err := in.rdb.Time(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admin: history: %w", err)
+	}
+	last := now.Unix() / 60
+	first := last - int64(minutes) + 1
+	cmds := make([][]*redis.MapStringStringCmd, len(stages))
+	_, err = in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range stages {
+			for m := first; m <= last; m++ {
+				cmds[i] = append(cmds[i], p.HGetAll(ctx, in.ks.Stats(s, m)))
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("admin: history: %w", err)
+	}
+	out := make([]StageHistory, len(stages))
+	for i, s := range stages {
+		out[i] = StageHistory{Stage: s, Minutes: make([]MinuteStats, 0, minutes)}
+		for j, c := range cmds[i] {
+			out[i].Minutes = append(out[i].Minutes, minuteStats((first+int64(j))*60, c.Val()))
+		}
+	}
+	return out, nil
+}
+
+// minuteStats decodes one stats hash.
+func minuteStats(minute int64, h map[string]string) MinuteStats {
+	ms := MinuteStats{Minute: minute, P50Ms: -1, P99Ms: -1, MeanMs: -1}
+	var buckets []latencyBucket
+	var sumMs int64
+	for f, v := range h {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(f, topics.StatsOutcomePrefix):
+			if len(ms.Outcomes) >= maxOutcomes {
+				continue
+			}
+			o := strings.TrimPrefix(f, topics.StatsOutcomePrefix)
+			if ms.Outcomes == nil {
+				ms.Outcomes = map[string]int64{}
+			}
+			ms.Outcomes[o] = n
+			if o != "parked" {
+				ms.Total += n
+			}
+		case strings.HasPrefix(f, topics.StatsBucketPrefix):
+			b, err := strconv.ParseFloat(strings.TrimPrefix(f, topics.StatsBucketPrefix), 64)
+			if err == nil && !math.IsNaN(b) && len(buckets) < maxOutcomes {
+				buckets = append(buckets, latencyBucket{le: b, n: n})
+			}
+		case f == topics.StatsCount:
+			ms.Count = n
+		case f == topics.StatsSumMs:
+			sumMs = n
+		}
+	}
+	if ms.Count > 0 {
+		ms.MeanMs = sumMs / ms.Count
+	}
+	if len(buckets) > 0 {
+		ms.P50Ms, ms.P99Ms = bucketQuantile(buckets, 0.50), bucketQuantile(buckets, 0.99)
+	}
+	return ms
+}
+
+// maxOutcomes bounds the fields read from one stats hash (anyone who may write to Redis may
+// add fields to it).
+const maxOutcomes = 100
+
+// latencyBucket holds the latencies above the previous bucket's bound and at most le seconds.
+type latencyBucket struct {
+	le float64
+	n  int64
+}
+
+// bucketQuantile estimates the q-quantile, in milliseconds, of the latencies counted in
+// buckets (not cumulative), interpolating linearly inside the bucket it falls in, as
+// Prometheus' histogram_quantile does; a quantile in the +Inf bucket is the largest finite
+// bound.
+func bucketQuantile(buckets []latencyBucket, q float64) int64 {
+	sort.Slice(buckets, func(i, j int) bool { return buckets[i].le < buckets[j].le })
+	var total int64
+	for _, b := range buckets {
+		total += b.n
+	}
+	if total == 0 {
+		return -1
+	}
+	rank := q * float64(total)
+	var below int64
+	lower := 0.0
+	for _, b := range buckets {
+		if float64(below+b.n) >= rank {
+			if math.IsInf(b.le, 1) {
+				return int64(math.Round(lower * 1000))
+			}
+			frac := (rank - float64(below)) / float64(b.n)
+			return int64(math.Round((lower + (b.le-lower)*frac) * 1000))
+		}
+		below += b.n
+		if !math.IsInf(b.le, 1) {
+			lower = b.le
+		}
+	}
+	return int64(math.Round(lower * 1000))
+}
