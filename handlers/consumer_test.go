@@ -246,11 +246,20 @@ type safeLog struct {
 	mu   sync.Mutex
 	t    *testing.T
 	done bool
+	text strings.Builder
+}
+
+// String returns every line written so far.
+func (l *safeLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.text.String()
 }
 
 func (l *safeLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.text.Write(p)
 	if !l.done {
 		l.t.Log(strings.TrimSpace(string(p)))
 	}

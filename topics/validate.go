@@ -246,6 +246,12 @@ func CheckTenant(tenant string) error {
 	return checkString("tenant", tenant, true, maxNameLen, isTenantByte)
 }
 
+// CheckStage reports whether stage is a valid stage name: 1 to 64 bytes of [a-z0-9-]. The
+// error is an *InvalidTaskError.
+func CheckStage(stage string) error {
+	return checkString("stage", stage, true, maxNameLen, isStageByte)
+}
+
 func checkString(field, s string, required bool, max int, ok func(byte) bool) error {
 	if s == "" {
 		if required {

@@ -111,6 +111,22 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }
 
+// Permanent marks err as a final failure: no other attempt runs, and every task of the
+// flight's key receives a FAILED event with errorType bad_request and errorCode code (code
+// "" becomes "permanent"). For handler functions whose input can never succeed.
+func Permanent(code string, err error) error {
+	if code == "" {
+		code = "permanent"
+	}
+	return &Error{Type: TypeBadRequest, Code: code, Err: err}
+}
+
+// RetryLater marks err as retryable after at least d: the flight's next attempt starts no
+// sooner (for a provider's Retry-After hint). The task waits without holding a handler.
+func RetryLater(d time.Duration, err error) error {
+	return &Error{Retryable: true, Type: TypeRateLimited, Code: "retry_later", RetryAfter: d, Err: err}
+}
+
 // Classify turns err into an *Error:
 //   - nil stays nil;
 //   - an *Error anywhere in err's chain is returned as is;

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+)
+
+// Backoff of the start-up wait for Redis: the first retry after waitFirst, doubling up to
+// waitMax between tries.
+const (
+	waitFirst = 250 * time.Millisecond
+	waitMax   = 5 * time.Second
+)
+
+// waitForRedis pings Redis until it answers, so that a consumer started before its Redis (a
+// compose file, a node reboot) comes up by itself. Every failed try is one warning line with
+// the redacted address and the reason; after limit it gives up with an error (limit 0: one
+// try). It returns ctx's error when ctx ends first.
+func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() redis.UniversalClient, url string,
+	limit time.Duration) error {
+	rdb := newClient()
+	defer rdb.Close()
+	start := time.Now()
+	back := waitFirst
+	for try := 1; ; try++ {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := rdb.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			if try > 1 {
+				log.Info().Str("redis", redisconn.RedactURL(url)).Str("waited", time.Since(start).Round(time.Millisecond).String()).Msg("Redis answers")
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		err = redisconn.RedactError(err, url)
+		left := limit - time.Since(start)
+		if left <= 0 {
+			return fmt.Errorf("redis %s did not answer within %v (--redis-wait): %w", redisconn.RedactURL(url), limit, err)
+		}
+		back = min(back, left)
+		log.Warn().Str("redis", redisconn.RedactURL(url)).Str("error", err.Error()).Int("try", try).
+			Str("retryIn", back.Round(time.Millisecond).String()).Str("giveUpIn", left.Round(100*time.Millisecond).String()).Msg("waiting for Redis")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(back):
+		}
+		back = min(2*back, waitMax)
+	}
+}
