@@ -6,11 +6,13 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps build vet test race bench bench-compare chaos chaos-short chaos-cluster demo fmt tidy clean test-ui
+.PHONY: all deps build vet test race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui
 
 all: build
 
-# deps installs redis-server when it is missing (Debian/Ubuntu), so a fresh machine works.
+# deps installs redis-server and PostgreSQL's server binaries when they are missing
+# (Debian/Ubuntu), so a fresh machine works. Tests start private servers of both on free
+# loopback ports; they never use a machine's own PostgreSQL or Redis.
 deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "redis-server not found: installing it with apt-get"; \
@@ -18,6 +20,11 @@ deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; \
 	}
 	@redis-server --version
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$FLIGHTDECK_TEST_PG_URL" ] || { \
+		echo "PostgreSQL server binaries (initdb, postgres) not found: installing postgresql with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+	}
 
 build:
 	$(GO) build $(PKGS)
@@ -73,6 +80,11 @@ chaos-cluster: deps
 # demo: a private redis-server (or $$REDIS_URL), two consumers, a producer; prints the events.
 demo: deps
 	@bash scripts/demo.sh
+
+# demo-archive: the same with a private PostgreSQL archive; then Redis is restarted empty and
+# the same load is answered from the archive without a model call.
+demo-archive: deps
+	@DEMO_ARCHIVE=1 bash scripts/demo.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

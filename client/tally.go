@@ -18,12 +18,14 @@ type Summary struct {
 	Missing int `json:"missing"`
 	// DistinctKeys is the number of distinct request keys among the events.
 	DistinctKeys int `json:"distinctKeys"`
-	// Owner, Hit, Follower and Local count the events by Event.Shared: model runs, result
-	// cache hits, followers of another owner, and in-process runs while Redis was away.
+	// Owner, Hit, Follower, Local and Archive count the events by Event.Shared: model runs,
+	// result cache hits, followers of another owner, in-process runs while Redis was away,
+	// and answers from the durable archive.
 	Owner    int `json:"owner"`
 	Hit      int `json:"hit"`
 	Follower int `json:"follower"`
 	Local    int `json:"local"`
+	Archive  int `json:"archive"`
 	// Failures counts events whose status is not SUCCEEDED.
 	Failures int `json:"failures"`
 	// P50Ms and P99Ms are latency percentiles (nearest rank) in milliseconds: the event's
@@ -136,6 +138,8 @@ func (t *Tally) count(e topics.Event, at time.Time) {
 		t.sum.Follower++
 	case topics.SharedLocal:
 		t.sum.Local++
+	case topics.SharedArchive:
+		t.sum.Archive++
 	}
 	if e.Status != topics.StatusSucceeded {
 		t.sum.Failures++
@@ -179,6 +183,32 @@ func (t *Tally) Summary(end time.Time) Summary {
 	s.P50Ms = percentileMs(lat, 0.50)
 	s.P99Ms = percentileMs(lat, 0.99)
 	return s
+}
+
+// Missing returns the receipts of the expected tasks that have no event yet, in enqueue
+// order (by EnqueuedAt, then stream entry).
+func (t *Tally) Missing() []Receipt {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Receipt
+	for id, r := range t.expected {
+		if !t.answered[id] {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Receipt) int {
+		if c := a.EnqueuedAt.Compare(b.EnqueuedAt); c != 0 {
+			return c
+		}
+		switch {
+		case topics.IDLess(a.StreamID, b.StreamID):
+			return -1
+		case topics.IDLess(b.StreamID, a.StreamID):
+			return 1
+		}
+		return 0
+	})
+	return out
 }
 
 // percentileMs returns the nearest-rank p-th percentile of sorted in milliseconds, rounded

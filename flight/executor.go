@@ -73,6 +73,9 @@ type StageOptions struct {
 	DegradedRate float64
 	// DegradedBurst is the rate limiter's burst. Defaults to 1.
 	DegradedBurst int
+	// ArchiveRetention is how long ExecutorConfig.Archive keeps the stage's outcomes.
+	// Defaults to the archive's default (30 days for package archive).
+	ArchiveRetention time.Duration
 }
 
 func (o StageOptions) withDefaults() StageOptions {
@@ -127,6 +130,10 @@ type ExecutorConfig struct {
 	Logger *zerolog.Logger
 	// Registry receives the singleflight_* metrics. Defaults to none.
 	Registry prometheus.Registerer
+	// Archive, when set, is consulted before an owner runs the function: a key whose final
+	// outcome it holds is answered from it (lazy rehydrate, Result.Shared "archive"), and
+	// every outcome an owner settles is recorded in it. Defaults to none.
+	Archive Archive
 	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once;
 	// past it Do answers ErrTooManyWaiters. Defaults to 10000.
 	MaxWaiters int

@@ -116,6 +116,11 @@ type regResult struct {
 func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn) (res Result, again bool, err error) {
 	o := *d.Owner
 	o.Task = Task{ID: "exec-" + uuid.NewString()}
+	if e.cfg.Archive != nil {
+		if res, done, again, err := e.rehydrate(ctx, st, o); done {
+			return res, again, err
+		}
+	}
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	runCtx, cancelBudget := context.WithTimeout(runCtx, st.opt.Budget.Execution)
@@ -153,6 +158,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		out, err := Guard(e.cb, func() (Settlement, error) { return e.coord.Fail(rctx, o, f, run) })
 		switch {
 		case err == nil && out.Final:
+			e.record(st, o, StatusFailed, nil, f)
 			return Result{}, false, fnErr
 		case err == nil:
 			return Result{}, true, nil
@@ -171,6 +177,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 	var se *StateError
 	switch {
 	case err == nil:
+		e.record(st, o, StatusSucceeded, v, Failure{})
 		return res, false, nil
 	case errors.Is(err, ErrCancelled):
 		return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled",
@@ -201,6 +208,44 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 	default:
 		return res, false, err
 	}
+}
+
+// rehydrate answers the flight o owns from the archive when it holds the key's final outcome
+// (a result within its retention; a failure or cancellation within the failureTTL): done
+// reports that it did, with own's results. A lookup that fails or finds nothing runs the
+// function.
+func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o Ownership) (res Result, done, again bool, err error) {
+	lctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+	a, ok, lerr := e.cfg.Archive.Lookup(lctx, o.Key)
+	cancel()
+	if lerr != nil || !ok || a.Status == StatusExpired ||
+		(a.Status != StatusSucceeded && time.Since(a.FinishedAt) > st.opt.Policy.FailureTTL) {
+		return Result{}, false, false, nil
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
+	defer rcancel()
+	_, err = Guard(e.cb, func() (Settlement, error) { return e.coord.Rehydrate(rctx, o, a) })
+	switch {
+	case err == nil && a.Status == StatusSucceeded:
+		return Result{Value: a.Result, Shared: topics.SharedArchive, Token: o.Token}, true, false, nil
+	case err == nil, errors.Is(err, ErrCancelled):
+		return Result{}, true, false, &OutcomeError{Status: a.Status, Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}
+	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrExpired), errors.As(err, new(*StateError)):
+		return Result{}, true, true, nil
+	default:
+		// Redis could not take the archived outcome: run nothing, let the caller retry.
+		return Result{}, true, false, err
+	}
+}
+
+// record archives an outcome of the flight o owned.
+func (e *Executor) record(st *stageRuntime, o Ownership, status Status, result []byte, f Failure) {
+	if e.cfg.Archive == nil {
+		return
+	}
+	e.cfg.Archive.Record(Archived{Key: o.Key, Stage: st.name, Tenant: o.Tenant, Status: status, Token: o.Token,
+		Attempts: max(o.Attempts, 1), Result: result, ErrorType: f.Type, ErrorCode: f.Code, Error: f.Message,
+		FinishedAt: time.Now(), Retention: st.opt.ArchiveRetention})
 }
 
 func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }

@@ -152,6 +152,12 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 // ErrStaleToken (another owner: the task is answered from the flight or parked on it; neither
 // when a larger token's meta is gone too), *StateError (the token's own flight FAILED).
 func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, run time.Duration) (Settlement, error) {
+	return c.complete(ctx, o, result, run, "")
+}
+
+// complete is Complete; a shared label other than "" replaces "owner" in the owner's event
+// (the call then carries the arguments that write a meta back at once).
+func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, run time.Duration, shared string) (Settlement, error) {
 	p := o.Policy.WithDefaults()
 	inline := "0"
 	if compact, err := compactJSON(result); err == nil {
@@ -160,6 +166,9 @@ func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, 
 	body := c.successBody(o, result, inline == "1", run)
 	argv := c.answerArgv(o.Task, run, o.MaxInline, body)
 	argv = append(argv, tok(o.Token), result, inline, ms(p.ResultTTL), ms(p.FenceTTL()))
+	if shared != "" {
+		argv = append(argv, labelled(o, shared)...)
+	}
 	st, err := c.settleCall(ctx, "complete", lua.Complete, o, argv)
 	if errors.Is(err, ErrGone) {
 		// The meta is gone: call again with what it takes to write it back (the common call
@@ -188,10 +197,18 @@ type Failure struct {
 // attempt, and the owner's task stays the owner's. Tokens are judged as by Complete; a retry
 // of the same token's fail succeeds again.
 func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time.Duration) (Settlement, error) {
+	return c.fail(ctx, o, f, run, "")
+}
+
+// fail is Fail; a shared label other than "" replaces "owner" in the owner's event.
+func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time.Duration, shared string) (Settlement, error) {
 	p := o.Policy.WithDefaults()
 	argv := c.answerArgv(o.Task, run, o.MaxInline, "")
 	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
 		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
+	if shared != "" {
+		argv = append(argv, shared)
+	}
 	return c.settleCall(ctx, "fail", lua.Fail, o, argv)
 }
 

@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/flightdeck-ai/flightdeck/internal/filelock"
 )
 
 // ErrSpoolInUse: another live process holds the spool of this name (two processes were given
@@ -41,22 +42,8 @@ func spoolFiles(dir, name string) (data, lock string) {
 	return filepath.Join(dir, base+".jsonl"), filepath.Join(dir, base+".lock")
 }
 
-// lockFile opens (creating) path and takes an exclusive, non-blocking flock on it. It
-// returns nil and no error when another process holds the lock.
-func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return f, nil
-}
+// lockFile takes the spool lock at path (filelock.TryLock).
+func lockFile(path string) (*os.File, error) { return filelock.TryLock(path) }
 
 // OpenSpoolDir opens (creating) the spool of the process called name in dir: the file
 // spool-<name>.jsonl, guarded by an exclusive lock on spool-<name>.lock that the spool holds

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,25 +12,37 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // Config configures a Consumer.
 type Config struct {
-	// NewClient returns a new Redis client. Required. The consumer calls it twice: for the
-	// handlers' client and for the stream subscribers' reads (each topic's XREADGROUP blocks
-	// a connection while idle). The consumer closes every client it got.
+	// NewClient returns a new Redis client. The consumer calls it twice: for the handlers'
+	// client and for the stream subscribers' reads (each topic's XREADGROUP blocks a
+	// connection while idle). The consumer closes every client it got. Required unless
+	// RedisURL is set.
 	NewClient func() redis.UniversalClient
+	// RedisURL is used when NewClient is nil: redis://[user:password@]host:port/db,
+	// rediss:// for TLS, or a cluster URL naming more nodes with addr= query parameters.
+	RedisURL string
 	// Keyspace names keys and streams. Defaults to the "ai" prefix.
 	Keyspace topics.Keyspace
 	// Name is this process's consumer name in the group. It must not contain '/' or
 	// whitespace nor start with '~'. A consumer restarted under the same name picks up its own
 	// pending entries at start. Defaults to "<hostname>-<pid>".
 	Name string
-	// Stages are the stages to consume (see LoadStages). Required.
+	// Stages are the stages to consume (see LoadStages). A stage registered in Handlers and
+	// missing here is added with its built-in policy (the four built-in stages) or the
+	// generic defaults. Required unless Handlers registers a stage.
 	Stages []StageConfig
+	// Handlers runs each stage registered in it with its function or model adapter, whatever
+	// the stage's Model names (the stage's Model becomes the adapter's name, "handler" for a
+	// function). Other stages run the adapter that their Model names in Models.
+	Handlers *Mux
 	// Models are the model adapters by name (StageConfig.Model). Defaults to {"sim": &model.Sim{}}.
 	Models map[string]model.Model
 	// Limits bound task messages. Defaults to topics.Limits defaults, with Stages set to the
@@ -64,6 +77,12 @@ type Config struct {
 	// coordinator: answers written after the scripts (as on Redis Cluster) and a hook called
 	// between a script and its answers. Defaults to none.
 	Faults Faults
+	// Archive is the durable archive of outcomes (package archive), or nil for none. With it,
+	// every outcome an owner settles is archived (batched, off the owner's path; spooled to
+	// SpoolDir while the archive does not answer), and a new owner answers its key from the
+	// archive when it holds the key's final outcome, without a model call. The consumer
+	// does not close it.
+	Archive *archive.Store
 	// SpoolDir is the directory of the spool of uncertain outcomes (results the model produced
 	// but Redis could not store): this consumer's file is named after Name, and the spools of
 	// dead processes found there are adopted and written back at start. Defaults to
@@ -79,7 +98,15 @@ type Faults struct {
 	AfterScript func(op string)
 }
 
-func (c *Config) setDefaults() {
+func (c *Config) setDefaults() error {
+	if c.NewClient == nil && c.RedisURL != "" {
+		f, err := redisconn.UniversalWithTLS(c.RedisURL, redisconn.TLSFiles{})
+		if err != nil {
+			return fmt.Errorf("handlers: RedisURL: %w", err)
+		}
+		c.NewClient = f
+	}
+	c.Stages = withHandlerStages(c.Stages, c.Handlers)
 	if c.Name == "" {
 		c.Name = flight.DefaultNodeID()
 	}
@@ -114,12 +141,48 @@ func (c *Config) setDefaults() {
 		}
 	}
 	c.Limits = c.Limits.WithDefaults()
+	return nil
+}
+
+// withHandlerStages returns stages with the stages registered in mux added (built-in policy,
+// else generic defaults) and the Model of every stage mux runs set to its adapter's name.
+// stages is not modified.
+func withHandlerStages(stages []StageConfig, mux *Mux) []StageConfig {
+	if mux == nil {
+		return stages
+	}
+	out := slices.Clone(stages)
+	builtin := DefaultStages()
+	for _, name := range mux.Stages() {
+		if !slices.ContainsFunc(out, func(s StageConfig) bool { return s.Name == name }) {
+			sc, ok := builtin[name]
+			if !ok {
+				sc = StageConfig{Name: name}
+			}
+			out = append(out, sc.WithDefaults())
+		}
+	}
+	for i := range out {
+		if mdl, ok := mux.handler(out[i].Name); ok {
+			out[i].Model = mdl.Name()
+		}
+	}
+	return out
+}
+
+// modelFor returns the model that runs stage s: its Handlers entry, else Models[s.Model].
+func (c *Config) modelFor(s StageConfig) (model.Model, bool) {
+	if mdl, ok := c.Handlers.handler(s.Name); ok {
+		return mdl, true
+	}
+	mdl, ok := c.Models[s.Model]
+	return mdl, ok
 }
 
 func (c *Config) validate() error {
 	var errs []error
 	if c.NewClient == nil {
-		errs = append(errs, errors.New("NewClient is required"))
+		errs = append(errs, errors.New("NewClient or RedisURL is required"))
 	}
 	if len(c.Stages) == 0 {
 		errs = append(errs, errors.New("no stages"))
@@ -134,7 +197,7 @@ func (c *Config) validate() error {
 		if err := s.Validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if _, ok := c.Models[s.Model]; !ok {
+		if _, ok := c.modelFor(s); !ok {
 			errs = append(errs, fmt.Errorf("stage %s: no model adapter %q", s.Name, s.Model))
 		}
 	}

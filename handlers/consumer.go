@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/stream"
@@ -35,7 +36,8 @@ type Consumer struct {
 	metrics *Metrics
 	spool   *flight.Spool
 	clients []redis.UniversalClient
-	batch   *lua.Batcher // the handlers' flight calls on a single node (nil on a cluster)
+	batch   *lua.Batcher    // the handlers' flight calls on a single node (nil on a cluster)
+	archive *archive.Writer // nil without Config.Archive
 	procs   map[string]*Processor
 	subs    map[string]*stream.Subscriber
 	life    *lifecycle
@@ -49,7 +51,9 @@ type Consumer struct {
 // NewConsumer validates cfg and prepares a consumer; nothing connects until Run. It opens
 // (and locks) the consumer's spool in cfg.SpoolDir, adopting what dead processes left there.
 func NewConsumer(cfg Config) (*Consumer, error) {
-	cfg.setDefaults()
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
 	cfg.Keyspace = Keyspace(cfg.Keyspace, cfg.Stages)
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -69,6 +73,15 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		c.log.Warn().Int("outcomes", n).Str("dir", cfg.SpoolDir).Msg("adopted the spooled outcomes of stopped processes; writing them back")
 	}
 	c.spool = sp
+	if cfg.Archive != nil {
+		aw, err := archive.NewWriter(archive.WriterConfig{Store: cfg.Archive, SpoolDir: cfg.SpoolDir, Name: cfg.Name,
+			Logger: &c.log, Registry: cfg.Registry})
+		if err != nil {
+			_ = sp.Close()
+			return nil, fmt.Errorf("handlers: %w", err)
+		}
+		c.archive = aw
+	}
 	c.rdb = cfg.NewClient()
 	c.reads = cfg.NewClient()
 	c.clients = append(c.clients, c.rdb, c.reads)
@@ -98,22 +111,27 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	}
 	c.coord = coord
 	c.live = &Liveness{rdb: c.rdb, key: cfg.Keyspace.Consumers(topics.ConsumerGroup), name: cfg.Name,
-		interval: cfg.LivenessInterval, timeout: cfg.LivenessTimeout, log: c.log}
+		interval: cfg.LivenessInterval, timeout: cfg.LivenessTimeout, log: c.log,
+		stages: newStageRegistry(c.rdb, cfg.Keyspace, cfg.Name, cfg.Stages)}
 	stop, stopCancel := context.WithCancel(context.Background())
 	owners, abandon := context.WithCancelCause(stop)
 	c.life = &lifecycle{stop: stop, owners: owners}
 	c.stop, c.abandon = stopCancel, abandon
 	writer := topics.Writer{Client: c.rdb, Keyspace: cfg.Keyspace, ResultMaxLen: cfg.ResultMaxLen}
 	for _, s := range cfg.Stages {
+		mdl, _ := cfg.modelFor(s) // validate checked it
+		if mdl.Name() == "sim" {
+			c.log.Warn().Str("stage", s.Name).Msg("stage runs the simulated model: its results are made up, no model is called (register a handler or set the stage's model)")
+		}
 		proc := &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
-			ks: cfg.Keyspace, model: cfg.Models[s.Model], name: cfg.Name, limits: cfg.Limits,
+			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
-			local: flight.NewLocal[[]byte](flight.LocalConfig{}), breaker: c.breaker}
+			local: flight.NewLocal[[]byte](flight.LocalConfig{}), breaker: c.breaker, archive: c.archive}
 		c.procs[s.Name] = proc
 		sub, err := stream.NewSubscriber(stream.Config{Client: c.reads, Consumer: cfg.Name, Capacity: s.Concurrency,
 			TouchInterval: min(s.HeartbeatInterval, s.Lease/3), ClaimInterval: cfg.ClaimInterval, ClaimIdle: s.Lease,
 			ParkCheck: s.ParkCheck, Check: proc.claimCheck, Unmarshaller: Unmarshaller{}, Logger: &c.log,
-			CloseTimeout: cfg.Grace + 5*time.Second})
+			CloseTimeout: cfg.Grace + 5*time.Second, Paused: pauseCheck(c.rdb, cfg.Keyspace, s.Name)})
 		if err != nil {
 			c.closeClients()
 			return nil, fmt.Errorf("handlers: stage %s: %w", s.Name, err)
@@ -140,6 +158,8 @@ type Status struct {
 	Spooled int `json:"spooled"`
 	// Breaker is the coordination breaker's state: closed, half-open or open.
 	Breaker string `json:"breaker"`
+	// Archive is the durable archive's health: "ok", "down (...)", or "" without one.
+	Archive string `json:"archive,omitempty"`
 	// Streams counts, per stage, what its subscriber did: entries read, recovered (this
 	// consumer's own, after a restart), claimed, parked, delayed.
 	Streams map[string]stream.Stats `json:"streams"`
@@ -150,6 +170,9 @@ func (c *Consumer) Status() Status {
 	st := Status{Name: c.cfg.Name, Stages: map[string]string{}, Draining: c.life.draining.Load(),
 		RunningOwners: c.life.running.Load(), Spooled: c.spool.Len(), Breaker: c.breaker.State(),
 		Streams: map[string]stream.Stats{}}
+	if c.archive != nil {
+		st.Archive = c.archive.Health()
+	}
 	select {
 	case <-c.started:
 		st.Started = !c.stopped.Load()
@@ -199,6 +222,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.coord.Load(ctx); err != nil {
 		return err
 	}
+	if err := c.live.CheckName(ctx); err != nil {
+		return err
+	}
 	if err := c.live.Beat(ctx); err != nil {
 		return fmt.Errorf("handlers: first liveness beat: %w", err)
 	}
@@ -214,8 +240,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	bg.Add(3)
+	bg.Add(4)
+	if c.archive != nil {
+		bg.Add(1)
+		go func() { defer bg.Done(); c.archive.Run(bgCtx) }()
+	}
 	go func() { defer bg.Done(); c.live.Run(bgCtx) }()
+	go func() { defer bg.Done(); c.statsLoop(bgCtx) }()
 	go func() { defer bg.Done(); c.flushLoop(bgCtx) }()
 	go func() { defer bg.Done(); c.trimLoop(bgCtx, c.cfg.TrimInterval) }()
 	defer func() { bgCancel(); bg.Wait() }()
@@ -283,6 +314,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) closeClients() {
+	if c.archive != nil {
+		// What the owners recorded last is written, or spooled for the next process.
+		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := c.archive.Close(actx); err != nil {
+			c.log.Warn().Err(err).Msg("archive spool close")
+		}
+		cancel()
+	}
 	if c.batch != nil {
 		_ = c.batch.Close()
 	}

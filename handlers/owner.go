@@ -25,6 +25,11 @@ var errSessionLockLost = errors.New("handlers: session lock lost")
 func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err error) {
 	p := t.p
 	o := *d.Owner
+	if p.archive != nil {
+		if done, again, err := t.rehydrate(ctx, o); done {
+			return again, err
+		}
+	}
 	p.life.running.Add(1)
 	defer p.life.running.Add(-1)
 
@@ -95,6 +100,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 			l.Debug().Dur("runMs", t.runTime).Int("answered", st.Events).Msg("owner completed")
 		}
 		t.observeOwner(topics.StatusSucceeded, st)
+		t.record(flight.StatusSucceeded, o, out, nil)
 		stream.Acked(t.msg)
 		return false, nil
 	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
@@ -160,6 +166,7 @@ func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error) (
 	case err == nil && st.Final:
 		t.warn().Err(me).Msg("model call failed for good")
 		t.observeOwner(topics.StatusFailed, st)
+		t.record(flight.StatusFailed, o, nil, &f)
 		stream.Acked(t.msg)
 		return false, nil
 	case err == nil:
@@ -182,8 +189,14 @@ func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error) (
 
 // observeOwner counts the owner's own event and the parked tasks its call answered.
 func (t *taskRun) observeOwner(status topics.Status, st flight.Settlement) {
+	t.observeSettled(topics.SharedOwner, status, st)
+}
+
+// observeSettled counts the owner's own event (shared: owner, or archive for an outcome
+// taken from the archive) and the parked tasks its call answered.
+func (t *taskRun) observeSettled(shared topics.Shared, status topics.Status, st flight.Settlement) {
 	m, stage := t.p.metrics, t.task.Stage
-	m.tasks.WithLabelValues(stage, "owner_"+string(status)).Inc()
+	m.tasks.WithLabelValues(stage, string(shared)+"_"+string(status)).Inc()
 	if n := st.Events - 1; n > 0 {
 		m.tasks.WithLabelValues(stage, "follower_"+string(status)).Add(float64(n))
 	}

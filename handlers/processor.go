@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/stream"
@@ -65,6 +66,7 @@ type Processor struct {
 	spool    *flight.Spool
 	local    *flight.Local[[]byte] // LOCAL_ONLY stages
 	breaker  *flight.Breaker
+	archive  *archive.Writer // nil without an archive
 }
 
 // entry is the stream entry a handler run holds.

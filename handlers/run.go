@@ -172,6 +172,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		default:
 			// RESULT_HIT, FAILED_FINAL, CANCELLED, EXPIRED: the script answered the task and
 			// the parked ones and acknowledged their entries.
+			t.recordDecision(d)
 			stream.Acked(t.msg)
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -27,8 +28,11 @@ const (
 type StageConfig struct {
 	// Name is the stage name; its task stream is ai:tasks:<Name>.
 	Name string `yaml:"-"`
-	// Model names the model adapter: "sim" or "openai". Defaults to "sim".
+	// Model names the model adapter: "sim" or "openai". Defaults to "sim". A stage given a
+	// handler (Config.Handlers) runs that instead.
 	Model string `yaml:"model"`
+	// OpenAI overrides the shared OpenAI settings for this stage (Model "openai" only).
+	OpenAI *OpenAIStage `yaml:"openai"`
 	// Mode is the stage's coordination mode. HYBRID and DISTRIBUTED_ONLY run each key once
 	// across the fleet (a consumer cannot degrade further: without Redis it has no stream to
 	// read and nowhere to publish, so a message whose coordination fails is retried and then
@@ -72,6 +76,10 @@ type StageConfig struct {
 	// MaxInlineResult is the largest result carried inline in events; larger ones carry only
 	// resultRef. Defaults to 64 KiB.
 	MaxInlineResult int `yaml:"maxInlineResult"`
+	// ArchiveRetention is how long the durable archive (Config.Archive) keeps the stage's
+	// outcomes: a result answers its key from the archive this long after it was produced,
+	// whatever Redis still holds. Defaults to 30 days.
+	ArchiveRetention time.Duration `yaml:"archiveRetention"`
 	// ParkCheck is how long a parked task rests between checks of its flight by the claim
 	// loops (a parked task whose flight ended or vanished is answered by whoever checks it;
 	// normally the flight's owner answers it at once). Defaults to twice the lease.
@@ -103,6 +111,9 @@ func (c StageConfig) WithDefaults() StageConfig {
 	}
 	if c.Mode == "" {
 		c.Mode = "HYBRID"
+	}
+	if c.ArchiveRetention == 0 {
+		c.ArchiveRetention = archive.DefaultRetention
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = time.Second
@@ -163,6 +174,9 @@ func (c StageConfig) Validate() error {
 	if c.HeartbeatInterval <= 0 || 2*c.HeartbeatInterval > c.Lease {
 		errs = append(errs, fmt.Errorf("heartbeatInterval %v must be positive and at most half the lease %v", c.HeartbeatInterval, c.Lease))
 	}
+	if c.ArchiveRetention < 0 {
+		errs = append(errs, fmt.Errorf("archiveRetention %v must not be negative", c.ArchiveRetention))
+	}
 	if c.ParkCheck < 0 {
 		errs = append(errs, fmt.Errorf("parkCheck %v must not be negative", c.ParkCheck))
 	}
@@ -174,6 +188,9 @@ func (c StageConfig) Validate() error {
 	}
 	if err := c.Policy().Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.OpenAI != nil && c.Model != "openai" {
+		errs = append(errs, fmt.Errorf("openai settings given, but the stage's model is %q", c.Model))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stage %s: %w", c.Name, err)

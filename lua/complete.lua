@@ -11,6 +11,8 @@
 -- ARGV[17..22] (optional: only needed to write back a meta that is gone) -> ownerId, stage,
 --   tenant, sessionId, requestKey K, attempts. Without them such a call answers GONE and
 --   changes nothing; the caller calls again with them.
+-- ARGV[23] (optional, after ARGV[17..22]) -> the shared label of the caller's own event
+--   ("owner" when absent; "archive" for an outcome rebuilt from the durable archive)
 --
 -- The rule: a result is accepted from the token that owns the flight while it is PENDING,
 -- RUNNING, or EXPIRED by that owner's own heartbeat (not yet answered: the attempt ran out,
@@ -57,7 +59,7 @@ local function compSucceed(meta, restored, handover)
     meta.status, meta.inline = 'SUCCEEDED', V[14]
     body = outcomeOf(meta, 'SUCCEEDED', V[13])
   end
-  answer(body, 'owner')
+  answer(body, V[23] or 'owner')
   if V[1] ~= 'write' and #out.released > 0 then redis.call('PEXPIRE', K[4], ttl) end
   local r = 0
   if restored then r = 1 end
@@ -82,7 +84,7 @@ register('complete', function()
       local st, code = 'CANCELLED', 'cancelled'
       if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
       meta.status = st
-      answer(outcomeOf(meta, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the result arrived'), 'owner')
+      answer(outcomeOf(meta, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the result arrived'), V[23] or 'owner')
       return tail({ st, st, 0, 'answered' })
     end
     redis.call('HSET', K[1], 'stage', meta.stage, 'tenant', meta.tenant, 'sessionId', meta.sessionId,
@@ -97,17 +99,17 @@ register('complete', function()
   end
   local meta = loadMeta()
   if status == 'SUCCEEDED' then
-    answer(outcomeOf(meta, status, redis.call('GET', K[2]) or V[13]), 'owner')
+    answer(outcomeOf(meta, status, redis.call('GET', K[2]) or V[13]), V[23] or 'owner')
     return tail({ 'ALREADY', status, 0, 'answered' })
   end
   if status == 'CANCELLED' then
-    answer(failureOf(meta), 'owner')
+    answer(failureOf(meta), V[23] or 'owner')
     return tail({ status, status, 0, 'answered' })
   end
   if status == 'EXPIRED' then
     local f, mark = readFence()
     if mark ~= '' and f == tok then
-      answer(failureOf(meta), 'owner')
+      answer(failureOf(meta), V[23] or 'owner')
       return tail({ status, status, 0, 'answered' })
     end
     return compSucceed(meta, false, meta.handover)

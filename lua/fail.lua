@@ -11,6 +11,7 @@
 -- ARGV[21] -> requestKey K, ARGV[22] -> attempts (these write a meta that is gone)
 -- ARGV[23] -> maxAttempts (the owner's pinned value), ARGV[24] -> failureTTL in ms,
 -- ARGV[25] -> fenceTTL in ms
+-- ARGV[26] (optional) -> the shared label of the caller's own event ("owner" when absent)
 --
 -- Accepted from the same tokens as complete (complete.lua). Output:
 --   { code, final, settled, <answer tail> }
@@ -45,7 +46,7 @@ register('fail', function()
 
   local function done(code, meta)
     if isFinal(meta) then
-      answer(failureOf(meta), 'owner')
+      answer(failureOf(meta), V[26] or 'owner')
       return tail({ code, 1, 'answered' })
     end
     return tail({ code, 0, '' })
@@ -61,7 +62,7 @@ register('fail', function()
       local st, code = 'CANCELLED', 'cancelled'
       if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
       m.status = st
-      answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the failure arrived'), 'owner')
+      answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the failure arrived'), V[26] or 'owner')
       return tail({ st, 1, 'answered' })
     end
     redis.call('HSET', K[1], 'stage', m.stage, 'tenant', m.tenant, 'sessionId', m.sessionId,
@@ -79,13 +80,13 @@ register('fail', function()
   end
   if status == 'FAILED' then return done('ALREADY', meta) end
   if status == 'CANCELLED' then
-    answer(failureOf(meta), 'owner')
+    answer(failureOf(meta), V[26] or 'owner')
     return tail({ status, 1, 'answered' })
   end
   if status == 'EXPIRED' then
     local f, mark = readFence()
     if mark ~= '' and f == tok then
-      answer(failureOf(meta), 'owner')
+      answer(failureOf(meta), V[26] or 'owner')
       return tail({ status, 1, 'answered' })
     end
     record(meta)

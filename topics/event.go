@@ -48,12 +48,15 @@ const (
 	SharedHit Shared = "hit"
 	// SharedLocal: Redis was unavailable; the consumer ran in-process single-flight.
 	SharedLocal Shared = "local"
+	// SharedArchive: Redis no longer knew the key; its outcome came from the durable archive,
+	// without a model call.
+	SharedArchive Shared = "archive"
 )
 
-// Valid reports whether s is one of the four known values.
+// Valid reports whether s is one of the known values.
 func (s Shared) Valid() bool {
 	switch s {
-	case SharedOwner, SharedFollower, SharedHit, SharedLocal:
+	case SharedOwner, SharedFollower, SharedHit, SharedLocal, SharedArchive:
 		return true
 	}
 	return false

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkFleetBurst(b *testing.B) {
 		name   string
 		perKey int
 	}{{"unique", 1}, {"dup10", 10}} {
-		for _, impl := range []string{"flightdeck", "bare"} {
+		for _, impl := range []string{"flightdeck", "flightdeck-archive", "bare"} {
 			if impl == "bare" && load.perKey > 1 {
 				continue // the bare consumer knows no keys: its figure is the unique one
 			}
@@ -59,11 +60,17 @@ func fleetBurst(b *testing.B, impl string, perKey int) {
 	stream := e.ks.Tasks(fleetStage)
 	var pids []int
 	switch impl {
-	case "flightdeck":
+	case "flightdeck", "flightdeck-archive":
 		repUseReleaseBinary(b)
 		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n", fleetStage, fleetConcurrency))
+		var extra []string
+		if impl == "flightdeck-archive" {
+			// The archive on a private PostgreSQL of the same machine: every owner looks its
+			// key up before the model call and records its outcome.
+			extra = []string{"--archive", pgtest.New(b).URL}
+		}
 		for i := range fleetProcesses {
-			p := e.startConfig("fleet-"+strconv.Itoa(i+1), cfg)
+			p := e.startConfig("fleet-"+strconv.Itoa(i+1), cfg, extra...)
 			pids = append(pids, p.cmd.Process.Pid)
 		}
 	case "bare":
@@ -83,7 +90,7 @@ func fleetBurst(b *testing.B, impl string, perKey int) {
 				Input: json.RawMessage(fmt.Sprintf(`{"question":"q%d-%d","answer":"a","sim":{"latencyMs":0}}`, op, i/perKey))}
 		}
 		from := "$"
-		if impl == "flightdeck" {
+		if impl != "bare" {
 			last, err := e.rdb.XRevRangeN(e.ctx, results, "+", "-", 1).Result()
 			if err != nil {
 				b.Fatal(err)
@@ -99,7 +106,7 @@ func fleetBurst(b *testing.B, impl string, perKey int) {
 			b.Fatal(err)
 		}
 		switch impl {
-		case "flightdeck":
+		case "flightdeck", "flightdeck-archive":
 			fleetAwaitEvents(b, e.rdb, results, from, fleetTasks)
 		case "bare":
 			fleetAwaitDrained(b, e.rdb, stream)

@@ -67,6 +67,22 @@ func newHTTPSettings(httpAddr, healthAddr, allowed string) (httpSettings, error)
 	return s, nil
 }
 
+// describe names the listeners for the start line: "dashboard http://ADDR/ui/, probes
+// ADDR", or "none".
+func (s httpSettings) describe() string {
+	var parts []string
+	if s.addr != "" {
+		parts = append(parts, "dashboard http://"+s.addr+"/ui/")
+	}
+	if s.health != "" {
+		parts = append(parts, "probes http://"+s.health)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // serve starts the listeners: --http with the dashboard, the probes and /metrics behind the
 // Host check, --health with the probes and /metrics only. Both listen before serve returns,
 // so an address in use is an error at start. stop shuts them down.
@@ -173,6 +189,11 @@ func probes(c *handlers.Consumer, reg *prometheus.Registry) *http.ServeMux {
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		if a := c.Status().Archive; a != "" {
+			// The archive's health is shown, never a reason to stop taking work: without it
+			// outcomes are spooled and written back later.
+			fmt.Fprintln(w, "archive:", a)
+		}
 	})
 	return mux
 }

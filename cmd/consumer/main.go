@@ -5,7 +5,8 @@
 //	consumer [--redis URL] [--prefix ai] [--tenants a,b] [--config stages.yaml] [--stages a,b]
 //	         [--concurrency N]
 //	         [--name NAME] [--http ADDR] [--http-allowed-hosts h1,h2] [--health ADDR]
-//	         [--grace 10s] [--spool-dir DIR] [--log-level info] [--log-format json]
+//	         [--grace 10s] [--spool-dir DIR] [--redis-wait 1m] [--archive URL]
+//	         [--log-level info] [--log-format json]
 //
 // The Redis URL comes from --redis, else REDIS_URL, else redis://127.0.0.1:6379/0; put a
 // password in REDIS_URL (or REDIS_URL_FILE) rather than on the command line; logs and errors
@@ -29,8 +30,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/cli"
@@ -40,12 +43,21 @@ import (
 )
 
 func main() {
+	// go-redis logs dial failures on its own, outside the JSON log; the consumer reports
+	// Redis errors itself.
+	redis.SetLogger(quietLogger{})
 	err := run(os.Args[1:])
 	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsagePrinted) {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 	}
 	os.Exit(cli.ExitCode(err))
 }
+
+// quietLogger drops go-redis's own log lines.
+type quietLogger struct{}
+
+// Printf drops the line.
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // errUsagePrinted is a command-line error the flag package has already reported.
 var errUsagePrinted = cli.Usagef("bad command line")
@@ -70,6 +82,8 @@ func run(args []string) (err error) {
 		spoolDir    = fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)")
 		logLevel    = fs.String("log-level", "info", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or console")
+		archiveFlag = fs.String("archive", "", "PostgreSQL URL of the durable archive of outcomes, e.g. postgres://user@db:5432/flightdeck (default $FLIGHTDECK_ARCHIVE_URL, or the file named by $FLIGHTDECK_ARCHIVE_URL_FILE; none: Redis only)")
+		redisWait   = fs.Duration("redis-wait", time.Minute, "at start, how long to wait for Redis to answer, retrying with backoff, before giving up with exit 1 (0: one try)")
 		version     = fs.Bool("version", false, "print the version and exit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -117,27 +131,16 @@ func run(args []string) (err error) {
 		}
 		return err
 	}
-	models := map[string]model.Model{"sim": &model.Sim{}}
-	for i := range stageCfgs {
-		if *concurrency > 0 {
-			stageCfgs[i].Concurrency = *concurrency
-		}
-		if stageCfgs[i].Model == "openai" && models["openai"] == nil {
-			oc, err := model.OpenAIConfigFromEnv(os.Getenv)
-			if err != nil {
-				return err
-			}
-			m, err := model.NewOpenAI(oc)
-			if err != nil {
-				// url.Parse errors quote the whole base URL, credentials included.
-				return redisconn.RedactError(err, oc.BaseURL)
-			}
-			log.Info().Str("baseURL", redisconn.RedactURL(oc.BaseURL)).Str("model", oc.Model).Msg("openai model")
-			models["openai"] = m
-		}
+	mux, err := stageModels(&log, stageCfgs, *concurrency, os.Getenv)
+	if err != nil {
+		return err
 	}
 
 	knobs, err := faults.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	aURL, err := archiveURL(*archiveFlag, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -150,9 +153,16 @@ func run(args []string) (err error) {
 		}
 		limits.Tenants = append(limits.Tenants, t)
 	}
-	c, err := handlers.NewConsumer(handlers.Config{
+	var store *archive.Store
+	if aURL != "" {
+		if store, err = openArchive(context.Background(), &log, aURL); err != nil {
+			return err
+		}
+		defer store.Close()
+	}
+	c, err := handlers.NewConsumer(handlers.Config{Archive: store,
 		NewClient: newClient,
-		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Models: models,
+		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Handlers: mux,
 		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
 		SpoolDir: *spoolDir, ResultMaxLen: *resultCap, Limits: limits,
 		Faults: handlers.Faults{AnswerAfterScript: knobs.AnswerAfterScript, AfterScript: knobs.AfterScript()},
@@ -170,8 +180,51 @@ func run(args []string) (err error) {
 		return err
 	}
 	defer stopHTTP()
-	log.Info().Str("name", c.Name()).Int("stages", len(stageCfgs)).Str("redis", redisconn.RedactURL(url)).Msg("starting")
+	if err := waitForRedis(ctx, &log, newClient, url, *redisWait); err != nil {
+		return err
+	}
+	models := make([]string, len(stageCfgs))
+	for i, s := range stageCfgs {
+		models[i] = s.Name + "=" + s.Model
+	}
+	log.Info().Str("name", c.Name()).Strs("stages", models).Str("redis", redisconn.RedactURL(url)).
+		Str("http", web.describe()).Msg("starting")
 	return c.Run(ctx)
+}
+
+// stageModels applies --concurrency to the stages and returns the OpenAI adapter of every
+// stage whose model is "openai": the settings from the environment with the stage's own
+// overrides (its openai block), one adapter per stage. Other stages run the sim model.
+func stageModels(log *zerolog.Logger, stages []handlers.StageConfig, concurrency int,
+	getenv func(string) string) (*handlers.Mux, error) {
+	mux := handlers.NewMux()
+	var base *model.OpenAIConfig
+	for i := range stages {
+		if concurrency > 0 {
+			stages[i].Concurrency = concurrency
+		}
+		s := stages[i]
+		if s.Model != "openai" {
+			continue
+		}
+		if base == nil {
+			oc, err := model.OpenAIConfigFromEnv(getenv)
+			if err != nil {
+				return nil, err
+			}
+			base = &oc
+		}
+		oc := s.OpenAI.Apply(*base)
+		m, err := model.NewOpenAI(oc)
+		if err != nil {
+			// url.Parse errors quote the whole base URL, credentials included.
+			return nil, fmt.Errorf("stage %s: %w", s.Name, redisconn.RedactError(err, oc.BaseURL))
+		}
+		log.Info().Str("stage", s.Name).Str("baseURL", redisconn.RedactURL(oc.BaseURL)).Str("model", oc.Model).
+			Dur("timeout", oc.Timeout).Bool("stream", oc.Stream).Msg("openai model")
+		mux.Handle(s.Name, m)
+	}
+	return mux, nil
 }
 
 func newLogger(level, format string) (zerolog.Logger, error) {

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 	"unicode/utf8"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -83,14 +86,83 @@ type inspection struct {
 	} `json:"ttlMs"`
 	// Result is the stored result when it is JSON of at most 2 KB; ResultText holds it (or
 	// its first 2 KB) otherwise.
+	shownResult
+	// Archived is the key's row in the durable archive, with --archive (or
+	// $FLIGHTDECK_ARCHIVE_URL); absent without one, null when the archive holds none.
+	Archived *archivedRow `json:"archived,omitempty"`
+	// ArchiveError says why the archive could not be read.
+	ArchiveError string `json:"archiveError,omitempty"`
+}
+
+// shownResult is a result as inspect prints it: Result when it is JSON of at most 2 KB,
+// else ResultText (its first 2 KB) and its size.
+type shownResult struct {
 	Result          json.RawMessage `json:"result,omitempty"`
 	ResultText      string          `json:"resultText,omitempty"`
 	ResultBytes     int             `json:"resultBytes,omitempty"`
 	ResultTruncated bool            `json:"resultTruncated,omitempty"`
 }
 
+// show returns res as inspect prints it.
+func show(res []byte) shownResult {
+	var out shownResult
+	switch {
+	case len(res) == 0:
+	case len(res) <= maxShownResult && json.Valid(res):
+		out.Result = res
+	default:
+		out.ResultBytes = len(res)
+		shown := res
+		if len(shown) > maxShownResult {
+			shown = shown[:maxShownResult]
+			for len(shown) > 0 && !utf8.Valid(shown) { // do not cut a rune in half
+				shown = shown[:len(shown)-1]
+			}
+			out.ResultTruncated = true
+		}
+		out.ResultText = string(shown)
+	}
+	return out
+}
+
+// archivedRow is the archive's row of a key, as inspect prints it.
+type archivedRow struct {
+	Status     string `json:"status"`
+	Stage      string `json:"stage"`
+	Tenant     string `json:"tenant"`
+	OwnerToken int64  `json:"ownerToken"`
+	Attempts   int    `json:"attempts"`
+	ErrorType  string `json:"errorType,omitempty"`
+	ErrorCode  string `json:"errorCode,omitempty"`
+	Error      string `json:"error,omitempty"`
+	FinishedAt string `json:"finishedAt"`
+	ExpiresAt  string `json:"expiresAt"`
+	// Expired is true once the retention ran out: the row no longer answers the key.
+	Expired bool `json:"expired"`
+	shownResult
+}
+
+// archived reads key's row from the archive at url (nil when it holds none).
+func archived(ctx context.Context, url, key string) (*archivedRow, error) {
+	store, err := archive.New(url)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, ok, err := store.Inspect(ctx, key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &archivedRow{Status: string(r.Status), Stage: r.Stage, Tenant: r.Tenant, OwnerToken: r.Token,
+		Attempts: r.Attempts, ErrorType: r.ErrorType, ErrorCode: r.ErrorCode, Error: r.Error,
+		FinishedAt: stamp(r.FinishedAt), ExpiresAt: stamp(r.ExpiresAt), Expired: r.Expired, shownResult: show(r.Result)}, nil
+}
+
 func (a *app) inspect(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("inspect", "KEY")
+	fs := a.newFlagSet("inspect", "KEY [--archive URL]")
+	archiveURL := fs.String("archive", os.Getenv("FLIGHTDECK_ARCHIVE_URL"), "PostgreSQL `URL` of the durable archive: its row of the key is shown beside the Redis state (default $FLIGHTDECK_ARCHIVE_URL)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -109,11 +181,16 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var row *archivedRow
+	var rowErr error
+	if *archiveURL != "" {
+		row, rowErr = archived(ctx, *archiveURL, key)
+	}
 	d, err := insp.Flight(ctx, key)
-	if errors.Is(err, flight.ErrNotFound) {
+	if errors.Is(err, flight.ErrNotFound) && row == nil {
 		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, flight.ErrNotFound) {
 		return err
 	}
 	m := d.Meta
@@ -129,22 +206,13 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		out.Parked = []string{}
 	}
 	out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = ttlMs(m.MetaTTL), ttlMs(m.ResultTTL), ttlMs(m.FenceTTL)
-	res := []byte(d.Result)
-	switch {
-	case len(res) == 0:
-	case len(res) <= maxShownResult && json.Valid(res):
-		out.Result = res
-	default:
-		out.ResultBytes = len(res)
-		shown := res
-		if len(shown) > maxShownResult {
-			shown = shown[:maxShownResult]
-			for len(shown) > 0 && !utf8.Valid(shown) { // do not cut a rune in half
-				shown = shown[:len(shown)-1]
-			}
-			out.ResultTruncated = true
-		}
-		out.ResultText = string(shown)
+	if err != nil { // Redis has no flight for the key; the archive has its row
+		out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = -2, -2, -2
+	}
+	out.shownResult = show([]byte(d.Result))
+	out.Archived = row
+	if rowErr != nil {
+		out.ArchiveError = redisconn.RedactError(rowErr, *archiveURL).Error()
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {

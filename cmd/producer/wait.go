@@ -83,7 +83,7 @@ func printTable(out io.Writer, s client.Summary) {
 	}{
 		{"tasks", s.Tasks}, {"events", s.Events}, {"missing", s.Missing},
 		{"distinct keys", s.DistinctKeys}, {"owner runs", s.Owner}, {"hits", s.Hit},
-		{"followers", s.Follower}, {"local", s.Local}, {"failures", s.Failures},
+		{"followers", s.Follower}, {"local", s.Local}, {"from archive", s.Archive}, {"failures", s.Failures},
 		{"latency p50", fmt.Sprintf("%.1f ms", s.P50Ms)}, {"latency p99", fmt.Sprintf("%.1f ms", s.P99Ms)},
 		{"wall time", (time.Duration(s.WallMs) * time.Millisecond).String()},
 	}

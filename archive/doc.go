@@ -1,0 +1,14 @@
+// Package archive keeps the terminal outcomes of flights in PostgreSQL, the durable store
+// behind Redis's short-lived flight state: one row per request key with its status, result
+// or error, owner token and times, kept for a per-stage retention.
+//
+// Writes are fenced in SQL: a row is replaced only by an outcome with a larger owner token,
+// so a zombie owner's late write is refused by PostgreSQL too, whatever order writes arrive
+// in. Consumers write outcomes off the owner's critical path (Writer: batched, spooled to
+// disk with fsync while PostgreSQL is away, written back when it answers) and read them
+// lazily (Store.Get): when Redis no longer knows a key, the archived outcome answers the key
+// again without a model call (lazy rehydrate, in the consumer and flight.Executor).
+//
+// The schema is versioned and embedded: Open applies the migrations that are missing, under
+// an advisory lock, so consumers starting together apply each migration once.
+package archive

@@ -1,0 +1,105 @@
+package archive_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestExecutorRehydrate: an in-process Executor with the archive. A key finished once is
+// answered from the archive after Redis lost everything: 20 concurrent callers of the key
+// get the same value from the archive (they share one rebuild in process), and the function
+// does not run again. A final failure is answered the same
+// way within the failure TTL.
+func TestExecutorRehydrate(t *testing.T) {
+	pg := pgtest.New(t)
+	r := redistest.New(t)
+	if r.Server == nil {
+		t.Skip("needs a private Redis to wipe (REDIS_URL is set)")
+	}
+	store := open(t, pg.URL)
+	w, err := archive.NewWriter(archive.WriterConfig{Store: store, SpoolDir: t.TempDir(), Name: "exec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go w.Run(ctx)
+	defer w.Close(context.Background())
+
+	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := flight.StageOptions{Mode: flight.ModeDistributedOnly, Policy: flight.Policy{Lease: time.Second, MaxAttempts: 1}}
+	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1", Archive: w,
+		Stages: map[string]flight.StageOptions{"s": opt}, SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(ctx)
+	defer e.Close()
+
+	var runs atomic.Int64
+	ok := func(context.Context, func()) ([]byte, error) { runs.Add(1); return []byte(`{"v":1}`), nil }
+	bad := func(context.Context, func()) ([]byte, error) {
+		runs.Add(1)
+		return nil, errors.New("boom")
+	}
+	keyOK, _ := flight.SemanticKey(flight.KeyParams{Stage: "s", Tenant: "acme", Input: []byte(`1`)})
+	keyBad, _ := flight.SemanticKey(flight.KeyParams{Stage: "s", Tenant: "acme", Input: []byte(`2`)})
+	if res, err := e.Do(ctx, "s", keyOK, ok); err != nil || res.Shared != topics.SharedOwner {
+		t.Fatalf("first run: %+v %v", res, err)
+	}
+	if _, err := e.Do(ctx, "s", keyBad, bad); err == nil {
+		t.Fatal("the failing function succeeded")
+	}
+	waitFor(t, "both outcomes archived", func() bool {
+		_, a, _ := store.Get(context.Background(), keyOK)
+		_, b, _ := store.Get(context.Background(), keyBad)
+		return a && b
+	})
+	if err := r.Client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	shared := make(chan topics.Shared, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := e.Do(ctx, "s", keyOK, ok)
+			if err != nil || string(res.Value) != `{"v":1}` {
+				t.Errorf("after the loss: %+v %v", res, err)
+			}
+			shared <- res.Shared
+		}()
+	}
+	wg.Wait()
+	close(shared)
+	count := map[topics.Shared]int{}
+	for s := range shared {
+		count[s]++
+	}
+	if count[topics.SharedArchive] == 0 || count[topics.SharedOwner] != 0 {
+		t.Errorf("shared %v: want answers from the archive (in-process callers share one), none from a run", count)
+	}
+	_, err = e.Do(ctx, "s", keyBad, bad)
+	var oe *flight.OutcomeError
+	if !errors.As(err, &oe) || oe.Status != flight.StatusFailed {
+		t.Errorf("failed key after the loss: %v, want its archived failure", err)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the function ran %d times in all, want 2 (once per key)", n)
+	}
+}

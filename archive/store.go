@@ -1,0 +1,278 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+)
+
+// DefaultRetention is how long an outcome is kept when its stage sets no archiveRetention.
+const DefaultRetention = 30 * 24 * time.Hour
+
+// Store is the archive on one PostgreSQL database. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+
+	mu       sync.Mutex
+	migrated atomic.Bool
+}
+
+// New returns a store on the database at url (a postgres:// URL or a key=value DSN) without
+// contacting it: connections are made on use, and the schema migrations are applied before
+// the first statement (or by Migrate). A consumer can so start while its archive is down.
+func New(url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors quote the connection string, password included.
+		return nil, errors.New("archive: invalid PostgreSQL URL")
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Open is New followed by Migrate: it fails when the database cannot be reached.
+func Open(ctx context.Context, url string) (*Store, error) {
+	s, err := New(url)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Migrate applies the schema migrations the database lacks (once per Store: later calls
+// return at once).
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.migrated.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.migrated.Load() {
+		return nil
+	}
+	if err := migrate(ctx, s.pool); err != nil {
+		return err
+	}
+	s.migrated.Store(true)
+	return nil
+}
+
+// Close closes the store's connections.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("archive: ping: %w", err)
+	}
+	return nil
+}
+
+// upsert writes a batch of outcomes given as arrays; a row is replaced only by a larger
+// token. It returns the keys written.
+const upsert = `
+INSERT INTO flightdeck_outcomes AS o (request_key, stage, tenant, status, owner_token, attempts, result,
+    error_type, error_code, error, finished_at, expires_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::integer[], $7::bytea[],
+    $8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[])
+ON CONFLICT (request_key) DO UPDATE SET
+    stage = EXCLUDED.stage, tenant = EXCLUDED.tenant, status = EXCLUDED.status,
+    owner_token = EXCLUDED.owner_token, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
+    error_type = EXCLUDED.error_type, error_code = EXCLUDED.error_code, error = EXCLUDED.error,
+    finished_at = EXCLUDED.finished_at, expires_at = EXCLUDED.expires_at, archived_at = now()
+WHERE o.owner_token < EXCLUDED.owner_token
+RETURNING request_key`
+
+// Put writes outcomes in one statement and returns how many rows it wrote. An outcome whose
+// key holds a row with an equal or larger token is refused (not an error): newer token
+// wins, whatever order the writes arrive in. Of several outcomes of one key in outs, the one
+// with the largest token is written.
+func (s *Store) Put(ctx context.Context, outs []flight.Archived) (int, error) {
+	outs = newestPerKey(outs)
+	if len(outs) == 0 {
+		return 0, nil
+	}
+	if err := s.Migrate(ctx); err != nil {
+		return 0, err
+	}
+	n := len(outs)
+	var (
+		keys, stages, tenants, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		tokens                          = make([]int64, n)
+		attempts                        = make([]int32, n)
+		results                         = make([][]byte, n)
+		etypes, ecodes, errs            = make([]string, n), make([]string, n), make([]string, n)
+		finished, expires               = make([]time.Time, n), make([]time.Time, n)
+	)
+	for i, o := range outs {
+		if err := check(o); err != nil {
+			return 0, err
+		}
+		keys[i], stages[i], tenants[i], statuses[i] = o.Key, o.Stage, o.Tenant, string(o.Status)
+		tokens[i], attempts[i], results[i] = o.Token, int32(o.Attempts), o.Result
+		etypes[i], ecodes[i], errs[i] = o.ErrorType, o.ErrorCode, o.Error
+		ret := o.Retention
+		if ret <= 0 {
+			ret = DefaultRetention
+		}
+		finished[i], expires[i] = o.FinishedAt, o.FinishedAt.Add(ret)
+	}
+	rows, err := s.pool.Query(ctx, upsert, keys, stages, tenants, statuses, tokens, attempts, results,
+		etypes, ecodes, errs, finished, expires)
+	if err != nil {
+		return 0, fmt.Errorf("archive: put: %w", err)
+	}
+	written := 0
+	for rows.Next() {
+		written++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("archive: put: %w", err)
+	}
+	return written, nil
+}
+
+// ErrInvalid is returned for an outcome that cannot be archived.
+var ErrInvalid = errors.New("archive: invalid outcome")
+
+func check(o flight.Archived) error {
+	switch {
+	case o.Key == "" || o.Stage == "" || o.Tenant == "":
+		return fmt.Errorf("%w: key, stage and tenant are required", ErrInvalid)
+	case o.Token <= 0:
+		return fmt.Errorf("%w: %s: token %d", ErrInvalid, o.Key, o.Token)
+	case o.FinishedAt.IsZero():
+		return fmt.Errorf("%w: %s: no finish time", ErrInvalid, o.Key)
+	}
+	switch o.Status {
+	case flight.StatusSucceeded, flight.StatusFailed, flight.StatusCancelled, flight.StatusExpired:
+		return nil
+	}
+	return fmt.Errorf("%w: %s: status %q is not terminal", ErrInvalid, o.Key, o.Status)
+}
+
+// newestPerKey keeps, for each key, the outcome with the largest token (an ON CONFLICT
+// statement may not touch one row twice).
+func newestPerKey(outs []flight.Archived) []flight.Archived {
+	at := make(map[string]int, len(outs))
+	kept := make([]flight.Archived, 0, len(outs))
+	for _, o := range outs {
+		if i, ok := at[o.Key]; ok {
+			if o.Token > kept[i].Token {
+				kept[i] = o
+			}
+			continue
+		}
+		at[o.Key] = len(kept)
+		kept = append(kept, o)
+	}
+	return kept
+}
+
+const selectRow = `SELECT request_key, stage, tenant, status, owner_token, attempts, result, error_type,
+    error_code, error, finished_at, expires_at FROM flightdeck_outcomes`
+
+// Get returns the outcome archived for key while it is within its retention; false when
+// there is none.
+func (s *Store) Get(ctx context.Context, key string) (flight.Archived, bool, error) {
+	a, ok, err := s.get(ctx, key, true)
+	return a, ok, err
+}
+
+// Row is an archived outcome with its expiry, as Inspect shows it.
+type Row struct {
+	flight.Archived
+	// ExpiresAt is when the purge job may delete it.
+	ExpiresAt time.Time
+	// Expired is true once ExpiresAt passed (the row no longer answers a key).
+	Expired bool
+}
+
+// Inspect returns the row archived for key, expired or not; false when there is none.
+func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
+	if err := s.Migrate(ctx); err != nil {
+		return Row{}, false, err
+	}
+	var r Row
+	var status string
+	var attempts int32
+	err := s.pool.QueryRow(ctx, selectRow+` WHERE request_key = $1`, key).Scan(&r.Key, &r.Stage, &r.Tenant,
+		&status, &r.Token, &attempts, &r.Result, &r.ErrorType, &r.ErrorCode, &r.Error, &r.FinishedAt, &r.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, false, nil
+	}
+	if err != nil {
+		return Row{}, false, fmt.Errorf("archive: inspect %s: %w", key, err)
+	}
+	r.Status, r.Attempts = flight.Status(status), int(attempts)
+	r.Retention = r.ExpiresAt.Sub(r.FinishedAt)
+	r.Expired = !r.ExpiresAt.After(time.Now())
+	return r, true, nil
+}
+
+func (s *Store) get(ctx context.Context, key string, live bool) (flight.Archived, bool, error) {
+	r, ok, err := s.Inspect(ctx, key)
+	if err != nil || !ok || (live && r.Expired) {
+		return flight.Archived{}, false, err
+	}
+	return r.Archived, true, nil
+}
+
+// GetMany returns the outcomes archived for keys within their retention, by key (keys
+// without one are absent), in one statement.
+func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]flight.Archived, error) {
+	if err := s.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, selectRow+` WHERE request_key = ANY($1) AND expires_at > now()`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("archive: get: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]flight.Archived, len(keys))
+	for rows.Next() {
+		var a flight.Archived
+		var status string
+		var attempts int32
+		var expires time.Time
+		if err := rows.Scan(&a.Key, &a.Stage, &a.Tenant, &status, &a.Token, &attempts, &a.Result, &a.ErrorType,
+			&a.ErrorCode, &a.Error, &a.FinishedAt, &expires); err != nil {
+			return nil, fmt.Errorf("archive: get: %w", err)
+		}
+		a.Status, a.Attempts, a.Retention = flight.Status(status), int(attempts), expires.Sub(a.FinishedAt)
+		out[a.Key] = a
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("archive: get: %w", err)
+	}
+	return out, nil
+}
+
+// Purge deletes at most limit rows whose retention ran out, oldest first, and returns how
+// many it deleted. A purge job calls it in rounds until it deletes fewer than limit.
+func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
+	if err := s.Migrate(ctx); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM flightdeck_outcomes WHERE request_key IN (
+        SELECT request_key FROM flightdeck_outcomes WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("archive: purge: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

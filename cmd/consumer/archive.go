@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+)
+
+// archiveURL returns the archive's URL: --archive, else $FLIGHTDECK_ARCHIVE_URL, else the
+// content of the file named by $FLIGHTDECK_ARCHIVE_URL_FILE (for a password in a secret);
+// "" for none. Setting both variables is an error.
+func archiveURL(flagURL string, getenv func(string) string) (string, error) {
+	if flagURL != "" {
+		return flagURL, nil
+	}
+	v, f := getenv("FLIGHTDECK_ARCHIVE_URL"), getenv("FLIGHTDECK_ARCHIVE_URL_FILE")
+	switch {
+	case v != "" && f != "":
+		return "", errors.New("set FLIGHTDECK_ARCHIVE_URL or FLIGHTDECK_ARCHIVE_URL_FILE, not both")
+	case f != "":
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("FLIGHTDECK_ARCHIVE_URL_FILE: %w", err)
+		}
+		if v = strings.TrimSpace(string(b)); v == "" {
+			return "", fmt.Errorf("FLIGHTDECK_ARCHIVE_URL_FILE %s is empty", f)
+		}
+	}
+	return v, nil
+}
+
+// openArchive returns the archive at url with its schema applied; an archive that does not
+// answer at start is no reason not to start (outcomes are spooled until it answers, and the
+// schema is applied then), so that is a warning, not an error.
+func openArchive(ctx context.Context, log *zerolog.Logger, url string) (*archive.Store, error) {
+	s, err := archive.New(url)
+	if err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Migrate(mctx); err != nil {
+		log.Warn().Str("archive", redisconn.RedactURL(url)).Str("error", redisconn.RedactError(err, url).Error()).
+			Msg("archive unreachable at start: outcomes are spooled until it answers")
+		return s, nil
+	}
+	log.Info().Str("archive", redisconn.RedactURL(url)).Msg("archive ready")
+	return s, nil
+}

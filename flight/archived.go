@@ -1,0 +1,76 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Archived is the terminal outcome of a flight as a durable archive keeps it (package
+// archive): one per request key, the latest token's.
+type Archived struct {
+	// Key, Stage and Tenant identify the flight.
+	Key, Stage, Tenant string
+	// Status is SUCCEEDED, FAILED, CANCELLED or EXPIRED.
+	Status Status
+	// Token is the owner token the outcome was produced under; Attempts the flight's attempts.
+	Token    int64
+	Attempts int
+	// Result is the result of a SUCCEEDED flight.
+	Result []byte
+	// ErrorType, ErrorCode and Error describe a FAILED, CANCELLED or EXPIRED one.
+	ErrorType, ErrorCode, Error string
+	// FinishedAt is when the flight ended.
+	FinishedAt time.Time
+	// Retention is how long the archive keeps the outcome after FinishedAt.
+	Retention time.Duration
+}
+
+// Archive is a durable store of terminal outcomes, consulted before a new owner runs a model
+// (lazy rehydrate) and fed with every outcome an owner settles. package archive implements
+// it on PostgreSQL.
+type Archive interface {
+	// Lookup returns the outcome archived for key while it is within its retention; false
+	// when there is none. An error means the archive could not answer.
+	Lookup(ctx context.Context, key string) (Archived, bool, error)
+	// Record archives an outcome. It must not block on the store: implementations batch,
+	// and spool what the store cannot take yet.
+	Record(a Archived)
+}
+
+// ErrNotRehydratable is returned by Rehydrate for an archived outcome that cannot answer a
+// flight (EXPIRED: its key may run again).
+var ErrNotRehydratable = errors.New("flight: archived outcome cannot answer the flight")
+
+// Rehydrate answers the flight that o owns from an archived outcome instead of a model call:
+// a SUCCEEDED outcome completes it with the archived result, a FAILED one fails it for good,
+// a CANCELLED one cancels it. It is o's own complete, fail or cancel, fenced by o's token
+// like any other, so concurrent rebuilders cannot both win (only one holds the flight), and
+// the tasks parked on the flight are answered with it. The owner's own task gets the event
+// with shared "archive". Errors are those of Complete, Fail and Cancel, or ErrNotRehydratable.
+func (c *Coordinator) Rehydrate(ctx context.Context, o Ownership, a Archived) (Settlement, error) {
+	switch a.Status {
+	case StatusSucceeded:
+		return c.complete(ctx, o, a.Result, 0, string(topics.SharedArchive))
+	case StatusFailed:
+		return c.fail(ctx, o, Failure{Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}, 0,
+			string(topics.SharedArchive))
+	case StatusCancelled:
+		if _, err := c.Cancel(ctx, o.Key, a.Error, CancelParams{Stage: o.Stage, TTL: o.Policy.WithDefaults().FailureTTL}); err != nil &&
+			!errors.As(err, new(*StateError)) {
+			return Settlement{}, err
+		}
+		return c.complete(ctx, o, []byte("null"), 0, string(topics.SharedArchive))
+	default:
+		return Settlement{}, fmt.Errorf("%w: %s %s", ErrNotRehydratable, a.Key, a.Status)
+	}
+}
+
+// labelled is the function arguments that write a meta back (complete ARGV[17..22]) and the
+// caller's shared label (ARGV[23]).
+func labelled(o Ownership, shared string) []any {
+	return []any{o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), shared}
+}

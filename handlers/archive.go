@@ -1,0 +1,102 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/stream"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// The durable archive (DESIGN.md section 9): an owner consults it before running the model,
+// and records every outcome it settles.
+
+// lookupTimeout bounds the archive lookup an owner makes before running the model: an
+// archive that does not answer in time costs the model call it could have saved, never
+// more.
+func (p *Processor) lookupTimeout() time.Duration { return min(p.stage.Lease/4, time.Second) }
+
+// rehydrate answers the flight t owns from the archive when the archive holds the key's
+// final outcome (a result within the stage's archiveRetention; a failure or cancellation
+// within its failureTTL, as Redis would have kept it): no model call. done reports that it
+// did and the task is settled; again and err are then own's results.
+func (t *taskRun) rehydrate(ctx context.Context, o flight.Ownership) (done, again bool, err error) {
+	p := t.p
+	lctx, cancel := context.WithTimeout(ctx, p.lookupTimeout())
+	a, ok, lerr := p.archive.Lookup(lctx, t.key)
+	cancel()
+	if lerr != nil {
+		if debugOn(p.log) {
+			l := t.logger()
+			l.Debug().Err(lerr).Msg("archive lookup failed; running the model")
+		}
+		return false, false, nil
+	}
+	if !ok || a.Status == flight.StatusExpired ||
+		(a.Status != flight.StatusSucceeded && time.Since(a.FinishedAt) > p.stage.FailureTTL) {
+		return false, false, nil
+	}
+	st, err := retryCoordination(ctx, p.stage.Lease, func(ctx context.Context) (flight.Settlement, error) {
+		return p.coord.Rehydrate(ctx, o, a)
+	})
+	var se *flight.StateError
+	switch {
+	case err == nil, errors.Is(err, flight.ErrCancelled):
+		// Done: the task and the parked ones are answered (a cancelled outcome answers the
+		// owner's own complete with ErrCancelled).
+		l := t.logger()
+		l.Info().Str("status", string(a.Status)).Int64("archivedToken", a.Token).Msg("answered from the archive; no model call")
+		p.archive.Metrics().Rehydrated(t.task.Stage, string(a.Status))
+		t.observeSettled(topics.SharedArchive, topics.Status(a.Status), st)
+		stream.Acked(t.msg)
+		return true, false, nil
+	case errors.Is(err, flight.ErrExpired):
+		stream.Acked(t.msg)
+		return true, false, nil
+	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
+		return true, t.settled(st), nil
+	default:
+		return true, false, err
+	}
+}
+
+// record archives an outcome of the flight o owned. f is the failure of a FAILED one.
+func (t *taskRun) record(status flight.Status, o flight.Ownership, result []byte, f *flight.Failure) {
+	p := t.p
+	if p.archive == nil {
+		return
+	}
+	a := flight.Archived{Key: t.key, Stage: t.task.Stage, Tenant: t.task.Tenant, Status: status, Token: o.Token,
+		Attempts: max(o.Attempts, 1), Result: result, FinishedAt: time.Now(), Retention: p.stage.ArchiveRetention}
+	if f != nil {
+		a.ErrorType, a.ErrorCode, a.Error = f.Type, f.Code, f.Message
+	}
+	p.archive.Record(a)
+}
+
+// recordDecision archives the outcome an acquire answered the task with when it ended the
+// flight for good there (EXPIRED, or a cancelled or failed flight the archive may not have
+// yet): the token fence makes a repeated record a no-op.
+func (t *taskRun) recordDecision(d flight.Decision) {
+	p := t.p
+	if p.archive == nil || d.Token <= 0 {
+		return
+	}
+	var status flight.Status
+	switch d.Action {
+	case flight.ActionExpired:
+		if d.Reason == flight.ReasonDeadlinePassed {
+			return // only this task's deadline passed; the flight goes on
+		}
+		status = flight.StatusExpired
+	case flight.ActionCancelled:
+		status = flight.StatusCancelled
+	default:
+		return
+	}
+	p.archive.Record(flight.Archived{Key: t.key, Stage: t.task.Stage, Tenant: t.task.Tenant, Status: status,
+		Token: d.Token, Attempts: max(d.Attempts, 1), ErrorType: d.ErrorType, ErrorCode: d.ErrorCode, Error: d.Error,
+		FinishedAt: time.Now(), Retention: p.stage.ArchiveRetention})
+}

@@ -1,0 +1,27 @@
+// Package filelock takes exclusive advisory locks on files (flock), the way spool files of
+// one host tell a live process's spool from a dead one's.
+package filelock
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// TryLock opens (creating) path and takes an exclusive, non-blocking flock on it; closing
+// the file releases the lock (so does the process's death). It returns nil and no error
+// when another process holds the lock.
+func TryLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return f, nil
+}
