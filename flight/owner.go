@@ -189,6 +189,12 @@ type Failure struct {
 	Code string
 	// Message is a human-readable description.
 	Message string
+	// RetryIn, for a retryable failure, delays the next attempt: every acquire before it
+	// parks (the flight records retryAt). Zero: the next acquire retries.
+	RetryIn time.Duration
+	// EntryReleased says the owner's task gave its stream entry up: it waits for the retry
+	// in the stage's scheduled set and comes back under a new entry.
+	EntryReleased bool
 }
 
 // Fail records the owner's failed attempt; the flight becomes FAILED. A final failure (not
@@ -206,8 +212,8 @@ func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time
 	argv := c.answerArgv(o.Task, run, o.MaxInline, "")
 	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
 		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
-	if shared != "" {
-		argv = append(argv, shared)
+	if shared != "" || f.RetryIn > 0 || f.EntryReleased {
+		argv = append(argv, shared, ms(max(f.RetryIn, 0)), flag(f.EntryReleased))
 	}
 	return c.settleCall(ctx, "fail", lua.Fail, o, argv)
 }

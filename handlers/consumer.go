@@ -247,6 +247,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	go func() { defer bg.Done(); c.live.Run(bgCtx) }()
 	go func() { defer bg.Done(); c.statsLoop(bgCtx) }()
+	bg.Add(1)
+	go func() { defer bg.Done(); c.scheduleLoop(bgCtx, 500*time.Millisecond) }()
 	go func() { defer bg.Done(); c.flushLoop(bgCtx) }()
 	go func() { defer bg.Done(); c.trimLoop(bgCtx, c.cfg.TrimInterval) }()
 	defer func() { bgCancel(); bg.Wait() }()

@@ -15,6 +15,7 @@ type Metrics struct {
 	followerWait *prometheus.HistogramVec
 	spooled      prometheus.Counter
 	breaker      prometheus.Gauge
+	scheduled    *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -44,9 +45,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "The consumer's coordination circuit breaker: 0 closed, 1 half-open, 2 open."}),
 		spooled: prometheus.NewCounter(prometheus.CounterOpts{Name: "singleflight_result_write_failure_total",
 			Help: "Model results that could not be stored (uncertain outcomes, spooled for write-back)."}),
+		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_scheduled_tasks_total",
+			Help: "Tasks put in the stage's scheduled set (why: not_before, retry) and moved back to its stream (why: due)."},
+			[]string{"stage", "why"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.spooled, m.breaker)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.spooled, m.breaker, m.scheduled)
 	}
 	return m
 }

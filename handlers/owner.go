@@ -157,7 +157,11 @@ func (t *taskRun) settled(st flight.Settlement) bool {
 func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error) (bool, error) {
 	p := t.p
 	me := model.Classify(callErr)
-	f := flight.Failure{Retryable: me.Retryable, Type: me.Type, Code: me.Code, Message: me.Error()}
+	// The delay before the next attempt holds for every task of the key (the flight records
+	// it); a long one is waited in the scheduled set, this entry given up.
+	back := p.stage.Retry.Delay(o.Attempts, me.RetryAfter)
+	f := flight.Failure{Retryable: me.Retryable, Type: me.Type, Code: me.Code, Message: me.Error(),
+		RetryIn: back, EntryReleased: back > scheduleAfter}
 	st, err := retryCoordination(ctx, p.stage.Lease, func(ctx context.Context) (flight.Settlement, error) {
 		return p.coord.Fail(ctx, o, f, t.runTime)
 	})
@@ -170,13 +174,8 @@ func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error) (
 		stream.Acked(t.msg)
 		return false, nil
 	case err == nil:
-		back := time.Duration(100<<min(o.Attempts, 6)) * time.Millisecond
-		if me.RetryAfter > back {
-			back = me.RetryAfter
-		}
 		t.warn().Err(me).Dur("retryIn", back).Msg("model call failed; the flight retries")
-		stream.Delay(t.msg, back)
-		return false, nil
+		return false, t.wait(ctx, time.Now().Add(back), "retry")
 	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
 		stream.Acked(t.msg)
 		return false, nil

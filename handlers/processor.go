@@ -131,6 +131,9 @@ func (p *Processor) handle(msg *message.Message, retried bool) error {
 		return p.deadLetter(ctx, log(), msg, "bad_key", err.Error(), nil)
 	}
 	t := &taskRun{p: p, msg: msg, task: task, key: key, ent: ent, corr: corr, received: time.Now(), retried: retried}
+	if nb, ok := task.NotBeforeTime(); ok && nb.After(t.received) {
+		return t.wait(ctx, nb, "not_before")
+	}
 	// An enqueuedAt further than topics.MaxClockSkew from now (year 1, year 9999) counts as
 	// unknown: queued 0 in events and metrics, and no queue-wait sample.
 	if queued, ok := task.QueueWait(t.received); ok {

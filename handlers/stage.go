@@ -76,6 +76,10 @@ type StageConfig struct {
 	// MaxInlineResult is the largest result carried inline in events; larger ones carry only
 	// resultRef. Defaults to 64 KiB.
 	MaxInlineResult int `yaml:"maxInlineResult"`
+	// Retry is the backoff between owner attempts after a retryable failure (a provider's
+	// Retry-After longer than it wins). A delay over 2 s is waited in the stage's scheduled
+	// set, holding no handler; every task of the key waits for it.
+	Retry RetryPolicy `yaml:"retry"`
 	// ArchiveRetention is how long the durable archive (Config.Archive) keeps the stage's
 	// outcomes: a result answers its key from the archive this long after it was produced,
 	// whatever Redis still holds. Defaults to 30 days.
@@ -173,6 +177,9 @@ func (c StageConfig) Validate() error {
 	}
 	if c.HeartbeatInterval <= 0 || 2*c.HeartbeatInterval > c.Lease {
 		errs = append(errs, fmt.Errorf("heartbeatInterval %v must be positive and at most half the lease %v", c.HeartbeatInterval, c.Lease))
+	}
+	if err := c.Retry.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ArchiveRetention < 0 {
 		errs = append(errs, fmt.Errorf("archiveRetention %v must not be negative", c.ArchiveRetention))

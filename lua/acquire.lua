@@ -40,6 +40,29 @@ local function acqReply(action, reason, meta, result)
     num(meta.expireAt, 0), nowStr })
 end
 
+-- attemptLine describes the attempt meta ran, ended now with outcome (for the flight's
+-- attempt log: attempt, token, ownerId, taskId, startedAt, endedAt, outcome, errorCode,
+-- error; tab-separated, the error cut to 200 bytes).
+local function attemptLine(meta, outcome, code)
+  local _, running = pinned(meta, V[19])
+  local started = meta.startedAt or fmt(num(meta.expireAt, 0) - running)
+  local msg = string.gsub(string.sub(meta.error or '', 1, 200), '[\t\r\n]', ' ')
+  return table.concat({ meta.attempts or '0', meta.ownerToken or '0', meta.ownerId or '', meta.taskId or '',
+    started, nowStr, outcome, code or meta.errorCode or '', msg }, '\t')
+end
+
+-- appendLog returns meta's attempt log with line added, keeping the newest 16 lines.
+local function appendLog(meta, line)
+  local lines = {}
+  for l in string.gmatch(meta.attemptLog or '', '[^\n]+') do lines[#lines + 1] = l end
+  lines[#lines + 1] = line
+  local from = math.max(1, #lines - 15)
+  return table.concat(lines, '\n', from)
+end
+
+-- ATTEMPT_OUTCOME is how the previous attempt ended, by the reason a new owner takes over.
+local ATTEMPT_OUTCOME = { retry = 'FAILED', takeover = 'LEASE_LOST', handover = 'HANDOVER', expired = 'EXPIRED' }
+
 -- acqOwn makes the caller the owner with a new token. inherit: the flight record goes on
 -- (retry, takeover, handover, expired) and the previous owner's task waits for its outcome
 -- like a parked one; otherwise the record starts afresh (new, result_lost). Parked entries
@@ -48,9 +71,11 @@ local function acqOwn(reason, attempts, meta, inherit)
   local tok = newToken(meta)
   local task, entry = V[7], V[8]
   local createdAt = nowStr
+  local log = nil
   if meta then
     if inherit then
       createdAt = meta.createdAt or nowStr
+      log = appendLog(meta, attemptLine(meta, ATTEMPT_OUTCOME[reason] or reason, nil))
       local pe = meta.entry or ''
       if pe ~= '' and pe ~= entry then
         redis.call('HSETNX', K[4], pe, nowStr .. ' ' .. (meta.taskId or ''))
@@ -65,6 +90,7 @@ local function acqOwn(reason, attempts, meta, inherit)
     'sessionId', V[15], 'requestKey', V[16], 'ownerId', V[12], 'ownerToken', tok,
     'taskId', task, 'entry', entry, 'attempts', attempts, 'createdAt', createdAt,
     'updatedAt', nowStr, 'heartbeatAt', nowStr, 'expireAt', expireAt, 'policy', V[19])
+  if log then redis.call('HSET', K[1], 'attemptLog', log) end
   redis.call('PEXPIRE', K[1], V[20])
   -- Tasks parked on the previous record of this flight wait for this owner; a flight that
   -- starts afresh leaves an orphaned waiter record as it is (its entries are still parked,
@@ -179,7 +205,11 @@ register('acquire', function()
   end
 
   if status == 'FAILED' then
-    if meta.retryable == '1' and attempts < maxA then return acqTakeOver('retry', attempts + 1, meta) end
+    if meta.retryable == '1' and attempts < maxA then
+      -- A retry delay (a provider's Retry-After, the stage's backoff) holds for every task.
+      if now < num(meta.retryAt, 0) then return acqFollow(meta) end
+      return acqTakeOver('retry', attempts + 1, meta)
+    end
     return acqFinal('FAILED_FINAL', meta, nil)
   end
 

@@ -11,7 +11,12 @@
 -- ARGV[21] -> requestKey K, ARGV[22] -> attempts (these write a meta that is gone)
 -- ARGV[23] -> maxAttempts (the owner's pinned value), ARGV[24] -> failureTTL in ms,
 -- ARGV[25] -> fenceTTL in ms
--- ARGV[26] (optional) -> the shared label of the caller's own event ("owner" when absent)
+-- ARGV[26] (optional) -> the shared label of the caller's own event ("owner" when absent or "")
+-- ARGV[27] (optional) -> retryIn ms: a retryable failure's next attempt starts no sooner than
+--             this (the meta records retryAt; acquires before it park, the meta lives retryIn
+--             longer); "0" or absent: at once
+-- ARGV[28] (optional) -> "1": the caller gives its stream entry up (its task waits for the
+--             retry in the stage's scheduled set and comes back under a new entry)
 --
 -- Accepted from the same tokens as complete (complete.lua). Output:
 --   { code, final, settled, <answer tail> }
@@ -29,12 +34,22 @@ register('fail', function()
   local tok = num(V[12], 0)
   local retryable, etype, ecode, emsg = V[13], V[14], V[15], V[16]
   local maxA, failureTTL, fenceTTL = num(V[23], 3), num(V[24], 60000), num(V[25], 86400000)
+  local label = V[26]
+  if label == nil or label == '' then label = 'owner' end
+  local retryIn = num(V[27], 0)
 
   local function record(meta)
     redis.call('HSET', K[1], 'status', 'FAILED', 'updatedAt', nowStr, 'retryable', retryable,
       'errorType', etype, 'errorCode', ecode, 'error', emsg, 'handover', '')
-    redis.call('PEXPIRE', K[1], failureTTL)
-    if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], failureTTL) end
+    local ttl = failureTTL
+    if retryable == '1' and retryIn > 0 then
+      redis.call('HSET', K[1], 'retryAt', fmt(nowMs() + retryIn))
+      ttl = ttl + retryIn
+      meta.retryAt = fmt(nowMs() + retryIn)
+    end
+    if V[28] == '1' then redis.call('HSET', K[1], 'entry', '') end
+    redis.call('PEXPIRE', K[1], ttl)
+    if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], ttl) end
     writeFence(tok, '', fenceTTL)
     meta.status, meta.retryable, meta.errorType, meta.errorCode, meta.error = 'FAILED', retryable, etype, ecode, emsg
   end
@@ -46,7 +61,7 @@ register('fail', function()
 
   local function done(code, meta)
     if isFinal(meta) then
-      answer(failureOf(meta), V[26] or 'owner')
+      answer(failureOf(meta), label)
       return tail({ code, 1, 'answered' })
     end
     return tail({ code, 0, '' })
@@ -62,7 +77,7 @@ register('fail', function()
       local st, code = 'CANCELLED', 'cancelled'
       if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
       m.status = st
-      answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the failure arrived'), V[26] or 'owner')
+      answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the failure arrived'), label)
       return tail({ st, 1, 'answered' })
     end
     redis.call('HSET', K[1], 'stage', m.stage, 'tenant', m.tenant, 'sessionId', m.sessionId,
@@ -80,13 +95,13 @@ register('fail', function()
   end
   if status == 'FAILED' then return done('ALREADY', meta) end
   if status == 'CANCELLED' then
-    answer(failureOf(meta), V[26] or 'owner')
+    answer(failureOf(meta), label)
     return tail({ status, 1, 'answered' })
   end
   if status == 'EXPIRED' then
     local f, mark = readFence()
     if mark ~= '' and f == tok then
-      answer(failureOf(meta), V[26] or 'owner')
+      answer(failureOf(meta), label)
       return tail({ status, 1, 'answered' })
     end
     record(meta)

@@ -10,7 +10,7 @@
 // during a rolling deploy. Function.Run loads the library on demand (a Redis restarted without
 // persistence forgets it).
 //
-// The other scripts (stream_touch, liveness, session_lock) are plain scripts (EVALSHA with an
+// The other scripts (stream_touch, liveness, session_lock, schedule_due) are plain scripts (EVALSHA with an
 // EVAL fallback). Every key a script touches arrives in KEYS, and the keys of one call share
 // one hash tag (a flight's {requestKey}, a session's {tenant:sessionId}) or are a single
 // stream, so every script runs unchanged on Redis Cluster; only answer mode "write" (see
@@ -52,6 +52,8 @@ var (
 	livenessSrc string
 	//go:embed session_lock.lua
 	sessionLockSrc string
+	//go:embed schedule_due.lua
+	scheduleDueSrc string
 )
 
 // library is the flight function library's source and prefix (set once by newLibrary).
@@ -158,9 +160,13 @@ var Liveness = redis.NewScript(livenessSrc)
 // SessionLock acquires, renews or releases the fenced, leased lock of one interview session.
 var SessionLock = redis.NewScript(sessionLockSrc)
 
+// ScheduleDue takes the due members of a stage's scheduled set for appending to its task
+// stream.
+var ScheduleDue = redis.NewScript(scheduleDueSrc)
+
 // Scripts lists the plain scripts, for loading them ahead of pipelines (SCRIPT LOAD).
 func Scripts() []*redis.Script {
-	return []*redis.Script{StreamTouch, Liveness, SessionLock}
+	return []*redis.Script{StreamTouch, Liveness, SessionLock, ScheduleDue}
 }
 
 // ErrNoFunctions reports a Redis without Redis Functions (older than 7.0).

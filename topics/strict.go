@@ -10,7 +10,7 @@ import (
 // taskFields are the JSON names of Task's fields, in struct order: a task payload's object
 // has no other member, and none twice. Bit i of a seen set stands for taskFields[i].
 var taskFields = [...]string{"taskId", "stage", "tenant", "sessionId", "requestKey", "input",
-	"modelVersion", "promptVersion", "deadline", "attempt", "enqueuedAt", "params"}
+	"modelVersion", "promptVersion", "deadline", "attempt", "enqueuedAt", "params", "notBefore"}
 
 // taskFieldIndex returns the index in taskFields of the exactly spelled name, or -1.
 func taskFieldIndex(name []byte) int {
@@ -39,6 +39,8 @@ func taskFieldIndex(name []byte) int {
 		return 10
 	case "params":
 		return 11
+	case "notBefore":
+		return 12
 	}
 	return -1
 }

@@ -61,11 +61,20 @@ type Task struct {
 	// key (irrelevant values such as request ids must stay out of it). Optional; null is
 	// the same as absent. DecodeTask returns it compacted, and nil when null.
 	Params json.RawMessage `json:"params,omitempty"`
+	// NotBefore is the RFC 3339 time before which the task must not start (a scheduled
+	// task, as asynq's ProcessAt or river's ScheduledAt). Optional; a consumer that reads it
+	// earlier keeps it aside (in memory for a moment, in the stage's scheduled set when it
+	// is further away) and starts it then. NotBeforeTime parses it.
+	NotBefore string `json:"notBefore,omitempty"`
 }
 
 // DeadlineTime returns the parsed Deadline and true, or the zero time and false when
 // Deadline is empty or not RFC 3339.
 func (t Task) DeadlineTime() (time.Time, bool) { return parseTime(t.Deadline) }
+
+// NotBeforeTime returns the parsed NotBefore and true, or the zero time and false when
+// NotBefore is empty or not RFC 3339.
+func (t Task) NotBeforeTime() (time.Time, bool) { return parseTime(t.NotBefore) }
 
 // EnqueuedTime returns the parsed EnqueuedAt and true, or the zero time and false when
 // EnqueuedAt is empty or not RFC 3339.

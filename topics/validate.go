@@ -46,6 +46,8 @@ const (
 	ReasonBadDeadline Reason = "bad_deadline"
 	// ReasonBadEnqueuedAt: enqueuedAt is set but is not an RFC 3339 time.
 	ReasonBadEnqueuedAt Reason = "bad_enqueued_at"
+	// ReasonBadNotBefore: notBefore is set but is not an RFC 3339 time.
+	ReasonBadNotBefore Reason = "bad_not_before"
 	// ReasonDeadlinePassed: the deadline is not after now. Only Task.CheckDeadline
 	// returns it; DecodeTask and Validate never look at the clock.
 	ReasonDeadlinePassed Reason = "deadline_passed"
@@ -215,6 +217,11 @@ func (t Task) validate(lim Limits, checkJSON bool) error {
 		}
 	}
 
+	if t.NotBefore != "" {
+		if _, err := time.Parse(time.RFC3339, t.NotBefore); err != nil {
+			return invalid(ReasonBadNotBefore, "notBefore", "not an RFC 3339 time")
+		}
+	}
 	if t.Deadline != "" {
 		if _, err := time.Parse(time.RFC3339, t.Deadline); err != nil {
 			return invalid(ReasonBadDeadline, "deadline", "not an RFC 3339 time")

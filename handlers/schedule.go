@@ -1,0 +1,166 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/lua"
+	"github.com/flightdeck-ai/flightdeck/stream"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Scheduled tasks (DESIGN.md section 5, "Scheduled tasks and retry delays"): a task that must
+// wait (its notBefore lies ahead, or its flight's retry is delayed) waits in the subscriber
+// when the wait is short, and in the stage's scheduled set (topics.Keyspace.Scheduled) when
+// it is longer: its entry is acknowledged, it holds no handler and no custody, and a
+// consumer's schedule loop appends it to the task stream again when it is due.
+
+// scheduleAfter is the longest wait kept in the subscriber; longer ones go to the set.
+const scheduleAfter = 2 * time.Second
+
+// scheduleBatch is the most due tasks one schedule call moves.
+const scheduleBatch = 100
+
+// movingStuck: a task taken for appending but still in the moving set this long later was
+// left by a consumer that died in between; it is appended again (at least once).
+const movingStuck = 30 * time.Second
+
+// RetryPolicy is the backoff between a stage's owner attempts after a retryable failure:
+// Initial, then times Multiplier per attempt, at most Max, spread by ±Jitter (a fraction). A
+// provider's Retry-After longer than that wins. Zero fields take the defaults.
+type RetryPolicy struct {
+	// Initial is the delay after the first failed attempt. Defaults to 200 ms.
+	Initial time.Duration `yaml:"initial"`
+	// Max caps the delay (not a Retry-After). Defaults to 30 s.
+	Max time.Duration `yaml:"max"`
+	// Multiplier grows the delay per attempt. Defaults to 2.
+	Multiplier float64 `yaml:"multiplier"`
+	// Jitter spreads each delay uniformly by ± this fraction, 0 to 1. Defaults to 0.2.
+	Jitter float64 `yaml:"jitter"`
+}
+
+// withDefaults fills the zero fields.
+func (r RetryPolicy) withDefaults() RetryPolicy {
+	if r.Initial == 0 {
+		r.Initial = 200 * time.Millisecond
+	}
+	if r.Max == 0 {
+		r.Max = 30 * time.Second
+	}
+	if r.Multiplier == 0 {
+		r.Multiplier = 2
+	}
+	if r.Jitter == 0 {
+		r.Jitter = 0.2
+	}
+	return r
+}
+
+// Delay returns the wait before the attempt after the given (1-based) failed one, retryAfter
+// being the provider's hint (0: none).
+func (r RetryPolicy) Delay(attempt int, retryAfter time.Duration) time.Duration {
+	r = r.withDefaults()
+	d := float64(r.Initial) * math.Pow(r.Multiplier, float64(max(attempt, 1)-1))
+	d = min(d, float64(r.Max))
+	d *= 1 + r.Jitter*(2*rand.Float64()-1)
+	return max(time.Duration(d), retryAfter)
+}
+
+// validate reports a policy that cannot be used.
+func (r RetryPolicy) validate() error {
+	switch {
+	case r.Initial < 0 || r.Max < 0:
+		return fmt.Errorf("retry: initial %v and max %v must not be negative", r.Initial, r.Max)
+	case r.Multiplier != 0 && r.Multiplier < 1:
+		return fmt.Errorf("retry: multiplier %v must be at least 1", r.Multiplier)
+	case r.Jitter < 0 || r.Jitter > 1:
+		return fmt.Errorf("retry: jitter %v must be within 0-1", r.Jitter)
+	}
+	return nil
+}
+
+// wait keeps the task aside until at: in the subscriber for a short wait, in the stage's
+// scheduled set for a longer one (the message then returns unsettled, so its entry is
+// acknowledged). why labels the metric: not_before or retry.
+func (t *taskRun) wait(ctx context.Context, at time.Time, why string) error {
+	d := time.Until(at)
+	if d <= scheduleAfter {
+		stream.Delay(t.msg, max(d, 0))
+		return nil
+	}
+	p := t.p
+	z := redis.Z{Score: float64(at.UnixMilli()), Member: string(t.msg.Payload)}
+	if err := p.rdb.ZAdd(context.WithoutCancel(ctx), p.ks.Scheduled(t.task.Stage), z).Err(); err != nil {
+		return err // the middleware retries the message; nothing was acknowledged
+	}
+	p.metrics.scheduled.WithLabelValues(t.task.Stage, why).Inc()
+	if debugOn(p.log) {
+		l := t.logger()
+		l.Debug().Time("due", at).Str("why", why).Msg("task scheduled")
+	}
+	return nil
+}
+
+// scheduleLoop appends the due tasks of every stage's scheduled set to its task stream, every
+// interval, until ctx ends.
+func (c *Consumer) scheduleLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, s := range c.cfg.Stages {
+			for ctx.Err() == nil {
+				n, err := c.moveDue(ctx, s.Name)
+				if err != nil {
+					c.log.Warn().Err(err).Str("stage", s.Name).Msg("moving due scheduled tasks failed")
+				}
+				if err != nil || n < scheduleBatch {
+					break
+				}
+			}
+		}
+	}
+}
+
+// moveDue appends up to scheduleBatch due tasks of stage to its task stream and returns how
+// many it took.
+func (c *Consumer) moveDue(ctx context.Context, stage string) (int, error) {
+	ks := c.cfg.Keyspace
+	keys := []string{ks.Scheduled(stage), ks.ScheduledMoving(stage)}
+	due, err := lua.ScheduleDue.Run(ctx, c.rdb, keys, scheduleBatch, movingStuck.Milliseconds()).StringSlice()
+	if err != nil || len(due) == 0 {
+		return 0, err
+	}
+	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, payload := range due {
+			// It was valid when it was scheduled; a payload a changed limit refuses is
+			// appended all the same, for the consumer to dead-letter with its reason.
+			task, _ := topics.DecodeTask([]byte(payload), c.cfg.Limits)
+			p.XAdd(ctx, &redis.XAddArgs{Stream: ks.TaskStreamFor(stage, task.TaskID),
+				Values: []any{topics.FieldUUID, uuid.NewString(), topics.FieldPayload, payload}})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err // the members stay in the moving set and are appended again later
+	}
+	members := make([]any, len(due))
+	for i, m := range due {
+		members[i] = m
+	}
+	if err := c.rdb.ZRem(ctx, ks.ScheduledMoving(stage), members...).Err(); err != nil {
+		return len(due), err
+	}
+	c.metrics.scheduled.WithLabelValues(stage, "due").Add(float64(len(due)))
+	return len(due), nil
+}
