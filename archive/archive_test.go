@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -183,7 +182,7 @@ func TestWriterOutage(t *testing.T) {
 			t.Fatalf("during-%d: %+v %v %v", i, a, ok, err)
 		}
 	}
-	if v := testutil.ToFloat64(mustCounter(t, reg, "flightdeck_archive_writes_total", "spooled")); v != 50 {
+	if v := counter(t, reg, "flightdeck_archive_writes_total", "spooled"); v != 50 {
 		t.Errorf("spooled counter %v, want 50", v)
 	}
 
@@ -213,28 +212,24 @@ func TestWriterOutage(t *testing.T) {
 	}
 }
 
-func mustCounter(t *testing.T, reg *prometheus.Registry, name, label string) prometheus.Collector {
+// counter returns the value of the counter name whose label has value label in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-					c.Add(m.GetCounter().GetValue())
-					return c
+				if mf.GetName() == name && l.GetValue() == label {
+					return m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
 	t.Fatalf("no %s{%s}", name, label)
-	return nil
+	return 0
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
