@@ -12,4 +12,7 @@ RUN adduser -D -u 10001 flightdeck && \
     mkdir -p /var/lib/flightdeck/spool && chown -R flightdeck /var/lib/flightdeck
 COPY --from=build /out/consumer /out/producer /usr/local/bin/
 USER flightdeck
+# --http (the dashboard, the probes and /metrics) and --health (the probes and /metrics), as
+# docker-compose.yml runs them; nothing listens unless the command says so.
+EXPOSE 9090 9091
 ENTRYPOINT []

@@ -459,7 +459,7 @@ func TestAPIRequeue(t *testing.T) {
 		return len(dlq) == 1
 	})
 	dl := dlq[0]
-	if dl.Stage != handlers.StageEvaluation || dl.UUID != "uuid-bad-1" || dl.Reason == "" || dl.Consumer != "node-a" || dl.Payload != payload {
+	if dl.Stage != handlers.StageEvaluation || dl.UUID != "uuid-bad-1" || dl.Reason == "" || dl.Consumer != "node-a" || dl.Payload != payload || dl.TaskID != "bad-1" {
 		t.Errorf("dead letter = %+v", dl)
 	}
 	var ov admin.Overview

@@ -426,13 +426,19 @@ func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]Ev
 
 // DeadLetterView is one dead-letter entry.
 type DeadLetterView struct {
-	Stage    string `json:"stage"`
-	ID       string `json:"id"`
-	UUID     string `json:"uuid"`
+	// Stage names the DLQ; ID is the entry's id in it, UUID the refused entry's uuid.
+	Stage string `json:"stage"`
+	ID    string `json:"id"`
+	UUID  string `json:"uuid"`
+	// Reason is machine-readable, Detail human-readable; Consumer refused the entry.
 	Reason   string `json:"reason"`
 	Detail   string `json:"detail"`
 	Consumer string `json:"consumer"`
-	// Payload is the refused payload, truncated to MaxPayloadBytes.
+	// TaskID is the task id the payload names (read from the whole payload), when it names
+	// one.
+	TaskID string `json:"taskId,omitempty"`
+	// Payload is the refused payload: truncated to MaxPayloadBytes in a listing
+	// (DeadLetters), whole in DeadLetter.
 	Payload string `json:"payload"`
 }
 
@@ -452,10 +458,9 @@ func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) 
 			return nil, fmt.Errorf("admin: dead letters: %w", err)
 		}
 		for _, m := range msgs {
-			str := func(f string) string { v, _ := m.Values[f].(string); return v }
-			out = append(out, DeadLetterView{Stage: s, ID: m.ID, UUID: str(topics.FieldUUID), Reason: str(topics.FieldReason),
-				Detail: str(topics.FieldDetail), Consumer: str(topics.FieldConsumer),
-				Payload: Truncate(str(topics.FieldPayload), MaxPayloadBytes)})
+			d := deadLetterEntry(s, m).DeadLetterView
+			d.Payload = Truncate(d.Payload, MaxPayloadBytes)
+			out = append(out, d)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return topics.IDLess(out[j].ID, out[i].ID) })

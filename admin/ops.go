@@ -170,6 +170,45 @@ type BulkResult struct {
 	Remaining int `json:"remaining"`
 	// IDs are the new task entry ids of a requeue (for at most MaxListEntries entries).
 	IDs []string `json:"ids,omitempty"`
+	// UpTo is the last entry id an All selection covers (the newest entry when it was
+	// "" and the DLQ was not empty): send it as DLQSelection.UpTo to go on with the same
+	// selection while Remaining is above zero, without taking entries dead-lettered since.
+	UpTo string `json:"upTo,omitempty"`
+}
+
+// DeadLetterEntry is one dead letter in full, as the consumer wrote it (at most
+// topics.MaxDeadLetterBytes in all): nothing is cut, the payload is as it was sent (or as
+// much as the dead letter kept: Detail says when it was cut).
+type DeadLetterEntry struct {
+	DeadLetterView
+	// Original holds the refused entry's other raw fields as a JSON object, when it had any
+	// that could not be kept as uuid and payload.
+	Original string `json:"original,omitempty"`
+}
+
+// DeadLetter reads one dead letter of stage in full (ErrNotFound when the DLQ has no entry
+// id, ErrBadRequest when id is not a stream entry id).
+func (in *Inspector) DeadLetter(ctx context.Context, stage, id string) (DeadLetterEntry, error) {
+	if err := in.checkSelection("dead letter", DLQSelection{Stage: stage, IDs: []string{id}}); err != nil {
+		return DeadLetterEntry{}, err
+	}
+	msgs, err := in.rdb.XRange(ctx, in.ks.DLQ(stage), id, id).Result()
+	if err != nil {
+		return DeadLetterEntry{}, fmt.Errorf("admin: dead letter: %w", err)
+	}
+	if len(msgs) == 0 {
+		return DeadLetterEntry{}, fmt.Errorf("admin: dead letter: %w: entry %s of %s", ErrNotFound, id, in.ks.DLQ(stage))
+	}
+	return deadLetterEntry(stage, msgs[0]), nil
+}
+
+// deadLetterEntry reads a DLQ entry of stage.
+func deadLetterEntry(stage string, m redis.XMessage) DeadLetterEntry {
+	str := func(f string) string { v, _ := m.Values[f].(string); return v }
+	payload := str(topics.FieldPayload)
+	return DeadLetterEntry{DeadLetterView: DeadLetterView{Stage: stage, ID: m.ID, UUID: str(topics.FieldUUID),
+		Reason: str(topics.FieldReason), Detail: str(topics.FieldDetail), Consumer: str(topics.FieldConsumer),
+		TaskID: topics.NamedField([]byte(payload), "taskId"), Payload: payload}, Original: str(topics.FieldOriginal)}
 }
 
 func (in *Inspector) checkSelection(op string, sel DLQSelection) error {
@@ -223,6 +262,7 @@ func (in *Inspector) RequeueDLQ(ctx context.Context, sel DLQSelection) (BulkResu
 	if err != nil || upTo == "" {
 		return res, err
 	}
+	res.UpTo = upTo
 	for res.Done < MaxBulk {
 		msgs, err := in.rdb.XRangeN(ctx, dlq, "-", upTo, int64(min(1000, MaxBulk-res.Done))).Result()
 		if err != nil {
@@ -297,6 +337,7 @@ func (in *Inspector) PurgeDLQ(ctx context.Context, sel DLQSelection) (BulkResult
 	if err != nil || upTo == "" {
 		return res, err
 	}
+	res.UpTo = upTo
 	n, err := in.rdb.XTrimMinID(ctx, dlq, nextEntryID(upTo)).Result()
 	if err != nil {
 		return res, fmt.Errorf("admin: purge: %w", err)

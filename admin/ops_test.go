@@ -194,7 +194,7 @@ func TestAPIDLQBulk(t *testing.T) {
 	}
 	res = admin.BulkResult{}
 	if code, body := p.post("dlq/requeue", testToken, admin.DLQSelection{Stage: handlers.StageEvaluation, All: true,
-		UpTo: ids[3]}, &res); code != http.StatusOK || res.Done != 1 {
+		UpTo: ids[3]}, &res); code != http.StatusOK || res.Done != 1 || res.UpTo != ids[3] {
 		t.Errorf("requeue all up to %s: %d %s %+v", ids[3], code, body, res)
 	}
 	res = admin.BulkResult{}

@@ -25,12 +25,14 @@ type waitOpts struct {
 	wait     bool
 	timeout  time.Duration
 	progress bool
+	format   *string
 }
 
 func (w *waitOpts) register(fs *flag.FlagSet) {
-	fs.BoolVar(&w.wait, "wait", false, "print each terminal event as a JSON line, then a summary")
+	fs.BoolVar(&w.wait, "wait", false, "print each terminal event as it arrives, then a summary")
 	fs.DurationVar(&w.timeout, "timeout", 60*time.Second, "with --wait: how long to wait for the events after the last enqueue")
-	fs.BoolVar(&w.progress, "progress", false, "show the progress bar on stderr even when it is not a terminal")
+	fs.BoolVar(&w.progress, "progress", false, "show the progress bar (tasks enqueued, with --wait events received) on stderr even when it is not a terminal")
+	w.format = formatFlag(fs)
 }
 
 // job describes what submit enqueues.
@@ -237,6 +239,13 @@ func (a *app) load(ctx context.Context, args []string) error {
 // (unless --any-stage). It subscribes to the result streams before the first enqueue, so
 // that every arrival time is measured when the event comes.
 func (a *app) submit(ctx context.Context, j job) error {
+	format, err := a.eventFormat(*j.format)
+	if err != nil {
+		return err
+	}
+	if !j.wait && *j.format != "" {
+		return usagef("--format sets how --wait prints the events: it needs --wait")
+	}
 	rdb, c, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -249,6 +258,8 @@ func (a *app) submit(ctx context.Context, j job) error {
 	}
 
 	start := time.Now()
+	showBar := !j.single && (j.progress || isTerminal(a.stderr))
+	printer := newEventPrinter(a.stdout, format)
 	var w *waiter
 	if j.wait {
 		sctx, cancel := context.WithCancel(ctx)
@@ -257,11 +268,12 @@ func (a *app) submit(ctx context.Context, j job) error {
 		if err != nil {
 			return err
 		}
-		w = newWaiter(a, client.NewTally(start), cancel)
+		w = newWaiter(a, client.NewTally(start), cancel, printer, newProgress(a.stderr, j.total, "events", showBar))
 		go w.loop(ch)
 	}
 
-	bar := newProgress(a.stderr, j.total, !j.single && (j.progress || isTerminal(a.stderr)))
+	// With --wait the bar counts the events (the waiter draws it), else the enqueued tasks.
+	bar := newProgress(a.stderr, j.total, "", showBar && w == nil)
 	done := 0
 	var enqErr error
 	for done < j.total {
@@ -286,7 +298,11 @@ func (a *app) submit(ctx context.Context, j job) error {
 		}
 	}
 	elapsed := time.Since(start)
-	if !j.single {
+	switch {
+	case j.single:
+	case w != nil:
+		w.say(enqueuedLine(done, j.total, elapsed))
+	default:
 		bar.finish(done, elapsed)
 	}
 	if enqErr != nil {
@@ -318,14 +334,18 @@ func (a *app) submit(ctx context.Context, j job) error {
 	s := w.tally.Summary(end)
 	missing := w.tally.Missing()
 	for _, r := range missing {
-		if err := writeJSON(a.stdout, map[string]client.Receipt{"missing": r}); err != nil {
+		if err := printer.missing(r); err != nil {
 			return err
 		}
 	}
-	if err := writeJSON(a.stdout, map[string]client.Summary{"summary": s}); err != nil {
-		return err
+	if printer.table {
+		printTable(a.stdout, s) // the table is the summary: no JSON line
+	} else {
+		if err := writeJSON(a.stdout, map[string]client.Summary{"summary": s}); err != nil {
+			return err
+		}
+		printTable(a.stderr, s)
 	}
-	printTable(a.stderr, s)
 	if s.Missing > 0 {
 		fmt.Fprintf(a.stderr, "producer: %s: %d of %d events missing\n", why, s.Missing, s.Tasks)
 		a.hints(ctx, rdb, c, missing)

@@ -20,13 +20,19 @@ import (
 const maxShownResult = 2 << 10
 
 func (a *app) tail(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("tail", "[--stages a,b] [--from $|0|ID]")
+	fs := a.newFlagSet("tail", "[--stages a,b] [--from $|0|ID] [--format table|json]")
 	stagesFlag := fs.String("stages", defaultStages, "comma-separated `stages` to follow")
 	from := fs.String("from", "$", "where to start: `$` (new events only), 0 (everything) or a stream id")
+	formatArg := formatFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
+	format, err := a.eventFormat(*formatArg)
+	if err != nil {
+		return err
+	}
+	printer := newEventPrinter(a.stdout, format)
 	stages := splitList(*stagesFlag)
 	switch {
 	case len(pos) > 0:
@@ -48,7 +54,7 @@ func (a *app) tail(ctx context.Context, args []string) error {
 			fmt.Fprintf(a.stderr, "producer: skipping malformed entry %s of %s: %v\n", se.ID, se.Stream, se.Err)
 			continue
 		}
-		if err := writeJSON(a.stdout, se.Event); err != nil {
+		if err := printer.event(se.Event); err != nil {
 			return err
 		}
 	}

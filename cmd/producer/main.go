@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -42,18 +43,24 @@ Commands:
             or a JSONL file:   enqueue -f tasks.jsonl ("-" reads stdin; one topics.Task JSON per line,
                                --stage/--tenant/--session/--model-version/--prompt-version fill
                                empty fields) [--progress]
-            both take [--wait] [--timeout 60s] [--any-stage]
+            both take [--wait] [--timeout 60s] [--format table|json] [--any-stage]
   load      enqueue a generated load: N tasks over K distinct inputs, round-robin over stages,
             paced by a token bucket: load [--n 600] [--keys 60] [--rate 200] [--burst 20]
             [--stages a,b] [--tenant load] [--latency-ms 50] [--progress] [--wait] [--timeout 60s]
-            [--any-stage]
+            [--format table|json] [--any-stage]
   stages    list the stages consumers have registered, with their last consumer, when it was
             last seen, and the entries waiting on their streams: stages [--format table|json]
-  tail      follow result streams and print each event as a JSON line until SIGINT/SIGTERM:
-            tail [--stages a,b] [--from $|0|ID]
+  tail      follow result streams and print each event until SIGINT/SIGTERM:
+            tail [--stages a,b] [--from $|0|ID] [--format table|json]
   inspect   print the flight of a request key as indented JSON (state, parked tasks, key TTLs,
             stored result up to 2 KB): inspect KEY
   cancel    cancel the flight of a request key and answer its parked tasks: cancel KEY [--reason R]
+  dlq       the dead letters (entries consumers refused), through the dashboard's own code:
+              dlq ls [--stage S] [--n 20] [--format table|json]   newest first: id, age, reason,
+                                                                  task id, detail
+              dlq show ID --stage S                  one in full, with the original payload
+              dlq requeue (ID... | --all) --stage S  back onto the stage's task stream
+              dlq purge (ID... | --all) --stage S --yes   delete for good (refused without --yes)
 
 Global options (accepted before or after the command):
   --redis URL     Redis URL; default $REDIS_URL, else redis://127.0.0.1:6379/0. Keep a password
@@ -71,6 +78,13 @@ event, with a hint at the cause on stderr; then a final line {"summary":{...}} (
 missing, distinctKeys, owner, hit, follower, local, archive, failures, p50Ms, p99Ms, wallMs) and a
 table on stderr. Latency is the event's arrival minus the task's enqueuedAt. --timeout counts
 from the last enqueue.
+
+--format (enqueue --wait, load --wait, tail): json prints the lines above; table prints aligned
+columns (task, stage, status, shared, ms = queuedMs + runMs, the key and the result or error,
+both shortened), a MISSING row per task still without its event, and the summary table on
+stdout. The default is table when stdout is a terminal, json otherwise (pipes, files). With
+--wait, a progress bar of the events received out of the tasks is drawn on stderr when it is a
+terminal (--progress draws it anyway); without --wait the bar counts the tasks enqueued.
 
 Exit status: 0 on success (with --wait: every event arrived, failed ones included), 1 on an
 error, a --wait timeout or a flight not found, 2 on a usage error or an unknown stage.
@@ -131,6 +145,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	name := cmd // what messages call the command: "dlq purge" for a dlq subcommand
 	switch cmd {
 	case "enqueue":
 		err = a.enqueue(ctx, rest)
@@ -144,6 +159,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = a.cancel(ctx, rest)
 	case "stages":
 		err = a.stages(ctx, rest)
+	case "dlq":
+		if len(rest) > 0 && slices.Contains([]string{"ls", "show", "requeue", "purge"}, rest[0]) {
+			name += " " + rest[0]
+		}
+		err = a.dlq(ctx, rest)
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK
@@ -161,7 +181,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.Is(err, errFlagParse):
 		return exitUsage // the flag package has printed the problem and the usage
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "producer %s: %v (see 'producer %s -h')\n", cmd, ue.msg, cmd)
+		fmt.Fprintf(stderr, "producer %s: %v (see 'producer %s -h')\n", name, ue.msg, name)
 		return exitUsage
 	case errors.As(err, &sr):
 		fmt.Fprintf(stderr, "producer: %s\n", sr.msg)
@@ -169,7 +189,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.Is(err, errReported):
 		return exitFail
 	default:
-		fmt.Fprintf(stderr, "producer %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "producer %s: %v\n", name, err)
 		return exitFail
 	}
 }

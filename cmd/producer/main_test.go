@@ -44,8 +44,13 @@ func (c *cli) run(stdin string, args ...string) result {
 	cmd := exec.CommandContext(ctx, c.bin, append([]string{"--redis", c.r.URL, "--prefix", c.prefix}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errOut
-	err := cmd.Run()
-	res := result{stdout: out.String(), stderr: errOut.String()}
+	return c.result(cmd.Run(), out.String(), errOut.String(), args)
+}
+
+// result is the outcome of a run that ended with err.
+func (c *cli) result(err error, stdout, stderr string, args []string) result {
+	c.t.Helper()
+	res := result{stdout: stdout, stderr: stderr}
 	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 		res.code = ee.ExitCode()
 	} else if err != nil {
@@ -253,6 +258,16 @@ func TestCLI(t *testing.T) {
 	t.Run("InspectArchive", func(t *testing.T) {
 		t.Parallel()
 		testInspectArchive(t, newCLI(t))
+	})
+
+	t.Run("DLQ", func(t *testing.T) {
+		t.Parallel()
+		testDLQ(t, newCLI(t))
+	})
+
+	t.Run("Formats", func(t *testing.T) {
+		t.Parallel()
+		testFormats(t, newCLI(t))
 	})
 
 	t.Run("InspectAndCancel", func(t *testing.T) {
@@ -512,7 +527,7 @@ func TestCLI(t *testing.T) {
 			if !ok || ee.ExitCode() != 2 {
 				t.Errorf("%v: %v, want exit 2", args, err)
 			}
-			for _, sub := range []string{"enqueue", "load", "tail", "inspect", "cancel", "stages"} {
+			for _, sub := range []string{"enqueue", "load", "tail", "inspect", "cancel", "stages", "dlq"} {
 				if !strings.Contains(errOut.String(), sub) {
 					t.Errorf("%v: usage does not list %s", args, sub)
 				}

@@ -56,16 +56,16 @@ type stageRow struct {
 
 func (a *app) stages(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("stages", "[--format table|json]")
-	format := fs.String("format", "table", "output `format`: table or json")
+	format := listFormatFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) > 0:
+	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
-	case *format != "table" && *format != "json":
-		return usagef("--format %q: want table or json", *format)
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
 	}
 	rdb, c, err := a.connect(ctx)
 	if err != nil {

@@ -17,16 +17,19 @@ import (
 // by loop (from a subscription opened before the first enqueue) and matched to receipts by
 // a client.Tally, whatever comes first.
 type waiter struct {
-	a      *app
-	tally  *client.Tally
-	cancel context.CancelFunc // ends the subscription
+	a       *app
+	tally   *client.Tally
+	cancel  context.CancelFunc // ends the subscription
+	printer *eventPrinter
 
-	mu      sync.Mutex // serializes counting and printing; guards stopped
+	mu      sync.Mutex // serializes counting and printing; guards the fields below
 	stopped bool       // set by stop: nothing is counted or printed afterwards
+	events  int        // the events printed
+	bar     *progress  // events received / tasks, on stderr
 }
 
-func newWaiter(a *app, t *client.Tally, cancel context.CancelFunc) *waiter {
-	return &waiter{a: a, tally: t, cancel: cancel}
+func newWaiter(a *app, t *client.Tally, cancel context.CancelFunc, printer *eventPrinter, bar *progress) *waiter {
+	return &waiter{a: a, tally: t, cancel: cancel, printer: printer, bar: bar}
 }
 
 // loop reads the subscription until it is closed or the waiter is stopped.
@@ -57,11 +60,23 @@ func (w *waiter) expect(r client.Receipt) {
 	}
 }
 
-// print writes one event line. w.mu is held.
+// print writes one event line and moves the bar on. w.mu is held.
 func (w *waiter) print(e topics.Event) {
-	if err := writeJSON(w.a.stdout, e); err != nil {
+	w.bar.clear()
+	if err := w.printer.event(e); err != nil {
 		fmt.Fprintf(w.a.stderr, "producer: %v\n", err)
 	}
+	w.events++
+	w.bar.draw(w.events)
+}
+
+// say prints a line on stderr beside the bar.
+func (w *waiter) say(line string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.bar.clear()
+	fmt.Fprintln(w.a.stderr, line)
+	w.bar.draw(w.events)
 }
 
 // stop ends the subscription; once it returns nothing more is counted or printed, so the
@@ -71,6 +86,7 @@ func (w *waiter) stop() {
 	w.cancel()
 	w.mu.Lock()
 	w.stopped = true
+	w.bar.end(w.events)
 	w.mu.Unlock()
 }
 
@@ -92,54 +108,4 @@ func printTable(out io.Writer, s client.Summary) {
 		fmt.Fprintf(tw, "%s\t%v\n", r.name, r.value)
 	}
 	_ = tw.Flush()
-}
-
-// progress draws "\r[=====>    ] 1234/5000" on a terminal, redrawn at most every 100 ms.
-type progress struct {
-	out     io.Writer
-	total   int
-	enabled bool
-	drawn   time.Time // when the bar was last drawn
-	shown   int       // the count last drawn
-}
-
-const barWidth = 30
-
-func newProgress(out io.Writer, total int, enabled bool) *progress {
-	return &progress{out: out, total: total, enabled: enabled}
-}
-
-func (p *progress) set(done int) {
-	if !p.enabled || (done < p.total && time.Since(p.drawn) < 100*time.Millisecond) {
-		return
-	}
-	p.draw(done)
-}
-
-func (p *progress) draw(done int) {
-	p.drawn, p.shown = time.Now(), done
-	fill := 0
-	if p.total > 0 {
-		fill = min(done*barWidth/p.total, barWidth)
-	}
-	bar := strings.Repeat("=", fill)
-	if fill < barWidth {
-		bar += ">" + strings.Repeat(" ", barWidth-fill-1)
-	}
-	fmt.Fprintf(p.out, "\r[%s] %d/%d", bar, done, p.total)
-}
-
-// finish ends the bar's line and prints the final count line.
-func (p *progress) finish(done int, elapsed time.Duration) {
-	if p.enabled {
-		if p.shown != done {
-			p.draw(done)
-		}
-		fmt.Fprintln(p.out)
-	}
-	perSec := 0.0
-	if s := elapsed.Seconds(); s > 0 {
-		perSec = float64(done) / s
-	}
-	fmt.Fprintf(p.out, "enqueued %d of %d tasks in %v (%.0f/s)\n", done, p.total, elapsed.Round(time.Millisecond), perSec)
 }
