@@ -61,6 +61,8 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	fs.StringVar(&t.ModelVersion, "model-version", "", "model `version` (with -f: for lines without one)")
 	fs.StringVar(&t.PromptVersion, "prompt-version", "", "prompt `version` (with -f: for lines without one)")
 	fs.StringVar(&t.Deadline, "deadline", "", "RFC 3339 `time` after which the result is no longer wanted")
+	fs.StringVar(&t.NotBefore, "not-before", "", "RFC 3339 `time` before which the task must not start (a scheduled task)")
+	in := fs.Duration("in", 0, "start the task no sooner than this `duration` from now (sets notBefore; with --wait the timeout grows by it)")
 	fs.StringVar(&file, "f", "", "JSONL `file` of tasks, one topics.Task JSON per line (\"-\" for stdin)")
 	fs.BoolVar(&anyStage, "any-stage", false, anyStageUsage)
 	wo.register(fs)
@@ -74,8 +76,8 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 
 	var tasks []topics.Task
 	if file != "" {
-		if input != "" || t.RequestKey != "" || t.TaskID != "" || t.Deadline != "" {
-			return usagef("--input, --key, --id and --deadline describe one task; they do not mix with -f")
+		if input != "" || t.RequestKey != "" || t.TaskID != "" || t.Deadline != "" || t.NotBefore != "" || *in != 0 {
+			return usagef("--input, --key, --id, --deadline, --not-before and --in describe one task; they do not mix with -f")
 		}
 		if tasks, err = a.readTasks(file, t); err != nil {
 			return err
@@ -95,6 +97,21 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 				return usagef("--deadline %q is not an RFC 3339 time", t.Deadline)
 			}
 		}
+		switch {
+		case *in < 0:
+			return usagef("--in %v is negative", *in)
+		case *in > 0 && t.NotBefore != "":
+			return usagef("give --in or --not-before, not both")
+		case *in > 0:
+			t.NotBefore = topics.FormatTime(time.Now().Add(*in))
+		case t.NotBefore != "":
+			nb, err := time.Parse(time.RFC3339, t.NotBefore)
+			if err != nil {
+				return usagef("--not-before %q is not an RFC 3339 time", t.NotBefore)
+			}
+			*in = max(time.Until(nb), 0)
+		}
+		wo.timeout += *in
 		t.Input = json.RawMessage(input)
 		tasks = []topics.Task{t}
 	}

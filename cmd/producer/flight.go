@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -167,14 +169,23 @@ func archived(ctx context.Context, url, key string) (*archivedRow, error) {
 }
 
 func (a *app) inspect(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("inspect", "KEY [--archive URL]")
+	fs := a.newFlagSet("inspect", "KEY [--archive URL]\n       producer inspect --task ID [--stage S] [--scan N]")
 	archiveURL := fs.String("archive", os.Getenv("FLIGHTDECK_ARCHIVE_URL"), "PostgreSQL `URL` of the durable archive: its row of the key is shown beside the Redis state (default $FLIGHTDECK_ARCHIVE_URL)")
+	taskID := fs.String("task", "", "look a task up by its `id`: its stream entry, its event and its flight")
+	stageFlag := fs.String("stage", "", "with --task: the task's `stage` (default: every registered stage)")
+	scan := fs.Int("scan", 10000, "with --task: how many of the newest entries of each stream to search")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
+	if *taskID != "" {
+		if len(pos) != 0 {
+			return usagef("--task takes no request key")
+		}
+		return a.inspectTask(ctx, *taskID, *stageFlag, *scan, *archiveURL)
+	}
 	if len(pos) != 1 {
-		return usagef("want exactly one request key, got %d arguments", len(pos))
+		return usagef("want exactly one request key (or --task ID), got %d arguments", len(pos))
 	}
 	key := pos[0]
 	rdb, c, err := a.connect(ctx)
@@ -182,22 +193,45 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	// The dashboard's read model: the same record /ui/api/flight serves.
-	insp, err := admin.New(admin.Config{Client: rdb, Keyspace: c.Keyspace()})
+	out, err := flightInspection(ctx, rdb, c.Keyspace(), key, *archiveURL)
 	if err != nil {
 		return err
 	}
+	if out == nil {
+		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
+	}
+	return a.printIndented(out)
+}
+
+// printIndented prints v as indented JSON.
+func (a *app) printIndented(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+	return err
+}
+
+// flightInspection reads the flight of key (and its archived row, with an archive URL); nil
+// when neither Redis nor the archive knows the key.
+func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, key, archiveURL string) (*inspection, error) {
+	// The dashboard's read model: the same record /ui/api/flight serves.
+	insp, err := admin.New(admin.Config{Client: rdb, Keyspace: ks})
+	if err != nil {
+		return nil, err
+	}
 	var row *archivedRow
 	var rowErr error
-	if *archiveURL != "" {
-		row, rowErr = archived(ctx, *archiveURL, key)
+	if archiveURL != "" {
+		row, rowErr = archived(ctx, archiveURL, key)
 	}
 	d, err := insp.Flight(ctx, key)
 	if errors.Is(err, flight.ErrNotFound) && row == nil {
-		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
+		return nil, nil
 	}
 	if err != nil && !errors.Is(err, flight.ErrNotFound) {
-		return err
+		return nil, err
 	}
 	m := d.Meta
 	out := inspection{
@@ -218,14 +252,9 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 	out.shownResult = show([]byte(d.Result))
 	out.Archived = row
 	if rowErr != nil {
-		out.ArchiveError = redisconn.RedactError(rowErr, *archiveURL).Error()
+		out.ArchiveError = redisconn.RedactError(rowErr, archiveURL).Error()
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
-	return err
+	return &out, nil
 }
 
 func stamp(t time.Time) string {

@@ -255,6 +255,16 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("InspectTask", func(t *testing.T) {
+		t.Parallel()
+		testInspectTask(t, newCLI(t))
+	})
+
+	t.Run("Scheduled", func(t *testing.T) {
+		t.Parallel()
+		testScheduled(t, newCLI(t))
+	})
+
 	t.Run("InspectArchive", func(t *testing.T) {
 		t.Parallel()
 		testInspectArchive(t, newCLI(t))

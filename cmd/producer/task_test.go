@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testScheduled (TestCLI/Scheduled): enqueue --in and --not-before set the task's notBefore;
+// a negative --in, both flags at once or a bad time exit 2 and enqueue nothing.
+func testScheduled(t *testing.T, c *cli) {
+	c.register(stage)
+	before := time.Now()
+	if res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", `1`, "--in", "90s"); res.code != 0 {
+		t.Fatalf("--in: exit %d: %s", res.code, res.stderr)
+	}
+	at := "2031-01-02T03:04:05Z"
+	if res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", `2`, "--not-before", at); res.code != 0 {
+		t.Fatalf("--not-before: exit %d: %s", res.code, res.stderr)
+	}
+	got := c.tasks(stage)
+	if len(got) != 2 {
+		t.Fatalf("%d tasks enqueued, want 2", len(got))
+	}
+	nb, ok := got[0].NotBeforeTime()
+	if !ok || nb.Before(before.Add(89*time.Second)) || nb.After(time.Now().Add(91*time.Second)) {
+		t.Errorf("--in 90s: notBefore %q", got[0].NotBefore)
+	}
+	if got[1].NotBefore != at {
+		t.Errorf("--not-before: notBefore %q, want %q", got[1].NotBefore, at)
+	}
+	for _, args := range [][]string{{"--in", "-5s"}, {"--in", "5s", "--not-before", at}, {"--not-before", "tomorrow"}} {
+		res := c.run("", append([]string{"enqueue", "--stage", stage, "--tenant", "acme", "--input", `3`}, args...)...)
+		if res.code != 2 || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, res.code, res.stderr)
+		}
+	}
+	if n := len(c.tasks(stage)); n != 2 {
+		t.Errorf("%d tasks after the refused ones, want 2", n)
+	}
+}
+
+// testInspectTask (TestCLI/InspectTask): inspect --task finds a task's entry, who holds it,
+// its event and its flight's key; an unknown task exits 1, --task with a key exits 2.
+func testInspectTask(t *testing.T, c *cli) {
+	c.register(stage)
+	res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", `{"q":7}`, "--id", "find-me")
+	if res.code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", res.code, res.stderr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.consume(ctx, stage)
+	deadline := time.Now().Add(10 * time.Second)
+	var out struct {
+		Entry      string `json:"entry"`
+		RequestKey string `json:"requestKey"`
+		Event      *struct {
+			Status string `json:"status"`
+		} `json:"event"`
+	}
+	for {
+		res = c.run("", "inspect", "--task", "find-me")
+		if res.code != 0 {
+			t.Fatalf("inspect --task: exit %d: %s", res.code, res.stderr)
+		}
+		if err := json.Unmarshal([]byte(res.stdout), &out); err != nil {
+			t.Fatalf("output %q: %v", res.stdout, err)
+		}
+		if out.Event != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out.Entry == "" || out.RequestKey == "" || out.Event == nil || out.Event.Status != "SUCCEEDED" {
+		t.Errorf("inspect --task: %s", res.stdout)
+	}
+	if res := c.run("", "inspect", "--task", "nobody"); res.code != 1 || !strings.Contains(res.stderr, "not found") {
+		t.Errorf("unknown task: exit %d, stderr %q", res.code, res.stderr)
+	}
+	if res := c.run("", "inspect", "--task", "find-me", "some-key"); res.code != 2 {
+		t.Errorf("--task with a key: exit %d", res.code)
+	}
+}
