@@ -32,9 +32,9 @@ func TestExecutorRehydrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go w.Run(ctx)
-	defer w.Close(context.Background())
+	ran := make(chan struct{})
+	go func() { w.Run(ctx); close(ran) }()
+	defer func() { stop(); <-ran; _ = w.Close(context.Background()) }() // Close after Run returned
 
 	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix}})
 	if err != nil {

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/filelock"
@@ -45,15 +47,29 @@ func openSpool(dir, name string) (*spool, error) {
 		return nil, fmt.Errorf("archive: spool dir: %w", err)
 	}
 	data, lockPath := spoolPaths(dir, name)
-	lock, err := filelock.TryLock(lockPath)
-	if err != nil {
-		return nil, fmt.Errorf("archive: spool lock: %w", err)
-	}
-	if lock == nil {
-		return nil, fmt.Errorf("%w: %s", ErrSpoolInUse, lockPath)
+	// Another process may hold the lock for a moment while it adopts this name's spool of a
+	// stopped process: wait a little before calling the name taken.
+	var lock *os.File
+	for try := 0; ; try++ {
+		l, err := filelock.TryLock(lockPath)
+		if err != nil {
+			return nil, fmt.Errorf("archive: spool lock: %w", err)
+		}
+		if l != nil {
+			lock = l
+			break
+		}
+		if try == 20 {
+			return nil, fmt.Errorf("%w: %s", ErrSpoolInUse, lockPath)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	s := &spool{path: data, lock: lock}
-	outs, err := readSpool(data)
+	if err := endTornLine(data); err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	outs, err := readSpool(data, 0)
 	if err != nil {
 		_ = lock.Close()
 		return nil, err
@@ -68,7 +84,7 @@ func openSpool(dir, name string) (*spool, error) {
 		if err != nil || l == nil {
 			continue // alive, or not ours to take
 		}
-		outs, err := readSpool(other)
+		outs, err := readSpool(other, 0)
 		if err == nil {
 			err = s.add(outs)
 		}
@@ -81,30 +97,66 @@ func openSpool(dir, name string) (*spool, error) {
 	return s, nil
 }
 
-// readSpool returns the outcomes of a spool file (none when it does not exist); a line that
-// does not decode (a torn last write) is skipped.
-func readSpool(path string) ([]flight.Archived, error) {
-	f, err := os.Open(path)
+// endTornLine ends a last line that a crash or a full disk left without its newline, so that
+// the next append starts a line of its own (the torn one is skipped when read).
+func endTornLine(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("archive: spool: %w", err)
+		return fmt.Errorf("archive: spool: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return err
+	}
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, st.Size()-1); err != nil {
+		return fmt.Errorf("archive: spool: %w", err)
+	}
+	if last[0] == '\n' {
+		return nil
+	}
+	if _, err := f.WriteAt([]byte{'\n'}, st.Size()); err != nil {
+		return fmt.Errorf("archive: spool: %w", err)
+	}
+	return f.Sync()
+}
+
+// readSpool returns the outcomes of a spool file (none when it does not exist), at most limit
+// of them (0: all), and the byte offset just past the last line it read. A line that does not
+// decode (a torn write) is skipped.
+func readSpool(path string, limit int) ([]flight.Archived, error) {
+	outs, _, err := readSpoolHead(path, limit)
+	return outs, err
+}
+
+func readSpoolHead(path string, limit int) ([]flight.Archived, int64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("archive: spool: %w", err)
 	}
 	defer f.Close()
 	var outs []flight.Archived
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
-	for sc.Scan() {
+	var off int64
+	r := bufio.NewReaderSize(f, 64<<10)
+	for limit == 0 || len(outs) < limit {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			break // the end, or a torn last line (no newline): not counted as read
+		}
+		off += int64(len(line))
 		var a flight.Archived
-		if json.Unmarshal(sc.Bytes(), &a) == nil && a.Key != "" {
+		if json.Unmarshal(line, &a) == nil && a.Key != "" {
 			outs = append(outs, a)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("archive: spool: %w", err)
-	}
-	return outs, nil
+	return outs, off, nil
 }
 
 // add appends outcomes and fsyncs the file.
@@ -137,55 +189,51 @@ func (s *spool) add(outs []flight.Archived) error {
 	return f.Close()
 }
 
-// take returns the spooled outcomes; done(true) removes them from the file (outcomes added
-// meanwhile stay), done(false) keeps them.
-func (s *spool) take() (outs []flight.Archived, done func(written bool) error, err error) {
+// take returns up to limit of the oldest spooled outcomes; done(true) removes them from the
+// file (outcomes added meanwhile stay), done(false) keeps them.
+func (s *spool) take(limit int) (outs []flight.Archived, done func(written bool) error, err error) {
 	s.mu.Lock()
-	outs, err = readSpool(s.path)
+	outs, off, err := readSpoolHead(s.path, limit)
+	s.mu.Unlock()
 	if err != nil || len(outs) == 0 {
-		s.mu.Unlock()
 		return nil, func(bool) error { return nil }, err
 	}
-	taken := len(outs)
-	s.mu.Unlock()
 	return outs, func(written bool) error {
 		if !written {
 			return nil
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		all, err := readSpool(s.path)
-		if err != nil {
-			return err
-		}
-		return s.rewriteLocked(all[min(taken, len(all)):])
+		return s.dropHeadLocked(off, len(outs))
 	}, nil
 }
 
-// rewriteLocked replaces the file with outs (write a temporary file, fsync, rename).
-func (s *spool) rewriteLocked(outs []flight.Archived) error {
-	tmp := s.path + ".tmp"
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	for _, a := range outs {
-		if err := enc.Encode(a); err != nil {
-			return fmt.Errorf("archive: spool: %w", err)
-		}
-	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+// dropHeadLocked removes the first off bytes (n outcomes) of the file: the rest is copied to
+// a temporary file, fsynced and renamed over it.
+func (s *spool) dropHeadLocked(off int64, n int) error {
+	src, err := os.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("archive: spool: %w", err)
 	}
-	_, werr := f.Write(buf.Bytes())
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
+	defer src.Close()
+	if _, err := src.Seek(off, io.SeekStart); err != nil {
+		return fmt.Errorf("archive: spool: %w", err)
+	}
+	tmp := s.path + ".tmp"
+	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("archive: spool: %w", err)
+	}
+	_, cerr := io.Copy(dst, src)
+	serr := dst.Sync()
+	clerr := dst.Close()
+	if err := errors.Join(cerr, serr, clerr); err != nil {
 		return fmt.Errorf("archive: spool: %w", err)
 	}
 	if err := os.Rename(tmp, s.path); err != nil {
 		return fmt.Errorf("archive: spool: %w", err)
 	}
-	s.n = len(outs)
+	s.n = max(s.n-n, 0)
 	if d, err := os.Open(filepath.Dir(s.path)); err == nil {
 		_ = d.Sync()
 		_ = d.Close()

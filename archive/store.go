@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -96,11 +97,14 @@ ON CONFLICT (request_key) DO UPDATE SET
     error_type = EXCLUDED.error_type, error_code = EXCLUDED.error_code, error = EXCLUDED.error,
     finished_at = EXCLUDED.finished_at, expires_at = EXCLUDED.expires_at, archived_at = now()
 WHERE o.owner_token < EXCLUDED.owner_token
+  AND (o.status <> 'SUCCEEDED' OR EXCLUDED.status = 'SUCCEEDED')
 RETURNING request_key`
 
 // Put writes outcomes in one statement and returns how many rows it wrote. An outcome whose
 // key holds a row with an equal or larger token is refused (not an error): newer token
-// wins, whatever order the writes arrive in. Of several outcomes of one key in outs, the one
+// wins, whatever order the writes arrive in. A stored result is never replaced by a
+// failure, cancellation or expiry (of a run that should not have happened: a lookup that
+// failed let it run): only by a newer result. Of several outcomes of one key in outs, the one
 // with the largest token is written.
 func (s *Store) Put(ctx context.Context, outs []flight.Archived) (int, error) {
 	outs = newestPerKey(outs)
@@ -145,6 +149,14 @@ func (s *Store) Put(ctx context.Context, outs []flight.Archived) (int, error) {
 		return 0, fmt.Errorf("archive: put: %w", err)
 	}
 	return written, nil
+}
+
+// noTable reports an error of a statement on a database without the archive's table (no
+// consumer has migrated it yet): reads answer "nothing archived", and need no right to
+// create it.
+func noTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01" // undefined_table
 }
 
 // ErrInvalid is returned for an outcome that cannot be archived.
@@ -205,15 +217,12 @@ type Row struct {
 
 // Inspect returns the row archived for key, expired or not; false when there is none.
 func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
-	if err := s.Migrate(ctx); err != nil {
-		return Row{}, false, err
-	}
 	var r Row
 	var status string
 	var attempts int32
 	err := s.pool.QueryRow(ctx, selectRow+` WHERE request_key = $1`, key).Scan(&r.Key, &r.Stage, &r.Tenant,
 		&status, &r.Token, &attempts, &r.Result, &r.ErrorType, &r.ErrorCode, &r.Error, &r.FinishedAt, &r.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || noTable(err) {
 		return Row{}, false, nil
 	}
 	if err != nil {
@@ -236,10 +245,10 @@ func (s *Store) get(ctx context.Context, key string, live bool) (flight.Archived
 // GetMany returns the outcomes archived for keys within their retention, by key (keys
 // without one are absent), in one statement.
 func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]flight.Archived, error) {
-	if err := s.Migrate(ctx); err != nil {
-		return nil, err
-	}
 	rows, err := s.pool.Query(ctx, selectRow+` WHERE request_key = ANY($1) AND expires_at > now()`, keys)
+	if noTable(err) {
+		return map[string]flight.Archived{}, nil // nothing was ever archived here
+	}
 	if err != nil {
 		return nil, fmt.Errorf("archive: get: %w", err)
 	}
@@ -257,7 +266,9 @@ func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]flight.A
 		a.Status, a.Attempts, a.Retention = flight.Status(status), int(attempts), expires.Sub(a.FinishedAt)
 		out[a.Key] = a
 	}
-	if err := rows.Err(); err != nil {
+	if err := rows.Err(); noTable(err) {
+		return map[string]flight.Archived{}, nil
+	} else if err != nil {
 		return nil, fmt.Errorf("archive: get: %w", err)
 	}
 	return out, nil
@@ -269,8 +280,11 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if err := s.Migrate(ctx); err != nil {
 		return 0, err
 	}
+	// The outer condition matters: a row written again since the inner select picked its key
+	// (a newer outcome, with a new expiry) must stay.
 	tag, err := s.pool.Exec(ctx, `DELETE FROM flightdeck_outcomes WHERE request_key IN (
-        SELECT request_key FROM flightdeck_outcomes WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)`, limit)
+        SELECT request_key FROM flightdeck_outcomes WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
+        AND expires_at <= now()`, limit)
 	if err != nil {
 		return 0, fmt.Errorf("archive: purge: %w", err)
 	}

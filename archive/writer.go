@@ -58,6 +58,8 @@ type Writer struct {
 	down    atomic.Bool  // the last write or lookup failed: writes go to the spool
 	probeAt atomic.Int64 // unix ns of the next lookup allowed while down
 	lastErr atomic.Value // string: the last error, for Health
+	running atomic.Bool  // Run is running: lookups are answered
+	closing atomic.Bool  // Close began: records go to the spool directly
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -110,6 +112,10 @@ func (w *Writer) Metrics() *Metrics { return w.metrics }
 // Record queues a for the archive without blocking on it; when the queue is full, a goes to
 // the spool (one fsync).
 func (w *Writer) Record(a flight.Archived) {
+	if w.closing.Load() {
+		w.spoolBatch([]flight.Archived{a})
+		return
+	}
 	select {
 	case w.in <- a:
 	default:
@@ -118,8 +124,12 @@ func (w *Writer) Record(a flight.Archived) {
 }
 
 // Lookup returns the outcome archived for key within its retention (Store.Get). While the
-// archive is away it fails at once, except for one probe per Retry interval.
+// archive is away, or Run is not running, it fails at once (ErrUnavailable), except for one
+// probe per Retry interval while the archive is away.
 func (w *Writer) Lookup(ctx context.Context, key string) (flight.Archived, bool, error) {
+	if !w.running.Load() {
+		return flight.Archived{}, false, fmt.Errorf("archive: lookup %s: %w (the writer is not running)", key, ErrUnavailable)
+	}
 	if w.down.Load() {
 		next := w.probeAt.Load()
 		now := time.Now().UnixNano()
@@ -241,7 +251,20 @@ func (w *Writer) Run(ctx context.Context) {
 		lookups.Add(1)
 		go func() { defer lookups.Done(); w.lookupLoop(ctx) }()
 	}
-	defer lookups.Wait()
+	w.running.Store(true)
+	defer func() {
+		w.running.Store(false)
+		lookups.Wait()
+		for { // answer the lookups left waiting
+			select {
+			case l := <-w.lookups:
+				l.reply <- lookupReply{err: fmt.Errorf("archive: lookup %s: %w", l.key, ErrUnavailable)}
+				continue
+			default:
+			}
+			return
+		}
+	}()
 	w.writeSpool(ctx)
 	for {
 		select {
@@ -324,32 +347,40 @@ func (w *Writer) spoolBatch(batch []flight.Archived) {
 	w.metrics.writes.WithLabelValues("spooled").Add(float64(len(batch)))
 }
 
-// writeSpool writes the spool back; success brings the archive back up.
+// writeSpool writes the spool back, a batch at a time from its head; success brings the
+// archive back up. While the archive is away one ping is all it costs.
 func (w *Writer) writeSpool(ctx context.Context) {
-	outs, done, err := w.spool.take()
-	if err != nil {
-		w.log.Error().Err(err).Msg("archive: read spool")
-		return
-	}
-	if len(outs) == 0 {
-		if w.down.Load() {
-			if err := w.store.Ping(ctx); err == nil {
-				w.up()
-			}
-		}
-		return
-	}
-	for i := 0; i < len(outs); i += w.cfg.Batch {
-		if err := w.put(ctx, outs[i:min(i+w.cfg.Batch, len(outs))]); err != nil {
-			w.markDown(err)
-			_ = done(false)
+	if w.down.Load() {
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.Retry)
+		err := w.store.Ping(pctx)
+		cancel()
+		if err != nil {
 			return
 		}
 	}
-	if err := done(true); err != nil {
-		w.log.Error().Err(err).Msg("archive: rewrite spool")
+	written := 0
+	for ctx.Err() == nil {
+		outs, done, err := w.spool.take(w.cfg.Batch)
+		if err != nil {
+			w.log.Error().Err(err).Msg("archive: read spool")
+			return
+		}
+		if len(outs) == 0 {
+			break
+		}
+		if err := w.put(ctx, outs); err != nil {
+			w.markDown(err)
+			return
+		}
+		if err := done(true); err != nil {
+			w.log.Error().Err(err).Msg("archive: rewrite spool")
+			return
+		}
+		written += len(outs)
 	}
-	w.log.Info().Int("outcomes", len(outs)).Msg("archive: spooled outcomes written back")
+	if written > 0 {
+		w.log.Info().Int("outcomes", written).Msg("archive: spooled outcomes written back")
+	}
 	w.up()
 }
 
@@ -376,6 +407,7 @@ func (w *Writer) purge(ctx context.Context) {
 }
 
 // Close writes what is still queued (within ctx), spools the rest, and releases the spool.
+// Call it after Run returned; a Record after Close goes to the spool file directly.
 func (w *Writer) Close(ctx context.Context) error {
 	w.closeMu.Lock()
 	defer w.closeMu.Unlock()
@@ -383,6 +415,7 @@ func (w *Writer) Close(ctx context.Context) error {
 		return nil
 	}
 	w.closed = true
+	w.closing.Store(true)
 	var batch []flight.Archived
 	for {
 		select {

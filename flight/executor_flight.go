@@ -201,6 +201,9 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 			e.log.Error().Err(serr).Str("requestKey", o.Key).Msg("uncertain outcome could not be spooled")
 			return res, false, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
 		}
+		// The archive takes it now: the write-back to Redis may come much later (a larger
+		// token still wins there and in the archive).
+		e.record(st, o, StatusSucceeded, v, Failure{})
 		e.metrics.spooled.Set(float64(e.spool.Len()))
 		e.log.Warn().Err(err).Str("requestKey", o.Key).Int64("token", o.Token).
 			Msg("result write failed: uncertain outcome spooled for write-back")
@@ -228,8 +231,12 @@ func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o Ownership)
 	switch {
 	case err == nil && a.Status == StatusSucceeded:
 		return Result{Value: a.Result, Shared: topics.SharedArchive, Token: o.Token}, true, false, nil
-	case err == nil, errors.Is(err, ErrCancelled):
+	case err == nil:
 		return Result{}, true, false, &OutcomeError{Status: a.Status, Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}
+	case errors.Is(err, ErrCancelled):
+		// The archived cancellation, or a cancel of this flight meanwhile: cancelled either way.
+		return Result{}, true, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled",
+			Message: "flight cancelled"}
 	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrExpired), errors.As(err, new(*StateError)):
 		return Result{}, true, true, nil
 	default:

@@ -44,12 +44,16 @@ func (t *taskRun) rehydrate(ctx context.Context, o flight.Ownership) (done, agai
 	var se *flight.StateError
 	switch {
 	case err == nil, errors.Is(err, flight.ErrCancelled):
-		// Done: the task and the parked ones are answered (a cancelled outcome answers the
-		// owner's own complete with ErrCancelled).
+		// Done: the task and the parked ones are answered (an archived cancellation, or a
+		// cancel meanwhile, answers the owner's own complete with ErrCancelled).
+		status := a.Status
+		if err != nil {
+			status = flight.StatusCancelled
+		}
 		l := t.logger()
-		l.Info().Str("status", string(a.Status)).Int64("archivedToken", a.Token).Msg("answered from the archive; no model call")
-		p.archive.Metrics().Rehydrated(t.task.Stage, string(a.Status))
-		t.observeSettled(topics.SharedArchive, topics.Status(a.Status), st)
+		l.Info().Str("status", string(status)).Int64("archivedToken", a.Token).Msg("answered from the archive; no model call")
+		p.archive.Metrics().Rehydrated(t.task.Stage, string(status))
+		t.observeSettled(topics.SharedArchive, topics.Status(status), st)
 		stream.Acked(t.msg)
 		return true, false, nil
 	case errors.Is(err, flight.ErrExpired):

@@ -120,6 +120,9 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
 		}
 		p.metrics.spooled.Inc()
+		// The archive takes the result now: the write-back to Redis may come much later (a
+		// larger token still wins, there and in the archive).
+		t.record(flight.StatusSucceeded, o, out, nil)
 		t.warn().Err(err).Msg("result write failed: uncertain outcome spooled; the task waits for the write-back")
 		stream.Delay(t.msg, p.stage.HeartbeatInterval)
 		return false, nil
