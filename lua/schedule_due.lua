@@ -15,7 +15,7 @@ local limit = tonumber(ARGV[1])
 local stuck = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]), 'LIMIT', 0, limit)
 for _, m in ipairs(stuck) do
   redis.call('ZREM', KEYS[2], m)
-  redis.call('ZADD', KEYS[1], now, m)
+  redis.call('ZADD', KEYS[1], 'NX', now, m) -- a newer schedule of the same task keeps its time
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, m in ipairs(due) do
