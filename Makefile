@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps build vet test race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui
+.PHONY: all deps build vet test race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui compose-check
 
 all: build
 
@@ -50,6 +50,11 @@ test-ui: deps
 	@mkdir -p $(UI_ARTIFACTS)
 	$(GO) test -tags browser -count=1 -timeout 5m -v -run Browser -artifacts -outputdir $(UI_ARTIFACTS) ./admin/
 
+# compose-check: docker-compose.yml, the Dockerfile and .dockerignore checked against the code
+# (flags, ports, environment, volumes, profiles) by parsing them; needs no Docker.
+compose-check:
+	$(GO) test -count=1 -run 'TestDockerCompose|TestDockerignore' ./cmd/consumer/
+
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
@@ -63,14 +68,15 @@ bench-compare: deps
 		(cd bench/asynq && $(GO) test -run '^$$' -bench 'AsynqBurst/servers=2' -benchtime 3x -count 1 | grep '^Benchmark') || exit 1; \
 	done
 
-# chaos: the seeded fault-injection run (cmd/chaos): its own redis-server with AOF, three
-# consumer processes, SIGKILL/SIGSTOP of consumers, Redis restarts and pauses, then the
-# checker; exits non-zero on any violation. chaos-short is the ~45 s version CI runs.
+# chaos: the seeded fault-injection run (cmd/chaos): its own redis-server with AOF, its own
+# PostgreSQL as the consumers' archive (--archive), three consumer processes, SIGKILL/SIGSTOP
+# of consumers, Redis restarts, pauses and data losses, then the checker; exits non-zero on
+# any violation. chaos-short is the 40 s version CI runs (one to two minutes in all).
 chaos: deps
-	$(GO) run ./cmd/chaos --seed 1 --duration 5m
+	$(GO) run ./cmd/chaos --seed 1 --duration 5m --archive
 
 chaos-short: deps
-	$(GO) run ./cmd/chaos --seed 1 --duration 40s
+	$(GO) run ./cmd/chaos --seed 1 --duration 40s --archive
 
 # chaos-cluster: the same run on its own Redis Cluster (3 masters + 3 replicas), with
 # cluster-master-kill faults (SIGKILL a master, its replica is promoted, the node rejoins).

@@ -5,10 +5,12 @@
 // consumers and cancellers that crash between a script and its answers, Redis restarts and
 // pauses. The first faults inject every kind once, in a seeded order. With --cluster it runs
 // on its own 6-node Redis Cluster instead and kills masters (a replica is promoted, the
-// killed node rejoins as a replica). It prints the figures as a table and a JSON line, and
-// exits 1 on any violation of the checker's rules.
+// killed node rejoins as a replica). With --archive every consumer gets a private PostgreSQL
+// as its durable archive, and Redis loses all its data now and then (redis-data-loss): keys
+// whose outcome the archive held must not run the model again. It prints the figures as a
+// table and a JSON line, and exits 1 on any violation of the checker's rules.
 //
-//	chaos [--seed 1] [--duration 5m] [--consumers 3] [--keys 20] [--rate 20] [--cluster] [--out DIR]
+//	chaos [--seed 1] [--duration 5m] [--consumers 3] [--keys 20] [--rate 20] [--cluster] [--archive] [--out DIR]
 package main
 
 import (
@@ -51,6 +53,7 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.Drain, "drain", 2*time.Minute, "after the faults, how long to wait for every task to be answered")
 	fs.StringVar(&cfg.Out, "out", "", "directory for logs, the AOF, history.json and report.json (default: a new temp dir)")
 	fs.BoolVar(&cfg.RedisCluster, "cluster", false, "run on its own Redis Cluster (3 masters + 3 replicas) and kill masters (cluster-master-kill); the single-node Redis restart/pause faults are skipped")
+	fs.BoolVar(&cfg.Archive, "archive", false, "start a private PostgreSQL as every consumer's archive (--archive URL) and, on the single node, inject redis-data-loss (Redis SIGKILLed, its data deleted, started empty)")
 	fs.StringVar(&cfg.ConsumerBin, "consumer-bin", "", "a built consumer binary (default: go build ./cmd/consumer)")
 	fs.StringVar(&cfg.ProducerBin, "producer-bin", "", "a built producer binary, for its cancel command (default: go build ./cmd/producer)")
 	quiet := fs.Bool("quiet", false, "no progress lines, only the figures")

@@ -14,21 +14,24 @@ import (
 // The rules Check verifies.
 const (
 	// RuleEvent: every task the producer surely enqueued got a terminal event, under its key;
-	// a CANCELLED one only when its key was cancelled.
+	// a CANCELLED one only when its key was cancelled. A task without an event when Redis
+	// lost its data (redis-data-loss) is excused: its stream entry went with Redis.
 	RuleEvent = 1
-	// RuleOneResult: all SUCCEEDED events of one key within the result TTL carry the same
-	// result and token.
+	// RuleOneResult: all SUCCEEDED events of one key within the result TTL, and between two
+	// Redis data losses, carry the same result and token (rule 7 holds archived results
+	// across a loss).
 	RuleOneResult = 2
 	// RuleNoStale: no result from a stale token was accepted: a key's accepted result carries
-	// the greatest token that ran in its flight, and it is the stored flight's token.
+	// the greatest token that ran in its flight (an archive answer's token runs nothing), and
+	// the last one answered since the last Redis data loss is the stored flight's token.
 	RuleNoStale = 3
 	// RuleRuns: model runs per key <= 1 + takeovers of a lapsed lease (reason takeover or
 	// expired); retry and result_lost runs are allowed extra runs, and so are handover runs
 	// after the previous owner handed the flight over (they spend no attempt); a fresh flight
 	// (reason new) is allowed only after the previous one ended without a result (or its
 	// result TTL passed), or after its records vanished (deleted, or expired: runningTTL +
-	// failureTTL after its last acquisition). No run may start while a paused owner's lease
-	// is still live (pause-under-lease faults).
+	// failureTTL after its last acquisition, or lost with Redis's data). No run may start
+	// while a paused owner's lease is still live (pause-under-lease faults).
 	RuleRuns = 4
 	// RulePending: nothing stays pending at the end: no pending (parked followers included)
 	// or undelivered stream entry, no running flight, no parked task.
@@ -37,6 +40,11 @@ const (
 	// own task id, not another task of its key) may not start after T's first terminal event
 	// (beyond answeredSlack), unless T was enqueued more than once (or unsurely).
 	RuleAnsweredRun = 6
+	// RuleArchive: a key whose SUCCEEDED outcome the archive held when Redis lost its data
+	// never runs the model after the loss (unless that owner's archive lookup failed: the
+	// designed fallback, counted apart), and every task of it answered after the loss gets
+	// that outcome's result.
+	RuleArchive = 7
 )
 
 // RuleNames names the rules in reports.
@@ -47,6 +55,7 @@ var RuleNames = map[int]string{
 	RuleRuns:        "model runs <= 1 + takeovers of a lapsed lease",
 	RulePending:     "nothing pending at the end",
 	RuleAnsweredRun: "no model run for an answered task",
+	RuleArchive:     "no model run after a Redis data loss for an archived result",
 }
 
 // Violation is one breach of a rule.
@@ -125,6 +134,35 @@ type Figures struct {
 	// InjectedCrashes counts consumers a fault knob made exit 86 (crash-after-complete).
 	InjectedCrashes int `json:"injectedCrashes"`
 
+	// Redis data losses (redis-data-loss, with the archive on; rule 7).
+	DataLosses int `json:"dataLosses"`
+	// UnansweredAtLoss counts the tasks enqueued before a loss without an event then (their
+	// entries went with Redis); LostWithRedis those of them never answered (excused from
+	// rule 1); Resent the tasks the producer sent again, under new ids, after a loss.
+	UnansweredAtLoss int `json:"unansweredAtLoss"`
+	LostWithRedis    int `json:"lostWithRedis"`
+	Resent           int `json:"resent"`
+	// ArchivedAtLoss counts the keys whose SUCCEEDED outcome the archive held at a loss (per
+	// loss); AskedAfterLoss those of them sent a task after the loss.
+	ArchivedAtLoss int `json:"archivedAtLoss"`
+	AskedAfterLoss int `json:"askedAfterLoss"`
+	// ArchiveAnswers counts the events of owners that answered from the archive (shared
+	// "archive"), ArchiveKeys their distinct keys, ArchiveTasks the tasks whose first event
+	// carries an archive answer's token (its followers and hits included).
+	ArchiveAnswers int `json:"archiveAnswers"`
+	ArchiveKeys    int `json:"archiveKeys"`
+	ArchiveTasks   int `json:"archiveTasks"`
+	// ArchivedRunsBefore and ArchivedRunsAfter count the model runs of keys archived at a
+	// loss, started before and after it; KeysRanAgain the keys with a run after it. A run
+	// after is a rule 7 violation unless its owner's lookup failed (LookupFailedRuns).
+	ArchivedRunsBefore int `json:"archivedRunsBefore"`
+	ArchivedRunsAfter  int `json:"archivedRunsAfter"`
+	KeysRanAgain       int `json:"keysRanAgain"`
+	LookupFailedRuns   int `json:"lookupFailedRuns"`
+	// FreshAfterLoss counts fresh flights of keys whose previous flight's records went with
+	// Redis (not archived yet, or still running at the loss): allowed by rule 4.
+	FreshAfterLoss int `json:"freshAfterLoss"`
+
 	Pending int64 `json:"pending"` // pending (parked included) + undelivered entries at the end
 	Parked  int64 `json:"parkedPending"`
 
@@ -138,11 +176,12 @@ type Report struct {
 	Violations []Violation `json:"violations"`
 }
 
-// Check verifies the rules (RuleEvent to RuleAnsweredRun) over h. It is a pure function of h.
+// Check verifies the rules (RuleEvent to RuleArchive) over h. It is a pure function of h.
 func Check(h History) Report {
 	var r Report
 	f := &r.Figures
 	add := func(v Violation) { r.Violations = append(r.Violations, v) }
+	lv := newLossView(h)
 
 	// Tasks, keys, events.
 	sure := map[string]Enqueue{}
@@ -192,6 +231,9 @@ func Check(h History) Report {
 	for _, id := range order {
 		enq := sure[id]
 		evs := byTask[id]
+		if len(evs) == 0 && lv.excused[id] {
+			continue // its entry went with Redis's data: counted in LostWithRedis
+		}
 		if len(evs) == 0 {
 			f.LostTasks++
 			detail := fmt.Sprintf("no terminal event (enqueued %s on %s)", enq.At.Format(time.TimeOnly), enq.Stage)
@@ -229,60 +271,36 @@ func Check(h History) Report {
 		}
 	}
 
-	// Events per key.
+	// Events per key; succSeg splits a key's SUCCEEDED events by the data losses before them.
 	succ := map[string][]topics.Event{}
+	succSeg := map[string]map[int][]topics.Event{}
 	other := map[string][]topics.Event{}
-	for _, ev := range h.Events {
+	for i, ev := range h.Events {
 		if ev.Status == topics.StatusSucceeded {
 			succ[ev.RequestKey] = append(succ[ev.RequestKey], ev)
+			if succSeg[ev.RequestKey] == nil {
+				succSeg[ev.RequestKey] = map[int][]topics.Event{}
+			}
+			seg := lv.segment(i)
+			succSeg[ev.RequestKey][seg] = append(succSeg[ev.RequestKey][seg], ev)
 		} else {
 			other[ev.RequestKey] = append(other[ev.RequestKey], ev)
 		}
 	}
-	for _, evs := range succ {
+	byFinish := func(evs []topics.Event) {
 		sort.SliceStable(evs, func(i, j int) bool { return evs[i].FinishedAt.Before(evs[j].FinishedAt) })
 	}
+	for k, evs := range succ {
+		byFinish(evs)
+		for _, seg := range succSeg[k] {
+			byFinish(seg)
+		}
+	}
 
-	// Rule 2: one result and one token per key within the result TTL.
-	// One violation per key and TTL window, naming every variant with its first event.
+	// Rule 2: one result and one token per key within the result TTL, between two losses.
 	for _, k := range sortedKeys(succ) {
-		evs := succ[k]
-		for start := 0; start < len(evs); {
-			ref := evs[start]
-			end := start + 1
-			for end < len(evs) && (h.ResultTTL == 0 || evs[end].FinishedAt.Sub(ref.FinishedAt) <= h.ResultTTL) {
-				end++
-			}
-			type variant struct {
-				first topics.Event
-				n     int
-			}
-			var vs []*variant
-			for _, ev := range evs[start:end] {
-				var found *variant
-				for _, v := range vs {
-					if v.first.OwnerToken == ev.OwnerToken && sameResult(v.first, ev) {
-						found = v
-					}
-				}
-				if found == nil {
-					found = &variant{first: ev}
-					vs = append(vs, found)
-				}
-				found.n++
-			}
-			if len(vs) > 1 {
-				parts := make([]string, len(vs))
-				for i, v := range vs {
-					parts[i] = fmt.Sprintf("token %d result %s in %d events (first: task %s, %s, by %s at %s)",
-						v.first.OwnerToken, clip(v.first.Result), v.n, v.first.TaskID, v.first.Shared, v.first.Consumer,
-						v.first.FinishedAt.Format(time.StampMilli))
-				}
-				add(Violation{Rule: RuleOneResult, Key: k, TaskID: vs[1].first.TaskID, Detail: fmt.Sprintf(
-					"%d SUCCEEDED events within the result TTL carry %d different results: %s",
-					end-start, len(vs), strings.Join(parts, "; "))})
-			}
-			start = end
+		for seg := 0; seg <= len(lv.losses); seg++ {
+			checkOneResult(k, succSeg[k][seg], h.ResultTTL, add)
 		}
 	}
 
@@ -320,8 +338,8 @@ func Check(h History) Report {
 	for _, k := range sortedKeys(succ) {
 		seen := map[int64]bool{}
 		for _, ev := range succ[k] {
-			if seen[ev.OwnerToken] {
-				continue
+			if seen[ev.OwnerToken] || lv.archTok[k][ev.OwnerToken] {
+				continue // an archive answer's token runs nothing (rule 7 checks its result)
 			}
 			seen[ev.OwnerToken] = true
 			checkAccepted(k, ev.OwnerToken, fmt.Sprintf("SUCCEEDED event of task %s (%s, by %s)", ev.TaskID, ev.Shared, ev.Consumer),
@@ -359,9 +377,13 @@ func Check(h History) Report {
 			perEpoch[i] = c
 		}
 	}
-	// (c) The stored flight holds the last SUCCEEDED token while the result TTL lasts.
+	// (c) The stored flight holds the last SUCCEEDED token while the result TTL lasts; only
+	// what was answered since the last data loss can be stored.
 	for _, k := range sortedKeys(succ) {
-		evs := succ[k]
+		evs := succSeg[k][len(lv.losses)]
+		if len(evs) == 0 {
+			continue // every result of the key went with Redis's data
+		}
 		last := evs[len(evs)-1]
 		fl, ok := h.Flights[k]
 		if !ok {
@@ -387,10 +409,12 @@ func Check(h History) Report {
 
 	// Rule 4: runs per key <= 1 + takeovers of a lapsed lease (+ allowed extra runs).
 	ix := newRunIndex(h)
+	ix.losses = lv
 	for _, k := range sortedKeys(runsByKey) {
 		fresh := checkRuns(k, runsByKey[k], epochs[k], succ[k], other[k], h, ix, add)
 		f.FreshAfterEnd += fresh.afterEnd
 		f.FreshVanished += fresh.vanished
+		f.FreshAfterLoss += fresh.lost
 	}
 
 	// Rule 5: nothing pending at the end.
@@ -423,6 +447,14 @@ func Check(h History) Report {
 	ans := checkAnswered(h, add)
 	f.RunsAfterAnswer, f.ReRunsMultiEnqueued, f.LateRunLogs = ans.violations, ans.multi, ans.lateLog
 
+	// Rule 7: no model run after a Redis data loss for an archived result.
+	lc := checkArchive(h, lv, runsByKey, add)
+	f.DataLosses, f.UnansweredAtLoss, f.LostWithRedis, f.Resent = len(lv.losses), lc.unanswered, lc.lost, lc.resent
+	f.ArchivedAtLoss, f.AskedAfterLoss = lc.archivedAtLoss, lc.askedAfter
+	f.ArchiveAnswers, f.ArchiveKeys, f.ArchiveTasks = lc.answers, lc.answerKeys, lc.answerTasks
+	f.ArchivedRunsBefore, f.ArchivedRunsAfter, f.KeysRanAgain, f.LookupFailedRuns = lc.runsBefore, lc.runsAfter,
+		lc.keysRanAgain, lc.lookupFailed
+
 	// Faults, logs, exits.
 	f.Faults = map[string]int{}
 	for _, ft := range h.Faults {
@@ -439,6 +471,49 @@ func Check(h History) Report {
 	}
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].Rule < r.Violations[j].Rule })
 	return r
+}
+
+// checkOneResult applies rule 2 to evs, SUCCEEDED events of key k sorted by finish time:
+// one violation per result TTL window with more than one (token, result), naming every
+// variant with its first event.
+func checkOneResult(k string, evs []topics.Event, ttl time.Duration, add func(Violation)) {
+	type variant struct {
+		first topics.Event
+		n     int
+	}
+	for start := 0; start < len(evs); {
+		ref := evs[start]
+		end := start + 1
+		for end < len(evs) && (ttl == 0 || evs[end].FinishedAt.Sub(ref.FinishedAt) <= ttl) {
+			end++
+		}
+		var vs []*variant
+		for _, ev := range evs[start:end] {
+			var found *variant
+			for _, v := range vs {
+				if v.first.OwnerToken == ev.OwnerToken && sameResult(v.first, ev) {
+					found = v
+				}
+			}
+			if found == nil {
+				found = &variant{first: ev}
+				vs = append(vs, found)
+			}
+			found.n++
+		}
+		if len(vs) > 1 {
+			parts := make([]string, len(vs))
+			for i, v := range vs {
+				parts[i] = fmt.Sprintf("token %d result %s in %d events (first: task %s, %s, by %s at %s)",
+					v.first.OwnerToken, clip(v.first.Result), v.n, v.first.TaskID, v.first.Shared, v.first.Consumer,
+					v.first.FinishedAt.Format(time.StampMilli))
+			}
+			add(Violation{Rule: RuleOneResult, Key: k, TaskID: vs[1].first.TaskID, Detail: fmt.Sprintf(
+				"%d SUCCEEDED events within the result TTL carry %d different results: %s",
+				end-start, len(vs), strings.Join(parts, "; "))})
+		}
+		start = end
+	}
 }
 
 // checkAccepted reports an accepted token that never ran, or that a larger token of the

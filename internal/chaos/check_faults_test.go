@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -167,15 +168,22 @@ func TestInjectedCrashesAreNotCrashes(t *testing.T) {
 }
 
 func TestFirstRoundCoversEveryKind(t *testing.T) {
-	for _, cluster := range []bool{false, true} {
+	for _, c := range []struct{ cluster, archive bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		cluster := c.cluster
 		in := &injector{rng: newRand(3), canceller: &canceller{}}
 		if cluster {
 			in.cluster = (*localCluster)(nil)
 		} else {
 			in.redis = &redisServer{}
 		}
+		if c.archive {
+			in.losses = &lossRecorder{}
+		}
 		in.firstRound()
-		kinds := drawableKinds(cluster)
+		kinds := drawableKinds(cluster, c.archive)
+		if slices.Contains(kinds, FaultRedisDataLoss) != (c.archive && !cluster) {
+			t.Errorf("cluster %v, archive %v: data loss drawable: %v", cluster, c.archive, kinds)
+		}
 		if len(in.queue) != len(kinds) {
 			t.Fatalf("cluster %v: first round %v, want every kind of %v", cluster, in.queue, kinds)
 		}

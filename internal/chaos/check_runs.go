@@ -70,6 +70,7 @@ type runIndex struct {
 	deletes    map[string][]Fault             // key -> delete-flight-keys faults
 	pauses     map[string][]Fault             // key -> pause-under-lease faults
 	lastFail   map[string]map[int64]time.Time // key -> token -> its latest retryable failure
+	losses     *lossView                      // Redis data losses (nil: none)
 }
 
 func newRunIndex(h History) *runIndex {
@@ -105,6 +106,7 @@ func newRunIndex(h History) *runIndex {
 type freshCount struct {
 	afterEnd int // the previous generation ended without a result (or its result expired)
 	vanished int // the previous generation's records vanished (deleted, or expired by TTL)
+	lost     int // the earlier generations' records went with Redis's data
 }
 
 // checkRuns applies rule 4 to key k's runs (sorted by token) split into eps; succ and other
@@ -147,7 +149,8 @@ func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Even
 	// A fresh flight (reason new) after the first is allowed when every earlier generation
 	// ended without a result (a FAILED, EXPIRED or CANCELLED event carries one of its
 	// tokens) or its result's TTL had passed, or when the previous generation's records
-	// vanished before it started.
+	// vanished before it started, or when Redis lost its data after every earlier
+	// generation had last acted (whether the archive then answered is rule 7's business).
 	var fresh freshCount
 	var why []string
 	closed := make([]bool, len(eps)) // generations whose records vanished
@@ -156,11 +159,14 @@ func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Even
 		if start.Reason != "new" {
 			continue
 		}
-		ok, byVanish := true, false
+		ok, byVanish, byLoss := true, false, false
 		for j := 0; j < i; j++ {
 			w := generationOpen(eps, j, succ, other, start, h.ResultTTL)
 			switch {
 			case w == "" || (closed[j] && !strings.HasPrefix(w, "succeeded")):
+				continue
+			case ix.losses != nil && ix.losses.lostBefore(k, eps, j, start) != "":
+				byLoss = true
 				continue
 			case j == i-1 && !strings.HasPrefix(w, "succeeded"):
 				if v := ix.vanished(k, eps[j], start, h); v != "" {
@@ -175,16 +181,18 @@ func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Even
 		}
 		switch {
 		case !ok:
+		case byLoss:
+			fresh.lost++
 		case byVanish:
 			fresh.vanished++
 		default:
 			fresh.afterEnd++
 		}
 	}
-	if allowed := 1 + fresh.afterEnd + fresh.vanished + takeovers + extra + handovers; len(runs) > allowed || len(why) > 0 {
+	if allowed := 1 + fresh.afterEnd + fresh.vanished + fresh.lost + takeovers + extra + handovers; len(runs) > allowed || len(why) > 0 {
 		add(Violation{Rule: RuleRuns, Key: k, Detail: fmt.Sprintf(
-			"%d model runs, allowed 1 + %d takeovers + %d fresh flights after a failure + %d after vanished records + %d retry/result_lost runs + %d handover runs (%s)%s",
-			len(runs), takeovers, fresh.afterEnd, fresh.vanished, extra, handovers, describeRuns(runs), prefixJoin("; ", why))})
+			"%d model runs, allowed 1 + %d takeovers + %d fresh flights after a failure + %d after vanished records + %d after a Redis data loss + %d retry/result_lost runs + %d handover runs (%s)%s",
+			len(runs), takeovers, fresh.afterEnd, fresh.vanished, fresh.lost, extra, handovers, describeRuns(runs), prefixJoin("; ", why))})
 	}
 	return fresh
 }

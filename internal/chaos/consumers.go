@@ -33,6 +33,8 @@ type supervisor struct {
 	// consumer exits at once when its first Redis call fails.
 	waitRedis func(time.Duration) bool
 	logf      func(format string, args ...any)
+	// archiveURL is the PostgreSQL archive every consumer gets (--archive); empty: none.
+	archiveURL string
 
 	mu       sync.Mutex
 	slots    []*slot
@@ -88,11 +90,16 @@ func (s *supervisor) startLocked(i int, fresh bool, env []string) error {
 	if err != nil {
 		return fmt.Errorf("chaos: consumer log: %w", err)
 	}
-	cmd := exec.Command(s.bin, "--config", s.config, "--stages", s.stagesArg(), "--name", sl.name,
+	args := []string{"--config", s.config, "--stages", s.stagesArg(), "--name", sl.name,
 		"--grace", s.grace.String(), "--liveness-interval", "200ms", "--claim-interval", "200ms",
-		"--spool-dir", s.spoolDir, "--log-level", "debug", "--log-format", "json")
+		"--spool-dir", s.spoolDir, "--log-level", "debug", "--log-format", "json"}
+	if s.archiveURL != "" {
+		args = append(args, "--archive", s.archiveURL)
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Env = append(filterEnv(os.Environ(), "REDIS_URL", "REDIS_URL_FILE", "TMPDIR", "FLIGHTDECK_HTTP",
-		"FLIGHTDECK_SPOOL_DIR", "FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT", "FLIGHTDECK_FAULT_CRASH_AFTER"),
+		"FLIGHTDECK_SPOOL_DIR", "FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT", "FLIGHTDECK_FAULT_CRASH_AFTER",
+		"FLIGHTDECK_ARCHIVE_URL", "FLIGHTDECK_ARCHIVE_URL_FILE"),
 		"REDIS_URL="+s.redisURL, "TMPDIR="+s.tmpDir)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf

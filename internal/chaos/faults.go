@@ -40,6 +40,11 @@ const (
 	// make it exit (status 86) right after the cancel script, before answering the parked
 	// tasks; the key's tasks then legitimately end CANCELLED.
 	FaultCancellerCrash = "canceller-crash"
+	// FaultRedisDataLoss pauses Redis's writes, reads what it holds (events, dead letters)
+	// and the archive's rows, SIGKILLs redis-server, deletes its data and starts it again
+	// empty on the same port; the producer then sends again the tasks whose entries were
+	// lost. Drawn only with the archive on (Config.Archive) and the run's own single node.
+	FaultRedisDataLoss = "redis-data-loss"
 )
 
 // Cluster is the hook for the FaultMasterKill fault. With Config.RedisCluster the runner
@@ -70,13 +75,14 @@ func faultWeights() []faultWeight {
 	return []faultWeight{
 		{FaultKill, 3}, {FaultStop, 3}, {FaultRedisTerm, 1}, {FaultRedisKill, 1}, {FaultRedisPause, 1.5},
 		{FaultMasterKill, 1}, {FaultAllDown, 0.5}, {FaultDeleteKeys, 1.5}, {FaultPauseLease, 2},
-		{FaultRestartSame, 2}, {FaultCrashComplete, 1.5}, {FaultCancellerCrash, 1.5},
+		{FaultRestartSame, 2}, {FaultCrashComplete, 1.5}, {FaultCancellerCrash, 1.5}, {FaultRedisDataLoss, 0.75},
 	}
 }
 
 // drawableKinds lists the kinds a run can inject: the single-node Redis faults need the
-// run's own redis-server, cluster-master-kill a cluster.
-func drawableKinds(cluster bool) []string {
+// run's own redis-server, cluster-master-kill a cluster, redis-data-loss the run's own
+// redis-server and the archive.
+func drawableKinds(cluster, archive bool) []string {
 	var out []string
 	for _, w := range faultWeights() {
 		switch w.kind {
@@ -86,6 +92,10 @@ func drawableKinds(cluster bool) []string {
 			}
 		case FaultRedisTerm, FaultRedisKill, FaultRedisPause:
 			if cluster {
+				continue
+			}
+		case FaultRedisDataLoss:
+			if cluster || !archive {
 				continue
 			}
 		}
@@ -116,6 +126,10 @@ type injector struct {
 	every     time.Duration // mean gap between faults
 	logf      func(format string, args ...any)
 
+	// losses reads what Redis and the archive hold before a redis-data-loss fault and keeps
+	// it; nil without the archive (the fault is not drawn).
+	losses *lossRecorder
+
 	queue []string       // the first round's kinds still to inject
 	tries map[string]int // failed attempts of the first round's kinds
 
@@ -145,6 +159,8 @@ func (in *injector) drawable(kind string) bool {
 		return in.redis != nil
 	case FaultCancellerCrash:
 		return in.canceller != nil
+	case FaultRedisDataLoss:
+		return in.redis != nil && in.losses != nil
 	}
 	return true
 }
@@ -270,6 +286,8 @@ func (in *injector) inject(ctx context.Context, kind string, end time.Time) bool
 		return in.crashAfterComplete()
 	case FaultCancellerCrash:
 		return in.cancellerCrash(ctx)
+	case FaultRedisDataLoss:
+		return in.dataLoss(ctx)
 	}
 	return true
 }

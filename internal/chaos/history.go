@@ -3,7 +3,7 @@
 // faults at seeded random times (SIGKILL and SIGSTOP of consumers, restarts under the same
 // name, outages of every consumer that outlive the flights' TTLs, lost flight records, short
 // pauses under the lease, crashes between a script and its answers, crashed cancellers, Redis
-// restarts and pauses), records a History (every enqueue, every model run with its fencing
+// restarts and pauses, and, with the PostgreSQL archive on, Redis losing all its data), records a History (every enqueue, every model run with its fencing
 // token, every terminal event, the flights and stream backlog at the end) and checks it with
 // Check, a pure function.
 package chaos
@@ -67,6 +67,61 @@ type History struct {
 	// InjectedCrashes lists consumer processes that a fault knob made exit on purpose
 	// (status 86 after a script, crash-after-complete): expected, not crashes.
 	InjectedCrashes []Exit `json:"injectedCrashes,omitempty"`
+	// DataLosses lists the redis-data-loss faults in order, with what Redis and the archive
+	// held at each. Events (and DeadLetters) then hold, in order, what was read just before
+	// each loss and, last, what was read at the end.
+	DataLosses []DataLoss `json:"dataLosses,omitempty"`
+	// ArchiveAnswers lists the owners that answered their flight from the archive ("answered
+	// from the archive; no model call").
+	ArchiveAnswers []ArchiveAnswer `json:"archiveAnswers,omitempty"`
+	// LookupFailures lists the owners whose archive lookup failed or timed out ("archive
+	// lookup failed; running the model"): they run the model, as designed.
+	LookupFailures []LookupFailure `json:"lookupFailures,omitempty"`
+}
+
+// DataLoss is one redis-data-loss fault: Redis was SIGKILLed and started again empty.
+type DataLoss struct {
+	// At is when Redis stopped accepting writes (CLIENT PAUSE WRITE): what it held then was
+	// read, and lost with it. Back is when it answered again, empty.
+	At   time.Time `json:"at"`
+	Back time.Time `json:"back"`
+	// Events is how many of History.Events were read up to this loss (this loss's own read
+	// included): Events[i] with i >= Events was written after it.
+	Events int `json:"events"`
+	// Unanswered lists the tasks surely enqueued before At that had no terminal event then
+	// (those of an earlier loss's list left out): their stream entries went with Redis, so
+	// nobody may ever answer them.
+	Unanswered []string `json:"unanswered,omitempty"`
+	// Archived is the archive's row of every key the run had sent, read while Redis was
+	// paused (keys without one are absent).
+	Archived map[string]ArchivedRow `json:"archived,omitempty"`
+}
+
+// ArchivedRow is a key's row in the archive: the status and owner token of its outcome.
+type ArchivedRow struct {
+	Status string `json:"status"`
+	Token  int64  `json:"token"`
+}
+
+// ArchiveAnswer is an owner that ended its flight with the archived outcome of the key
+// (token ArchivedToken) instead of a model call, under its own new Token.
+type ArchiveAnswer struct {
+	Key           string    `json:"key"`
+	TaskID        string    `json:"taskId"`
+	Token         int64     `json:"token"`
+	ArchivedToken int64     `json:"archivedToken"`
+	Status        string    `json:"status"`
+	Consumer      string    `json:"consumer"`
+	At            time.Time `json:"at"`
+}
+
+// LookupFailure is an owner whose archive lookup failed or timed out: it runs the model.
+type LookupFailure struct {
+	Key      string    `json:"key"`
+	TaskID   string    `json:"taskId"`
+	Token    int64     `json:"token"`
+	Consumer string    `json:"consumer"`
+	At       time.Time `json:"at"`
 }
 
 // Enqueue is one task sent by the producer.
@@ -78,6 +133,9 @@ type Enqueue struct {
 	// Unsure: the XADD answered an error (Redis was restarting); the task may or may not be
 	// on the stream, so it need not get an event.
 	Unsure bool `json:"unsure,omitempty"`
+	// Resends names the task this one sends again: its stream entry went with Redis
+	// (redis-data-loss), and its client sent it again under a new id.
+	Resends string `json:"resends,omitempty"`
 }
 
 // ModelRun is one model call: a consumer owned key's flight with Token and ran the model.
@@ -253,6 +311,8 @@ type logLine struct {
 	Refused    int    `json:"refused"`
 	Entries    int    `json:"entries"`
 	Outcomes   int    `json:"outcomes"`
+	Status     string `json:"status"`
+	Archived   int64  `json:"archivedToken"`
 }
 
 // Log messages of handlers/owner.go, handlers/consumer.go and stream/ the history reads.
@@ -273,20 +333,25 @@ const (
 	msgSpoolAdopted  = "adopted the spooled outcomes of stopped processes"
 	msgPickedUp      = "picked up this consumer's own pending entries"
 	msgReleased      = "held entries handed over to the other consumers"
+	msgArchiveAnswer = "answered from the archive; no model call"
+	msgLookupFailed  = "archive lookup failed; running the model"
 	faultCrashMarker = "crash_after_script"
 )
 
 // ParsedLog is what one consumer process's log tells the history.
 type ParsedLog struct {
-	Runs        []ModelRun
-	Completions []Completion
-	Failures    []RunFailure
-	Handovers   []Handover
-	Stats       LogStats
+	Runs           []ModelRun
+	Completions    []Completion
+	Failures       []RunFailure
+	Handovers      []Handover
+	ArchiveAnswers []ArchiveAnswer
+	LookupFailures []LookupFailure
+	Stats          LogStats
 }
 
 // ParseLog reads one consumer process's JSON log and returns its model runs, its accepted
-// completions, retryable failures and handovers, and counts of notable lines. Lines that are
+// completions, retryable failures, handovers, archive answers and failed archive lookups,
+// and counts of notable lines. Lines that are
 // not JSON (a panic, a fatal error, go-redis's own lines) are counted, never fatal.
 func ParseLog(r io.Reader) (ParsedLog, error) {
 	var (
@@ -374,5 +439,11 @@ func (p *ParsedLog) parseLine(line []byte, restored *[]string) {
 		st.PickedUp += l.Entries
 	case l.Message == msgReleased:
 		st.Released += l.Entries
+	case l.Message == msgArchiveAnswer:
+		p.ArchiveAnswers = append(p.ArchiveAnswers, ArchiveAnswer{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
+			ArchivedToken: l.Archived, Status: l.Status, Consumer: l.Consumer, At: at})
+	case l.Message == msgLookupFailed:
+		p.LookupFailures = append(p.LookupFailures, LookupFailure{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
+			Consumer: l.Consumer, At: at})
 	}
 }

@@ -101,12 +101,69 @@ func (p *producer) run(ctx context.Context, start time.Time, until time.Time) {
 		if p.rng.Float64() < 0.1 { // a burst of duplicates
 			n = 2 + p.rng.IntN(3)
 		}
-		p.send(ctx, id, n)
+		p.send(ctx, id, n, nil)
 	}
 }
 
-// send enqueues n tasks of key id in one pipeline and records them.
-func (p *producer) send(ctx context.Context, id, n int) {
+// resend sends the tasks named again, each under a new id (Enqueue.Resends naming the old
+// one), as their clients do when a task's stream entry was lost with Redis; it returns how
+// many it sent.
+func (p *producer) resend(ctx context.Context, taskIDs []string) int {
+	if len(taskIDs) == 0 {
+		return 0
+	}
+	p.mu.Lock()
+	idOf := make(map[string]int, len(p.keyNames))
+	for id, k := range p.keyNames {
+		idOf[k] = id
+	}
+	keyOf := make(map[string]string, len(p.enqueues))
+	for _, e := range p.enqueues {
+		keyOf[e.TaskID] = e.Key
+	}
+	byKey := map[int][]string{}
+	var order []int
+	for _, t := range taskIDs {
+		id, ok := idOf[keyOf[t]]
+		if !ok {
+			continue
+		}
+		if byKey[id] == nil {
+			order = append(order, id)
+		}
+		byKey[id] = append(byKey[id], t)
+	}
+	p.mu.Unlock()
+	n := 0
+	for _, id := range order {
+		p.send(ctx, id, len(byKey[id]), byKey[id])
+		n += len(byKey[id])
+	}
+	return n
+}
+
+// ask sends one task of each key named (keys the producer sent before), as users asking
+// for an answer again later do; it returns how many it sent.
+func (p *producer) ask(ctx context.Context, keys []string) int {
+	p.mu.Lock()
+	idOf := make(map[string]int, len(p.keyNames))
+	for id, k := range p.keyNames {
+		idOf[k] = id
+	}
+	p.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if id, ok := idOf[k]; ok {
+			p.send(ctx, id, 1, nil)
+			n++
+		}
+	}
+	return n
+}
+
+// send enqueues n tasks of key id in one pipeline and records them; resends, when given
+// (n long), names the task each one sends again.
+func (p *producer) send(ctx context.Context, id, n int, resends []string) {
 	now := time.Now()
 	p.mu.Lock()
 	tasks := make([]topics.Task, n)
@@ -134,8 +191,11 @@ func (p *producer) send(ctx context.Context, id, n int) {
 	defer p.mu.Unlock()
 	for i, t := range tasks {
 		// The leading len(ids) XADDs are known to be done; the rest may or may not be.
-		p.enqueues = append(p.enqueues, Enqueue{TaskID: t.TaskID, Key: key, Stage: t.Stage, At: now,
-			Unsure: err != nil && i >= len(ids)})
+		e := Enqueue{TaskID: t.TaskID, Key: key, Stage: t.Stage, At: now, Unsure: err != nil && i >= len(ids)}
+		if resends != nil {
+			e.Resends = resends[i]
+		}
+		p.enqueues = append(p.enqueues, e)
 	}
 }
 

@@ -42,18 +42,26 @@ func startRedis(dir string, extra ...string) (*redisServer, error) {
 	}
 	var lastErr error
 	for range 5 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		s := &redisServer{bin: bin, port: port, dir: dir, log: filepath.Join(dir, "redis.log"), args: extra}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
 	}
 	return nil, lastErr
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("chaos: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func redisServerBin() (string, error) {
@@ -144,6 +152,26 @@ func (s *redisServer) restart(sig syscall.Signal, down time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("restart redis-server: %w", err)
+}
+
+// restartEmpty SIGKILLs the server, deletes its data (the AOF directory and files, any RDB
+// snapshot), waits down and starts it again, empty, on the same port: a Redis that lost
+// its data (a host replaced, a disk gone, persistence off).
+func (s *redisServer) restartEmpty(down time.Duration) error {
+	s.stop(syscall.SIGKILL)
+	var errs []error
+	for _, pattern := range []string{"appendonlydir", "*.aof", "*.rdb"} {
+		paths, _ := filepath.Glob(filepath.Join(s.dir, pattern))
+		for _, p := range paths {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("chaos: delete the Redis data: %w", err)
+	}
+	return s.restart(syscall.SIGKILL, down) // stopped already: restart only waits and starts
 }
 
 // signal sends sig (SIGSTOP, SIGCONT) to the running server.

@@ -45,6 +45,10 @@ func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	row("tasks by outcome", fmt.Sprintf("%d ok", f.Succeeded), fmt.Sprintf("%d FAILED, %d EXPIRED, %d CANCELLED; %d tasks got conflicting events",
 		f.Failed, f.Expired, f.Cancelled, f.ConflictingTasks))
 	row("lost tasks", f.LostTasks, "surely enqueued, no terminal event")
+	if f.DataLosses > 0 {
+		row("tasks lost with Redis", f.LostWithRedis, fmt.Sprintf("of %d unanswered at a data loss (their entries went with Redis; excused from rule 1); %d sent again under new ids",
+			f.UnansweredAtLoss, f.Resent))
+	}
 	row("dead letters", f.DeadLetters, "entries moved to ai:tasks:<stage>:dlq")
 	kinds := make([]string, 0, len(f.Faults))
 	for k := range f.Faults {
@@ -63,14 +67,25 @@ func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	for _, k := range unavailable {
 		row("  "+k, "-", "not available: "+s.Unavailable[k])
 	}
-	row("model runs", f.ModelRuns, fmt.Sprintf("over %d flights (1 per key, plus %d fresh flights after a failure and %d after vanished records)",
-		f.Flights, f.FreshAfterEnd, f.FreshVanished))
+	row("model runs", f.ModelRuns, fmt.Sprintf("over %d flights (1 per key, plus %d fresh flights after a failure, %d after vanished records and %d after a Redis data loss)",
+		f.Flights, f.FreshAfterEnd, f.FreshVanished, f.FreshAfterLoss))
 	row("duplicate runs", f.DuplicateRuns, "runs beyond the first of a flight:")
 	row("  takeovers", f.Takeovers, "reason takeover (lease lapsed)")
 	row("  expired", f.ExpiredRuns, "reason expired (runningTTL spent)")
 	row("  retry", f.RetryRuns, "reason retry (allowed extra)")
 	row("  result_lost", f.ResultLostRuns, "reason result_lost (allowed extra)")
 	row("  handover", f.HandoverRuns, "reason handover (the previous owner handed the flight over; no attempt spent)")
+	if f.DataLosses > 0 || f.ArchiveAnswers > 0 {
+		row("answered from archive", f.ArchiveKeys, fmt.Sprintf("keys whose owner answered from the archive (%d events shared \"archive\"); %d tasks got an archive answer's outcome, followers and hits included",
+			f.ArchiveAnswers, f.ArchiveTasks))
+	}
+	if f.DataLosses > 0 {
+		row("archived at a loss", f.ArchivedAtLoss, fmt.Sprintf("keys whose SUCCEEDED outcome the archive held when Redis lost its data (per loss); %d of them asked again after it",
+			f.AskedAfterLoss))
+		row("  runs before loss", f.ArchivedRunsBefore, "model runs of those keys before the loss")
+		row("  runs after loss", f.ArchivedRunsAfter, fmt.Sprintf("model runs of those keys after it, on %d keys (rule 7: must be 0; %d of them after a failed archive lookup, allowed)",
+			f.KeysRanAgain, f.LookupFailedRuns))
+	}
 	row("runs after answer", f.RunsAfterAnswer, fmt.Sprintf("runs of a task started after its first terminal event (rule 6); %d more of tasks enqueued twice or unsurely (allowed); %d logged late but acquired before the event",
 		f.ReRunsMultiEnqueued, f.LateRunLogs))
 	row("results accepted", f.Completions, fmt.Sprintf("%d written back with their flight; %d metas written back by their owner's heartbeat", f.Restored, f.MetaBack))
@@ -110,13 +125,15 @@ func faultNote(kind string, f Figures) string {
 		return fmt.Sprintf("windows with the crash knobs; %d injected crashes", f.InjectedCrashes)
 	case FaultCancellerCrash:
 		return fmt.Sprintf("%d cancellers exited 86 after the cancel script", f.CancellerCrashes)
+	case FaultRedisDataLoss:
+		return fmt.Sprintf("SIGKILL, data deleted, started empty; %d tasks unanswered then", f.UnansweredAtLoss)
 	}
 	return ""
 }
 
 func violationsByRule(m map[string]int) string {
 	var parts []string
-	for r := RuleEvent; r <= RuleAnsweredRun; r++ {
+	for r := RuleEvent; r <= RuleArchive; r++ {
 		if n := m[fmt.Sprint(r)]; n > 0 {
 			parts = append(parts, fmt.Sprintf("rule %d (%s): %d", r, RuleNames[r], n))
 		}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -57,6 +59,11 @@ type Config struct {
 	// Cluster, when set, is an external cluster to run on instead (implies cluster mode).
 	// Nil with RedisCluster: the run starts its own.
 	Cluster Cluster
+	// Archive starts the run's own PostgreSQL (initdb on a free loopback port) and gives it
+	// to every consumer as its durable archive (--archive URL); on the run's own single
+	// node it also draws the redis-data-loss fault (Redis SIGKILLed, its data deleted, started
+	// again empty), and the checker holds the archive to its promise (rule 7).
+	Archive bool
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
@@ -92,7 +99,12 @@ func (c *Config) setDefaults() {
 		c.Rate = 20
 	}
 	if c.FaultEvery == 0 {
-		c.FaultEvery = defaultFaultEvery(c.Duration, len(drawableKinds(c.RedisCluster || c.Cluster != nil)))
+		kinds := drawableKinds(c.RedisCluster || c.Cluster != nil, c.Archive)
+		d := c.Duration
+		if slices.Contains(kinds, FaultRedisDataLoss) {
+			d -= dataLossBlocks // the injector waits for the loss and the re-sends
+		}
+		c.FaultEvery = defaultFaultEvery(d, len(kinds))
 	}
 	if c.Drain == 0 {
 		c.Drain = 2 * time.Minute
@@ -101,6 +113,10 @@ func (c *Config) setDefaults() {
 		c.Log = io.Discard
 	}
 }
+
+// dataLossBlocks is about how long a redis-data-loss fault keeps the injector busy: the
+// reads while Redis is paused, its 0.2-2 s down time, the re-sends.
+const dataLossBlocks = 3 * time.Second
 
 // defaultFaultEvery is 5 s, or less when the first round (kinds faults and their gaps, plus
 // ~16 s that the faults themselves block the injector) would not fit in d; at least 1 s.
@@ -133,7 +149,11 @@ type env struct {
 	rdb       redis.UniversalClient
 	redisURL  string
 	waitRedis func(time.Duration) bool
-	closers   []func()
+	// archiveURL and archive are the run's PostgreSQL archive (Config.Archive); empty, nil
+	// without it.
+	archiveURL string
+	archive    *archive.Store
+	closers    []func()
 }
 
 func (e *env) close() {
@@ -163,6 +183,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := e.startRedis(); err != nil {
 		return nil, err
 	}
+	if err := e.startArchive(ctx); err != nil {
+		return nil, err
+	}
 	cfg = e.cfg // with the built binaries and the cluster
 	ks := topics.Keyspace{}
 	coord, err := flight.NewCoordinator(flight.Config{Client: e.rdb, Keyspace: ks})
@@ -171,8 +194,8 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 
 	sup := &supervisor{bin: cfg.ConsumerBin, config: filepath.Join(e.out, "stages.yaml"), redisURL: e.redisURL,
-		logDir: e.dirs["logs"], tmpDir: e.dirs["tmp"], spoolDir: e.dirs["spool"], grace: consumerGrace,
-		waitRedis: e.waitRedis, logf: e.logf}
+		logDir: e.dirs["logs"], tmpDir: e.dirs["tmp"], spoolDir: e.dirs["spool"], archiveURL: e.archiveURL,
+		grace: consumerGrace, waitRedis: e.waitRedis, logf: e.logf}
 	defer sup.shutdown()
 	if err := sup.start(cfg.Consumers); err != nil {
 		return nil, err
@@ -189,6 +212,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		coord: coord, rdb: e.rdb, ks: ks, prod: prod, lease: lease, heartbeat: heartbeatInterval,
 		flightTTL: runningTTL + failureTTL, every: cfg.FaultEvery, logf: e.logf,
 		canceller: &canceller{bin: cfg.ProducerBin, redisURL: e.redisURL, tmpDir: e.dirs["tmp"]}}
+	if e.archive != nil {
+		inj.losses = &lossRecorder{store: e.archive}
+	}
 	start := time.Now()
 	end := start.Add(cfg.Duration)
 	prodDone := make(chan struct{})
@@ -221,8 +247,10 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, errors.New("chaos: redis-server does not answer after the faults")
 	}
 	enqueues, keys := prod.history()
-	e.logf("faults over (%d injected); draining: waiting up to %v for %d tasks", len(inj.list()), cfg.Drain, len(enqueues))
-	drained := drain(ctx, e.rdb, ks, enqueues, cfg.Drain, e.logf)
+	losses, lossEvents, lossDead := inj.losses.history()
+	want := awaited(enqueues, losses, lossEvents)
+	e.logf("faults over (%d injected); draining: waiting up to %v for %d tasks", len(inj.list()), cfg.Drain, len(want))
+	drained := drain(ctx, e.rdb, ks, want, cfg.Drain, e.logf)
 	// Let late duplicates and releases settle before the snapshot.
 	time.Sleep(2 * time.Second)
 	if !drained {
@@ -234,6 +262,10 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := e.snapshot(coord, ks, keys, &h); err != nil {
 		return nil, err
 	}
+	// What Redis held before each data loss comes first, in order.
+	h.DataLosses = losses
+	h.Events = append(lossEvents, h.Events...)
+	h.DeadLetters = append(lossDead, h.DeadLetters...)
 	sup.shutdown()
 	if e.rs != nil {
 		e.rs.stop(syscall.SIGTERM)
@@ -249,9 +281,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Cluster == nil {
 		o.Unavailable[FaultMasterKill] = "single-node run: pass --cluster (chaos.Config.RedisCluster) for a Redis Cluster"
 	} else {
-		for _, k := range []string{FaultRedisTerm, FaultRedisKill, FaultRedisPause} {
+		for _, k := range []string{FaultRedisTerm, FaultRedisKill, FaultRedisPause, FaultRedisDataLoss} {
 			o.Unavailable[k] = "single-node Redis fault, skipped in cluster mode (cluster-master-kill kills a node instead)"
 		}
+	}
+	if !cfg.Archive {
+		o.Unavailable[FaultRedisDataLoss] = "needs the archive: pass --archive (chaos.Config.Archive)"
 	}
 	o.Report = Check(h)
 	if err := writeJSON(filepath.Join(e.out, "history.json"), h); err != nil {
@@ -261,6 +296,47 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// startArchive starts the run's PostgreSQL and opens the archive on it (Config.Archive).
+func (e *env) startArchive(ctx context.Context) error {
+	if !e.cfg.Archive {
+		return nil
+	}
+	pg, err := startPostgres(ctx, filepath.Join(e.out, "postgres.log"))
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, pg.stop)
+	store, err := archive.Open(ctx, pg.URL())
+	if err != nil {
+		return fmt.Errorf("chaos: open the archive: %w", err)
+	}
+	e.closers = append(e.closers, store.Close)
+	e.archive, e.archiveURL = store, pg.URL()
+	e.logf("archive: PostgreSQL on %s (log %s)", pg.URL(), filepath.Join(e.out, "postgres.log"))
+	return nil
+}
+
+// awaited returns the tasks the drain waits for: every task surely enqueued, except those
+// answered before a data loss (their events were read then) and those unanswered at one
+// (their entries went with Redis: they may never be answered).
+func awaited(enq []Enqueue, losses []DataLoss, lossEvents []topics.Event) map[string]bool {
+	want := map[string]bool{}
+	for _, e := range enq {
+		if !e.Unsure {
+			want[e.TaskID] = true
+		}
+	}
+	for _, ev := range lossEvents {
+		delete(want, ev.TaskID)
+	}
+	for _, l := range losses {
+		for _, id := range l.Unanswered {
+			delete(want, id)
+		}
+	}
+	return want
 }
 
 // prepare makes the run's directories, builds the binaries it was not given and writes the
@@ -396,6 +472,8 @@ func (h *History) addLog(path string) error {
 	h.Completions = append(h.Completions, p.Completions...)
 	h.Failures = append(h.Failures, p.Failures...)
 	h.Handovers = append(h.Handovers, p.Handovers...)
+	h.ArchiveAnswers = append(h.ArchiveAnswers, p.ArchiveAnswers...)
+	h.LookupFailures = append(h.LookupFailures, p.LookupFailures...)
 	h.Logs.add(p.Stats)
 	return nil
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -85,7 +88,8 @@ func TestProducerWindow(t *testing.T) {
 }
 
 // TestRedisRestartKeepsData: the run's redis-server keeps its data across SIGKILL and
-// SIGTERM restarts on the same port (AOF, fsync always).
+// SIGTERM restarts on the same port (AOF, fsync always); the data-loss restart
+// (restartEmpty) leaves it empty on the same port, and it persists again after that.
 func TestRedisRestartKeepsData(t *testing.T) {
 	if _, err := os.Stat("/proc/self"); err != nil {
 		t.Skip("needs Linux")
@@ -118,6 +122,62 @@ func TestRedisRestartKeepsData(t *testing.T) {
 	rs.signal(syscall.SIGCONT)
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
+	}
+
+	if err := c.Set(ctx, "k", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.restartEmpty(10 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("after the data loss: exists k = %d, %v; want 0", n, err)
+	}
+	if err := c.Set(ctx, "k2", 2, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.restart(syscall.SIGKILL, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "k2").Int(); err != nil || v != 2 {
+		t.Fatalf("after a restart: k2 = %v, %v; want 2", v, err)
+	}
+}
+
+// TestPostgresArchive: the run's PostgreSQL takes the archive's schema and rows, and stop
+// removes its directory.
+func TestPostgresArchive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pg, err := startPostgres(ctx, filepath.Join(t.TempDir(), "postgres.log"))
+	if errors.Is(err, ErrNoPostgres) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.stop()
+	store, err := archive.Open(ctx, pg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	a := flight.Archived{Key: "k", Stage: "s", Tenant: "t", Status: flight.StatusSucceeded, Token: 7, Attempts: 1,
+		Result: []byte(`{"r":1}`), FinishedAt: time.Now(), Retention: time.Hour}
+	if n, err := store.Put(ctx, []flight.Archived{a}); err != nil || n != 1 {
+		t.Fatalf("put: %d, %v", n, err)
+	}
+	got, err := store.GetMany(ctx, []string{"k", "other"})
+	if err != nil || len(got) != 1 || got["k"].Token != 7 {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	store.Close()
+	pg.stop()
+	if _, err := os.Stat(pg.dir); !os.IsNotExist(err) {
+		t.Errorf("the server's directory is left: %v", err)
 	}
 }
 

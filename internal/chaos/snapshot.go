@@ -16,15 +16,9 @@ import (
 
 // What the runner reads from Redis after the run: the events, dead letters, backlog.
 
-// drain waits until every surely enqueued task has an event and no entry is pending or
-// undelivered, or until timeout.
-func drain(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, enq []Enqueue, timeout time.Duration, logf func(string, ...any)) bool {
-	want := map[string]bool{}
-	for _, e := range enq {
-		if !e.Unsure {
-			want[e.TaskID] = true
-		}
-	}
+// drain waits until every task of want (its ids; emptied as events arrive) has an event and
+// no entry is pending or undelivered, or until timeout.
+func drain(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, want map[string]bool, timeout time.Duration, logf func(string, ...any)) bool {
 	from := map[string]string{}
 	for _, s := range chaosStages {
 		from[ks.Results(s)] = "0"

@@ -23,7 +23,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +31,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flightdeck-ai/flightdeck/internal/pgbin"
 )
 
 // EnvURL names the variable that points tests at an existing server instead of a private
@@ -52,32 +53,8 @@ type Server struct {
 	exited chan struct{} // closed when cmd has exited
 }
 
-// BinDir returns the directory holding initdb and postgres: $FLIGHTDECK_TEST_PG_BIN when
-// set, else the newest /usr/lib/postgresql/<version>/bin (Debian), else the directory of
-// initdb on PATH.
-func BinDir() (string, error) {
-	if d := os.Getenv("FLIGHTDECK_TEST_PG_BIN"); d != "" {
-		return d, nil
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return d, nil
-		}
-	}
-	p, err := exec.LookPath("initdb")
-	if err != nil {
-		return "", errors.New("pgtest: initdb not found (run `make deps`, which installs postgresql)")
-	}
-	return filepath.Dir(p), nil
-}
-
-// version is the major version in a /usr/lib/postgresql/<version>/bin path.
-func version(dir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
-	return v
-}
+// BinDir returns the directory holding initdb and postgres (pgbin.Dir).
+func BinDir() (string, error) { return pgbin.Dir() }
 
 // Start initialises and starts a private server and stops it in tb.Cleanup.
 func Start(tb testing.TB) *Server {
