@@ -45,16 +45,33 @@ func BenchmarkFleetBurst(b *testing.B) {
 		name   string
 		perKey int
 	}{{"unique", 1}, {"dup10", 10}} {
-		for _, impl := range []string{"flightdeck", "flightdeck-archive", "bare"} {
+		for _, impl := range []string{"flightdeck", "bare"} {
 			if impl == "bare" && load.perKey > 1 {
 				continue // the bare consumer knows no keys: its figure is the unique one
 			}
-			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) { fleetBurst(b, impl, load.perKey) })
+			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) { fleetBurst(b, impl, load.perKey, fleetTasks, 0) })
 		}
 	}
 }
 
-func fleetBurst(b *testing.B, impl string, perKey int) {
+// BenchmarkFleetArchive: the fleet burst of unique keys with and without the durable archive
+// (a private PostgreSQL on the same machine), with a zero-latency model (5,000 tasks) and a
+// 50 ms model (1,000 tasks). With the archive every owner looks its key up before the model
+// call and records its outcome (batched, off its path).
+func BenchmarkFleetArchive(b *testing.B) {
+	redis.SetLogger(fleetQuiet{})
+	for _, model := range []struct {
+		name      string
+		latencyMs int
+		tasks     int
+	}{{"0ms", 0, fleetTasks}, {"50ms", 50, 1000}} {
+		for _, impl := range []string{"flightdeck", "flightdeck-archive"} {
+			b.Run("model="+model.name+"/impl="+impl, func(b *testing.B) { fleetBurst(b, impl, 1, model.tasks, model.latencyMs) })
+		}
+	}
+}
+
+func fleetBurst(b *testing.B, impl string, perKey, nTasks, latencyMs int) {
 	e := newE2E(b)
 	e.stages = fleetStage
 	stream := e.ks.Tasks(fleetStage)
@@ -84,10 +101,10 @@ func fleetBurst(b *testing.B, impl string, perKey int) {
 	var redisCPU, consumerCPU float64
 	b.ResetTimer()
 	for op := range b.N {
-		tasks := make([]topics.Task, fleetTasks)
+		tasks := make([]topics.Task, nTasks)
 		for i := range tasks {
 			tasks[i] = topics.Task{TaskID: fmt.Sprintf("f%d-%d", op, i), Stage: fleetStage, Tenant: "acme",
-				Input: json.RawMessage(fmt.Sprintf(`{"question":"q%d-%d","answer":"a","sim":{"latencyMs":0}}`, op, i/perKey))}
+				Input: json.RawMessage(fmt.Sprintf(`{"question":"q%d-%d","answer":"a","sim":{"latencyMs":%d}}`, op, i/perKey, latencyMs))}
 		}
 		from := "$"
 		if impl != "bare" {
@@ -107,7 +124,7 @@ func fleetBurst(b *testing.B, impl string, perKey int) {
 		}
 		switch impl {
 		case "flightdeck", "flightdeck-archive":
-			fleetAwaitEvents(b, e.rdb, results, from, fleetTasks)
+			fleetAwaitEvents(b, e.rdb, results, from, nTasks)
 		case "bare":
 			fleetAwaitDrained(b, e.rdb, stream)
 		}
@@ -116,7 +133,7 @@ func fleetBurst(b *testing.B, impl string, perKey int) {
 		consumerCPU += fleetProcCPU(b, pids) - ccpu0
 	}
 	b.StopTimer()
-	n := float64(b.N * fleetTasks)
+	n := float64(b.N * nTasks)
 	b.ReportMetric(n/elapsed.Seconds(), "tasks/s")
 	b.ReportMetric(redisCPU/n*1e6, "redis-us/task")
 	b.ReportMetric(consumerCPU/n*1e6, "consumer-us/task")
