@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -36,6 +37,9 @@ type Config struct {
 	LivenessTimeout time.Duration
 	// MaxFlights bounds the flights one listing scans. Defaults to 500.
 	MaxFlights int
+	// Archive, when set, is the durable archive: a flight's detail shows the key's archived
+	// row beside its Redis state, also when Redis no longer knows the key.
+	Archive *archive.Store
 }
 
 // Inspector reads Flightdeck's state from Redis for the dashboard and the CLI. Safe for
@@ -374,19 +378,58 @@ type FlightDetail struct {
 	Result string `json:"result,omitempty"`
 	// Attempts are the flight's owner attempts, oldest first (see AttemptLogField).
 	Attempts []AttemptView `json:"attempts"`
+	// Archived is the key's row in the durable archive (Config.Archive), when it holds one;
+	// ArchiveError says why it could not be read.
+	Archived     *ArchivedView `json:"archived,omitempty"`
+	ArchiveError string        `json:"archiveError,omitempty"`
 	// Truncated tells that a field, list or map was cut.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// Flight reads one flight (ErrNotFound when none).
+// ArchivedView is a key's row in the durable archive.
+type ArchivedView struct {
+	Status    string `json:"status"`
+	Stage     string `json:"stage"`
+	Tenant    string `json:"tenant"`
+	Token     int64  `json:"token"`
+	Attempts  int    `json:"attempts"`
+	Result    string `json:"result,omitempty"`
+	ErrorType string `json:"errorType,omitempty"`
+	ErrorCode string `json:"errorCode,omitempty"`
+	Error     string `json:"error,omitempty"`
+	// FinishedAt and ExpiresAt are Unix ms; Expired is true once the retention ran out.
+	FinishedAt int64 `json:"finishedAt"`
+	ExpiresAt  int64 `json:"expiresAt"`
+	Expired    bool  `json:"expired"`
+}
+
+// Flight reads one flight (ErrNotFound when neither Redis nor the archive knows it).
 func (in *Inspector) Flight(ctx context.Context, key string) (FlightDetail, error) {
-	m, err := in.coord.Get(ctx, key)
-	if err != nil {
-		return FlightDetail{}, err
+	var d FlightDetail
+	if in.cfg.Archive != nil {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		r, ok, err := in.cfg.Archive.Inspect(actx, key)
+		cancel()
+		switch {
+		case err != nil:
+			d.ArchiveError = err.Error()
+		case ok:
+			d.Archived = &ArchivedView{Status: string(r.Status), Stage: r.Stage, Tenant: r.Tenant, Token: r.Token,
+				Attempts: r.Attempts, Result: string(r.Result), ErrorType: r.ErrorType, ErrorCode: r.ErrorCode,
+				Error: r.Error, FinishedAt: r.FinishedAt.UnixMilli(), ExpiresAt: r.ExpiresAt.UnixMilli(), Expired: r.Expired}
+		}
 	}
-	d := FlightDetail{Meta: m, Attempts: attempts(m)}
-	if res, err := in.coord.Result(ctx, key); err == nil {
-		d.Result = string(res)
+	m, err := in.coord.Get(ctx, key)
+	switch {
+	case errors.Is(err, flight.ErrNotFound) && d.Archived != nil:
+		// Only the archive knows the key: show its row.
+	case err != nil:
+		return FlightDetail{}, err
+	default:
+		d.Meta, d.Attempts = m, attempts(m)
+		if res, err := in.coord.Result(ctx, key); err == nil {
+			d.Result = string(res)
+		}
 	}
 	_, d.Truncated = bound(&d, MaxFieldBytes)
 	return d, nil

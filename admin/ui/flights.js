@@ -245,6 +245,7 @@
           })))
         : h('div', { class: 'muted' }, active ? 'No follower is waiting on this flight.' : 'None: every parked task was answered.')));
     sections.push(attemptsSection(d.attempts || [], m.Status));
+    if (d.archived || d.archiveError) sections.push(archivedSection(d.archived, d.archiveError, at));
     sections.push(h('section', { id: 'detail-result' }, h('h3', null, 'Result'),
       d.result ? h('pre', { class: 'code' }, prettyJSON(d.result)) : h('div', { class: 'muted' }, m.Status === 'SUCCEEDED' ? 'Result expired or stored elsewhere.' : 'No result stored.')));
     const fields = Object.entries(m.Fields || {}).sort(([a], [b]) => a.localeCompare(b));
@@ -259,6 +260,26 @@
     try { return JSON.stringify(JSON.parse(s), null, 2); } catch { return s; }
   }
 
+
+  // archivedSection shows the key's row in the durable archive (what answers the key when
+  // Redis no longer knows it).
+  function archivedSection(a, err, at) {
+    const kids = [h('h3', null, 'Archived outcome')];
+    if (err) kids.push(h('div', { class: 'err-text' }, 'archive unavailable: ' + err));
+    if (a) {
+      const badge = h('span', { class: 'badge status' });
+      setStatusBadge(badge, a.status);
+      kids.push(h('dl', { class: 'kv-grid' },
+        h('dt', null, 'status'), h('dd', null, badge),
+        h('dt', null, 'fencing token'), h('dd', { class: 'mono' }, String(a.token)),
+        h('dt', null, 'attempts'), h('dd', null, String(a.attempts)),
+        h('dt', null, 'finished'), h('dd', { class: 'mono' }, at(new Date(a.finishedAt).toISOString())),
+        h('dt', null, 'kept until'), h('dd', { class: 'mono' + (a.expired ? ' none' : '') }, at(new Date(a.expiresAt).toISOString()) + (a.expired ? ' (expired)' : '')),
+        h('dt', null, 'error'), h('dd', { class: 'wrap err-text' }, errorText(a.errorType, a.errorCode, a.error) || '—')));
+      if (a.result) kids.push(h('pre', { class: 'code' }, prettyJSON(a.result)));
+    }
+    return h('section', { id: 'detail-archived' }, ...kids);
+  }
 
   // attemptsSection lists the flight's owner attempts, oldest first.
   function attemptsSection(list, status) {

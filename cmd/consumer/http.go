@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -88,7 +89,7 @@ func (s httpSettings) describe() string {
 // so an address in use is an error at start. stop shuts them down.
 func (s httpSettings) serve(log *zerolog.Logger, c *handlers.Consumer, reg *prometheus.Registry,
 	newClient func() redis.UniversalClient, ks topics.Keyspace, stages []handlers.StageConfig,
-	livenessTimeout time.Duration) (stop func(), err error) {
+	livenessTimeout time.Duration, store *archive.Store) (stop func(), err error) {
 	var (
 		servers []*http.Server
 		closers []func() error
@@ -150,7 +151,8 @@ func (s httpSettings) serve(log *zerolog.Logger, c *handlers.Consumer, reg *prom
 	}
 	adminRdb := newClient()
 	closers = append(closers, adminRdb.Close)
-	insp, err := admin.New(admin.Config{Client: adminRdb, Keyspace: ks, Stages: names, LivenessTimeout: livenessTimeout})
+	insp, err := admin.New(admin.Config{Client: adminRdb, Keyspace: ks, Stages: names, LivenessTimeout: livenessTimeout,
+		Archive: store})
 	if err != nil {
 		return stop, err
 	}

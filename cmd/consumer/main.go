@@ -175,7 +175,7 @@ func run(args []string) (err error) {
 	defer stop()
 
 	stopHTTP, err := web.serve(&log, c, reg, newClient, handlers.Keyspace(topics.Keyspace{Prefix: *prefix}, stageCfgs),
-		stageCfgs, 3**livenessInt)
+		stageCfgs, 3**livenessInt, store)
 	if err != nil {
 		return err
 	}

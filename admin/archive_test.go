@@ -1,0 +1,49 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/admin"
+	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestFlightShowsArchivedRow: with the archive, a flight's detail carries its archived row,
+// also for a key that Redis no longer knows; a key neither knows is not found.
+func TestFlightShowsArchivedRow(t *testing.T) {
+	r := redistest.New(t)
+	ctx := context.Background()
+	store, err := archive.Open(ctx, pgtest.New(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const key = "ai:interview-evaluation:v1:acme:gone"
+	if _, err := store.Put(ctx, []flight.Archived{{Key: key, Stage: "interview-evaluation", Tenant: "acme",
+		Status: flight.StatusSucceeded, Token: 42, Attempts: 2, Result: []byte(`{"score":7}`), FinishedAt: time.Now(),
+		Retention: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := admin.New(admin.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix},
+		Stages: []string{"interview-evaluation"}, Archive: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := in.Flight(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := d.Archived; a == nil || a.Status != "SUCCEEDED" || a.Token != 42 || a.Attempts != 2 ||
+		a.Result != `{"score":7}` || a.Expired || d.Meta.Status != "" {
+		t.Errorf("detail %+v, archived %+v", d, d.Archived)
+	}
+	if _, err := in.Flight(ctx, "ai:interview-evaluation:v1:acme:never"); !errors.Is(err, flight.ErrNotFound) {
+		t.Errorf("a key nobody knows: %v, want ErrNotFound", err)
+	}
+}
