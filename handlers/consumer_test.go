@@ -13,8 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -345,10 +347,19 @@ func (f *faultModel) Call(ctx context.Context, req model.Request, _ model.Progre
 // and the model is not run again.
 func TestUncertainOutcomeInConsumer(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		down time.Duration
-	}{{"short outage", 300 * time.Millisecond}, {"outage past the lease", 2500 * time.Millisecond}} {
+		name    string
+		down    time.Duration
+		archive bool // the result, spooled for Redis, must reach the archive at once
+	}{{"short outage", 300 * time.Millisecond, false}, {"outage past the lease, with the archive", 2500 * time.Millisecond, true}} {
 		t.Run(tc.name, func(t *testing.T) {
+			var store *archive.Store
+			if tc.archive {
+				var err error
+				if store, err = archive.Open(context.Background(), pgtest.New(t).URL); err != nil {
+					t.Fatal(err)
+				}
+				defer store.Close()
+			}
 			srv := redistest.Start(t, nil)
 			b := &bundle{t: t, ctx: context.Background(), r: &redistest.Target{Client: srv.Client(), URL: srv.URL(),
 				Prefix: redistest.Prefix(), Server: srv}}
@@ -359,6 +370,7 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 				c.Stages[0].Lease, c.Stages[0].HeartbeatInterval = time.Second, 200*time.Millisecond
 				c.Models = map[string]model.Model{"sim": fm}
 				c.SpoolDir = t.TempDir()
+				c.Archive = store
 			})
 			b.enqueue(topics.Task{TaskID: "u1", Stage: handlers.StageEvaluation, Input: simInput(1, 0)})
 			got := b.events([]string{handlers.StageEvaluation}, 1, 20*time.Second)
@@ -368,6 +380,19 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 			}
 			if fm.runs.Load() != 1 {
 				t.Errorf("model ran %d times", fm.runs.Load())
+			}
+			if store != nil {
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					a, ok, _ := store.Get(context.Background(), evs[0].RequestKey)
+					if ok && string(a.Result) == `{"answer":"from the only run"}` {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the spooled result is not in the archive: %+v %v", a, ok)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
 			}
 		})
 	}
