@@ -218,3 +218,41 @@ func TestSimWarning(t *testing.T) {
 		t.Errorf("a warning names the handler stage:\n%s", out)
 	}
 }
+
+// TestMuxHandlerPanics: a handler that panics fails its flight at once, final, with the
+// panic in the event; it is not called again and the consumer keeps running.
+func TestMuxHandlerPanics(t *testing.T) {
+	r := redistest.New(t)
+	var calls atomic.Int64
+	mux := handlers.NewMux()
+	mux.HandleFunc("boom", func(ctx context.Context, task model.Request, _ model.ProgressFunc) (json.RawMessage, error) {
+		calls.Add(1)
+		var in string
+		_ = json.Unmarshal(task.Input, &in)
+		if in == "panic" {
+			panic("boom in handler")
+		}
+		return json.RawMessage(`"fine"`), nil
+	})
+	runMux(t, r, mux, testLog(t))
+	cl, err := client.New(client.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	evs := await(t, cl, topics.Task{TaskID: "p", Stage: "boom", Tenant: "acme", Input: json.RawMessage(`"panic"`)},
+		topics.Task{TaskID: "ok", Stage: "boom", Tenant: "acme", Input: json.RawMessage(`"calm"`)})
+	if ev := evs["p"]; ev.Status != topics.StatusFailed || ev.ErrorType != model.TypePanic || !strings.Contains(ev.Error, "boom in handler") ||
+		ev.Attempts != 1 {
+		t.Errorf("panicking task: %s %s/%s %q attempts %d", ev.Status, ev.ErrorType, ev.ErrorCode, ev.Error, ev.Attempts)
+	}
+	if ev := evs["ok"]; ev.Status != topics.StatusSucceeded {
+		t.Errorf("the next task: %+v", ev)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("answered after %v: the panic cost a lease", d)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d calls, want 2 (the panicking one is not retried)", n)
+	}
+}

@@ -2,8 +2,10 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -44,9 +46,11 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	}
 	p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
 	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
-	out, callErr := p.model.Call(runCtx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID,
+	deadline, _ := t.task.DeadlineTime()
+	out, callErr := t.callModel(runCtx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID,
 		Tenant: t.task.Tenant, SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
-		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name}, func() { progress.Add(1) })
+		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
+		RequestKey: t.key, Deadline: deadline}, func() { progress.Add(1) })
 	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
 	t.runTime = time.Since(start)
 	cause := context.Cause(runCtx)
@@ -127,6 +131,20 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		stream.Delay(t.msg, p.stage.HeartbeatInterval)
 		return false, nil
 	}
+}
+
+// callModel runs the stage's model (a handler function or an adapter); a panic in it is
+// recovered and returned as a final model.TypePanic failure, logged with its stack, so that
+// the flight fails at once instead of losing its lease.
+func (t *taskRun) callModel(ctx context.Context, req model.Request, progress model.ProgressFunc) (out json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			l := t.logger()
+			l.Error().Interface("panic", r).Str("stack", string(debug.Stack())).Msg("the stage's handler panicked; the flight fails")
+			out, err = nil, &model.Error{Type: model.TypePanic, Code: "panic", Message: fmt.Sprint(r)}
+		}
+	}()
+	return t.p.model.Call(ctx, req, progress)
 }
 
 // warn starts a warning of the task, with the last model call's duration when there was one.

@@ -30,6 +30,14 @@ type Request struct {
 	Attempt int
 	// Consumer is the name of the consumer process running the call.
 	Consumer string
+	// Params are the task's key params (a JSON object, nil when none): they entered the
+	// semantic key, so the call may depend on them.
+	Params json.RawMessage
+	// RequestKey is the flight key the call runs under.
+	RequestKey string
+	// Deadline is the task's deadline (the zero time when none): a result after it is no
+	// longer wanted.
+	Deadline time.Time
 }
 
 // ProgressFunc reports that the call made progress (a streamed chunk, a step). It feeds the
@@ -74,6 +82,10 @@ const (
 	TypeBadOutput = "bad_output"
 	// TypeSimulated is a failure Sim was told to produce; Retryable as requested.
 	TypeSimulated = "simulated"
+	// TypePanic is a handler or adapter that panicked: the consumer recovers it and records
+	// it as a final failure (a bug does not get better by calling it again; the model call it
+	// may have made is not repeated). Code "panic", Message the panic value.
+	TypePanic = "panic"
 )
 
 // Error is a classified model call failure. Adapters return *Error; Classify turns any error
