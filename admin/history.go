@@ -52,10 +52,11 @@ func (in *Inspector) History(ctx context.Context, stages []string, minutes int) 
 		minutes = MaxHistoryMinutes
 	}
 	if len(stages) == 0 {
-		stages = in.cfg.Stages
+		stages = in.Stages(ctx)
 	}
+	known := in.Stages(ctx)
 	for _, s := range stages {
-		if !slices.Contains(in.cfg.Stages, s) {
+		if !slices.Contains(known, s) {
 			return nil, fmt.Errorf("admin: history: %w: stage %q", ErrNotFound, s)
 		}
 	}

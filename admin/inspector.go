@@ -144,7 +144,7 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, fmt.Errorf("admin: overview: %w", err)
 	}
-	for _, stage := range in.cfg.Stages {
+	for _, stage := range in.Stages(ctx) {
 		sv, pend, err := in.stage(ctx, stage, now)
 		if err != nil {
 			return Overview{}, err
@@ -447,7 +447,7 @@ type EventView struct {
 func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]EventView, error) {
 	n = min(n, MaxListEntries)
 	if len(stages) == 0 {
-		stages = in.cfg.Stages
+		stages = in.Stages(ctx)
 	}
 	var out []EventView
 	for _, s := range stages {
@@ -492,7 +492,7 @@ type DeadLetterView struct {
 func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) ([]DeadLetterView, error) {
 	n = min(n, MaxListEntries)
 	if len(stages) == 0 {
-		stages = in.cfg.Stages
+		stages = in.Stages(ctx)
 	}
 	var out []DeadLetterView
 	for _, s := range stages {

@@ -25,9 +25,26 @@ const MaxBulk = 10000
 // ErrBadRequest: an action's arguments do not name what it acts on.
 var ErrBadRequest = errors.New("admin: bad request")
 
+// Stages returns the stages the Inspector shows: Config.Stages and every stage of the stage
+// registry (topics.Keyspace.Stages), so that a dashboard shows the fleet's stages, also
+// those its own consumer does not consume. Sorted; Config.Stages alone when the registry
+// cannot be read.
+func (in *Inspector) Stages(ctx context.Context) []string {
+	out := slices.Clone(in.cfg.Stages)
+	if reg, _, err := topics.ReadStages(ctx, in.rdb, in.ks); err == nil {
+		for _, s := range reg {
+			if !slices.Contains(out, s.Name) {
+				out = append(out, s.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // checkStage fails with ErrNotFound for a stage the Inspector does not show.
-func (in *Inspector) checkStage(op, stage string) error {
-	if !slices.Contains(in.cfg.Stages, stage) {
+func (in *Inspector) checkStage(ctx context.Context, op, stage string) error {
+	if !slices.Contains(in.Stages(ctx), stage) {
 		return fmt.Errorf("admin: %s: %w: stage %q", op, ErrNotFound, stage)
 	}
 	return nil
@@ -38,7 +55,7 @@ func (in *Inspector) checkStage(op, stage string) error {
 // tasks are still answered. by says who (free text, cut to 256 bytes). Pausing a paused stage
 // records the new who and when.
 func (in *Inspector) Pause(ctx context.Context, stage, by string) (topics.PauseInfo, error) {
-	if err := in.checkStage("pause", stage); err != nil {
+	if err := in.checkStage(ctx, "pause", stage); err != nil {
 		return topics.PauseInfo{}, err
 	}
 	now, err := in.rdb.Time(ctx).Result()
@@ -55,7 +72,7 @@ func (in *Inspector) Pause(ctx context.Context, stage, by string) (topics.PauseI
 
 // Resume resumes a paused stage; it answers whether the stage was paused.
 func (in *Inspector) Resume(ctx context.Context, stage string) (bool, error) {
-	if err := in.checkStage("resume", stage); err != nil {
+	if err := in.checkStage(ctx, "resume", stage); err != nil {
 		return false, err
 	}
 	n, err := in.rdb.HDel(ctx, in.ks.Paused(), stage).Result()
@@ -67,7 +84,8 @@ func (in *Inspector) Resume(ctx context.Context, stage string) (bool, error) {
 
 // PausedStages returns the paused stages among those the Inspector shows.
 func (in *Inspector) PausedStages(ctx context.Context) (map[string]topics.PauseInfo, error) {
-	vals, err := in.rdb.HMGet(ctx, in.ks.Paused(), in.cfg.Stages...).Result()
+	stages := in.Stages(ctx)
+	vals, err := in.rdb.HMGet(ctx, in.ks.Paused(), stages...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("admin: paused stages: %w", err)
 	}
@@ -81,7 +99,7 @@ func (in *Inspector) PausedStages(ctx context.Context) (map[string]topics.PauseI
 		if json.Unmarshal([]byte(s), &info) != nil {
 			info.By = Truncate(s, 256) // written by hand: still paused
 		}
-		out[in.cfg.Stages[i]] = info
+		out[stages[i]] = info
 	}
 	return out, nil
 }
@@ -110,7 +128,7 @@ type QueuedView struct {
 func (in *Inspector) Queued(ctx context.Context, stages []string, n int64) ([]QueuedView, error) {
 	n = min(max(n, 1), MaxListEntries)
 	if len(stages) == 0 {
-		stages = in.cfg.Stages
+		stages = in.Stages(ctx)
 	}
 	now, err := in.rdb.Time(ctx).Result()
 	if err != nil {
@@ -118,7 +136,7 @@ func (in *Inspector) Queued(ctx context.Context, stages []string, n int64) ([]Qu
 	}
 	var out []QueuedView
 	for _, stage := range stages {
-		if err := in.checkStage("queued", stage); err != nil {
+		if err := in.checkStage(ctx, "queued", stage); err != nil {
 			return nil, err
 		}
 		for _, st := range in.ks.TaskStreams(stage) {
@@ -189,7 +207,7 @@ type DeadLetterEntry struct {
 // DeadLetter reads one dead letter of stage in full (ErrNotFound when the DLQ has no entry
 // id, ErrBadRequest when id is not a stream entry id).
 func (in *Inspector) DeadLetter(ctx context.Context, stage, id string) (DeadLetterEntry, error) {
-	if err := in.checkSelection("dead letter", DLQSelection{Stage: stage, IDs: []string{id}}); err != nil {
+	if err := in.checkSelection(ctx, "dead letter", DLQSelection{Stage: stage, IDs: []string{id}}); err != nil {
 		return DeadLetterEntry{}, err
 	}
 	msgs, err := in.rdb.XRange(ctx, in.ks.DLQ(stage), id, id).Result()
@@ -211,8 +229,8 @@ func deadLetterEntry(stage string, m redis.XMessage) DeadLetterEntry {
 		TaskID: topics.NamedField([]byte(payload), "taskId"), Payload: payload}, Original: str(topics.FieldOriginal)}
 }
 
-func (in *Inspector) checkSelection(op string, sel DLQSelection) error {
-	if err := in.checkStage(op, sel.Stage); err != nil {
+func (in *Inspector) checkSelection(ctx context.Context, op string, sel DLQSelection) error {
+	if err := in.checkStage(ctx, op, sel.Stage); err != nil {
 		return err
 	}
 	if sel.All == (len(sel.IDs) > 0) {
@@ -233,7 +251,7 @@ func (in *Inspector) checkSelection(op string, sel DLQSelection) error {
 // and payload) and deletes them from the DLQ, at most MaxBulk per call. A payload that is
 // still invalid simply comes back to the DLQ.
 func (in *Inspector) RequeueDLQ(ctx context.Context, sel DLQSelection) (BulkResult, error) {
-	if err := in.checkSelection("requeue", sel); err != nil {
+	if err := in.checkSelection(ctx, "requeue", sel); err != nil {
 		return BulkResult{}, err
 	}
 	var res BulkResult
@@ -320,7 +338,7 @@ func (in *Inspector) requeue(ctx context.Context, stage string, msgs []redis.XMe
 // PurgeDLQ deletes the selected dead letters; with All every entry up to UpTo at once (XTRIM
 // MINID), however many.
 func (in *Inspector) PurgeDLQ(ctx context.Context, sel DLQSelection) (BulkResult, error) {
-	if err := in.checkSelection("purge", sel); err != nil {
+	if err := in.checkSelection(ctx, "purge", sel); err != nil {
 		return BulkResult{}, err
 	}
 	var res BulkResult
