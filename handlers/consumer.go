@@ -66,6 +66,10 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		c.log.Warn().Str("from", from).Str("to", to).Msg("coordination circuit breaker changed state")
 	})
 	sp, err := flight.OpenSpoolDir(cfg.SpoolDir, cfg.Name)
+	if errors.Is(err, flight.ErrSpoolInUse) {
+		return nil, fmt.Errorf("%w: a consumer named %q is running on this host (it holds the spool in %s); start this one under another name",
+			ErrNameInUse, cfg.Name, cfg.SpoolDir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}

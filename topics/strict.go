@@ -241,3 +241,13 @@ func NamedField(payload []byte, name string) string {
 	}
 	return value
 }
+
+// CheckFieldNames reports, as DecodeTask would (an *InvalidTaskError with ReasonUnknownField
+// or ReasonDuplicateField, or a syntax or depth error), a task payload whose top-level object
+// has a member that is not a Task field spelled exactly, or has one twice. It checks nothing
+// else: for producers that fill missing fields before they validate the task.
+func CheckFieldNames(payload []byte, lim Limits) error {
+	lim.setDefaults()
+	_, err := walkTask(payload, lim.MaxJSONDepth)
+	return err
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,10 @@ func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() red
 			return ctx.Err()
 		}
 		err = redisconn.RedactError(err, url)
+		if refused(err) {
+			// Waiting does not fix credentials or rights.
+			return fmt.Errorf("redis %s refused the consumer: %w", redisconn.RedactURL(url), err)
+		}
 		left := limit - time.Since(start)
 		if left <= 0 {
 			return fmt.Errorf("redis %s did not answer within %v (--redis-wait): %w", redisconn.RedactURL(url), limit, err)
@@ -56,4 +61,10 @@ func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() red
 		}
 		back = min(2*back, waitMax)
 	}
+}
+
+// refused reports an error that retrying cannot cure: wrong credentials or missing rights.
+func refused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM")
 }

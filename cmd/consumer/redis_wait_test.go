@@ -61,3 +61,21 @@ func (p *proc) ready() bool {
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
 }
+
+// TestWrongPasswordFailsAtOnce: credentials Redis refuses are not retried for --redis-wait.
+func TestWrongPasswordFailsAtOnce(t *testing.T) {
+	srv := redistest.Start(t, &redistest.Options{ACL: []string{"user app on >right-secret ~* &* +@all"}})
+	cmd := exec.Command(binary, "--redis-wait", "1m", "--spool-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), "REDIS_URL=redis://app:wrong-secret@"+srv.Addr()+"/0")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("wrong password: %v, want exit 1\n%s", err, out)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("gave up after %v: a refused password was retried", d)
+	}
+	if !strings.Contains(string(out), "refused the consumer") || strings.Contains(string(out), "wrong-secret") {
+		t.Errorf("output:\n%s", out)
+	}
+}

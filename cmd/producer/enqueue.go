@@ -149,6 +149,11 @@ func (a *app) readTasks(name string, def topics.Task) ([]topics.Task, error) {
 		if len(trimSpace(b)) == 0 {
 			continue
 		}
+		// Field names as exactly as the consumers read them: a misspelt field would be
+		// dead-lettered there (or, in a key field, silently change the key).
+		if err := topics.CheckFieldNames(b, topics.Limits{}); err != nil {
+			return nil, usagef("%s:%d: %v", name, line, err)
+		}
 		var t topics.Task
 		if err := json.Unmarshal(b, &t); err != nil {
 			return nil, fmt.Errorf("%s:%d: not a task JSON object: %w", name, line, err)

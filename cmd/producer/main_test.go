@@ -255,6 +255,11 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("StrictFile", func(t *testing.T) {
+		t.Parallel()
+		testStrictFile(t, newCLI(t))
+	})
+
 	t.Run("InspectTask", func(t *testing.T) {
 		t.Parallel()
 		testInspectTask(t, newCLI(t))

@@ -84,3 +84,18 @@ func testInspectTask(t *testing.T, c *cli) {
 		t.Errorf("--task with a key: exit %d", res.code)
 	}
 }
+
+// testStrictFile (TestCLI/StrictFile): enqueue -f refuses a line with an unknown or
+// miscapitalised field, as the consumers would, with exit 2 and nothing enqueued.
+func testStrictFile(t *testing.T, c *cli) {
+	c.register(stage)
+	for _, line := range []string{`{"input":1,"bogus":1}`, `{"input":1,"sessionID":"s"}`, `{"input":1,"input":2}`} {
+		res := c.run(line+"\n", "enqueue", "-f", "-", "--stage", stage, "--tenant", "acme")
+		if res.code != 2 || !strings.Contains(res.stderr, "-:1:") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming the line", line, res.code, res.stderr)
+		}
+	}
+	if n := len(c.tasks(stage)); n != 0 {
+		t.Errorf("%d tasks enqueued from refused files", n)
+	}
+}

@@ -5,8 +5,8 @@
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/custom-consumer
 //
-// Enqueue a task (from another shell; --any-stage because no consumer has registered the
-// stage until this one has started):
+// Enqueue a task from another shell once it runs (it registers its stage at start; before
+// that the producer refuses an unknown stage):
 //
 //	go run ./cmd/producer enqueue --stage answer-score --tenant acme \
 //	  --input '{"question":"Tell me about a migration","answer":"I led the migration of our billing database"}' --wait
@@ -34,7 +34,7 @@ const Stage = "answer-score"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
+	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	cfg := handlers.Config{RedisURL: os.Getenv("REDIS_URL"), Logger: &log}
 	if cfg.RedisURL == "" {
 		cfg.RedisURL = "redis://127.0.0.1:6379/0"
