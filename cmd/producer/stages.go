@@ -52,6 +52,9 @@ type stageRow struct {
 	Backlog int64 `json:"backlog"`
 	// Pending counts the entries read and not yet answered, parked ones included.
 	Pending int64 `json:"pending"`
+	// Scheduled counts the tasks waiting in the stage's scheduled set (a notBefore ahead, a
+	// long retry delay).
+	Scheduled int64 `json:"scheduled"`
 }
 
 func (a *app) stages(ctx context.Context, args []string) error {
@@ -107,6 +110,11 @@ func (a *app) stages(ctx context.Context, args []string) error {
 			}
 			rows[i].Pending += st.Pending
 		}
+		n, err := rdb.ZCard(ctx, c.Keyspace().Scheduled(s.Name)).Result()
+		if err != nil {
+			return fmt.Errorf("read the scheduled tasks of %s: %w", s.Name, err)
+		}
+		rows[i].Scheduled = n
 	}
 	if *format == "json" {
 		return writeJSON(a.stdout, rows)
@@ -116,14 +124,14 @@ func (a *app) stages(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STAGE\tPARTITIONS\tMODE\tMODEL\tCONSUMER\tLAST SEEN\tBACKLOG\tPENDING")
+	fmt.Fprintln(tw, "STAGE\tPARTITIONS\tMODE\tMODEL\tCONSUMER\tLAST SEEN\tBACKLOG\tPENDING\tSCHEDULED")
 	for _, r := range rows {
 		backlog := strconv.FormatInt(r.Backlog, 10)
 		if r.Backlog < 0 {
 			backlog = "?"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s ago\t%s\t%d\n", r.Name, r.Partitions, r.Mode, r.Model, r.Consumer,
-			ago(time.Duration(r.LastSeenAgoMs)*time.Millisecond), backlog, r.Pending)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s ago\t%s\t%d\t%d\n", r.Name, r.Partitions, r.Mode, r.Model, r.Consumer,
+			ago(time.Duration(r.LastSeenAgoMs)*time.Millisecond), backlog, r.Pending, r.Scheduled)
 	}
 	return tw.Flush()
 }

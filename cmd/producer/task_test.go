@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // testScheduled (TestCLI/Scheduled): enqueue --in and --not-before set the task's notBefore;
@@ -39,6 +41,18 @@ func testScheduled(t *testing.T, c *cli) {
 	}
 	if n := len(c.tasks(stage)); n != 2 {
 		t.Errorf("%d tasks after the refused ones, want 2", n)
+	}
+	// A consumer keeps a far task in the stage's scheduled set: producer stages counts it.
+	if err := c.r.Client.ZAdd(context.Background(), c.ks.Scheduled(stage), redis.Z{Score: 1, Member: "x"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := c.run("", "stages", "--format", "json")
+	var rows []struct {
+		Name      string `json:"name"`
+		Scheduled int64  `json:"scheduled"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &rows); err != nil || len(rows) != 1 || rows[0].Scheduled != 1 {
+		t.Errorf("stages: %q (%v)", res.stdout, err)
 	}
 }
 
