@@ -288,12 +288,24 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
+	// Tasks of the key still waiting in the scheduled set (a notBefore ahead, a long retry
+	// delay) are cancelled too: they have no flight to cancel yet, or would find it.
+	scheduled, serr := c.CancelScheduled(ctx, key, *reason)
+	if serr != nil {
+		return serr
+	}
+	if scheduled > 0 {
+		fmt.Fprintf(a.stdout, "cancelled %d scheduled task(s) of %s\n", scheduled, key)
+	}
 	res, err := c.Cancel(ctx, key, *reason)
 	if se, ok := errors.AsType[*flight.StateError](err); ok {
 		return fmt.Errorf("flight %q already ended with status %s; nothing to cancel", key, se.Status)
 	}
 	if errors.Is(err, flight.ErrNotFound) {
-		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
+		if scheduled > 0 {
+			return nil
+		}
+		return fmt.Errorf("no flight and no scheduled task for key %q under prefix %q", key, a.prefix)
 	}
 	if err != nil {
 		return err

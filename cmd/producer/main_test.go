@@ -255,6 +255,11 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("CancelScheduled", func(t *testing.T) {
+		t.Parallel()
+		testCancelScheduled(t, newCLI(t))
+	})
+
 	t.Run("StrictFile", func(t *testing.T) {
 		t.Parallel()
 		testStrictFile(t, newCLI(t))

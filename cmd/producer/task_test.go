@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // testScheduled (TestCLI/Scheduled): enqueue --in and --not-before set the task's notBefore;
@@ -111,5 +114,40 @@ func testStrictFile(t *testing.T, c *cli) {
 	}
 	if n := len(c.tasks(stage)); n != 0 {
 		t.Errorf("%d tasks enqueued from refused files", n)
+	}
+}
+
+// testCancelScheduled (TestCLI/CancelScheduled): cancel KEY removes the key's tasks waiting in
+// the scheduled set and answers them CANCELLED, also when the key has no flight yet.
+func testCancelScheduled(t *testing.T, c *cli) {
+	ctx := context.Background()
+	task := topics.Task{TaskID: "later-1", Stage: stage, Tenant: "acme", Input: json.RawMessage(`{"q":9}`),
+		NotBefore: "2031-01-01T00:00:00Z"}
+	payload, err := task.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := flight.TaskKey(task)
+	if err := c.r.Client.ZAdd(ctx, c.ks.Scheduled(stage), redis.Z{Score: 1.9e12, Member: string(payload)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := c.run("", "cancel", key, "--reason", "not needed")
+	if res.code != 0 || !strings.Contains(res.stdout, "cancelled 1 scheduled task") {
+		t.Fatalf("cancel: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	if n, _ := c.r.Client.ZCard(ctx, c.ks.Scheduled(stage)).Result(); n != 0 {
+		t.Errorf("%d tasks left in the scheduled set", n)
+	}
+	msgs, err := c.r.Client.XRange(ctx, c.ks.Results(stage), "-", "+").Result()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("events: %v %v", msgs, err)
+	}
+	p, _ := msgs[0].Values[topics.FieldPayload].(string)
+	ev, err := topics.DecodeEvent([]byte(p))
+	if err != nil || ev.TaskID != "later-1" || ev.Status != topics.StatusCancelled || ev.Error != "not needed" {
+		t.Errorf("event %+v (%v)", ev, err)
+	}
+	if res := c.run("", "cancel", key); res.code != 1 || !strings.Contains(res.stderr, "no flight and no scheduled task") {
+		t.Errorf("a second cancel: exit %d, stderr %q", res.code, res.stderr)
 	}
 }
