@@ -140,11 +140,12 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 		consumers[name] = &ConsumerView{Name: name, LastBeatAgeMs: age,
 			Alive: age <= in.cfg.LivenessTimeout.Milliseconds(), Pending: map[string]int64{}}
 	}
-	paused, err := in.PausedStages(ctx)
+	stages := in.Stages(ctx) // one registry read for the whole overview
+	paused, err := in.pausedOf(ctx, stages)
 	if err != nil {
 		return Overview{}, fmt.Errorf("admin: overview: %w", err)
 	}
-	for _, stage := range in.Stages(ctx) {
+	for _, stage := range stages {
 		sv, pend, err := in.stage(ctx, stage, now)
 		if err != nil {
 			return Overview{}, err

@@ -84,7 +84,11 @@ func (in *Inspector) Resume(ctx context.Context, stage string) (bool, error) {
 
 // PausedStages returns the paused stages among those the Inspector shows.
 func (in *Inspector) PausedStages(ctx context.Context) (map[string]topics.PauseInfo, error) {
-	stages := in.Stages(ctx)
+	return in.pausedOf(ctx, in.Stages(ctx))
+}
+
+// pausedOf returns the paused stages among stages.
+func (in *Inspector) pausedOf(ctx context.Context, stages []string) (map[string]topics.PauseInfo, error) {
 	vals, err := in.rdb.HMGet(ctx, in.ks.Paused(), stages...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("admin: paused stages: %w", err)
