@@ -150,22 +150,15 @@ type archivedRow struct {
 	shownResult
 }
 
-// archived reads key's row from the archive at url (nil when it holds none).
-func archived(ctx context.Context, url, key string) (*archivedRow, error) {
-	store, err := archive.New(url)
-	if err != nil {
-		return nil, err
+// archivedOf is the archive's row as the dashboard's read model gives it, as inspect prints it.
+func archivedOf(a *admin.ArchivedView) *archivedRow {
+	if a == nil {
+		return nil
 	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	r, ok, err := store.Inspect(ctx, key)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &archivedRow{Status: string(r.Status), Stage: r.Stage, Tenant: r.Tenant, OwnerToken: r.Token,
-		Attempts: r.Attempts, ErrorType: r.ErrorType, ErrorCode: r.ErrorCode, Error: r.Error,
-		FinishedAt: stamp(r.FinishedAt), ExpiresAt: stamp(r.ExpiresAt), Expired: r.Expired, shownResult: show(r.Result)}, nil
+	return &archivedRow{Status: a.Status, Stage: a.Stage, Tenant: a.Tenant, OwnerToken: a.Token,
+		Attempts: a.Attempts, ErrorType: a.ErrorType, ErrorCode: a.ErrorCode, Error: a.Error,
+		FinishedAt: stamp(time.UnixMilli(a.FinishedAt)), ExpiresAt: stamp(time.UnixMilli(a.ExpiresAt)),
+		Expired: a.Expired, shownResult: show([]byte(a.Result))}
 }
 
 func (a *app) inspect(ctx context.Context, args []string) error {
@@ -216,21 +209,25 @@ func (a *app) printIndented(v any) error {
 // flightInspection reads the flight of key (and its archived row, with an archive URL); nil
 // when neither Redis nor the archive knows the key.
 func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, key, archiveURL string) (*inspection, error) {
-	// The dashboard's read model: the same record /ui/api/flight serves.
-	insp, err := admin.New(admin.Config{Client: rdb, Keyspace: ks})
+	// The dashboard's read model: the same record /ui/api/flight serves, with the archived row
+	// when an archive is named.
+	var store *archive.Store
+	if archiveURL != "" {
+		var err error
+		if store, err = archive.New(archiveURL); err != nil {
+			return nil, err
+		}
+		defer store.Close()
+	}
+	insp, err := admin.New(admin.Config{Client: rdb, Keyspace: ks, Archive: store})
 	if err != nil {
 		return nil, err
 	}
-	var row *archivedRow
-	var rowErr error
-	if archiveURL != "" {
-		row, rowErr = archived(ctx, archiveURL, key)
-	}
 	d, err := insp.Flight(ctx, key)
-	if errors.Is(err, flight.ErrNotFound) && row == nil {
+	if errors.Is(err, flight.ErrNotFound) {
 		return nil, nil
 	}
-	if err != nil && !errors.Is(err, flight.ErrNotFound) {
+	if err != nil {
 		return nil, err
 	}
 	m := d.Meta
@@ -246,13 +243,13 @@ func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.
 		out.Parked = []string{}
 	}
 	out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = ttlMs(m.MetaTTL), ttlMs(m.ResultTTL), ttlMs(m.FenceTTL)
-	if err != nil { // Redis has no flight for the key; the archive has its row
+	if m.Status == "" { // Redis has no flight for the key; the archive has its row
 		out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = -2, -2, -2
 	}
 	out.shownResult = show([]byte(d.Result))
-	out.Archived = row
-	if rowErr != nil {
-		out.ArchiveError = redisconn.RedactError(rowErr, archiveURL).Error()
+	out.Archived = archivedOf(d.Archived)
+	if d.ArchiveError != "" {
+		out.ArchiveError = redisconn.RedactError(errors.New(d.ArchiveError), archiveURL).Error()
 	}
 	return &out, nil
 }
