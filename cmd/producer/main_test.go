@@ -255,40 +255,19 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
-	t.Run("CancelScheduled", func(t *testing.T) {
-		t.Parallel()
-		testCancelScheduled(t, newCLI(t))
-	})
-
-	t.Run("StrictFile", func(t *testing.T) {
-		t.Parallel()
-		testStrictFile(t, newCLI(t))
-	})
-
-	t.Run("InspectTask", func(t *testing.T) {
-		t.Parallel()
-		testInspectTask(t, newCLI(t))
-	})
-
-	t.Run("Scheduled", func(t *testing.T) {
-		t.Parallel()
-		testScheduled(t, newCLI(t))
-	})
-
-	t.Run("InspectArchive", func(t *testing.T) {
-		t.Parallel()
-		testInspectArchive(t, newCLI(t))
-	})
-
-	t.Run("DLQ", func(t *testing.T) {
-		t.Parallel()
-		testDLQ(t, newCLI(t))
-	})
-
-	t.Run("Formats", func(t *testing.T) {
-		t.Parallel()
-		testFormats(t, newCLI(t))
-	})
+	// The subtests kept in files of their own, each on a fresh prefix.
+	for _, sub := range []struct {
+		name string
+		test func(*testing.T, *cli)
+	}{
+		{"CancelScheduled", testCancelScheduled}, {"StrictFile", testStrictFile}, {"InspectTask", testInspectTask},
+		{"Scheduled", testScheduled}, {"InspectArchive", testInspectArchive}, {"DLQ", testDLQ}, {"Formats", testFormats},
+	} {
+		t.Run(sub.name, func(t *testing.T) {
+			t.Parallel()
+			sub.test(t, newCLI(t))
+		})
+	}
 
 	t.Run("InspectAndCancel", func(t *testing.T) {
 		t.Parallel()
