@@ -69,7 +69,7 @@ func openSpool(dir, name string) (*spool, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	outs, err := readSpool(data, 0)
+	outs, err := readSpool(data)
 	if err != nil {
 		_ = lock.Close()
 		return nil, err
@@ -84,7 +84,7 @@ func openSpool(dir, name string) (*spool, error) {
 		if err != nil || l == nil {
 			continue // alive, or not ours to take
 		}
-		outs, err := readSpool(other, 0)
+		outs, err := readSpool(other)
 		if err == nil {
 			err = s.add(outs)
 		}
@@ -125,14 +125,15 @@ func endTornLine(path string) error {
 	return f.Sync()
 }
 
-// readSpool returns the outcomes of a spool file (none when it does not exist), at most limit
-// of them (0: all), and the byte offset just past the last line it read. A line that does not
-// decode (a torn write) is skipped.
-func readSpool(path string, limit int) ([]flight.Archived, error) {
-	outs, _, err := readSpoolHead(path, limit)
+// readSpool returns every outcome of a spool file (none when it does not exist).
+func readSpool(path string) ([]flight.Archived, error) {
+	outs, _, err := readSpoolHead(path, 0)
 	return outs, err
 }
 
+// readSpoolHead returns the first limit outcomes of a spool file (0: all; none when it does
+// not exist) and the byte offset just past the last line it read. A line that does not decode
+// (a torn write) is skipped; a last line without its newline is not read.
 func readSpoolHead(path string, limit int) ([]flight.Archived, int64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
