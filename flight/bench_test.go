@@ -2,12 +2,19 @@ package flight_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -76,4 +83,123 @@ func BenchmarkFollowerAcquire(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkOwnerPathRedis measures what Redis spends on one consumer owner cycle: a task
+// entry read by the consumer, acquire with start, complete with the owner's event and the
+// entry's acknowledgement (answer mode write). fcall-us/op is the functions' own time from
+// INFO commandstats (what the scripts cost, without the network); redis-us/op is
+// redis-server's CPU time over the loop (user + sys, INFO cpu). callers=1 makes one call per
+// round trip; callers=8 runs 8 concurrent owners whose calls share pipelines (lua.Batcher), as
+// a consumer's handlers do.
+func BenchmarkOwnerPathRedis(b *testing.B) {
+	for _, callers := range []int{1, 8} {
+		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) { benchOwnerPath(b, callers) })
+	}
+}
+
+func benchOwnerPath(b *testing.B, callers int) {
+	r := redistest.New(b)
+	ctx := context.Background()
+	ks := topics.Keyspace{Prefix: r.Prefix}
+	cfg := flight.Config{Client: r.Client, Keyspace: ks, Consumer: "bench-1"}
+	if callers > 1 {
+		batcher := lua.NewBatcher(r.Client)
+		defer batcher.Close()
+		cfg.Calls = batcher
+	}
+	c, _ := flight.NewCoordinator(cfg)
+	pol := flight.Policy{ResultTTL: time.Minute}
+	result := []byte(`{"score":87,"answer":"a typical short model answer of about eighty bytes"}`)
+	stream := ks.Tasks("s")
+	if err := r.Client.XGroupCreateMkStream(ctx, stream, topics.ConsumerGroup, "0").Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	pipe := r.Client.Pipeline()
+	for i := range b.N {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "t" + strconv.Itoa(i)}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	res, err := r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "bench-1",
+		Streams: []string{stream, ">"}, Count: int64(b.N)}).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	entries := res[0].Messages
+	var next atomic.Int64
+	fcall0, cpu0 := benchRedisFcallUsec(b, r.Client), benchRedisCPU(b, r.Client)
+	b.ResetTimer()
+	var g errgroup.Group
+	for range callers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return nil
+				}
+				d, err := c.Acquire(ctx, flight.AcquireParams{Key: "path-" + r.Prefix + strconv.Itoa(i), OwnerID: "bench-1",
+					Task:  flight.Task{ID: "task-" + strconv.Itoa(i), Stream: stream, Entry: entries[i].ID},
+					Stage: "s", Tenant: "acme", Policy: pol, Start: true})
+				if err != nil || d.Action != flight.ActionOwner {
+					return fmt.Errorf("acquire: %v %v", d.Action, err)
+				}
+				if _, err := c.Complete(ctx, *d.Owner, result, 0); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric((benchRedisFcallUsec(b, r.Client)-fcall0)/float64(b.N), "fcall-us/op")
+	b.ReportMetric((benchRedisCPU(b, r.Client)-cpu0)*1e6/float64(b.N), "redis-us/op")
+	if n, _ := r.Client.XPending(ctx, stream, topics.ConsumerGroup).Result(); n.Count != 0 {
+		b.Fatalf("%d entries left pending", n.Count)
+	}
+}
+
+// benchRedisFcallUsec is the time Redis spent in FCALL so far (INFO commandstats), in µs.
+func benchRedisFcallUsec(b *testing.B, rdb redis.UniversalClient) float64 {
+	b.Helper()
+	return benchInfoField(b, rdb, "commandstats", "cmdstat_fcall", "usec")
+}
+
+// benchRedisCPU is redis-server's CPU time so far (user + sys), in seconds.
+func benchRedisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
+	b.Helper()
+	return benchInfoField(b, rdb, "cpu", "used_cpu_user", "") + benchInfoField(b, rdb, "cpu", "used_cpu_sys", "")
+}
+
+// benchInfoField reads one number of an INFO section: the line's value, or the named field
+// of a "k=v,k=v" value.
+func benchInfoField(b *testing.B, rdb redis.UniversalClient, section, line, field string) float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), section).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || k != line {
+			continue
+		}
+		if field == "" {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+		for _, kv := range strings.Split(v, ",") {
+			if name, val, ok := strings.Cut(kv, "="); ok && name == field {
+				f, _ := strconv.ParseFloat(val, 64)
+				return f
+			}
+		}
+	}
+	return 0
 }

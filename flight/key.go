@@ -57,17 +57,55 @@ func SemanticKey(p KeyParams) (string, error) {
 			return "", fmt.Errorf("%w: params: %w", ErrInvalidKey, err)
 		}
 	}
-	doc, err := json.Marshal(struct {
-		Input         json.RawMessage `json:"input"`
-		ModelVersion  string          `json:"modelVersion"`
-		PromptVersion string          `json:"promptVersion"`
-		Params        json.RawMessage `json:"params"`
-	}{input, p.ModelVersion, p.PromptVersion, params})
+	doc, err := keyDocument(input, params, p.ModelVersion, p.PromptVersion)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	sum := sha256.Sum256(doc)
 	return "ai:" + p.Stage + ":v" + strconv.Itoa(p.Version) + ":" + p.Tenant + ":" + hex.EncodeToString(sum[:]), nil
+}
+
+// keyDocument is the document a semantic key hashes: json.Marshal of {input, modelVersion,
+// promptVersion, params}, which escapes <, > and & (also inside the raw input and params).
+// When none of the parts holds a byte that Marshal would rewrite it is built by hand.
+func keyDocument(input, params json.RawMessage, model, prompt string) ([]byte, error) {
+	if plainJSON(input) && plainJSON(params) && plainString(model) && plainString(prompt) {
+		doc := make([]byte, 0, len(input)+len(params)+len(model)+len(prompt)+64)
+		doc = append(doc, `{"input":`...)
+		doc = append(doc, input...)
+		doc = append(doc, `,"modelVersion":"`...)
+		doc = append(doc, model...)
+		doc = append(doc, `","promptVersion":"`...)
+		doc = append(doc, prompt...)
+		doc = append(doc, `","params":`...)
+		doc = append(doc, params...)
+		return append(doc, '}'), nil
+	}
+	return json.Marshal(struct {
+		Input         json.RawMessage `json:"input"`
+		ModelVersion  string          `json:"modelVersion"`
+		PromptVersion string          `json:"promptVersion"`
+		Params        json.RawMessage `json:"params"`
+	}{input, model, prompt, params})
+}
+
+// plainJSON reports whether Marshal copies the canonical document b unchanged: it holds no <,
+// > or & (escaped by Marshal) and no U+2028 or U+2029 (canonicalFast declines those anyway,
+// but the general path keeps them).
+func plainJSON(b []byte) bool {
+	return bytes.IndexAny(b, "<>&\u2028\u2029") < 0
+}
+
+// plainString reports whether Marshal writes s as it is between quotes: printable ASCII
+// without ", \\, <, > or &.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // NamespacedKey turns a caller-supplied request key into a flight key that cannot reach
@@ -126,6 +164,15 @@ func checkScope(stage, tenant string) error {
 // Canonical returns the canonical form of a JSON document: object keys sorted, no
 // insignificant whitespace, numbers kept as written. It rejects invalid or trailing JSON.
 func Canonical(doc json.RawMessage) (json.RawMessage, error) {
+	if out, ok := canonicalFast(doc); ok {
+		return out, nil
+	}
+	return canonicalGeneral(doc)
+}
+
+// canonicalGeneral is Canonical for any document: decoded with UseNumber, encoded without
+// HTML escaping.
+func canonicalGeneral(doc json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(doc)) == 0 {
 		return nil, errors.New("empty JSON")
 	}

@@ -7,10 +7,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
 // Sim is a simulated model: it answers deterministically from its input and can be told,
@@ -141,36 +143,48 @@ func parseSimInput(input json.RawMessage) ([]byte, simDirective, error) {
 	if len(bytes.TrimSpace(input)) == 0 {
 		return []byte("null"), d, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(input))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil || dec.More() {
-		if err == nil {
-			err = errors.New("trailing data after the JSON value")
-		}
+	canon, err := flight.Canonical(input)
+	if err != nil {
 		return nil, d, &Error{Type: TypeBadRequest, Code: "invalid_input", Message: "sim: input is not valid JSON", Err: err}
 	}
-	canon, err := json.Marshal(v)
-	if err != nil {
-		return nil, d, fmt.Errorf("sim: canonicalise input: %w", err)
+	if bytes.IndexAny(canon, "<>&\u2028\u2029") >= 0 {
+		// The answer hashes json.Marshal's form, which escapes these (a raw message is
+		// marshalled as its compact, escaped copy).
+		if canon, err = json.Marshal(json.RawMessage(canon)); err != nil {
+			return nil, d, fmt.Errorf("sim: canonicalise input: %w", err)
+		}
 	}
-	obj, ok := v.(map[string]any)
+	if !bytes.Contains(canon, []byte(`"sim":`)) {
+		return canon, d, nil // no "sim" member at any depth
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(input, &top) != nil {
+		return canon, d, nil // not an object
+	}
+	directive, ok := top["sim"]
 	if !ok {
 		return canon, d, nil
 	}
-	if _, ok := obj["sim"]; !ok {
-		return canon, d, nil
+	folded := 0 // members whose name matches "sim" without regard to case, as struct fields do
+	for name := range top {
+		if strings.EqualFold(name, "sim") {
+			folded++
+		}
 	}
-	var members struct {
-		Sim json.RawMessage `json:"sim"`
-	}
-	if err := json.Unmarshal(input, &members); err != nil {
-		return nil, d, &Error{Type: TypeBadRequest, Code: "invalid_input", Message: "sim: input is not valid JSON", Err: err}
+	if folded > 1 {
+		// Decoding into a struct picks the last of them, as the sim always has.
+		var members struct {
+			Sim json.RawMessage `json:"sim"`
+		}
+		if err := json.Unmarshal(input, &members); err != nil {
+			return nil, d, &Error{Type: TypeBadRequest, Code: "invalid_input", Message: "sim: input is not valid JSON", Err: err}
+		}
+		directive = members.Sim
 	}
 	bad := func(msg string, err error) error {
 		return &Error{Type: TypeBadRequest, Code: "sim_bad_directive", Message: "sim: bad \"sim\" member: " + msg, Err: err}
 	}
-	dd := json.NewDecoder(bytes.NewReader(members.Sim))
+	dd := json.NewDecoder(bytes.NewReader(directive))
 	dd.DisallowUnknownFields()
 	if err := dd.Decode(&d); err != nil {
 		return nil, d, bad("decode", err)
