@@ -103,10 +103,18 @@ local function acqOwn(reason, attempts, meta, inherit)
     expireAt, nowStr })
 end
 
--- acqFinal answers the caller and every parked task from a stored outcome.
+-- acqFinal answers the caller and every parked task from a stored outcome. The caller is
+-- answered as the owner when its task is the flight's owner task (it acquires again after
+-- its run was aborted by a cancel or an expiry, or after the reply of its complete was lost).
 local function acqFinal(action, meta, result)
+  local callerShared = 'follower'
+  if V[7] ~= '' and V[7] == (meta.taskId or '') then
+    callerShared = 'owner'
+  elseif action == 'RESULT_HIT' then
+    callerShared = 'hit'
+  end
   if action == 'RESULT_HIT' then
-    answer(outcomeOf(meta, 'SUCCEEDED', result), 'hit')
+    answer(outcomeOf(meta, 'SUCCEEDED', result), callerShared)
     return acqReply(action, '', meta, result)
   end
   if action == 'EXPIRED' then
@@ -115,7 +123,7 @@ local function acqFinal(action, meta, result)
     local t = num(meta.ownerToken, 0)
     if f <= t then writeFence(t, 'x', V[22]) end
   end
-  answer(failureOf(meta), 'follower')
+  answer(failureOf(meta), callerShared)
   return acqReply(action, meta.errorCode or '', meta, nil)
 end
 

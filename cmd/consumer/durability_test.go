@@ -429,6 +429,14 @@ func TestCancelledByACrashedCanceller(t *testing.T) {
 			t.Errorf("%s: %+v", id, evs)
 		}
 	}
+	// The owner's task is answered as the owner (by its own acquire, after the cancel aborted
+	// its run); the parked one as a follower.
+	if evs := got["c0"]; len(evs) > 0 && evs[0].Shared != topics.SharedOwner {
+		t.Errorf("the owner's task was answered as %q, want owner", evs[0].Shared)
+	}
+	if evs := got["c1"]; len(evs) > 0 && evs[0].Shared != topics.SharedFollower {
+		t.Errorf("the parked task was answered as %q, want follower", evs[0].Shared)
+	}
 	e.expectDrained(10 * time.Second)
 }
 
