@@ -403,7 +403,7 @@ func TestCancelledByACrashedCanceller(t *testing.T) {
 	e := newE2E(t)
 	e.stages = handlers.StageEvaluation
 	cfg := e.stageConfig(shortTTLs)
-	e.startConfig("a", cfg)
+	a := e.startConfig("a", cfg)
 	owner := task("c0", handlers.StageEvaluation, 8, 30000)
 	e.enqueue(owner)
 	key := keyOf(t, owner)
@@ -436,6 +436,12 @@ func TestCancelledByACrashedCanceller(t *testing.T) {
 	}
 	if evs := got["c1"]; len(evs) > 0 && evs[0].Shared != topics.SharedFollower {
 		t.Errorf("the parked task was answered as %q, want follower", evs[0].Shared)
+	}
+	// The consumer counts the owner's task as the owner's too.
+	const st = `stage="interview-evaluation"`
+	m := a.scrape(t)
+	if n := m[`flightdeck_task_events_total{outcome="owner_CANCELLED",`+st+`}`]; n != 1 {
+		t.Errorf("owner_CANCELLED counted %v times, want 1 (metrics %v)", n, m)
 	}
 	e.expectDrained(10 * time.Second)
 }
