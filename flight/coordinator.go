@@ -118,6 +118,10 @@ type Decision struct {
 	Lease       time.Duration
 	// ExpireAt ends the current attempt; Now is the Redis time of the decision.
 	ExpireAt, Now time.Time
+	// Shared is the label of the caller's own event when the call answered the caller's task
+	// (the final actions): owner when the task is the flight's owner task, else hit or
+	// follower; "" when the call did not answer it.
+	Shared topics.Shared
 	// Answered counts the terminal events the call wrote: the caller's task's (when the call
 	// settled it) and the parked tasks'. Waited says how long each answered parked task waited.
 	Answered int
@@ -397,7 +401,7 @@ func (c *Coordinator) afterScript(op string) {
 }
 
 // acquireFields is the number of fixed elements of acquire's reply, before the answer tail.
-const acquireFields = 15
+const acquireFields = 16
 
 func parseDecision(res []any) (Decision, error) {
 	if len(res) < acquireFields {
@@ -419,6 +423,7 @@ func parseDecision(res []any) (Decision, error) {
 		Lease:       time.Duration(n(12)) * time.Millisecond,
 		ExpireAt:    unixMilli(n(13)),
 		Now:         unixMilli(n(14)),
+		Shared:      topics.Shared(s(15)),
 	}
 	d.HeartbeatAt = unixMilli(n(11))
 	if r := s(7); r != "" {

@@ -256,6 +256,8 @@ func TestAcquireTable(t *testing.T) {
 		}
 		hit := func(task string) answered { return answered{task, topics.SharedHit, topics.StatusSucceeded} }
 		fol := func(task string, st topics.Status) answered { return answered{task, topics.SharedFollower, st} }
+		// ownerAnswer: the owner's task, answered when another caller ends its attempt for good.
+		ownerAnswer := func(task string, st topics.Status) answered { return answered{task, topics.SharedOwner, st} }
 		type arranged struct {
 			d  flight.Decision
 			tc flight.Task
@@ -394,7 +396,7 @@ func TestAcquireTable(t *testing.T) {
 				return arranged{d: d, tc: tc}
 			},
 			want: want{action: flight.ActionExpired, reason: "running_ttl", status: flight.StatusExpired, attempts: 3,
-				owner: "A", errCode: "running_ttl", answered: []answered{fol("ta", topics.StatusExpired),
+				owner: "A", errCode: "running_ttl", answered: []answered{ownerAnswer("ta", topics.StatusExpired),
 					fol("tb", topics.StatusExpired), fol("tc", topics.StatusExpired)}, metaTTL: 2 * time.Minute},
 		}, {
 			name: "RUNNING/lease lost, attempts exhausted/EXPIRED",
@@ -404,7 +406,7 @@ func TestAcquireTable(t *testing.T) {
 				return arranged{d: d}
 			},
 			want: want{action: flight.ActionExpired, reason: "lease_lost", status: flight.StatusExpired, attempts: 3,
-				owner: "A", errCode: "lease_lost", answered: []answered{fol("ta", topics.StatusExpired),
+				owner: "A", errCode: "lease_lost", answered: []answered{ownerAnswer("ta", topics.StatusExpired),
 					fol("tb", topics.StatusExpired)}, metaTTL: 2 * time.Minute},
 		}, {
 			name: "EXPIRED/attempts left/OWNER expired",

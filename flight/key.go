@@ -90,8 +90,9 @@ func keyDocument(input, params json.RawMessage, model, prompt string) ([]byte, e
 }
 
 // plainJSON reports whether Marshal copies the canonical document b unchanged: it holds no <,
-// > or & (escaped by Marshal) and no U+2028 or U+2029 (canonicalFast declines those anyway,
-// but the general path keeps them).
+// > or & (escaped by Marshal), and no raw U+2028 or U+2029 (Marshal escapes them; a canonical
+// form never holds them raw, since canonicalFast declines them and the general path escapes
+// them, so that check only guards the claim).
 func plainJSON(b []byte) bool {
 	return bytes.IndexAny(b, "<>&\u2028\u2029") < 0
 }

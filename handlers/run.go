@@ -143,7 +143,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
 		}
-		t.observe(d.Action, d.Reason, d.Answered, d.Waited, statusOf(d), d.OwnerTaskID == t.task.TaskID)
+		t.observe(d.Action, d.Reason, d.Answered, d.Waited, statusOf(d), d.Shared == topics.SharedOwner)
 		t.token.Store(d.Token)
 		switch d.Action {
 		case flight.ActionOwner:
@@ -214,7 +214,7 @@ func statusOf(d flight.Decision) topics.Status {
 }
 
 // observe counts how a call settled the task and the parked tasks it answered. ownerTask: the
-// task is the flight's owner task (a final outcome answers it as the owner).
+// call answered the task as the flight's owner task.
 func (t *taskRun) observe(action flight.Action, reason flight.Reason, answered int, waited []time.Duration, status topics.Status, ownerTask bool) {
 	m, stage := t.p.metrics, t.task.Stage
 	own := ""

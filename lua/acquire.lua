@@ -19,7 +19,7 @@
 -- values of its current owner, never by the caller's.
 --
 -- Output: { action, reason, token, attempts, ownerId, ownerTaskId, status, result, errorType,
---           errorCode, error, heartbeatAt, lease, expireAt, now, <answer tail> }
+--           errorCode, error, heartbeatAt, lease, expireAt, now, shared, <answer tail> }
 --   (the numbers are integers or their decimal strings)
 --   action: OWNER | FOLLOWER_WAIT | RESULT_HIT | FAILED_FINAL | CANCELLED | EXPIRED | CORRUPT
 --   reason: OWNER new | retry | takeover | handover | expired | result_lost;
@@ -28,16 +28,20 @@
 --   RESULT_HIT, FAILED_FINAL, CANCELLED and EXPIRED answer the caller's task and every parked
 --   task (answer tail); FOLLOWER_WAIT parked moves the caller's entry to the parking consumer.
 --   heartbeatAt and lease are the current owner's (a not_parked caller checks again once the
---   lease could have lapsed); expireAt ends the current attempt; now is Redis time in ms.
+--   lease could have lapsed); expireAt ends the current attempt; now is Redis time in ms;
+--   shared is the label of the caller's own event when the call answered it (owner, hit,
+--   follower), else "".
 
 -- acqReply replies with the flight as meta describes it.
 local function acqReply(action, reason, meta, result)
   local lease = pinned(meta, V[19])
   if V[25] ~= '1' then result = nil end
+  local shared = ''
+  if out ~= nil then shared = out.caller end
   return tail({ action, reason, num(meta.ownerToken, 0), num(meta.attempts, 0), meta.ownerId or '',
     meta.taskId or '', meta.status or '', result or '', meta.errorType or '',
     meta.errorCode or '', meta.error or '', num(meta.heartbeatAt, 0), lease,
-    num(meta.expireAt, 0), nowStr })
+    num(meta.expireAt, 0), nowStr, shared })
 end
 
 -- attemptLine describes the attempt meta ran, ended now with outcome (for the flight's
@@ -100,21 +104,31 @@ local function acqOwn(reason, attempts, meta, inherit)
     redis.call('PEXPIRE', K[4], V[20])
   end
   return tail({ 'OWNER', reason, tok, attempts, V[12], task, status, '', '', '', '', nowStr, V[17],
-    expireAt, nowStr })
+    expireAt, nowStr, '' })
 end
 
--- acqFinal answers the caller and every parked task from a stored outcome. The caller is
--- answered as the owner when its task is the flight's owner task (it acquires again after
--- its run was aborted by a cancel or an expiry, or after the reply of its complete was lost).
+-- ownTask reports whether the caller's task is the flight's (last) owner task: its stream
+-- entry is the owner's; when either has none (an owner that gave its entry up for a long
+-- retry delay), its task id is the owner's.
+local function ownTask(meta)
+  local entry, ownerEntry = V[8], meta.entry or ''
+  if entry ~= '' and ownerEntry ~= '' then return entry == ownerEntry end
+  return V[7] ~= '' and V[7] == (meta.taskId or '')
+end
+
+-- acqFinal answers the caller and every parked task from a stored outcome. The flight's owner
+-- task is answered as the owner: as the caller (it acquires again after its run was aborted by
+-- a cancel or an expiry, or after the reply of its complete was lost) or as a parked task (an
+-- attempt that expired for good, ended by another caller).
 local function acqFinal(action, meta, result)
   local callerShared = 'follower'
-  if V[7] ~= '' and V[7] == (meta.taskId or '') then
+  if ownTask(meta) then
     callerShared = 'owner'
   elseif action == 'RESULT_HIT' then
     callerShared = 'hit'
   end
   if action == 'RESULT_HIT' then
-    answer(outcomeOf(meta, 'SUCCEEDED', result), callerShared)
+    answer(outcomeOf(meta, 'SUCCEEDED', result), callerShared, meta.entry)
     return acqReply(action, '', meta, result)
   end
   if action == 'EXPIRED' then
@@ -123,7 +137,7 @@ local function acqFinal(action, meta, result)
     local t = num(meta.ownerToken, 0)
     if f <= t then writeFence(t, 'x', V[22]) end
   end
-  answer(failureOf(meta), callerShared)
+  answer(failureOf(meta), callerShared, meta.entry)
   return acqReply(action, meta.errorCode or '', meta, nil)
 end
 
@@ -158,6 +172,7 @@ local function acqLate(meta)
   if task ~= '' then
     emit(task, 'owner', V[9], outcomeOf(m, 'EXPIRED', nil, 'deadline', 'deadline_passed',
       'the task deadline passed before it could start'))
+    answered().caller = 'owner'
   end
   if entry ~= '' then
     local o = answered()

@@ -171,7 +171,7 @@ end
 
 -- answered returns what the call answered so far, made on first use.
 local function answered()
-  if out == nil then out = { n = 0, events = {}, acks = {}, released = {}, park = '', waited = {} } end
+  if out == nil then out = { n = 0, events = {}, acks = {}, released = {}, park = '', waited = {}, caller = '' } end
   return out
 end
 
@@ -233,12 +233,16 @@ local function emit(taskId, shared, queued, body)
 end
 
 -- answer gives the caller's task (when it has one) the event body with shared callerShared, and
--- every parked task the same body with shared "follower", then acknowledges all their entries
--- and releases the parked ones.
-local function answer(body, callerShared)
+-- every parked task the same body with shared "follower" (or "owner" for the entry ownerRef,
+-- when given: the last owner's task, parked by the call that ends its attempt), then
+-- acknowledges all their entries and releases the parked ones.
+local function answer(body, callerShared, ownerRef)
   local o = answered()
   local task, entry = V[7], V[8]
-  if task ~= '' then emit(task, callerShared, V[9], body) end
+  if task ~= '' then
+    emit(task, callerShared, V[9], body)
+    o.caller = callerShared
+  end
   if entry ~= '' then o.acks[#o.acks + 1] = entry end
   local w = redis.call('HGETALL', K[4])
   for i = 1, #w, 2 do
@@ -246,7 +250,9 @@ local function answer(body, callerShared)
     if field ~= entry then
       local at, taskId = string.match(w[i + 1], '^(%d+) (.+)$')
       if taskId then
-        emit(taskId, 'follower', '0', body)
+        local shared = 'follower'
+        if ownerRef and ownerRef ~= '' and field == ownerRef then shared = 'owner' end
+        emit(taskId, shared, '0', body)
         o.waited[#o.waited + 1] = nowMs() - (tonumber(at) or nowMs())
       end
       o.acks[#o.acks + 1] = field
