@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,29 +176,12 @@ func benchRedisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 	return benchInfoField(b, rdb, "cpu", "used_cpu_user", "") + benchInfoField(b, rdb, "cpu", "used_cpu_sys", "")
 }
 
-// benchInfoField reads one number of an INFO section: the line's value, or the named field
-// of a "k=v,k=v" value.
+// benchInfoField reads one number of an INFO section (redistest.InfoNumber).
 func benchInfoField(b *testing.B, rdb redis.UniversalClient, section, line, field string) float64 {
 	b.Helper()
-	info, err := rdb.Info(context.Background(), section).Result()
+	n, err := redistest.InfoNumber(context.Background(), rdb, section, line, field)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, l := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok || k != line {
-			continue
-		}
-		if field == "" {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-		for _, kv := range strings.Split(v, ",") {
-			if name, val, ok := strings.Cut(kv, "="); ok && name == field {
-				f, _ := strconv.ParseFloat(val, 64)
-				return f
-			}
-		}
-	}
-	return 0
+	return n
 }

@@ -88,21 +88,9 @@ func fcallUsec(b *testing.B, rdb redis.UniversalClient) float64 {
 // cmdUsec is the time Redis spent in one command so far (INFO commandstats), in µs.
 func cmdUsec(b *testing.B, rdb redis.UniversalClient, line string) float64 {
 	b.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	n, err := redistest.InfoNumber(context.Background(), rdb, "commandstats", line, "usec")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, l := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok || k != line {
-			continue
-		}
-		for _, kv := range strings.Split(v, ",") {
-			if name, val, ok := strings.Cut(kv, "="); ok && name == "usec" {
-				f, _ := strconv.ParseFloat(val, 64)
-				return f
-			}
-		}
-	}
-	return 0
+	return n
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -185,17 +186,13 @@ func fleetAwaitDrained(b *testing.B, rdb redis.UniversalClient, stream string) {
 // fleetRedisCPU is Redis's CPU time so far (user + sys), in seconds.
 func fleetRedisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 	b.Helper()
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
+	for _, line := range []string{"used_cpu_sys", "used_cpu_user"} {
+		n, err := redistest.InfoNumber(context.Background(), rdb, "cpu", line, "")
+		if err != nil {
+			b.Fatal(err)
 		}
+		total += n
 	}
 	return total
 }
