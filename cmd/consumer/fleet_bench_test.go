@@ -28,13 +28,14 @@ import (
 const (
 	fleetTasks       = 5000 // tasks per op, XADDed at once
 	fleetProcesses   = 2    // consumer processes
-	fleetConcurrency = 8    // handlers (subscribers) per process
+	fleetConcurrency = 8    // handlers (subscribers) per process; the -c50 loads run 50, as many as asynq's
 	fleetStage       = "interview-evaluation"
 )
 
 // BenchmarkFleetBurst: fleetTasks tasks with a zero-latency sim model, XADDed in pipelines,
 // with unique keys (load=unique) or 10 tasks per key XADDed one after the other (load=dup10),
-// through fleetProcesses consumer processes of fleetConcurrency handlers each. tasks/s runs
+// through fleetProcesses consumer processes of fleetConcurrency handlers each (the -c50 loads:
+// 50 handlers each, the concurrency of each asynq server in the asynq burst). tasks/s runs
 // from the first XADD to the last terminal event; redis-us/task is Redis's CPU time (INFO cpu,
 // user + sys) over the same span, per task, and consumer-us/task the consumer processes' CPU
 // time (user + sys, /proc/<pid>/stat). impl=bare is the same number of bare
@@ -43,14 +44,16 @@ const (
 func BenchmarkFleetBurst(b *testing.B) {
 	redis.SetLogger(fleetQuiet{}) // go-redis's reconnect lines would split the result lines
 	for _, load := range []struct {
-		name   string
-		perKey int
-	}{{"unique", 1}, {"dup10", 10}} {
+		name         string
+		perKey, conc int
+	}{{"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
 		for _, impl := range []string{"flightdeck", "bare"} {
 			if impl == "bare" && load.perKey > 1 {
 				continue // the bare consumer knows no keys: its figure is the unique one
 			}
-			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) { fleetBurst(b, impl, load.perKey, fleetTasks, 0) })
+			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) {
+				fleetBurst(b, impl, load.perKey, load.conc, fleetTasks, 0)
+			})
 		}
 	}
 }
@@ -67,12 +70,12 @@ func BenchmarkFleetArchive(b *testing.B) {
 		tasks     int
 	}{{"0ms", 0, fleetTasks}, {"50ms", 50, 1000}} {
 		for _, impl := range []string{"flightdeck", "flightdeck-archive"} {
-			b.Run("model="+model.name+"/impl="+impl, func(b *testing.B) { fleetBurst(b, impl, 1, model.tasks, model.latencyMs) })
+			b.Run("model="+model.name+"/impl="+impl, func(b *testing.B) { fleetBurst(b, impl, 1, fleetConcurrency, model.tasks, model.latencyMs) })
 		}
 	}
 }
 
-func fleetBurst(b *testing.B, impl string, perKey, nTasks, latencyMs int) {
+func fleetBurst(b *testing.B, impl string, perKey, conc, nTasks, latencyMs int) {
 	e := newE2E(b)
 	e.stages = fleetStage
 	stream := e.ks.Tasks(fleetStage)
@@ -80,7 +83,7 @@ func fleetBurst(b *testing.B, impl string, perKey, nTasks, latencyMs int) {
 	switch impl {
 	case "flightdeck", "flightdeck-archive":
 		repUseReleaseBinary(b)
-		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n", fleetStage, fleetConcurrency))
+		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n", fleetStage, conc))
 		var extra []string
 		if impl == "flightdeck-archive" {
 			// The archive on a private PostgreSQL of the same machine: every owner looks its
@@ -93,7 +96,7 @@ func fleetBurst(b *testing.B, impl string, perKey, nTasks, latencyMs int) {
 		}
 	case "bare":
 		for i := range fleetProcesses {
-			c := repStartBareN(b, e.url, stream, "bare-"+strconv.Itoa(i+1), "noop", fleetConcurrency)
+			c := repStartBareN(b, e.url, stream, "bare-"+strconv.Itoa(i+1), "noop", conc)
 			pids = append(pids, c.cmd.Process.Pid)
 		}
 	}
