@@ -78,11 +78,14 @@ type answerTail struct {
 	waited   []time.Duration // how long each answered parked task waited
 }
 
+// errMalformedTail is parseTail's error (made once: parseTail runs for every call).
+var errMalformedTail = fmt.Errorf("%w: malformed answer tail", ErrProtocol)
+
 // parseTail reads the answer tail that starts at res[at]. In mode write it holds no payloads.
 func (c *Coordinator) parseTail(res []any, at int) (answerTail, error) {
 	var t answerTail
 	i := at
-	bad := fmt.Errorf("%w: malformed answer tail", ErrProtocol)
+	bad := errMalformedTail
 	count := func() (int, bool) {
 		if i >= len(res) {
 			return 0, false
