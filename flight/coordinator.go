@@ -247,6 +247,13 @@ type Config struct {
 	// it handed back: a fault-injection hook for tests and chaos runs (a process that dies
 	// there leaves the answers to the next caller of the flight). Defaults to nil.
 	AfterScript func(op string)
+	// WriteBackFence, when set, is asked before an owner writes back a flight whose records
+	// are gone (from its complete or its heartbeat): it returns the largest owner token known
+	// for the key outside Redis (the durable archive's), ok false when it knows none or cannot
+	// tell. A token larger than the owner's refuses the write-back with ErrStaleToken: a Redis
+	// data loss takes the fence with the flight, not that record. Defaults to nil: Redis's
+	// fence only.
+	WriteBackFence func(ctx context.Context, key string) (token int64, ok bool)
 	// Calls, when set, sends the flight calls (FCALL) instead of Client: a lua.Batcher on
 	// Client's node, so that the calls of concurrent callers share pipelines. Leave it nil on
 	// Redis Cluster. The coordinator does not close it.
@@ -264,6 +271,7 @@ type Coordinator struct {
 	maxLen   int64
 	mode     string // answer mode: "write" or "return"
 	after    func(op string)
+	wbFence  func(ctx context.Context, key string) (int64, bool) // Config.WriteBackFence
 	// consumerJSON is the consumer name as a JSON string, for the events.
 	consumerJSON []byte
 	maxLenArg    string       // maxLen as a script argument
@@ -297,7 +305,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("flight: %w", err)
 	}
 	c := &Coordinator{rdb: cfg.Client, ks: cfg.Keyspace, group: cfg.Group, consumer: cfg.Consumer,
-		maxLen: cfg.ResultMaxLen, mode: "write", after: cfg.AfterScript, calls: cfg.Calls}
+		maxLen: cfg.ResultMaxLen, mode: "write", after: cfg.AfterScript, calls: cfg.Calls, wbFence: cfg.WriteBackFence}
 	if c.calls == nil {
 		c.calls = cfg.Client
 	}

@@ -79,14 +79,35 @@ func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 // when it differs from the last one reported, the flight's progressAt moves ("" reports none).
 // ErrCancelled and ErrExpired tell the owner to abort its model call; ErrStaleToken tells it
 // another owner took over. When the meta is gone the heartbeat writes it back (restored true)
-// if the fence admits the token, so the flight goes on under its owner.
+// if the fence admits the token and Config.WriteBackFence knows no larger one, so the flight
+// goes on under its owner.
 func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
 	p := o.Policy.WithDefaults()
-	code, err := c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, tok(o.Token), progress,
-		o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, o.Task.ID, o.Task.ref(), o.Attempts,
-		o.ExpireAt.UnixMilli(), ms(p.Lease), ms(p.RunningTTL), ms(p.StallTimeout), ms(p.ResultTTL),
-		ms(p.FailureTTL), p.MaxAttempts, ms(p.FenceTTL()))
+	beat := func(ask bool) (string, error) {
+		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, tok(o.Token), progress,
+			o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, o.Task.ID, o.Task.ref(), o.Attempts,
+			o.ExpireAt.UnixMilli(), ms(p.Lease), ms(p.RunningTTL), ms(p.StallTimeout), ms(p.ResultTTL),
+			ms(p.FailureTTL), p.MaxAttempts, ms(p.FenceTTL()), flag(ask))
+	}
+	code, err := beat(c.wbFence != nil)
+	if errors.Is(err, ErrGone) {
+		// Asked first: the meta is gone and the fence admits the token.
+		if c.fencedOff(ctx, o) {
+			return false, fmt.Errorf("flight: heartbeat %q: %w", o.Key, ErrStaleToken)
+		}
+		code, err = beat(false)
+	}
 	return code == "RESTORED", err
+}
+
+// fencedOff asks Config.WriteBackFence whether a larger token than o's is known for its key
+// outside Redis: then o's flight, gone from Redis, must not be written back.
+func (c *Coordinator) fencedOff(ctx context.Context, o Ownership) bool {
+	if c.wbFence == nil {
+		return false
+	}
+	t, ok := c.wbFence(ctx, o.Key)
+	return ok && t > o.Token
 }
 
 // Handover gives the owner's running flight up without spending its attempt: the next
@@ -171,6 +192,9 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 	}
 	st, err := c.settleCall(ctx, "complete", lua.Complete, o, argv)
 	if errors.Is(err, ErrGone) {
+		if c.fencedOff(ctx, o) {
+			return st, fmt.Errorf("flight: complete %q: %w", o.Key, ErrStaleToken)
+		}
 		// The meta is gone: call again with what it takes to write it back (the common call
 		// leaves these out).
 		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))

@@ -1,6 +1,7 @@
 package flight_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -669,6 +670,54 @@ func TestEventsAreValidJSON(t *testing.T) {
 		evs = b.events()["ta"]
 		if last := evs[len(evs)-1]; last.Result != nil {
 			t.Errorf("truncated JSON inlined: %q", last.Result)
+		}
+	})
+}
+
+// TestWriteBackFence: an owner whose flight records are gone (a Redis data loss takes the
+// fence with them) does not write them back, from its complete or its heartbeat, when a
+// larger token of the key is known outside Redis (Config.WriteBackFence: the archive's); with
+// a smaller one, or none, it does.
+func TestWriteBackFence(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		known := map[string]int64{}
+		c, err := flight.NewCoordinator(flight.Config{Client: b.rdb, Keyspace: b.ks, Consumer: "test",
+			AnswerAfterScript: b.mode == "return",
+			WriteBackFence: func(_ context.Context, key string) (int64, bool) {
+				tok, ok := known[key]
+				return tok, ok
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lose := func(key string) { b.rdb.Del(b.ctx, b.ks.Meta(key), b.ks.Fence(key), b.ks.Result(key)) }
+		gone := func(key string) bool { return b.rdb.Exists(b.ctx, b.ks.Meta(key)).Val() == 0 }
+
+		a, _ := b.own("w1")
+		known["w1"] = a.Token + 1 // the owner that took over, archived
+		lose("w1")
+		if restored, err := c.Heartbeat(b.ctx, *a.Owner, ""); !errors.Is(err, flight.ErrStaleToken) || restored || !gone("w1") {
+			t.Errorf("heartbeat with a larger archived token: restored %v, %v", restored, err)
+		}
+		if st, err := c.Complete(b.ctx, *a.Owner, []byte(`"stale"`), 0); !errors.Is(err, flight.ErrStaleToken) || st.Restored || !gone("w1") {
+			t.Errorf("complete with a larger archived token: %+v, %v", st, err)
+		}
+
+		a2, _ := b.own("w2")
+		known["w2"] = a2.Token - 1 // an older outcome of the key
+		lose("w2")
+		if restored, err := c.Heartbeat(b.ctx, *a2.Owner, ""); err != nil || !restored {
+			t.Errorf("heartbeat with a smaller archived token: restored %v, %v", restored, err)
+		}
+		lose("w2")
+		if st, err := c.Complete(b.ctx, *a2.Owner, []byte(`"kept"`), 0); err != nil || !st.Restored {
+			t.Errorf("complete with a smaller archived token: %+v, %v", st, err)
+		}
+
+		a3, _ := b.own("w3") // none known
+		lose("w3")
+		if st, err := c.Complete(b.ctx, *a3.Owner, []byte(`"kept"`), 0); err != nil || !st.Restored {
+			t.Errorf("complete with no archived token: %+v, %v", st, err)
 		}
 	})
 }

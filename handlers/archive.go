@@ -18,6 +18,26 @@ import (
 // more.
 func (p *Processor) lookupTimeout() time.Duration { return min(p.stage.Lease/4, time.Second) }
 
+// archiveFence is the coordinator's WriteBackFence with an archive (nil without one): the
+// owner token of the key's archived outcome. A Redis data loss takes a flight's fence, and an
+// owner that was paused past its lease before it, and taken over, would write its stale
+// result back; the archived outcome of the owner that took over refuses it. A lookup that
+// fails or takes longer than a second tells nothing (the write-back goes on).
+func (c *Consumer) archiveFence() func(ctx context.Context, key string) (int64, bool) {
+	if c.archive == nil {
+		return nil
+	}
+	return func(ctx context.Context, key string) (int64, bool) {
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		a, ok, err := c.archive.Lookup(lctx, key)
+		if err != nil || !ok {
+			return 0, false
+		}
+		return a.Token, true
+	}
+}
+
 // rehydrate answers the flight t owns from the archive when the archive holds the key's
 // final outcome (a result within the stage's archiveRetention; a failure or cancellation
 // within its failureTTL, as Redis would have kept it): no model call. done reports that it

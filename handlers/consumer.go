@@ -108,7 +108,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	}
 	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Calls: calls, Keyspace: cfg.Keyspace,
 		Consumer: cfg.Name, ResultMaxLen: cfg.ResultMaxLen, AnswerAfterScript: cfg.Faults.AnswerAfterScript,
-		AfterScript: cfg.Faults.AfterScript})
+		AfterScript: cfg.Faults.AfterScript, WriteBackFence: c.archiveFence()})
 	if err != nil {
 		c.closeClients()
 		return nil, err

@@ -10,10 +10,14 @@
 -- ARGV[3..] -> the ownership, to write a meta that is gone: ownerId, stage, tenant, sessionId,
 --            requestKey, taskId, entry, attempts, expireAt (Unix ms), lease, runningTTL,
 --            stallTimeout, resultTTL, failureTTL, maxAttempts, fenceTTL (ms)
+-- ARGV[19] (optional) -> "1": when the meta is gone and the fence admits the token, answer GONE
+--            instead of writing it back (the caller checks a fence kept outside Redis, then
+--            calls again without it)
 --
 -- Output: { code, status }
 --   OK          heartbeatAt = now; keep running
 --   RESTORED    the meta was gone and is written back; keep running
+--   GONE        (ARGV[19] "1") the meta is gone and would be written back: nothing was done
 --   CANCELLED   the flight was cancelled: abort the model call
 --   EXPIRED     runningTTL is spent or progress stalled (by the owner's pinned stallTimeout):
 --               the flight is now EXPIRED; abort, and acquire again
@@ -35,6 +39,7 @@ register('heartbeat', function()
     if verdict == 'c' then return { 'CANCELLED', 'CANCELLED' } end
     if verdict == 'x' then return { 'EXPIRED', 'EXPIRED' } end
     if verdict ~= 'ok' or nowMs() > O.expireAt then return { 'STALE_TOKEN', '' } end
+    if V[19] == '1' then return { 'GONE', '' } end -- the caller asks a durable fence first
     redis.call('HSET', K[1], 'status', 'RUNNING', 'stage', O.stage, 'tenant', O.tenant,
       'sessionId', O.session, 'requestKey', O.key, 'ownerId', O.owner, 'ownerToken', tok,
       'taskId', O.task, 'entry', O.entry, 'attempts', O.attempts, 'createdAt', nowStr,
