@@ -167,7 +167,8 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 // duration (the events' runMs). It follows one rule for live owners and written-back
 // outcomes alike (DESIGN.md section 3): the current owner's token is accepted while the
 // flight is PENDING, RUNNING or EXPIRED by its own heartbeat; with the meta gone, a token the
-// fence admits writes the flight back (Settlement.Restored). A retry of the same token's
+// fence admits writes the flight back (Settlement.Restored), unless Config.WriteBackFence
+// knows a larger token of the key (ErrStaleToken). A retry of the same token's
 // complete (a lost reply) succeeds again. Refusals, with what became of the owner's task:
 // ErrCancelled and ErrExpired (the run was closed: the task is answered with that outcome),
 // ErrStaleToken (another owner: the task is answered from the flight or parked on it; neither
