@@ -143,7 +143,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
 		}
-		t.observe(d.Action, d.Reason, d.Answered, d.Waited, statusOf(d), d.Shared == topics.SharedOwner)
+		t.observe(d)
 		t.token.Store(d.Token)
 		switch d.Action {
 		case flight.ActionOwner:
@@ -213,20 +213,17 @@ func statusOf(d flight.Decision) topics.Status {
 	return ""
 }
 
-// observe counts how a call settled the task and the parked tasks it answered. ownerTask: the
-// call answered the task as the flight's owner task.
-func (t *taskRun) observe(action flight.Action, reason flight.Reason, answered int, waited []time.Duration, status topics.Status, ownerTask bool) {
+// observe counts how an acquire settled the task (parked, or answered under the label the
+// script gave its event) and the parked tasks it answered.
+func (t *taskRun) observe(d flight.Decision) {
 	m, stage := t.p.metrics, t.task.Stage
+	answered, status := d.Answered, statusOf(d)
 	own := ""
 	switch {
-	case action == flight.ActionFollowerWait && reason == flight.ReasonParked:
+	case d.Action == flight.ActionFollowerWait && d.Reason == flight.ReasonParked:
 		own = "parked"
-	case status != "" && ownerTask:
-		own = "owner_" + string(status)
-	case action == flight.ActionResultHit:
-		own = "hit_" + string(status)
-	case action == flight.ActionExpired && reason == flight.ReasonDeadlinePassed:
-		own = "owner_" + string(status)
+	case status != "" && d.Shared != "":
+		own = string(d.Shared) + "_" + string(status)
 	case status != "":
 		own = "follower_" + string(status)
 	}
@@ -240,7 +237,7 @@ func (t *taskRun) observe(action flight.Action, reason flight.Reason, answered i
 	if answered > 0 && status != "" {
 		m.tasks.WithLabelValues(stage, "follower_"+string(status)).Add(float64(answered))
 	}
-	for _, w := range waited {
+	for _, w := range d.Waited {
 		m.followerWait.WithLabelValues(stage).Observe(w.Seconds())
 	}
 }
