@@ -103,3 +103,63 @@ func TestExecutorRehydrate(t *testing.T) {
 		t.Errorf("the function ran %d times in all, want 2 (once per key)", n)
 	}
 }
+
+// TestExecutorTakeoverClaim: an in-process owner takes over a flight whose owner stopped
+// heartbeating; Redis loses its data while the function runs; the old owner's complete is
+// then refused by the new owner's claim in the archive, and the caller gets the new run's
+// value.
+func TestExecutorTakeoverClaim(t *testing.T) {
+	pg := pgtest.New(t)
+	r := redistest.New(t)
+	if r.Server == nil {
+		t.Skip("needs a private Redis to wipe (REDIS_URL is set)")
+	}
+	store := open(t, pg.URL)
+	w, err := archive.NewWriter(archive.WriterConfig{Store: store, SpoolDir: t.TempDir(), Name: "exec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { w.Run(ctx); close(ran) }()
+	defer func() { stop(); <-ran; _ = w.Close(context.Background()) }()
+
+	ks := topics.Keyspace{Prefix: r.Prefix}
+	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks, WriteBackFence: flight.ArchiveFence(w.Fence)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1", Archive: w,
+		Stages:   map[string]flight.StageOptions{"s": {Mode: flight.ModeDistributedOnly, Policy: flight.Policy{Lease: 2 * time.Second}}},
+		SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(ctx)
+	defer e.Close()
+
+	key, _ := flight.SemanticKey(flight.KeyParams{Stage: "s", Tenant: "acme", Input: []byte(`1`)})
+	d, err := coord.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "zombie", Stage: "s", Tenant: "acme",
+		Policy: flight.Policy{Lease: 200 * time.Millisecond}, Start: true})
+	if err != nil || d.Action != flight.ActionOwner {
+		t.Fatalf("zombie acquire: %+v %v", d, err)
+	}
+	time.Sleep(300 * time.Millisecond) // its lease lapses
+	var zombieErr error
+	res, err := e.Do(ctx, "s", key, func(ctx context.Context, _ func()) ([]byte, error) {
+		if err := r.Client.FlushAll(ctx).Err(); err != nil {
+			return nil, err
+		}
+		_, zombieErr = coord.Complete(ctx, *d.Owner, []byte(`"zombie"`), time.Second)
+		return []byte(`"taker"`), nil
+	})
+	if err != nil || string(res.Value) != `"taker"` || res.Token <= d.Owner.Token {
+		t.Fatalf("Do: %+v %v, want the taker's value under a larger token than %d", res, err, d.Owner.Token)
+	}
+	if !errors.Is(zombieErr, flight.ErrStaleToken) {
+		t.Errorf("the zombie's complete after the data loss answered %v, want ErrStaleToken", zombieErr)
+	}
+	if tok, ok, err := store.Fence(ctx, key); err != nil || !ok || tok != res.Token {
+		t.Errorf("archive fence %d %v %v, want the taker's claim %d", tok, ok, err, res.Token)
+	}
+}

@@ -64,7 +64,7 @@ type Writer struct {
 	closed  bool
 }
 
-var _ flight.Archive = (*Writer)(nil)
+var _ flight.Fencer = (*Writer)(nil)
 
 // NewWriter opens the writer's spool and registers its metrics.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
@@ -127,15 +127,8 @@ func (w *Writer) Record(a flight.Archived) {
 // archive is away, or Run is not running, it fails at once (ErrUnavailable), except for one
 // probe per Retry interval while the archive is away.
 func (w *Writer) Lookup(ctx context.Context, key string) (flight.Archived, bool, error) {
-	if !w.running.Load() {
-		return flight.Archived{}, false, fmt.Errorf("archive: lookup %s: %w (the writer is not running)", key, ErrUnavailable)
-	}
-	if w.down.Load() {
-		next := w.probeAt.Load()
-		now := time.Now().UnixNano()
-		if now < next || !w.probeAt.CompareAndSwap(next, now+w.cfg.Retry.Nanoseconds()) {
-			return flight.Archived{}, false, fmt.Errorf("archive: lookup %s: %w", key, ErrUnavailable)
-		}
+	if err := w.available("lookup", key); err != nil {
+		return flight.Archived{}, false, err
 	}
 	// Concurrent lookups share statements: Run's lookup loops answer whatever is waiting
 	// with one query each.
@@ -151,6 +144,22 @@ func (w *Writer) Lookup(ctx context.Context, key string) (flight.Archived, bool,
 	case <-ctx.Done():
 		return flight.Archived{}, false, fmt.Errorf("archive: lookup %s: %w", key, ctx.Err())
 	}
+}
+
+// available fails at once (ErrUnavailable) while Run is not running, and while the archive
+// is away except for one probe per Retry interval.
+func (w *Writer) available(op, key string) error {
+	if !w.running.Load() {
+		return fmt.Errorf("archive: %s %s: %w (the writer is not running)", op, key, ErrUnavailable)
+	}
+	if w.down.Load() {
+		next := w.probeAt.Load()
+		now := time.Now().UnixNano()
+		if now < next || !w.probeAt.CompareAndSwap(next, now+w.cfg.Retry.Nanoseconds()) {
+			return fmt.Errorf("archive: %s %s: %w", op, key, ErrUnavailable)
+		}
+	}
+	return nil
 }
 
 // lookup is one Lookup waiting for a lookup loop.
@@ -390,18 +399,20 @@ func (w *Writer) up() {
 	}
 }
 
-// purge deletes rows past their retention in bounded rounds.
+// purge deletes outcomes and claims past their retention in bounded rounds.
 func (w *Writer) purge(ctx context.Context) {
-	for range 10 {
-		pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-		n, err := w.store.Purge(pctx, w.cfg.PurgeBatch)
-		cancel()
-		if err != nil {
-			w.metrics.errors.WithLabelValues("purge").Inc()
-			return
-		}
-		if n < int64(w.cfg.PurgeBatch) {
-			return
+	for _, del := range []func(context.Context, int) (int64, error){w.store.Purge, w.store.purgeClaims} {
+		for range 10 {
+			pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+			n, err := del(pctx, w.cfg.PurgeBatch)
+			cancel()
+			if err != nil {
+				w.metrics.errors.WithLabelValues("purge").Inc()
+				break
+			}
+			if n < int64(w.cfg.PurgeBatch) {
+				break
+			}
 		}
 	}
 }

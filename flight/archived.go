@@ -41,6 +41,45 @@ type Archive interface {
 	Record(a Archived)
 }
 
+// Fencer is an Archive that also keeps a fence that outlives Redis (package archive's Writer
+// implements it). A Redis data loss takes a flight's fence with the flight: an owner paused
+// past its lease before the loss, and taken over, could then write its older result back.
+// So an owner that takes a flight over from an owner that may still be running claims the
+// key durably with its token before it runs anything (NeedsClaim), and an owner asks the
+// largest token known for its key before it writes back a flight Redis lost (ArchiveFence).
+type Fencer interface {
+	Archive
+	// Claim records durably that token owns key's flight, for ttl (the archive's default
+	// retention when ttl <= 0); only a larger token replaces a claim.
+	Claim(ctx context.Context, key string, token int64, ttl time.Duration) error
+	// Fence returns the largest owner token known for key (of its claim and its archived
+	// outcome); false when none is known. An error means the archive could not answer.
+	Fence(ctx context.Context, key string) (int64, bool, error)
+}
+
+// NeedsClaim reports whether an ownership acquired for reason must be claimed in a Fencer
+// before its run: its previous owner may still be running (its lease lapsed, or its attempt
+// expired). A new flight, a retry after a failure and a handover have no such owner.
+func NeedsClaim(reason Reason) bool { return reason == ReasonTakeover || reason == ReasonExpired }
+
+// archiveFenceTimeout bounds one ArchiveFence lookup.
+const archiveFenceTimeout = time.Second
+
+// ArchiveFence returns a Config.WriteBackFence over fence (a Fencer's Fence): the largest
+// token known for the key, asked within a second. A lookup that fails or times out tells
+// nothing (the write-back goes on: the archive's outage must not lose an answer).
+func ArchiveFence(fence func(ctx context.Context, key string) (int64, bool, error)) func(ctx context.Context, key string) (int64, bool) {
+	return func(ctx context.Context, key string) (int64, bool) {
+		lctx, cancel := context.WithTimeout(ctx, archiveFenceTimeout)
+		defer cancel()
+		tok, ok, err := fence(lctx, key)
+		if err != nil {
+			return 0, false
+		}
+		return tok, ok
+	}
+}
+
 // ErrNotRehydratable is returned by Rehydrate for an archived outcome that cannot answer a
 // flight (EXPIRED: its key may run again).
 var ErrNotRehydratable = errors.New("flight: archived outcome cannot answer the flight")

@@ -132,7 +132,10 @@ type ExecutorConfig struct {
 	Registry prometheus.Registerer
 	// Archive, when set, is consulted before an owner runs the function: a key whose final
 	// outcome it holds is answered from it (lazy rehydrate, Result.Shared "archive"), and
-	// every outcome an owner settles is recorded in it. Defaults to none.
+	// every outcome an owner settles is recorded in it. When it is also a Fencer (package
+	// archive's Writer), an owner that takes a flight over claims the key in it before it
+	// runs the function; give the Coordinator ArchiveFence(archive.Fence) as its WriteBackFence so
+	// that an older owner's write-back after a Redis data loss is refused. Defaults to none.
 	Archive Archive
 	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once;
 	// past it Do answers ErrTooManyWaiters. Defaults to 10000.

@@ -120,6 +120,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		if res, done, again, err := e.rehydrate(ctx, st, o); done {
 			return res, again, err
 		}
+		e.claim(ctx, st, d)
 	}
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
@@ -242,6 +243,24 @@ func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o Ownership)
 	default:
 		// Redis could not take the archived outcome: run nothing, let the caller retry.
 		return Result{}, true, false, err
+	}
+}
+
+// claim records in the archive, when it is a Fencer, that d's owner took the flight over
+// from an owner that may still be running (NeedsClaim), before the function runs: after a
+// Redis data loss that owner's write-back is refused by it. A claim that fails is logged and
+// the run goes on (the archive's outage must not stop the flight).
+func (e *Executor) claim(ctx context.Context, st *stageRuntime, d Decision) {
+	f, ok := e.cfg.Archive.(Fencer)
+	if !ok || !NeedsClaim(d.Reason) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+	err := f.Claim(cctx, d.Owner.Key, d.Owner.Token, st.opt.ArchiveRetention)
+	cancel()
+	if err != nil {
+		e.log.Warn().Err(err).Str("key", d.Owner.Key).Str("reason", string(d.Reason)).
+			Msg("archive claim failed: after a Redis data loss the previous owner could write its result back")
 	}
 }
 

@@ -19,22 +19,31 @@ import (
 func (p *Processor) lookupTimeout() time.Duration { return min(p.stage.Lease/4, time.Second) }
 
 // archiveFence is the coordinator's WriteBackFence with an archive (nil without one): the
-// owner token of the key's archived outcome. A Redis data loss takes a flight's fence, and an
-// owner that was paused past its lease before it, and taken over, would write its stale
-// result back; the archived outcome of the owner that took over refuses it. A lookup that
-// fails or takes longer than a second tells nothing (the write-back goes on).
+// largest owner token the archive knows for the key, of its claim (made by an owner that took
+// the flight over) and of its archived outcome (flight.ArchiveFence). A Redis data loss takes
+// a flight's fence, and an owner that was paused past its lease before it, and taken over,
+// would write its stale result back; the claim of the owner that took over refuses it.
 func (c *Consumer) archiveFence() func(ctx context.Context, key string) (int64, bool) {
 	if c.archive == nil {
 		return nil
 	}
-	return func(ctx context.Context, key string) (int64, bool) {
-		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		a, ok, err := c.archive.Lookup(lctx, key)
-		if err != nil || !ok {
-			return 0, false
-		}
-		return a.Token, true
+	return flight.ArchiveFence(c.archive.Fence)
+}
+
+// claim records in the archive that the task took its flight over from an owner that may
+// still be running (flight.NeedsClaim), before the model call, bounded like the lookup. A
+// claim that fails is logged and the run goes on.
+func (t *taskRun) claim(ctx context.Context, d flight.Decision) {
+	p := t.p
+	if !flight.NeedsClaim(d.Reason) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.lookupTimeout())
+	err := p.archive.Claim(cctx, t.key, d.Owner.Token, p.stage.ArchiveRetention)
+	cancel()
+	if err != nil {
+		t.warn().Err(err).Str("reason", string(d.Reason)).
+			Msg("archive claim failed: after a Redis data loss the previous owner could write its result back")
 	}
 }
 

@@ -31,6 +31,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		if done, again, err := t.rehydrate(ctx, o); done {
 			return again, err
 		}
+		t.claim(ctx, d)
 	}
 	p.life.running.Add(1)
 	defer p.life.running.Add(-1)

@@ -1,0 +1,99 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Claims: the fence that outlives Redis (DESIGN.md section 9). An owner that takes a flight
+// over from an owner that may still be running claims the key with its token before it runs
+// the model; after a Redis data loss, which takes the flight's fence with it, the older
+// owner's write-back is refused by the claim (or by a newer archived outcome).
+
+// Claim records durably that token owns key's flight, until ttl from now (DefaultRetention
+// when ttl <= 0). A claim is replaced only by a larger token (an older or repeated claim
+// changes nothing) and never shortened.
+func (s *Store) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
+	if key == "" || token <= 0 {
+		return fmt.Errorf("archive: claim %q token %d: %w", key, token, ErrInvalid)
+	}
+	if ttl <= 0 {
+		ttl = DefaultRetention
+	}
+	if err := s.Migrate(ctx); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO flightdeck_claims AS c (request_key, owner_token, expires_at)
+        VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+        ON CONFLICT (request_key) DO UPDATE SET owner_token = EXCLUDED.owner_token, claimed_at = now(),
+            expires_at = GREATEST(c.expires_at, EXCLUDED.expires_at)
+        WHERE c.owner_token < EXCLUDED.owner_token`, key, token, ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("archive: claim %s: %w", key, err)
+	}
+	return nil
+}
+
+// Fence returns the largest owner token the archive knows for key: of its claim and of its
+// archived outcome, expired or not (a token once issued stays issued); false when it knows
+// none.
+func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
+	if err := s.Migrate(ctx); err != nil {
+		return 0, false, err
+	}
+	var tok *int64 // NULL: neither table has the key
+	err := s.pool.QueryRow(ctx, `SELECT GREATEST(
+        (SELECT owner_token FROM flightdeck_claims WHERE request_key = $1),
+        (SELECT owner_token FROM flightdeck_outcomes WHERE request_key = $1))`, key).Scan(&tok)
+	if err != nil {
+		return 0, false, fmt.Errorf("archive: fence %s: %w", key, err)
+	}
+	if tok == nil {
+		return 0, false, nil
+	}
+	return *tok, true, nil
+}
+
+// purgeClaims deletes at most limit claims past their expiry, oldest first.
+func (s *Store) purgeClaims(ctx context.Context, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM flightdeck_claims WHERE request_key IN (
+        SELECT request_key FROM flightdeck_claims WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
+        AND expires_at <= now()`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("archive: purge claims: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Claim records durably, before the model call, that token owns key's flight (Store.Claim),
+// within ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup.
+func (w *Writer) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
+	if err := w.available("claim", key); err != nil {
+		return err
+	}
+	if err := w.store.Claim(ctx, key, token, ttl); err != nil {
+		if !errors.Is(err, ErrInvalid) {
+			w.metrics.errors.WithLabelValues("claim").Inc()
+			w.markDown(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Fence returns the largest owner token the archive knows for key (Store.Fence), within
+// ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup.
+func (w *Writer) Fence(ctx context.Context, key string) (int64, bool, error) {
+	if err := w.available("fence", key); err != nil {
+		return 0, false, err
+	}
+	tok, ok, err := w.store.Fence(ctx, key)
+	if err != nil {
+		w.metrics.errors.WithLabelValues("fence").Inc()
+		w.markDown(err)
+		return 0, false, err
+	}
+	return tok, ok, nil
+}

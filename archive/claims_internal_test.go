@@ -1,0 +1,73 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+)
+
+// TestClaims: a claim is replaced only by a larger token; the fence is the larger of a key's
+// claim and its archived outcome, expired or not; expired claims are purged, live ones kept.
+func TestClaims(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.New(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fence := func(key string, want int64) {
+		t.Helper()
+		tok, ok, err := s.Fence(ctx, key)
+		if err != nil || ok != (want > 0) || tok != want {
+			t.Fatalf("fence of %s: %d %v %v, want %d", key, tok, ok, err, want)
+		}
+	}
+	fence("k", 0)
+	if err := s.Claim(ctx, "k", 100, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	fence("k", 100)
+	if err := s.Claim(ctx, "k", 50, time.Hour); err != nil { // an older claim arriving late
+		t.Fatal(err)
+	}
+	fence("k", 100)
+	if _, err := s.Put(ctx, []flight.Archived{row("k", 150, `"v"`)}); err != nil {
+		t.Fatal(err)
+	}
+	fence("k", 150)
+	if err := s.Claim(ctx, "k", 200, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	fence("k", 200)
+
+	// An outcome past its retention still fences: its token was issued.
+	old := row("old", 300, `"v"`)
+	old.FinishedAt, old.Retention = time.Now().Add(-2*time.Hour), time.Hour
+	if _, err := s.Put(ctx, []flight.Archived{old}); err != nil {
+		t.Fatal(err)
+	}
+	fence("old", 300)
+
+	if err := s.Claim(ctx, "short", 7, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if n, err := s.purgeClaims(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("purge: %d %v, want the expired claim only", n, err)
+	}
+	fence("short", 0)
+	fence("k", 200)
+
+	for _, bad := range []struct {
+		key string
+		tok int64
+	}{{"", 1}, {"k", 0}, {"k", -1}} {
+		if err := s.Claim(ctx, bad.key, bad.tok, time.Hour); !errors.Is(err, ErrInvalid) {
+			t.Errorf("claim %q %d: %v, want ErrInvalid", bad.key, bad.tok, err)
+		}
+	}
+}
