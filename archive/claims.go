@@ -68,15 +68,15 @@ func (s *Store) purgeClaims(ctx context.Context, limit int) (int64, error) {
 }
 
 // Claim records durably, before the model call, that token owns key's flight (Store.Claim),
-// within ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup.
+// within ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup; it
+// does not need Run. A failure other than ctx's own end marks the archive away.
 func (w *Writer) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
-	if err := w.available("claim", key); err != nil {
+	if err := w.available("claim", key, false); err != nil {
 		return err
 	}
 	if err := w.store.Claim(ctx, key, token, ttl); err != nil {
 		if !errors.Is(err, ErrInvalid) {
-			w.metrics.errors.WithLabelValues("claim").Inc()
-			w.markDown(err)
+			w.failed(ctx, "claim", err)
 		}
 		return err
 	}
@@ -84,16 +84,26 @@ func (w *Writer) Claim(ctx context.Context, key string, token int64, ttl time.Du
 }
 
 // Fence returns the largest owner token the archive knows for key (Store.Fence), within
-// ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup.
+// ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup; it does not
+// need Run (a consumer writes its spool back before Run starts). A failure other than ctx's
+// own end marks the archive away.
 func (w *Writer) Fence(ctx context.Context, key string) (int64, bool, error) {
-	if err := w.available("fence", key); err != nil {
+	if err := w.available("fence", key, false); err != nil {
 		return 0, false, err
 	}
 	tok, ok, err := w.store.Fence(ctx, key)
 	if err != nil {
-		w.metrics.errors.WithLabelValues("fence").Inc()
-		w.markDown(err)
+		w.failed(ctx, "fence", err)
 		return 0, false, err
 	}
 	return tok, ok, nil
+}
+
+// failed counts a failed call of op and marks the archive away, unless the call failed
+// because its caller's ctx ended (a short bound says nothing of the archive's health).
+func (w *Writer) failed(ctx context.Context, op string, err error) {
+	w.metrics.errors.WithLabelValues(op).Inc()
+	if ctx.Err() == nil {
+		w.markDown(err)
+	}
 }

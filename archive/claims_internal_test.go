@@ -62,6 +62,40 @@ func TestClaims(t *testing.T) {
 	fence("short", 0)
 	fence("k", 200)
 
+	// An outcome under a token below the key's claim (the owner that was taken over) is not
+	// archived; the claimant's own outcome is.
+	if err := s.Claim(ctx, "c", 500, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Put(ctx, []flight.Archived{row("c", 400, `"zombie"`)}); err != nil || n != 0 {
+		t.Fatalf("an outcome below the claim: wrote %d, %v", n, err)
+	}
+	if n, err := s.Put(ctx, []flight.Archived{row("c", 500, `"taker"`)}); err != nil || n != 1 {
+		t.Fatalf("the claimant's outcome: wrote %d, %v", n, err)
+	}
+	if a, ok, err := s.Get(ctx, "c"); err != nil || !ok || string(a.Result) != `"taker"` {
+		t.Fatalf("get: %+v %v %v", a, ok, err)
+	}
+
+	// The writer answers Fence and Claim before Run (a consumer writes its spool back first),
+	// and a call its caller's bound cut short does not mark the archive away.
+	w, err := NewWriter(WriterConfig{Store: s, SpoolDir: t.TempDir(), Name: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Close(ctx) }()
+	if tok, ok, err := w.Fence(ctx, "k"); err != nil || !ok || tok != 200 {
+		t.Fatalf("writer fence before Run: %d %v %v", tok, ok, err)
+	}
+	cut, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := w.Claim(cut, "k", 900, time.Hour); err == nil {
+		t.Fatal("a claim under an ended context succeeded")
+	}
+	if h := w.Health(); h != "ok" {
+		t.Fatalf("health after a claim cut short by its caller: %s", h)
+	}
+
 	for _, bad := range []struct {
 		key string
 		tok int64

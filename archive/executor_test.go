@@ -125,7 +125,7 @@ func TestExecutorTakeoverClaim(t *testing.T) {
 	defer func() { stop(); <-ran; _ = w.Close(context.Background()) }()
 
 	ks := topics.Keyspace{Prefix: r.Prefix}
-	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks, WriteBackFence: flight.ArchiveFence(w.Fence)})
+	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks, WriteBackFence: flight.ArchiveFence(w.Fence, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

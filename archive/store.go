@@ -85,12 +85,17 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // upsert writes a batch of outcomes given as arrays; a row is replaced only by a larger
-// token. It returns the keys written.
+// token, and no outcome is written under a token below its key's claim (an owner that was
+// taken over). It returns the keys written.
 const upsert = `
 INSERT INTO flightdeck_outcomes AS o (request_key, stage, tenant, status, owner_token, attempts, result,
     error_type, error_code, error, finished_at, expires_at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::integer[], $7::bytea[],
     $8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[])
+    AS u(request_key, stage, tenant, status, owner_token, attempts, result, error_type, error_code, error,
+         finished_at, expires_at)
+WHERE NOT EXISTS (SELECT 1 FROM flightdeck_claims c
+                  WHERE c.request_key = u.request_key AND c.owner_token > u.owner_token)
 ON CONFLICT (request_key) DO UPDATE SET
     stage = EXCLUDED.stage, tenant = EXCLUDED.tenant, status = EXCLUDED.status,
     owner_token = EXCLUDED.owner_token, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
@@ -101,8 +106,8 @@ WHERE o.owner_token < EXCLUDED.owner_token
 RETURNING request_key`
 
 // Put writes outcomes in one statement and returns how many rows it wrote. An outcome whose
-// key holds a row with an equal or larger token is refused (not an error): newer token
-// wins, whatever order the writes arrive in. A stored result is never replaced by a
+// key holds a row with an equal or larger token, or a claim with a larger token (Claim), is
+// refused (not an error): newer token wins, whatever order the writes arrive in. A stored result is never replaced by a
 // failure, cancellation or expiry (of a run that should not have happened: a lookup that
 // failed let it run): only by a newer result. Of several outcomes of one key in outs, the one
 // with the largest token is written.

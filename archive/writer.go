@@ -127,7 +127,7 @@ func (w *Writer) Record(a flight.Archived) {
 // archive is away, or Run is not running, it fails at once (ErrUnavailable), except for one
 // probe per Retry interval while the archive is away.
 func (w *Writer) Lookup(ctx context.Context, key string) (flight.Archived, bool, error) {
-	if err := w.available("lookup", key); err != nil {
+	if err := w.available("lookup", key, true); err != nil {
 		return flight.Archived{}, false, err
 	}
 	// Concurrent lookups share statements: Run's lookup loops answer whatever is waiting
@@ -146,10 +146,11 @@ func (w *Writer) Lookup(ctx context.Context, key string) (flight.Archived, bool,
 	}
 }
 
-// available fails at once (ErrUnavailable) while Run is not running, and while the archive
-// is away except for one probe per Retry interval.
-func (w *Writer) available(op, key string) error {
-	if !w.running.Load() {
+// available fails at once (ErrUnavailable) while the archive is away, except for one probe
+// per Retry interval, and, when queued (the call waits for Run's loops), while Run is not
+// running.
+func (w *Writer) available(op, key string, queued bool) error {
+	if queued && !w.running.Load() {
 		return fmt.Errorf("archive: %s %s: %w (the writer is not running)", op, key, ErrUnavailable)
 	}
 	if w.down.Load() {

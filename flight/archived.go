@@ -59,21 +59,29 @@ type Fencer interface {
 
 // NeedsClaim reports whether an ownership acquired for reason must be claimed in a Fencer
 // before its run: its previous owner may still be running (its lease lapsed, or its attempt
-// expired). A new flight, a retry after a failure and a handover have no such owner.
+// expired). A retry after a failure, a handover and a lost result follow an owner that
+// ended; a new flight follows none that Redis still knows of (an owner paused for longer
+// than its flight's records live is refused by Redis's fence rule, by token age, not by a
+// claim).
 func NeedsClaim(reason Reason) bool { return reason == ReasonTakeover || reason == ReasonExpired }
 
 // archiveFenceTimeout bounds one ArchiveFence lookup.
 const archiveFenceTimeout = time.Second
 
-// ArchiveFence returns a Config.WriteBackFence over fence (a Fencer's Fence): the largest
-// token known for the key, asked within a second. A lookup that fails or times out tells
-// nothing (the write-back goes on: the archive's outage must not lose an answer).
-func ArchiveFence(fence func(ctx context.Context, key string) (int64, bool, error)) func(ctx context.Context, key string) (int64, bool) {
+// ArchiveFence returns a Config.WriteBackFence over fence (a Fencer's Fence method): the
+// largest token known for the key, asked within a second. A lookup that fails or times out
+// tells nothing: the write-back goes on (the archive's outage must not lose an answer), and
+// onError, when set, is told (a write-back that went on unchecked should leave a trace).
+func ArchiveFence(fence func(ctx context.Context, key string) (int64, bool, error),
+	onError func(key string, err error)) func(ctx context.Context, key string) (int64, bool) {
 	return func(ctx context.Context, key string) (int64, bool) {
 		lctx, cancel := context.WithTimeout(ctx, archiveFenceTimeout)
 		defer cancel()
 		tok, ok, err := fence(lctx, key)
 		if err != nil {
+			if onError != nil {
+				onError(key, err)
+			}
 			return 0, false
 		}
 		return tok, ok

@@ -134,7 +134,8 @@ type ExecutorConfig struct {
 	// outcome it holds is answered from it (lazy rehydrate, Result.Shared "archive"), and
 	// every outcome an owner settles is recorded in it. When it is also a Fencer (package
 	// archive's Writer), an owner that takes a flight over claims the key in it before it
-	// runs the function; give the Coordinator ArchiveFence(archive.Fence) as its WriteBackFence so
+	// runs the function; give the Coordinator ArchiveFence(<the archive>.Fence, ...) as its
+	// WriteBackFence (NewExecutor logs a warning when it has none) so
 	// that an older owner's write-back after a Redis data loss is refused. Defaults to none.
 	Archive Archive
 	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once;
@@ -217,6 +218,11 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	}
 	e := &Executor{cfg: cfg, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(), coord: cfg.Coordinator,
 		metrics: NewMetrics(cfg.Registry), stages: map[string]*stageRuntime{}}
+	if _, ok := cfg.Archive.(Fencer); ok && cfg.Coordinator != nil && cfg.Coordinator.wbFence == nil {
+		e.log.Warn().Msg("the archive keeps claims but the coordinator has no WriteBackFence: set " +
+			"flight.Config.WriteBackFence to flight.ArchiveFence(archive.Fence, ...) so that an older owner's " +
+			"write-back after a Redis data loss is refused")
+	}
 	for name, o := range cfg.Stages {
 		if !stageRe.MatchString(name) {
 			return nil, fmt.Errorf("flight: stage %q: want [a-z0-9-], at most 64", name)

@@ -256,7 +256,8 @@ func (e *Executor) claim(ctx context.Context, st *stageRuntime, d Decision) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-	err := f.Claim(cctx, d.Owner.Key, d.Owner.Token, st.opt.ArchiveRetention)
+	// The claim refuses writes as long as Redis's fence would have: the fence TTL.
+	err := f.Claim(cctx, d.Owner.Key, d.Owner.Token, d.Owner.Policy.WithDefaults().FenceTTL())
 	cancel()
 	if err != nil {
 		e.log.Warn().Err(err).Str("key", d.Owner.Key).Str("reason", string(d.Reason)).

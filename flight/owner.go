@@ -80,7 +80,8 @@ func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 // ErrCancelled and ErrExpired tell the owner to abort its model call; ErrStaleToken tells it
 // another owner took over. When the meta is gone the heartbeat writes it back (restored true)
 // if the fence admits the token and Config.WriteBackFence knows no larger one, so the flight
-// goes on under its owner.
+// goes on under its owner. An owner whose lease may have lapsed asks Config.WriteBackFence
+// first, as Complete does.
 func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
 	p := o.Policy.WithDefaults()
 	beat := func(ask bool) (string, error) {
@@ -89,15 +90,34 @@ func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress strin
 			o.ExpireAt.UnixMilli(), ms(p.Lease), ms(p.RunningTTL), ms(p.StallTimeout), ms(p.ResultTTL),
 			ms(p.FailureTTL), p.MaxAttempts, ms(p.FenceTTL()), flag(ask))
 	}
+	if c.lapsedAndFenced(ctx, o) {
+		return false, fmt.Errorf("flight: heartbeat %q: %w", o.Key, ErrStaleToken)
+	}
+	sent := time.Now()
 	code, err := beat(c.wbFence != nil)
+	if err == nil {
+		o.renew(sent)
+	}
 	if errors.Is(err, ErrGone) {
 		// Asked first: the meta is gone and the fence admits the token.
 		if c.fencedOff(ctx, o) {
 			return false, fmt.Errorf("flight: heartbeat %q: %w", o.Key, ErrStaleToken)
 		}
 		code, err = beat(false)
+		if err == nil {
+			o.renew(sent)
+		}
 	}
 	return code == "RESTORED", err
+}
+
+// lapsedAndFenced reports, for an owner whose lease may have lapsed (it could not renew it
+// in time: a pause, an outage), whether Config.WriteBackFence knows a larger token for its
+// key: another owner took the flight over, and Redis may no longer show it (a data loss, a
+// failover that lost writes), so the owner must write nothing. Owners that renewed in time
+// ask nothing: no other owner can hold the flight.
+func (c *Coordinator) lapsedAndFenced(ctx context.Context, o Ownership) bool {
+	return c.wbFence != nil && o.leaseMayHaveLapsed() && c.fencedOff(ctx, o)
 }
 
 // fencedOff asks Config.WriteBackFence whether a larger token than o's is known for its key
@@ -168,7 +188,10 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 // outcomes alike (DESIGN.md section 3): the current owner's token is accepted while the
 // flight is PENDING, RUNNING or EXPIRED by its own heartbeat; with the meta gone, a token the
 // fence admits writes the flight back (Settlement.Restored), unless Config.WriteBackFence
-// knows a larger token of the key (ErrStaleToken). A retry of the same token's
+// knows a larger token of the key (ErrStaleToken). An owner whose lease may have lapsed (no
+// renewal accepted within it) asks Config.WriteBackFence first, whatever Redis shows, since
+// a data loss or a failover may have taken the record of the owner that took over; a larger
+// token refuses it (ErrStaleToken, its task unsettled). A retry of the same token's
 // complete (a lost reply) succeeds again. Refusals, with what became of the owner's task:
 // ErrCancelled and ErrExpired (the run was closed: the task is answered with that outcome),
 // ErrStaleToken (another owner: the task is answered from the flight or parked on it; neither
@@ -180,6 +203,9 @@ func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, 
 // complete is Complete; a shared label other than "" replaces "owner" in the owner's event
 // (the call then carries the arguments that write a meta back at once).
 func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, run time.Duration, shared string) (Settlement, error) {
+	if c.lapsedAndFenced(ctx, o) {
+		return Settlement{}, fmt.Errorf("flight: complete %q: %w", o.Key, ErrStaleToken)
+	}
 	p := o.Policy.WithDefaults()
 	inline := "0"
 	if compact, err := compactJSON(result); err == nil {
@@ -226,13 +252,17 @@ type Failure struct {
 // retryable, or no attempt left by the owner's pinned maxAttempts) answers the owner's task
 // and every parked task (Settlement.Final); a retryable one leaves them waiting for the next
 // attempt, and the owner's task stays the owner's. Tokens are judged as by Complete; a retry
-// of the same token's fail succeeds again.
+// of the same token's fail succeeds again; an owner whose lease may have lapsed asks
+// Config.WriteBackFence first, as Complete does.
 func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time.Duration) (Settlement, error) {
 	return c.fail(ctx, o, f, run, "")
 }
 
 // fail is Fail; a shared label other than "" replaces "owner" in the owner's event.
 func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time.Duration, shared string) (Settlement, error) {
+	if c.lapsedAndFenced(ctx, o) {
+		return Settlement{}, fmt.Errorf("flight: fail %q: %w", o.Key, ErrStaleToken)
+	}
 	p := o.Policy.WithDefaults()
 	argv := c.answerArgv(o.Task, run, o.MaxInline, "")
 	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,

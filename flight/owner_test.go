@@ -721,3 +721,74 @@ func TestWriteBackFence(t *testing.T) {
 		}
 	})
 }
+
+// TestLapsedOwnerAsksTheFence: an owner whose lease lapsed (paused) and whose flight was taken
+// over finds its own record again after a failover that lost the takeover (the record rolled
+// back): Redis would accept it, so its complete, fail and heartbeat ask
+// Config.WriteBackFence first and are refused by the larger token known there. An owner that
+// renewed its lease in time asks nothing.
+func TestLapsedOwnerAsksTheFence(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		known := map[string]int64{}
+		asked := 0
+		c, err := flight.NewCoordinator(flight.Config{Client: b.rdb, Keyspace: b.ks, Consumer: "test",
+			AnswerAfterScript: b.mode == "return",
+			WriteBackFence: func(_ context.Context, key string) (int64, bool) {
+				asked++
+				tok, ok := known[key]
+				return tok, ok
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		short := b.pol
+		short.Lease = 200 * time.Millisecond
+		a := b.acquireWith(flight.AcquireParams{Key: "l1", OwnerID: "A", Task: b.task("ta"), Start: true, Policy: short})
+		snapshot, err := b.rdb.Dump(b.ctx, b.ks.Meta("l1")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // A is paused past its lease
+		bd := b.acquireWith(flight.AcquireParams{Key: "l1", OwnerID: "B", Task: b.task("tb"), Start: true, Policy: short})
+		if bd.Action != flight.ActionOwner || bd.Reason != flight.ReasonTakeover {
+			t.Fatalf("B: %+v, want a takeover", bd)
+		}
+		known["l1"] = bd.Token // B claimed the key durably
+		// A failover loses B's acquire: the record rolls back to A's.
+		if err := b.rdb.RestoreReplace(b.ctx, b.ks.Meta("l1"), 0, snapshot).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Heartbeat(b.ctx, *a.Owner, ""); !errors.Is(err, flight.ErrStaleToken) {
+			t.Errorf("lapsed heartbeat: %v, want ErrStaleToken", err)
+		}
+		if _, err := c.Fail(b.ctx, *a.Owner, flight.Failure{Type: "bad_request", Code: "x"}, 0); !errors.Is(err, flight.ErrStaleToken) {
+			t.Errorf("lapsed fail: %v, want ErrStaleToken", err)
+		}
+		if _, err := c.Complete(b.ctx, *a.Owner, []byte(`"zombie"`), 0); !errors.Is(err, flight.ErrStaleToken) {
+			t.Errorf("lapsed complete: %v, want ErrStaleToken", err)
+		}
+		if m, err := c.Get(b.ctx, "l1"); err != nil || m.Status != flight.StatusRunning || m.OwnerToken != a.Token {
+			t.Errorf("the rolled-back record changed: %+v %v", m, err)
+		}
+
+		// A lapsed owner the archive knows nothing newer of goes on.
+		l2 := b.acquireWith(flight.AcquireParams{Key: "l2", OwnerID: "A", Task: b.task("tc"), Start: true, Policy: short})
+		time.Sleep(300 * time.Millisecond)
+		if st, err := c.Complete(b.ctx, *l2.Owner, []byte(`"late"`), 0); err != nil || !st.Answered {
+			t.Errorf("lapsed complete with nothing newer known: %+v %v", st, err)
+		}
+
+		// An owner within its lease asks nothing.
+		asked = 0
+		l3, _ := b.own("l3")
+		if _, err := c.Heartbeat(b.ctx, *l3.Owner, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Complete(b.ctx, *l3.Owner, []byte(`"v"`), 0); err != nil {
+			t.Fatal(err)
+		}
+		if asked != 0 {
+			t.Errorf("an owner within its lease asked the fence %d times", asked)
+		}
+	})
+}

@@ -27,7 +27,10 @@ func (c *Consumer) archiveFence() func(ctx context.Context, key string) (int64, 
 	if c.archive == nil {
 		return nil
 	}
-	return flight.ArchiveFence(c.archive.Fence)
+	return flight.ArchiveFence(c.archive.Fence, func(key string, err error) {
+		c.log.Warn().Err(err).Str("requestKey", key).
+			Msg("archive fence unknown: an owner whose flight Redis lost writes it back unchecked")
+	})
 }
 
 // claim records in the archive that the task took its flight over from an owner that may
@@ -39,7 +42,8 @@ func (t *taskRun) claim(ctx context.Context, d flight.Decision) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.lookupTimeout())
-	err := p.archive.Claim(cctx, t.key, d.Owner.Token, p.stage.ArchiveRetention)
+	// The claim refuses writes as long as Redis's fence would have: the fence TTL.
+	err := p.archive.Claim(cctx, t.key, d.Owner.Token, d.Owner.Policy.WithDefaults().FenceTTL())
 	cancel()
 	if err != nil {
 		t.warn().Err(err).Str("reason", string(d.Reason)).
