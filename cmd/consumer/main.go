@@ -83,6 +83,7 @@ func run(args []string) (err error) {
 		logLevel    = fs.String("log-level", "info", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or console")
 		archiveFlag = fs.String("archive", "", "PostgreSQL URL of the durable archive of outcomes, e.g. postgres://user@db:5432/flightdeck (default $FLIGHTDECK_ARCHIVE_URL, or the file named by $FLIGHTDECK_ARCHIVE_URL_FILE; none: Redis only)")
+		gcFlag      = fs.String("gc-percent", "", "the Go garbage collector's target, as GOGC: a percentage, or \"off\" (default $GOGC, else 400: a consumer's live heap is small and every task allocates)")
 		redisWait   = fs.Duration("redis-wait", time.Minute, "at start, how long to wait for Redis to answer, retrying with backoff, before giving up with exit 1 (0: one try)")
 		version     = fs.Bool("version", false, "print the version and exit")
 	)
@@ -98,6 +99,9 @@ func run(args []string) (err error) {
 	if *version {
 		fmt.Println(cli.Version("consumer"))
 		return nil
+	}
+	if err := setGCPercent(*gcFlag, os.Getenv("GOGC")); err != nil {
+		return &cli.UsageError{Err: err}
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
