@@ -18,7 +18,8 @@ import (
 // per call. "new key" calls create a key (with a TTL for SET PX and PEXPIRE), as an owner's
 // acquire and complete create the meta, the result and the fence of a fresh key. fcall-entry
 // is the cost of entering the flight library's acquire with the arguments a consumer sends
-// (6 keys, 25 arguments), measured on a call that its deadline turns away before any write.
+// (6 keys, 25 arguments), measured on a call that its deadline turns away before any write;
+// fcall-empty the cost of calling a function that returns at once, with the same arguments.
 func BenchmarkRedisCallCost(b *testing.B) {
 	r := redistest.New(b)
 	ctx := context.Background()
@@ -54,6 +55,28 @@ func BenchmarkRedisCallCost(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+	b.Run("fcall-empty", func(b *testing.B) {
+		// A function that returns at once, called with the same keys and arguments: what
+		// entering any function costs, whatever it does.
+		if err := r.Client.FunctionLoadReplace(ctx, "#!lua name=fdcost_empty\n"+
+			"redis.register_function('fdcost_empty', function(keys, args) return 1 end)").Err(); err != nil {
+			b.Fatal(err)
+		}
+		k := r.Prefix + ":cost:{empty}"
+		keys := []string{k + ":m", k + ":r", k + ":f", k + ":w", r.Prefix + ":results:s", r.Prefix + ":tasks:s"}
+		args := []any{"write", "1000000", "flightdeck", "~parked", `"finishedAt":"2026-11-30T16:00:00.123Z","consumer":"c1"`,
+			"", "", "", 0, 0, 65536, "c1", "s", "acme", "", "k", 5000, 120000, "5000 120000 0 600000 60000 3",
+			180000, 0, 1560000, 1, 1, 0}
+		before := fcallUsec(b, r.Client)
+		b.ResetTimer()
+		for range b.N {
+			if err := r.Client.FCall(ctx, "fdcost_empty", keys, args...).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric((fcallUsec(b, r.Client)-before)/float64(b.N), "us/call")
+	})
 	b.Run("fcall-entry", func(b *testing.B) {
 		if err := lua.LoadLibrary(ctx, r.Client); err != nil {
 			b.Fatal(err)
