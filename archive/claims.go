@@ -58,18 +58,13 @@ func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
 
 // purgeClaims deletes at most limit claims past their expiry, oldest first.
 func (s *Store) purgeClaims(ctx context.Context, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM flightdeck_claims WHERE request_key IN (
-        SELECT request_key FROM flightdeck_claims WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
-        AND expires_at <= now()`, limit)
-	if err != nil {
-		return 0, fmt.Errorf("archive: purge claims: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return s.purgeTable(ctx, "flightdeck_claims", limit)
 }
 
 // Claim records durably, before the model call, that token owns key's flight (Store.Claim),
 // within ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup; it
-// does not need Run. A failure other than ctx's own end marks the archive away.
+// does not need Run. A failure, a timeout included, marks the archive away, unless ctx was
+// cancelled.
 func (w *Writer) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
 	if err := w.available("claim", key, false); err != nil {
 		return err
@@ -85,8 +80,8 @@ func (w *Writer) Claim(ctx context.Context, key string, token int64, ttl time.Du
 
 // Fence returns the largest owner token the archive knows for key (Store.Fence), within
 // ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup; it does not
-// need Run (a consumer writes its spool back before Run starts). A failure other than ctx's
-// own end marks the archive away.
+// need Run (a consumer writes its spool back before Run starts). A failure, a timeout
+// included, marks the archive away, unless ctx was cancelled.
 func (w *Writer) Fence(ctx context.Context, key string) (int64, bool, error) {
 	if err := w.available("fence", key, false); err != nil {
 		return 0, false, err
@@ -99,11 +94,12 @@ func (w *Writer) Fence(ctx context.Context, key string) (int64, bool, error) {
 	return tok, ok, nil
 }
 
-// failed counts a failed call of op and marks the archive away, unless the call failed
-// because its caller's ctx ended (a short bound says nothing of the archive's health).
+// failed counts a failed call of op and marks the archive away (later calls fail at once
+// until a probe answers), unless its caller cancelled it: an archive that does not answer
+// within the caller's bound must not hold up every other owner's call as well.
 func (w *Writer) failed(ctx context.Context, op string, err error) {
 	w.metrics.errors.WithLabelValues(op).Inc()
-	if ctx.Err() == nil {
+	if !errors.Is(ctx.Err(), context.Canceled) {
 		w.markDown(err)
 	}
 }

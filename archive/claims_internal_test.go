@@ -78,7 +78,7 @@ func TestClaims(t *testing.T) {
 	}
 
 	// The writer answers Fence and Claim before Run (a consumer writes its spool back first),
-	// and a call its caller's bound cut short does not mark the archive away.
+	// and a call its caller cancelled does not mark the archive away.
 	w, err := NewWriter(WriterConfig{Store: s, SpoolDir: t.TempDir(), Name: "w"})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestClaims(t *testing.T) {
 		t.Fatal("a claim under an ended context succeeded")
 	}
 	if h := w.Health(); h != "ok" {
-		t.Fatalf("health after a claim cut short by its caller: %s", h)
+		t.Fatalf("health after a claim its caller cancelled: %s", h)
 	}
 
 	for _, bad := range []struct {

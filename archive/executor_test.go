@@ -15,12 +15,11 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// TestExecutorRehydrate: an in-process Executor with the archive. A key finished once is
-// answered from the archive after Redis lost everything: 20 concurrent callers of the key
-// get the same value from the archive (they share one rebuild in process), and the function
-// does not run again. A final failure is answered the same
-// way within the failure TTL.
-func TestExecutorRehydrate(t *testing.T) {
+// execArchive starts what the executor tests share: a private Redis (skipping when REDIS_URL
+// is set: the tests wipe it), a private PostgreSQL with the archive, and its running writer,
+// stopped and closed at the end of the test. ctx ends then too.
+func execArchive(t *testing.T) (context.Context, *redistest.Target, *archive.Store, *archive.Writer) {
+	t.Helper()
 	pg := pgtest.New(t)
 	r := redistest.New(t)
 	if r.Server == nil {
@@ -34,7 +33,17 @@ func TestExecutorRehydrate(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { w.Run(ctx); close(ran) }()
-	defer func() { stop(); <-ran; _ = w.Close(context.Background()) }() // Close after Run returned
+	t.Cleanup(func() { stop(); <-ran; _ = w.Close(context.Background()) }) // Close after Run returned
+	return ctx, r, store, w
+}
+
+// TestExecutorRehydrate: an in-process Executor with the archive. A key finished once is
+// answered from the archive after Redis lost everything: 20 concurrent callers of the key
+// get the same value from the archive (they share one rebuild in process), and the function
+// does not run again. A final failure is answered the same
+// way within the failure TTL.
+func TestExecutorRehydrate(t *testing.T) {
+	ctx, r, store, w := execArchive(t)
 
 	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix}})
 	if err != nil {
@@ -109,20 +118,7 @@ func TestExecutorRehydrate(t *testing.T) {
 // then refused by the new owner's claim in the archive, and the caller gets the new run's
 // value.
 func TestExecutorTakeoverClaim(t *testing.T) {
-	pg := pgtest.New(t)
-	r := redistest.New(t)
-	if r.Server == nil {
-		t.Skip("needs a private Redis to wipe (REDIS_URL is set)")
-	}
-	store := open(t, pg.URL)
-	w, err := archive.NewWriter(archive.WriterConfig{Store: store, SpoolDir: t.TempDir(), Name: "exec"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { w.Run(ctx); close(ran) }()
-	defer func() { stop(); <-ran; _ = w.Close(context.Background()) }()
+	ctx, r, store, w := execArchive(t)
 
 	ks := topics.Keyspace{Prefix: r.Prefix}
 	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks, WriteBackFence: flight.ArchiveFence(w.Fence, nil)})

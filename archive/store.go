@@ -285,13 +285,19 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if err := s.Migrate(ctx); err != nil {
 		return 0, err
 	}
+	return s.purgeTable(ctx, "flightdeck_outcomes", limit)
+}
+
+// purgeTable deletes at most limit rows of table (one of the archive's, never caller input)
+// past their expires_at, oldest first.
+func (s *Store) purgeTable(ctx context.Context, table string, limit int) (int64, error) {
 	// The outer condition matters: a row written again since the inner select picked its key
-	// (a newer outcome, with a new expiry) must stay.
-	tag, err := s.pool.Exec(ctx, `DELETE FROM flightdeck_outcomes WHERE request_key IN (
-        SELECT request_key FROM flightdeck_outcomes WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
+	// (a newer outcome or claim, with a new expiry) must stay.
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+table+` WHERE request_key IN (
+        SELECT request_key FROM `+table+` WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
         AND expires_at <= now()`, limit)
 	if err != nil {
-		return 0, fmt.Errorf("archive: purge: %w", err)
+		return 0, fmt.Errorf("archive: purge %s: %w", table, err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -69,13 +69,18 @@ func NeedsClaim(reason Reason) bool { return reason == ReasonTakeover || reason 
 const archiveFenceTimeout = time.Second
 
 // ArchiveFence returns a Config.WriteBackFence over fence (a Fencer's Fence method): the
-// largest token known for the key, asked within a second. A lookup that fails or times out
-// tells nothing: the write-back goes on (the archive's outage must not lose an answer), and
-// onError, when set, is told (a write-back that went on unchecked should leave a trace).
+// largest token known for the key, asked within a second and within half of what is left of
+// the caller's deadline (the write it guards needs the rest). A lookup that fails or times
+// out tells nothing: the write goes on (the archive's outage must not lose an answer), and
+// onError, when set, is told (a write that went on unchecked should leave a trace).
 func ArchiveFence(fence func(ctx context.Context, key string) (int64, bool, error),
 	onError func(key string, err error)) func(ctx context.Context, key string) (int64, bool) {
 	return func(ctx context.Context, key string) (int64, bool) {
-		lctx, cancel := context.WithTimeout(ctx, archiveFenceTimeout)
+		bound := archiveFenceTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			bound = min(bound, time.Until(dl)/2)
+		}
+		lctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
 		tok, ok, err := fence(lctx, key)
 		if err != nil {

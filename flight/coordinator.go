@@ -156,35 +156,6 @@ type Ownership struct {
 	ExpireAt time.Time
 	// MaxInline is the largest result the owner's events carry inline.
 	MaxInline int
-
-	// renewed is when the last renewal of the lease that Redis accepted (the acquire, a
-	// heartbeat) was sent, in Unix ns, shared by the copies of the Ownership Acquire made;
-	// nil for one made otherwise (unknown).
-	renewed *atomic.Int64
-}
-
-// leaseMayHaveLapsed reports whether o's lease may have lapsed, so that another owner may
-// have taken the flight over: no renewal Redis accepted was sent within the lease (or none
-// is known). Redis counts the lease from a renewal's execution, never earlier than its send.
-func (o Ownership) leaseMayHaveLapsed() bool {
-	if o.renewed == nil {
-		return true
-	}
-	return time.Since(time.Unix(0, o.renewed.Load())) > o.Policy.WithDefaults().Lease
-}
-
-// renew records that a renewal sent at sent was accepted.
-func (o Ownership) renew(sent time.Time) {
-	if o.renewed == nil {
-		return
-	}
-	n := sent.UnixNano()
-	for {
-		cur := o.renewed.Load()
-		if cur >= n || o.renewed.CompareAndSwap(cur, n) {
-			return
-		}
-	}
 }
 
 // AcquireParams are the arguments of Acquire.
@@ -402,7 +373,6 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if !p.Deadline.IsZero() {
 		deadline = max(p.Deadline.UnixMilli(), 1)
 	}
-	sent := time.Now()
 	argv := c.answerArgv(p.Task, p.Run, p.MaxInline, "")
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
 		ms(pol.Lease), ms(pol.RunningTTL), c.pinnedOf(pol), ms(pol.RunningTTL+pol.FailureTTL),
@@ -427,8 +397,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if d.Action == ActionOwner {
 		d.Owner = &Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: p.OwnerID, Task: p.Task,
 			Stage: p.Stage, Tenant: p.Tenant, SessionID: p.SessionID, Policy: pol, ExpireAt: d.ExpireAt,
-			MaxInline: p.MaxInline, renewed: new(atomic.Int64)}
-		d.Owner.renewed.Store(sent.UnixNano())
+			MaxInline: p.MaxInline}
 	}
 	return d, nil
 }

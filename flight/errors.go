@@ -112,3 +112,8 @@ func (e *OutcomeError) Is(target error) bool {
 	}
 	return false
 }
+
+// errLapsed: an owner call that asked first (the coordinator has a WriteBackFence) found its
+// own record in a state that lets another caller take the flight over; nothing was written,
+// and the coordinator asks the fence before it calls again.
+var errLapsed = errors.New("flight: lease lapsed")

@@ -54,6 +54,8 @@ func codeErr(op, key, code, status string) error {
 		return fmt.Errorf("flight: %s %q: %w", op, key, ErrStaleToken)
 	case "GONE":
 		return fmt.Errorf("flight: %s %q: %w", op, key, ErrGone)
+	case "LAPSED":
+		return fmt.Errorf("flight: %s %q: %w", op, key, errLapsed)
 	case "CANCELLED":
 		return fmt.Errorf("flight: %s %q: %w", op, key, ErrCancelled)
 	case "EXPIRED":
@@ -80,8 +82,8 @@ func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 // ErrCancelled and ErrExpired tell the owner to abort its model call; ErrStaleToken tells it
 // another owner took over. When the meta is gone the heartbeat writes it back (restored true)
 // if the fence admits the token and Config.WriteBackFence knows no larger one, so the flight
-// goes on under its owner. An owner whose lease may have lapsed asks Config.WriteBackFence
-// first, as Complete does.
+// goes on under its owner. An owner whose own record lets another caller take the flight
+// over asks Config.WriteBackFence first, as Complete does.
 func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
 	p := o.Policy.WithDefaults()
 	beat := func(ask bool) (string, error) {
@@ -90,34 +92,16 @@ func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress strin
 			o.ExpireAt.UnixMilli(), ms(p.Lease), ms(p.RunningTTL), ms(p.StallTimeout), ms(p.ResultTTL),
 			ms(p.FailureTTL), p.MaxAttempts, ms(p.FenceTTL()), flag(ask))
 	}
-	if c.lapsedAndFenced(ctx, o) {
-		return false, fmt.Errorf("flight: heartbeat %q: %w", o.Key, ErrStaleToken)
-	}
-	sent := time.Now()
 	code, err := beat(c.wbFence != nil)
-	if err == nil {
-		o.renew(sent)
-	}
-	if errors.Is(err, ErrGone) {
-		// Asked first: the meta is gone and the fence admits the token.
+	if errors.Is(err, ErrGone) || errors.Is(err, errLapsed) {
+		// Asked first: the meta is gone and the fence admits the token, or the owner's own
+		// record lets another owner take the flight over (it may be a rollback).
 		if c.fencedOff(ctx, o) {
 			return false, fmt.Errorf("flight: heartbeat %q: %w", o.Key, ErrStaleToken)
 		}
 		code, err = beat(false)
-		if err == nil {
-			o.renew(sent)
-		}
 	}
 	return code == "RESTORED", err
-}
-
-// lapsedAndFenced reports, for an owner whose lease may have lapsed (it could not renew it
-// in time: a pause, an outage), whether Config.WriteBackFence knows a larger token for its
-// key: another owner took the flight over, and Redis may no longer show it (a data loss, a
-// failover that lost writes), so the owner must write nothing. Owners that renewed in time
-// ask nothing: no other owner can hold the flight.
-func (c *Coordinator) lapsedAndFenced(ctx context.Context, o Ownership) bool {
-	return c.wbFence != nil && o.leaseMayHaveLapsed() && c.fencedOff(ctx, o)
 }
 
 // fencedOff asks Config.WriteBackFence whether a larger token than o's is known for its key
@@ -188,10 +172,11 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 // outcomes alike (DESIGN.md section 3): the current owner's token is accepted while the
 // flight is PENDING, RUNNING or EXPIRED by its own heartbeat; with the meta gone, a token the
 // fence admits writes the flight back (Settlement.Restored), unless Config.WriteBackFence
-// knows a larger token of the key (ErrStaleToken). An owner whose lease may have lapsed (no
-// renewal accepted within it) asks Config.WriteBackFence first, whatever Redis shows, since
-// a data loss or a failover may have taken the record of the owner that took over; a larger
-// token refuses it (ErrStaleToken, its task unsettled). A retry of the same token's
+// knows a larger token of the key (ErrStaleToken). With Config.WriteBackFence the script
+// also answers first when the owner's own record lets another caller take the flight over
+// (its lease lapsed, its attempt ran out or stalled): that record may be a rollback (a
+// failover lost the acquire of the owner that took over), so the fence is asked before the
+// write, and a larger token refuses it (ErrStaleToken, the task unsettled). A retry of the same token's
 // complete (a lost reply) succeeds again. Refusals, with what became of the owner's task:
 // ErrCancelled and ErrExpired (the run was closed: the task is answered with that outcome),
 // ErrStaleToken (another owner: the task is answered from the flight or parked on it; neither
@@ -203,9 +188,6 @@ func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, 
 // complete is Complete; a shared label other than "" replaces "owner" in the owner's event
 // (the call then carries the arguments that write a meta back at once).
 func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, run time.Duration, shared string) (Settlement, error) {
-	if c.lapsedAndFenced(ctx, o) {
-		return Settlement{}, fmt.Errorf("flight: complete %q: %w", o.Key, ErrStaleToken)
-	}
 	p := o.Policy.WithDefaults()
 	inline := "0"
 	if compact, err := compactJSON(result); err == nil {
@@ -214,14 +196,22 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 	body := c.successBody(o, result, inline == "1", run)
 	argv := c.answerArgv(o.Task, run, o.MaxInline, body)
 	argv = append(argv, tok(o.Token), result, inline, ms(p.ResultTTL), ms(p.FenceTTL()))
-	if shared != "" {
+	ask := c.wbFence != nil
+	if shared != "" || ask {
 		argv = append(argv, labelled(o, shared)...)
 	}
+	if ask {
+		argv = append(argv, flag(true))
+	}
 	st, err := c.settleCall(ctx, "complete", lua.Complete, o, argv)
-	if errors.Is(err, ErrGone) {
+	switch {
+	case ask && (errors.Is(err, ErrGone) || errors.Is(err, errLapsed)):
 		if c.fencedOff(ctx, o) {
 			return st, fmt.Errorf("flight: complete %q: %w", o.Key, ErrStaleToken)
 		}
+		argv[len(argv)-1] = flag(false)
+		return c.settleCall(ctx, "complete", lua.Complete, o, argv)
+	case errors.Is(err, ErrGone):
 		// The meta is gone: call again with what it takes to write it back (the common call
 		// leaves these out).
 		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))
@@ -252,25 +242,35 @@ type Failure struct {
 // retryable, or no attempt left by the owner's pinned maxAttempts) answers the owner's task
 // and every parked task (Settlement.Final); a retryable one leaves them waiting for the next
 // attempt, and the owner's task stays the owner's. Tokens are judged as by Complete; a retry
-// of the same token's fail succeeds again; an owner whose lease may have lapsed asks
-// Config.WriteBackFence first, as Complete does.
+// of the same token's fail succeeds again; with Config.WriteBackFence, a meta that is gone or
+// a record that lets another caller take the flight over is checked against it first, as by
+// Complete.
 func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time.Duration) (Settlement, error) {
 	return c.fail(ctx, o, f, run, "")
 }
 
 // fail is Fail; a shared label other than "" replaces "owner" in the owner's event.
 func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time.Duration, shared string) (Settlement, error) {
-	if c.lapsedAndFenced(ctx, o) {
-		return Settlement{}, fmt.Errorf("flight: fail %q: %w", o.Key, ErrStaleToken)
-	}
 	p := o.Policy.WithDefaults()
 	argv := c.answerArgv(o.Task, run, o.MaxInline, "")
 	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
 		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
-	if shared != "" || f.RetryIn > 0 || f.EntryReleased {
+	ask := c.wbFence != nil
+	if shared != "" || f.RetryIn > 0 || f.EntryReleased || ask {
 		argv = append(argv, shared, ms(max(f.RetryIn, 0)), flag(f.EntryReleased))
 	}
-	return c.settleCall(ctx, "fail", lua.Fail, o, argv)
+	if ask {
+		argv = append(argv, flag(true))
+	}
+	st, err := c.settleCall(ctx, "fail", lua.Fail, o, argv)
+	if ask && (errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
+		if c.fencedOff(ctx, o) {
+			return st, fmt.Errorf("flight: fail %q: %w", o.Key, ErrStaleToken)
+		}
+		argv[len(argv)-1] = flag(false)
+		return c.settleCall(ctx, "fail", lua.Fail, o, argv)
+	}
+	return st, err
 }
 
 // CancelParams are the arguments of Cancel besides the key and reason.

@@ -722,11 +722,12 @@ func TestWriteBackFence(t *testing.T) {
 	})
 }
 
-// TestLapsedOwnerAsksTheFence: an owner whose lease lapsed (paused) and whose flight was taken
-// over finds its own record again after a failover that lost the takeover (the record rolled
-// back): Redis would accept it, so its complete, fail and heartbeat ask
-// Config.WriteBackFence first and are refused by the larger token known there. An owner that
-// renewed its lease in time asks nothing.
+// TestLapsedOwnerAsksTheFence: an owner whose flight was taken over finds its own record
+// again after a failover that lost the takeover (the record rolled back): Redis would accept
+// it, but the record shows what let the other owner take over (a lapsed lease; a stalled
+// attempt with fresh heartbeats), so its complete, fail and heartbeat ask
+// Config.WriteBackFence first and are refused by the larger token known there. An owner
+// whose record lets nobody take over asks nothing.
 func TestLapsedOwnerAsksTheFence(t *testing.T) {
 	modes(t, func(t *testing.T, b *bundle) {
 		known := map[string]int64{}
@@ -769,6 +770,27 @@ func TestLapsedOwnerAsksTheFence(t *testing.T) {
 		}
 		if m, err := c.Get(b.ctx, "l1"); err != nil || m.Status != flight.StatusRunning || m.OwnerToken != a.Token {
 			t.Errorf("the rolled-back record changed: %+v %v", m, err)
+		}
+
+		// A stalled attempt is taken over (expired) while its owner's heartbeats are fresh.
+		stall := b.pol
+		stall.Lease, stall.StallTimeout = 5*time.Second, 200*time.Millisecond
+		s1 := b.acquireWith(flight.AcquireParams{Key: "s1", OwnerID: "A", Task: b.task("td"), Start: true, Policy: stall})
+		b.set("s1", "progressAt", "now-5s")
+		stalled, err := b.rdb.Dump(b.ctx, b.ks.Meta("s1")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := b.acquireWith(flight.AcquireParams{Key: "s1", OwnerID: "B", Task: b.task("te"), Start: true, Policy: stall})
+		if sb.Action != flight.ActionOwner || sb.Reason != flight.ReasonExpired {
+			t.Fatalf("B on the stalled flight: %+v, want an expired takeover", sb)
+		}
+		known["s1"] = sb.Token
+		if err := b.rdb.RestoreReplace(b.ctx, b.ks.Meta("s1"), 0, stalled).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Complete(b.ctx, *s1.Owner, []byte(`"stalled"`), 0); !errors.Is(err, flight.ErrStaleToken) {
+			t.Errorf("stalled owner's complete after the rollback: %v, want ErrStaleToken", err)
 		}
 
 		// A lapsed owner the archive knows nothing newer of goes on.

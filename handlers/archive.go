@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -21,15 +22,21 @@ func (p *Processor) lookupTimeout() time.Duration { return min(p.stage.Lease/4, 
 // archiveFence is the coordinator's WriteBackFence with an archive (nil without one): the
 // largest owner token the archive knows for the key, of its claim (made by an owner that took
 // the flight over) and of its archived outcome (flight.ArchiveFence). A Redis data loss takes
-// a flight's fence, and an owner that was paused past its lease before it, and taken over,
-// would write its stale result back; the claim of the owner that took over refuses it.
+// a flight's fence, and a failover can roll a flight back to an owner that was taken over;
+// that owner would write its stale result; the claim of the owner that took over refuses it.
 func (c *Consumer) archiveFence() func(ctx context.Context, key string) (int64, bool) {
 	if c.archive == nil {
 		return nil
 	}
 	return flight.ArchiveFence(c.archive.Fence, func(key string, err error) {
-		c.log.Warn().Err(err).Str("requestKey", key).
-			Msg("archive fence unknown: an owner whose flight Redis lost writes it back unchecked")
+		// While the archive is away every such write goes on unchecked: the writer logged
+		// that once; each one is a debug line.
+		ev := c.log.Warn()
+		if errors.Is(err, archive.ErrUnavailable) {
+			ev = c.log.Debug()
+		}
+		ev.Err(err).Str("requestKey", key).
+			Msg("archive fence unknown: an owner that may have been taken over, or whose flight Redis lost, writes unchecked")
 	})
 }
 

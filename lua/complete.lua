@@ -12,7 +12,11 @@
 --   tenant, sessionId, requestKey K, attempts. Without them such a call answers GONE and
 --   changes nothing; the caller calls again with them.
 -- ARGV[23] (optional, after ARGV[17..22]) -> the shared label of the caller's own event
---   ("owner" when absent; "archive" for an outcome rebuilt from the durable archive)
+--   ("owner" when absent or ""; "archive" for an outcome rebuilt from the durable archive)
+-- ARGV[24] (optional, after ARGV[23]) -> "1": ask first: answer GONE when the meta is gone,
+--   and LAPSED when the caller's own record lets another caller take the flight over
+--   (lib.lua takeoverDue), instead of writing; the caller checks a fence kept outside Redis,
+--   then calls again without it
 --
 -- The rule: a result is accepted from the token that owns the flight while it is PENDING,
 -- RUNNING, or EXPIRED by that owner's own heartbeat (not yet answered: the attempt ran out,
@@ -21,7 +25,10 @@
 -- fence, nor from a run that was cancelled or expired for good.
 --
 -- Output: { code, status, restored, settled, <answer tail> }
---   GONE        the meta is gone and ARGV[17..22] were not given: nothing was done
+--   GONE        the meta is gone and ARGV[17..22] were not given, or ARGV[24] asks: nothing
+--               was done
+--   LAPSED      (ARGV[24] asks) the caller's record lets another caller take it over: nothing
+--               was done
 --   OK          the result is stored (TTL resultTTL), the meta SUCCEEDED (TTL resultTTL); the
 --               caller (shared owner) and the parked tasks are answered. restored is 1 when
 --               the meta was gone and written anew (the meta records restoredAt).
@@ -34,6 +41,13 @@
 --               larger token was issued but its meta is gone too: the caller acquires again)
 --   STATE       the token's own flight is FAILED: nothing written
 -- settled says what became of the caller's task: answered, parked or "" (still the caller's).
+
+-- label is the shared label of the caller's own event (ARGV[23]).
+local function label()
+  local l = V[23]
+  if l == nil or l == '' then return 'owner' end
+  return l
+end
 
 -- compSucceed stores the result and answers the owner's task (with the event body the caller
 -- built) and every parked task. meta is the flight (nil on the common path: the caller's
@@ -59,7 +73,7 @@ local function compSucceed(meta, restored, handover)
     meta.status, meta.inline = 'SUCCEEDED', V[14]
     body = outcomeOf(meta, 'SUCCEEDED', V[13])
   end
-  answer(body, V[23] or 'owner')
+  answer(body, label())
   if V[1] ~= 'write' and #out.released > 0 then redis.call('PEXPIRE', K[4], ttl) end
   local r = 0
   if restored then r = 1 end
@@ -67,14 +81,19 @@ local function compSucceed(meta, restored, handover)
 end
 
 register('complete', function()
+  local ask = V[24] == '1'
   local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'handover')
   local status = m[1]
   if status and m[2] == V[12] and (status == 'RUNNING' or status == 'PENDING') then
+    if ask then
+      local x = redis.call('HMGET', K[1], 'heartbeatAt', 'expireAt', 'progressAt', 'policy')
+      if takeoverDue(status, x[1], x[2], x[3], x[4]) then return tail({ 'LAPSED', status, 0, '' }) end
+    end
     return compSucceed(nil, false, m[3])
   end
   local tok = num(V[12], 0)
   if not status then
-    if V[22] == nil then return tail({ 'GONE', '', 0, '' }) end
+    if V[22] == nil or ask then return tail({ 'GONE', '', 0, '' }) end
     local verdict = fenceAdmits(tok, num(V[16], 86400000))
     local meta = { status = 'SUCCEEDED', stage = V[18], tenant = V[19], sessionId = V[20],
       requestKey = V[21], ownerId = V[17], ownerToken = V[12], attempts = V[22] }
@@ -84,7 +103,7 @@ register('complete', function()
       local st, code = 'CANCELLED', 'cancelled'
       if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
       meta.status = st
-      answer(outcomeOf(meta, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the result arrived'), V[23] or 'owner')
+      answer(outcomeOf(meta, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the result arrived'), label())
       return tail({ st, st, 0, 'answered' })
     end
     redis.call('HSET', K[1], 'stage', meta.stage, 'tenant', meta.tenant, 'sessionId', meta.sessionId,
@@ -99,19 +118,20 @@ register('complete', function()
   end
   local meta = loadMeta()
   if status == 'SUCCEEDED' then
-    answer(outcomeOf(meta, status, redis.call('GET', K[2]) or V[13]), V[23] or 'owner')
+    answer(outcomeOf(meta, status, redis.call('GET', K[2]) or V[13]), label())
     return tail({ 'ALREADY', status, 0, 'answered' })
   end
   if status == 'CANCELLED' then
-    answer(failureOf(meta), V[23] or 'owner')
+    answer(failureOf(meta), label())
     return tail({ status, status, 0, 'answered' })
   end
   if status == 'EXPIRED' then
     local f, mark = readFence()
     if mark ~= '' and f == tok then
-      answer(failureOf(meta), V[23] or 'owner')
+      answer(failureOf(meta), label())
       return tail({ status, status, 0, 'answered' })
     end
+    if ask then return tail({ 'LAPSED', status, 0, '' }) end
     return compSucceed(meta, false, meta.handover)
   end
   return tail({ 'STATE', status, 0, '' })

@@ -17,6 +17,8 @@
 --             longer); "0" or absent: at once
 -- ARGV[28] (optional) -> "1": the caller gives its stream entry up (its task waits for the
 --             retry in the stage's scheduled set and comes back under a new entry)
+-- ARGV[29] (optional) -> "1": ask first, as complete's ARGV[24] (GONE when the meta is gone,
+--             LAPSED when the caller's own record lets another caller take it over)
 --
 -- Accepted from the same tokens as complete (complete.lua). Output:
 --   { code, final, settled, <answer tail> }
@@ -27,6 +29,7 @@
 --   STALE_TOKEN another token owns the flight: the caller is answered from its outcome or
 --               parked on it ("" when a larger token's meta is gone too)
 --   STATE       the token's flight SUCCEEDED: nothing written
+--   GONE, LAPSED  (ARGV[29] asks) as complete's: nothing written
 -- settled: answered | parked | "" (the caller keeps its task, to retry it).
 
 register('fail', function()
@@ -67,8 +70,10 @@ register('fail', function()
     return tail({ code, 0, '' })
   end
 
+  local ask = V[29] == '1'
   local meta = loadMeta()
   if not meta then
+    if ask then return tail({ 'GONE', 0, '' }) end
     local verdict = fenceAdmits(tok, fenceTTL)
     if verdict == 'stale' then return tail({ 'STALE_TOKEN', 0, '' }) end
     local m = { stage = V[18], tenant = V[19], sessionId = V[20], requestKey = V[21],
@@ -104,10 +109,14 @@ register('fail', function()
       answer(failureOf(meta), label)
       return tail({ status, 1, 'answered' })
     end
+    if ask then return tail({ 'LAPSED', 0, '' }) end
     record(meta)
     return done('OK', meta)
   end
   if status == 'PENDING' or status == 'RUNNING' then
+    if ask and takeoverDue(status, meta.heartbeatAt, meta.expireAt, meta.progressAt, meta.policy) then
+      return tail({ 'LAPSED', 0, '' })
+    end
     record(meta)
     return done('OK', meta)
   end

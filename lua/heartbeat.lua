@@ -10,14 +10,18 @@
 -- ARGV[3..] -> the ownership, to write a meta that is gone: ownerId, stage, tenant, sessionId,
 --            requestKey, taskId, entry, attempts, expireAt (Unix ms), lease, runningTTL,
 --            stallTimeout, resultTTL, failureTTL, maxAttempts, fenceTTL (ms)
--- ARGV[19] (optional) -> "1": when the meta is gone and the fence admits the token, answer GONE
---            instead of writing it back (the caller checks a fence kept outside Redis, then
---            calls again without it)
+-- ARGV[19] (optional) -> "1": ask first: when the meta is gone and the fence admits the
+--            token, answer GONE instead of writing it back, and when the caller's own record
+--            lets another caller take the flight over (lib.lua takeoverDue), answer LAPSED
+--            instead of renewing it (the caller checks a fence kept outside Redis, then calls
+--            again without it)
 --
 -- Output: { code, status }
 --   OK          heartbeatAt = now; keep running
 --   RESTORED    the meta was gone and is written back; keep running
 --   GONE        (ARGV[19] "1") the meta is gone and would be written back: nothing was done
+--   LAPSED      (ARGV[19] "1") the caller's record lets another caller take it over: nothing
+--               was done
 --   CANCELLED   the flight was cancelled: abort the model call
 --   EXPIRED     runningTTL is spent or progress stalled (by the owner's pinned stallTimeout):
 --               the flight is now EXPIRED; abort, and acquire again
@@ -32,7 +36,7 @@ register('heartbeat', function()
     failureTTL = num(V[16], 60000), maxAttempts = V[17], fenceTTL = num(V[18], 86400000) }
 
   local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'progress', 'progressAt', 'expireAt',
-    'policy')
+    'policy', 'heartbeatAt')
   local status, token = m[1], m[2]
   if not status then
     local verdict = fenceAdmits(num(tok, 0), O.fenceTTL)
@@ -54,6 +58,7 @@ register('heartbeat', function()
   if token ~= tok then return { 'STALE_TOKEN', status } end
   if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
   if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
+  if V[19] == '1' and takeoverDue(status, m[7], m[5], m[4], m[6]) then return { 'LAPSED', status } end
 
   local _, pRunning, pStall, _, pFailure = pinned({ policy = m[6] },
     '0 0 ' .. fmt(num(O.stall, 0)) .. ' 0 ' .. fmt(O.failureTTL) .. ' 0')

@@ -158,6 +158,22 @@ local function fenceAdmits(tok, fenceTTL)
   return 'ok'
 end
 
+-- takeoverDue reports whether a flight's record lets an acquire take it over now: a live
+-- flight (PENDING, RUNNING) whose owner's lease lapsed, whose attempt ran out or (RUNNING)
+-- whose progress stalled, by its pinned policy; an EXPIRED one always. An owner that asks
+-- ("ask" argument of complete, fail and heartbeat) hears LAPSED instead of writing on such a
+-- record: it may be a rollback that lost the acquire of the owner that took over (a failover),
+-- and a fence kept outside Redis decides before it calls again without asking.
+local function takeoverDue(status, heartbeatAt, expireAt, progressAt, policy)
+  if status == 'EXPIRED' then return true end
+  if status ~= 'PENDING' and status ~= 'RUNNING' then return false end
+  local lease, running, stall = pinned({ policy = policy }, nil)
+  local now, exp = nowMs(), num(expireAt, 0)
+  if now > exp then return true end
+  if stall > 0 and status == 'RUNNING' and now - num(progressAt, exp - running) > stall then return true end
+  return now - num(heartbeatAt, 0) > lease
+end
+
 -- Answers ------------------------------------------------------------------------------------
 
 -- initAnswers returns the answer block (V[1..11]) as a table, made on first use.
