@@ -64,14 +64,15 @@ func (s *Store) purgeClaims(ctx context.Context, limit int) (int64, error) {
 // Claim records durably, before the model call, that token owns key's flight (Store.Claim),
 // within ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup; it
 // does not need Run. A failure, a timeout included, marks the archive away, unless ctx was
-// cancelled.
+// cancelled or gave it less than 100 ms.
 func (w *Writer) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
 	if err := w.available("claim", key, false); err != nil {
 		return err
 	}
+	short := shortBound(ctx)
 	if err := w.store.Claim(ctx, key, token, ttl); err != nil {
 		if !errors.Is(err, ErrInvalid) {
-			w.failed(ctx, "claim", err)
+			w.failed(ctx, short, "claim", err)
 		}
 		return err
 	}
@@ -81,25 +82,40 @@ func (w *Writer) Claim(ctx context.Context, key string, token int64, ttl time.Du
 // Fence returns the largest owner token the archive knows for key (Store.Fence), within
 // ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup; it does not
 // need Run (a consumer writes its spool back before Run starts). A failure, a timeout
-// included, marks the archive away, unless ctx was cancelled.
+// included, marks the archive away, unless ctx was cancelled or gave it less than 100 ms.
 func (w *Writer) Fence(ctx context.Context, key string) (int64, bool, error) {
 	if err := w.available("fence", key, false); err != nil {
 		return 0, false, err
 	}
+	short := shortBound(ctx)
 	tok, ok, err := w.store.Fence(ctx, key)
 	if err != nil {
-		w.failed(ctx, "fence", err)
+		w.failed(ctx, short, "fence", err)
 		return 0, false, err
 	}
 	return tok, ok, nil
 }
 
+// healthBound is the shortest caller bound whose timeout says the archive is unwell: a call
+// given less time than this can miss it on a healthy database.
+const healthBound = 100 * time.Millisecond
+
+// shortBound reports whether ctx leaves less than healthBound.
+func shortBound(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < healthBound
+}
+
 // failed counts a failed call of op and marks the archive away (later calls fail at once
-// until a probe answers), unless its caller cancelled it: an archive that does not answer
-// within the caller's bound must not hold up every other owner's call as well.
-func (w *Writer) failed(ctx context.Context, op string, err error) {
+// until a probe answers), so that an archive that does not answer holds up no other owner's
+// call, unless the failure says nothing of the archive: its caller cancelled it, or it ran
+// out of a bound shorter than healthBound (short).
+func (w *Writer) failed(ctx context.Context, short bool, op string, err error) {
 	w.metrics.errors.WithLabelValues(op).Inc()
-	if !errors.Is(ctx.Err(), context.Canceled) {
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+	case short && errors.Is(ctx.Err(), context.DeadlineExceeded):
+	default:
 		w.markDown(err)
 	}
 }

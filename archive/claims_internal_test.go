@@ -95,6 +95,15 @@ func TestClaims(t *testing.T) {
 	if h := w.Health(); h != "ok" {
 		t.Fatalf("health after a claim its caller cancelled: %s", h)
 	}
+	tiny, cancelTiny := context.WithTimeout(ctx, time.Nanosecond)
+	defer cancelTiny()
+	time.Sleep(time.Millisecond)
+	if _, _, err := w.Fence(tiny, "k"); err == nil {
+		t.Fatal("a fence question with no time left succeeded")
+	}
+	if err := w.Claim(ctx, "k", 901, time.Hour); err != nil || w.Health() != "ok" {
+		t.Fatalf("after a question out of a too short bound: claim %v, health %s (the archive is fine)", err, w.Health())
+	}
 
 	for _, bad := range []struct {
 		key string

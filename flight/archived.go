@@ -65,8 +65,12 @@ type Fencer interface {
 // claim).
 func NeedsClaim(reason Reason) bool { return reason == ReasonTakeover || reason == ReasonExpired }
 
-// archiveFenceTimeout bounds one ArchiveFence lookup.
-const archiveFenceTimeout = time.Second
+// archiveFenceTimeout bounds one ArchiveFence lookup; a caller with less than twice
+// minArchiveFenceTimeout left asks nothing.
+const (
+	archiveFenceTimeout    = time.Second
+	minArchiveFenceTimeout = 10 * time.Millisecond
+)
 
 // ArchiveFence returns a Config.WriteBackFence over fence (a Fencer's Fence method): the
 // largest token known for the key, asked within a second and within half of what is left of
@@ -79,6 +83,14 @@ func ArchiveFence(fence func(ctx context.Context, key string) (int64, bool, erro
 		bound := archiveFenceTimeout
 		if dl, ok := ctx.Deadline(); ok {
 			bound = min(bound, time.Until(dl)/2)
+		}
+		if bound < minArchiveFenceTimeout {
+			// Too little time left to ask (the write it guards will likely time out too); a
+			// bound this short would only count against the archive's health.
+			if onError != nil {
+				onError(key, fmt.Errorf("flight: fence of %q: %w", key, context.DeadlineExceeded))
+			}
+			return 0, false
 		}
 		lctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()

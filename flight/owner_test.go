@@ -799,6 +799,17 @@ func TestLapsedOwnerAsksTheFence(t *testing.T) {
 		if st, err := c.Complete(b.ctx, *l2.Owner, []byte(`"late"`), 0); err != nil || !st.Answered {
 			t.Errorf("lapsed complete with nothing newer known: %+v %v", st, err)
 		}
+		f2 := b.acquireWith(flight.AcquireParams{Key: "f2", OwnerID: "A", Task: b.task("tf"), Start: true, Policy: short})
+		time.Sleep(300 * time.Millisecond)
+		if st, err := c.Fail(b.ctx, *f2.Owner, flight.Failure{Type: "bad_request", Code: "x"}, 0); err != nil || !st.Final {
+			t.Errorf("lapsed fail with nothing newer known: %+v %v", st, err)
+		}
+		// A heartbeat of a stalled record with nothing newer known goes on to expire it.
+		h2 := b.acquireWith(flight.AcquireParams{Key: "h2", OwnerID: "A", Task: b.task("tg"), Start: true, Policy: stall})
+		b.set("h2", "progressAt", "now-5s")
+		if _, err := c.Heartbeat(b.ctx, *h2.Owner, ""); !errors.Is(err, flight.ErrExpired) {
+			t.Errorf("stalled heartbeat with nothing newer known: %v, want ErrExpired", err)
+		}
 
 		// An owner within its lease asks nothing.
 		asked = 0
