@@ -44,9 +44,11 @@ type Archive interface {
 // Fencer is an Archive that also keeps a fence that outlives Redis (package archive's Writer
 // implements it). A Redis data loss takes a flight's fence with the flight: an owner paused
 // past its lease before the loss, and taken over, could then write its older result back.
+// A failover that loses writes can also roll a flight back to an owner that was taken over.
 // So an owner that takes a flight over from an owner that may still be running claims the
 // key durably with its token before it runs anything (NeedsClaim), and an owner asks the
-// largest token known for its key before it writes back a flight Redis lost (ArchiveFence).
+// largest token known for its key (ArchiveFence) before it writes back a flight Redis lost,
+// or writes on a record of its own that lets another caller take the flight over.
 type Fencer interface {
 	Archive
 	// Claim records durably that token owns key's flight, for ttl (the archive's default

@@ -176,8 +176,8 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 // also answers first when the owner's own record lets another caller take the flight over
 // (its lease lapsed, its attempt ran out or stalled): that record may be a rollback (a
 // failover lost the acquire of the owner that took over), so the fence is asked before the
-// write, and a larger token refuses it (ErrStaleToken, the task unsettled). A retry of the same token's
-// complete (a lost reply) succeeds again. Refusals, with what became of the owner's task:
+// write, and a larger token refuses it (ErrStaleToken, the task unsettled). A retry of the
+// same token's complete (a lost reply) succeeds again. Refusals, with what became of the owner's task:
 // ErrCancelled and ErrExpired (the run was closed: the task is answered with that outcome),
 // ErrStaleToken (another owner: the task is answered from the flight or parked on it; neither
 // when a larger token's meta is gone too), *StateError (the token's own flight FAILED).
