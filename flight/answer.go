@@ -35,14 +35,29 @@ func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int, body 
 	return argv
 }
 
-// tailFields is the JSON of the events' finishedAt and consumer fields, now.
+// tailStamp is a tailFields string and the Unix millisecond it was made in.
+type tailStamp struct {
+	ms int64
+	s  string
+}
+
+// tailFields is the JSON of the events' finishedAt and consumer fields, now. finishedAt
+// shows milliseconds, so the string is made once per millisecond (formatting a time costs
+// more than the rest of a call's arguments).
 func (c *Coordinator) tailFields() string {
+	now := time.Now()
+	ms := now.UnixMilli()
+	if t := c.tail.Load(); t != nil && t.ms == ms {
+		return t.s
+	}
 	b := make([]byte, 0, 64+len(c.consumerJSON))
 	b = append(b, `"finishedAt":"`...)
-	b = time.Now().UTC().AppendFormat(b, topics.TimeLayout)
+	b = now.UTC().AppendFormat(b, topics.TimeLayout)
 	b = append(b, `","consumer":`...)
 	b = append(b, c.consumerJSON...)
-	return string(b)
+	s := string(b)
+	c.tail.Store(&tailStamp{ms: ms, s: s})
+	return s
 }
 
 // answerKeys returns the flight keys of key and, in answer mode write, the result stream and

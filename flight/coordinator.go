@@ -274,10 +274,12 @@ type Coordinator struct {
 	wbFence  func(ctx context.Context, key string) (int64, bool) // Config.WriteBackFence
 	// consumerJSON is the consumer name as a JSON string, for the events.
 	consumerJSON []byte
-	maxLenArg    string       // maxLen as a script argument
-	streams      sync.Map     // stage -> its result stream and task streams (stageStreams)
-	policies     sync.Map     // Policy -> its pinned form (pinnedOf)
-	nPolicies    atomic.Int32 // entries in policies
+	// tail is the last tailFields string and the Unix millisecond it was made in.
+	tail      atomic.Pointer[tailStamp]
+	maxLenArg string       // maxLen as a script argument
+	streams   sync.Map     // stage -> its result stream and task streams (stageStreams)
+	policies  sync.Map     // Policy -> its pinned form (pinnedOf)
+	nPolicies atomic.Int32 // entries in policies
 }
 
 // maxPinnedCache bounds the policies whose pinned form a coordinator keeps (stage policies are
