@@ -19,6 +19,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/warm"
 	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -129,7 +130,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		}
 		proc := &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb,
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
-			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
+			log: c.log, metrics: c.metrics, life: c.life, runs: warm.New(time.Minute), sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: flight.NewLocal[[]byte](flight.LocalConfig{}), breaker: c.breaker, archive: c.archive}
 		c.procs[s.Name] = proc
 		sub, err := stream.NewSubscriber(stream.Config{Client: c.reads, Consumer: cfg.Name, Capacity: s.Concurrency,
@@ -330,6 +331,9 @@ func (c *Consumer) closeClients() {
 	}
 	if c.batch != nil {
 		_ = c.batch.Close()
+	}
+	for _, p := range c.procs {
+		p.runs.Close() // its idle handler goroutines go
 	}
 	for _, cl := range c.clients {
 		_ = cl.Close()

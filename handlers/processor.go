@@ -19,6 +19,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/internal/warm"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -67,6 +68,7 @@ type Processor struct {
 	local    *flight.Local[[]byte] // LOCAL_ONLY stages
 	breaker  *flight.Breaker
 	archive  *archive.Writer // nil without an archive
+	runs     *warm.Pool      // the goroutines that run handle
 }
 
 // entry is the stream entry a handler run holds.
@@ -87,7 +89,9 @@ func (p *Processor) HandlerFunc() message.NoPublishHandlerFunc {
 		// its task answered meanwhile: it checks its entry before acquiring (stillHeld).
 		retried := msg.Metadata.Get(metaRan) != ""
 		msg.Metadata.Set(metaRan, "1")
-		return p.handle(msg, retried)
+		// On a reused goroutine: watermill starts one per message, and a run is deep enough
+		// that a fresh goroutine's stack would grow and be copied for every task.
+		return p.runs.Do(func() error { return p.handle(msg, retried) })
 	}
 }
 
