@@ -43,7 +43,23 @@ func TestFlightShowsArchivedRow(t *testing.T) {
 		a.Result != `{"score":7}` || a.Expired || d.Meta.Status != "" {
 		t.Errorf("detail %+v, archived %+v", d, d.Archived)
 	}
+	if d.Claim != nil {
+		t.Errorf("claim %+v of a key nobody took over", d.Claim)
+	}
 	if _, err := in.Flight(ctx, "ai:interview-evaluation:v1:acme:never"); !errors.Is(err, flight.ErrNotFound) {
 		t.Errorf("a key nobody knows: %v, want ErrNotFound", err)
+	}
+	// A key only a takeover claim knows (Redis lost the flight of the owner that took over,
+	// before its outcome): its detail shows the claim.
+	const claimed = "ai:interview-evaluation:v1:acme:claimed"
+	if err := store.Claim(ctx, claimed, 77, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	d, err = in.Flight(ctx, claimed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Claim; c == nil || c.Token != 77 || c.Expired || c.ExpiresAt <= c.ClaimedAt || d.Archived != nil {
+		t.Errorf("detail %+v, claim %+v", d, d.Claim)
 	}
 }

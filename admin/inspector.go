@@ -383,6 +383,10 @@ type FlightDetail struct {
 	// ArchiveError says why it could not be read.
 	Archived     *ArchivedView `json:"archived,omitempty"`
 	ArchiveError string        `json:"archiveError,omitempty"`
+	// Claim is the key's takeover claim in the archive, when it holds one: the token of the
+	// last owner that took the flight over, which refuses older owners' writes after a Redis
+	// data loss.
+	Claim *ClaimView `json:"claim,omitempty"`
 	// Truncated tells that a field, list or map was cut.
 	Truncated bool `json:"truncated,omitempty"`
 }
@@ -404,26 +408,24 @@ type ArchivedView struct {
 	Expired    bool  `json:"expired"`
 }
 
+// ClaimView is a key's takeover claim in the durable archive; times are Unix ms.
+type ClaimView struct {
+	Token     int64 `json:"token"`
+	ClaimedAt int64 `json:"claimedAt"`
+	ExpiresAt int64 `json:"expiresAt"`
+	Expired   bool  `json:"expired"`
+}
+
 // Flight reads one flight (ErrNotFound when neither Redis nor the archive knows it).
 func (in *Inspector) Flight(ctx context.Context, key string) (FlightDetail, error) {
 	var d FlightDetail
 	if in.cfg.Archive != nil {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		r, ok, err := in.cfg.Archive.Inspect(actx, key)
-		cancel()
-		switch {
-		case err != nil:
-			d.ArchiveError = err.Error()
-		case ok:
-			d.Archived = &ArchivedView{Status: string(r.Status), Stage: r.Stage, Tenant: r.Tenant, Token: r.Token,
-				Attempts: r.Attempts, Result: string(r.Result), ErrorType: r.ErrorType, ErrorCode: r.ErrorCode,
-				Error: r.Error, FinishedAt: r.FinishedAt.UnixMilli(), ExpiresAt: r.ExpiresAt.UnixMilli(), Expired: r.Expired}
-		}
+		in.archived(ctx, key, &d)
 	}
 	m, err := in.coord.Get(ctx, key)
 	switch {
-	case errors.Is(err, flight.ErrNotFound) && d.Archived != nil:
-		// Only the archive knows the key: show its row.
+	case errors.Is(err, flight.ErrNotFound) && (d.Archived != nil || d.Claim != nil):
+		// Only the archive knows the key: show its row and claim.
 	case err != nil:
 		return FlightDetail{}, err
 	default:
@@ -434,6 +436,30 @@ func (in *Inspector) Flight(ctx context.Context, key string) (FlightDetail, erro
 	}
 	_, d.Truncated = bound(&d, MaxFieldBytes)
 	return d, nil
+}
+
+// archived reads key's archived row and claim into d (ArchiveError when it cannot).
+func (in *Inspector) archived(ctx context.Context, key string, d *FlightDetail) {
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	r, ok, err := in.cfg.Archive.Inspect(actx, key)
+	switch {
+	case err != nil:
+		d.ArchiveError = err.Error()
+		return
+	case ok:
+		d.Archived = &ArchivedView{Status: string(r.Status), Stage: r.Stage, Tenant: r.Tenant, Token: r.Token,
+			Attempts: r.Attempts, Result: string(r.Result), ErrorType: r.ErrorType, ErrorCode: r.ErrorCode,
+			Error: r.Error, FinishedAt: r.FinishedAt.UnixMilli(), ExpiresAt: r.ExpiresAt.UnixMilli(), Expired: r.Expired}
+	}
+	c, ok, err := in.cfg.Archive.InspectClaim(actx, key)
+	switch {
+	case err != nil:
+		d.ArchiveError = err.Error()
+	case ok:
+		d.Claim = &ClaimView{Token: c.Token, ClaimedAt: c.ClaimedAt.UnixMilli(), ExpiresAt: c.ExpiresAt.UnixMilli(),
+			Expired: c.Expired}
+	}
 }
 
 // EventView is one terminal event with its stream id.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Claims: the fence that outlives Redis (DESIGN.md section 9). An owner that takes a flight
@@ -118,4 +120,31 @@ func (w *Writer) failed(ctx context.Context, short bool, op string, err error) {
 	default:
 		w.markDown(err)
 	}
+}
+
+// ClaimRow is a key's claim, as InspectClaim shows it.
+type ClaimRow struct {
+	// Token is the owner token that claimed the key; ClaimedAt when.
+	Token     int64
+	ClaimedAt time.Time
+	// ExpiresAt is when the purge job may delete it; Expired is true once it passed.
+	ExpiresAt time.Time
+	Expired   bool
+}
+
+// InspectClaim returns key's claim, expired or not; false when there is none (also on a
+// database no consumer has migrated yet). It needs SELECT on flightdeck_claims and never
+// migrates.
+func (s *Store) InspectClaim(ctx context.Context, key string) (ClaimRow, bool, error) {
+	var r ClaimRow
+	err := s.pool.QueryRow(ctx, `SELECT owner_token, claimed_at, expires_at FROM flightdeck_claims
+        WHERE request_key = $1`, key).Scan(&r.Token, &r.ClaimedAt, &r.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) || noTable(err) {
+		return ClaimRow{}, false, nil
+	}
+	if err != nil {
+		return ClaimRow{}, false, fmt.Errorf("archive: inspect claim %s: %w", key, err)
+	}
+	r.Expired = !r.ExpiresAt.After(time.Now())
+	return r, true, nil
 }

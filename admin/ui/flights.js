@@ -245,7 +245,7 @@
           })))
         : h('div', { class: 'muted' }, active ? 'No follower is waiting on this flight.' : 'None: every parked task was answered.')));
     sections.push(attemptsSection(d.attempts || [], m.Status));
-    if (d.archived || d.archiveError) sections.push(archivedSection(d.archived, d.archiveError, at));
+    if (d.archived || d.archiveError || d.claim) sections.push(archivedSection(d.archived, d.archiveError, d.claim, at));
     sections.push(h('section', { id: 'detail-result' }, h('h3', null, 'Result'),
       d.result ? h('pre', { class: 'code' }, prettyJSON(d.result)) : h('div', { class: 'muted' }, m.Status === 'SUCCEEDED' ? 'Result expired or stored elsewhere.' : 'No result stored.')));
     const fields = Object.entries(m.Fields || {}).sort(([a], [b]) => a.localeCompare(b));
@@ -262,8 +262,8 @@
 
 
   // archivedSection shows the key's row in the durable archive (what answers the key when
-  // Redis no longer knows it).
-  function archivedSection(a, err, at) {
+  // Redis no longer knows it) and its takeover claim (the token that refuses older owners).
+  function archivedSection(a, err, claim, at) {
     const kids = [h('h3', null, 'Archived outcome')];
     if (err) kids.push(h('div', { class: 'err-text' }, 'archive unavailable: ' + err));
     if (a) {
@@ -277,6 +277,12 @@
         h('dt', null, 'kept until'), h('dd', { class: 'mono' + (a.expired ? ' none' : '') }, at(new Date(a.expiresAt).toISOString()) + (a.expired ? ' (expired)' : '')),
         h('dt', null, 'error'), h('dd', { class: 'wrap err-text' }, errorText(a.errorType, a.errorCode, a.error) || '—')));
       if (a.result) kids.push(h('pre', { class: 'code' }, prettyJSON(a.result)));
+    }
+    if (claim) {
+      kids.push(h('dl', { class: 'kv-grid', id: 'detail-claim' },
+        h('dt', null, 'takeover claim'), h('dd', { class: 'mono' }, String(claim.token)),
+        h('dt', null, 'claimed'), h('dd', { class: 'mono' }, at(new Date(claim.claimedAt).toISOString())),
+        h('dt', null, 'kept until'), h('dd', { class: 'mono' + (claim.expired ? ' none' : '') }, at(new Date(claim.expiresAt).toISOString()) + (claim.expired ? ' (expired)' : ''))));
     }
     return h('section', { id: 'detail-archived' }, ...kids);
   }

@@ -58,4 +58,22 @@ func testInspectArchive(t *testing.T, c *cli) {
 	if res.code != 1 {
 		t.Errorf("inspect of a key nobody knows: exit %d, stdout %q", res.code, res.stdout)
 	}
+	// A key taken over shows its claim beside its archived row.
+	if err := store.Claim(ctx, key, 9, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res = c.run("", "inspect", key, "--archive", pg.URL)
+	var claimed struct {
+		Claim *struct {
+			OwnerToken int64  `json:"ownerToken"`
+			ClaimedAt  string `json:"claimedAt"`
+			Expired    bool   `json:"expired"`
+		} `json:"claim"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &claimed); err != nil || res.code != 0 {
+		t.Fatalf("inspect with a claim: exit %d, %q: %v", res.code, res.stdout, err)
+	}
+	if cl := claimed.Claim; cl == nil || cl.OwnerToken != 9 || cl.ClaimedAt == "" || cl.Expired {
+		t.Errorf("inspect of a claimed key: %s", res.stdout)
+	}
 }

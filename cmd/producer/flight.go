@@ -100,6 +100,18 @@ type inspection struct {
 	Archived *archivedRow `json:"archived,omitempty"`
 	// ArchiveError says why the archive could not be read.
 	ArchiveError string `json:"archiveError,omitempty"`
+	// Claim is the key's takeover claim in the archive, when it holds one.
+	Claim *claimRow `json:"claim,omitempty"`
+}
+
+// claimRow is a key's takeover claim in the archive, as inspect prints it: the token of the
+// last owner that took the flight over (older owners' writes are refused after a Redis data
+// loss).
+type claimRow struct {
+	OwnerToken int64  `json:"ownerToken"`
+	ClaimedAt  string `json:"claimedAt"`
+	ExpiresAt  string `json:"expiresAt"`
+	Expired    bool   `json:"expired"`
 }
 
 // shownResult is a result as inspect prints it: Result when it is JSON of at most 2 KB,
@@ -248,6 +260,10 @@ func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.
 	}
 	out.shownResult = show([]byte(d.Result))
 	out.Archived = archivedOf(d.Archived)
+	if c := d.Claim; c != nil {
+		out.Claim = &claimRow{OwnerToken: c.Token, ClaimedAt: stamp(time.UnixMilli(c.ClaimedAt)),
+			ExpiresAt: stamp(time.UnixMilli(c.ExpiresAt)), Expired: c.Expired}
+	}
 	if d.ArchiveError != "" {
 		out.ArchiveError = redisconn.RedactError(errors.New(d.ArchiveError), archiveURL).Error()
 	}
