@@ -82,13 +82,15 @@ end
 
 register('complete', function()
   local ask = V[24] == '1'
-  local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'handover')
+  local m
+  if ask then -- also what takeoverDue judges
+    m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'handover', 'heartbeatAt', 'expireAt', 'progressAt', 'policy')
+  else
+    m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'handover')
+  end
   local status = m[1]
   if status and m[2] == V[12] and (status == 'RUNNING' or status == 'PENDING') then
-    if ask then
-      local x = redis.call('HMGET', K[1], 'heartbeatAt', 'expireAt', 'progressAt', 'policy')
-      if takeoverDue(status, x[1], x[2], x[3], x[4]) then return tail({ 'LAPSED', status, 0, '' }) end
-    end
+    if ask and takeoverDue(status, m[4], m[5], m[6], m[7]) then return tail({ 'LAPSED', status, 0, '' }) end
     return compSucceed(nil, false, m[3])
   end
   local tok = num(V[12], 0)
