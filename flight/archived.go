@@ -67,6 +67,19 @@ type Fencer interface {
 // claim).
 func NeedsClaim(reason Reason) bool { return reason == ReasonTakeover || reason == ReasonExpired }
 
+// ClaimTakeover claims d's flight in f, within bound, when d made its caller owner by taking
+// the flight over from an owner that may still be running (NeedsClaim): the claim lives as
+// long as Redis's fence would have (the owner policy's fence TTL). It does nothing for any
+// other decision.
+func ClaimTakeover(ctx context.Context, f Fencer, d Decision, bound time.Duration) error {
+	if d.Owner == nil || !NeedsClaim(d.Reason) {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	return f.Claim(cctx, d.Owner.Key, d.Owner.Token, d.Owner.Policy.WithDefaults().FenceTTL())
+}
+
 // archiveFenceTimeout bounds one ArchiveFence lookup; a caller with less than twice
 // minArchiveFenceTimeout left asks nothing.
 const (

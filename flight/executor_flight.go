@@ -252,14 +252,10 @@ func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o Ownership)
 // the run goes on (the archive's outage must not stop the flight).
 func (e *Executor) claim(ctx context.Context, st *stageRuntime, d Decision) {
 	f, ok := e.cfg.Archive.(Fencer)
-	if !ok || !NeedsClaim(d.Reason) {
+	if !ok {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-	// The claim refuses writes as long as Redis's fence would have: the fence TTL.
-	err := f.Claim(cctx, d.Owner.Key, d.Owner.Token, d.Owner.Policy.WithDefaults().FenceTTL())
-	cancel()
-	if err != nil {
+	if err := ClaimTakeover(ctx, f, d, st.opt.Budget.Coordination); err != nil {
 		e.log.Warn().Err(err).Str("key", d.Owner.Key).Str("reason", string(d.Reason)).
 			Msg("archive claim failed: after a Redis data loss the previous owner could write its result back")
 	}

@@ -203,15 +203,8 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 	if ask {
 		argv = append(argv, flag(true))
 	}
-	st, err := c.settleCall(ctx, "complete", lua.Complete, o, argv)
-	switch {
-	case ask && (errors.Is(err, ErrGone) || errors.Is(err, errLapsed)):
-		if c.fencedOff(ctx, o) {
-			return st, fmt.Errorf("flight: complete %q: %w", o.Key, ErrStaleToken)
-		}
-		argv[len(argv)-1] = flag(false)
-		return c.settleCall(ctx, "complete", lua.Complete, o, argv)
-	case errors.Is(err, ErrGone):
+	st, err := c.settleAsking(ctx, "complete", lua.Complete, o, argv, ask)
+	if !ask && errors.Is(err, ErrGone) {
 		// The meta is gone: call again with what it takes to write it back (the common call
 		// leaves these out).
 		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))
@@ -262,15 +255,23 @@ func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time
 	if ask {
 		argv = append(argv, flag(true))
 	}
-	st, err := c.settleCall(ctx, "fail", lua.Fail, o, argv)
-	if ask && (errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
-		if c.fencedOff(ctx, o) {
-			return st, fmt.Errorf("flight: fail %q: %w", o.Key, ErrStaleToken)
-		}
-		argv[len(argv)-1] = flag(false)
-		return c.settleCall(ctx, "fail", lua.Fail, o, argv)
+	return c.settleAsking(ctx, "fail", lua.Fail, o, argv, ask)
+}
+
+// settleAsking is settleCall for complete and fail; with ask, argv ends with the ask flag
+// "1", and an answer GONE or LAPSED (nothing written) is judged by Config.WriteBackFence: a
+// larger token known there refuses the write (ErrStaleToken), else the call is made again
+// without asking.
+func (c *Coordinator) settleAsking(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any, ask bool) (Settlement, error) {
+	st, err := c.settleCall(ctx, op, s, o, argv)
+	if !ask || !(errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
+		return st, err
 	}
-	return st, err
+	if c.fencedOff(ctx, o) {
+		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, ErrStaleToken)
+	}
+	argv[len(argv)-1] = flag(false)
+	return c.settleCall(ctx, op, s, o, argv)
 }
 
 // CancelParams are the arguments of Cancel besides the key and reason.

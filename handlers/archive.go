@@ -44,15 +44,7 @@ func (c *Consumer) archiveFence() func(ctx context.Context, key string) (int64, 
 // still be running (flight.NeedsClaim), before the model call, bounded like the lookup. A
 // claim that fails is logged and the run goes on.
 func (t *taskRun) claim(ctx context.Context, d flight.Decision) {
-	p := t.p
-	if !flight.NeedsClaim(d.Reason) {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, p.lookupTimeout())
-	// The claim refuses writes as long as Redis's fence would have: the fence TTL.
-	err := p.archive.Claim(cctx, t.key, d.Owner.Token, d.Owner.Policy.WithDefaults().FenceTTL())
-	cancel()
-	if err != nil {
+	if err := flight.ClaimTakeover(ctx, t.p.archive, d, t.p.lookupTimeout()); err != nil {
 		t.warn().Err(err).Str("reason", string(d.Reason)).
 			Msg("archive claim failed: after a Redis data loss the previous owner could write its result back")
 	}
