@@ -107,9 +107,9 @@ RETURNING request_key`
 
 // Put writes outcomes in one statement and returns how many rows it wrote. An outcome whose
 // key holds a row with an equal or larger token, or a claim with a larger token (Claim), is
-// refused (not an error): newer token wins, whatever order the writes arrive in. A stored result is never replaced by a
-// failure, cancellation or expiry (of a run that should not have happened: a lookup that
-// failed let it run): only by a newer result. Of several outcomes of one key in outs, the one
+// refused (not an error): newer token wins, whatever order the writes arrive in. A stored
+// result is never replaced by a failure, cancellation or expiry (of a run that should not
+// have happened: a lookup that failed let it run): only by a newer result. Of several outcomes of one key in outs, the one
 // with the largest token is written.
 func (s *Store) Put(ctx context.Context, outs []flight.Archived) (int, error) {
 	outs = newestPerKey(outs)

@@ -247,11 +247,12 @@ type Config struct {
 	// it handed back: a fault-injection hook for tests and chaos runs (a process that dies
 	// there leaves the answers to the next caller of the flight). Defaults to nil.
 	AfterScript func(op string)
-	// WriteBackFence, when set, is asked before an owner writes back a flight whose records
-	// are gone (from its complete or its heartbeat): it returns the largest owner token known
-	// for the key outside Redis (the durable archive's), ok false when it knows none or cannot
-	// tell. A token larger than the owner's refuses the write-back with ErrStaleToken: a Redis
-	// data loss takes the fence with the flight, not that record. Defaults to nil: Redis's
+	// WriteBackFence, when set, is asked before an owner writes a flight that Redis may not
+	// show as another owner's: its records are gone, or its own record lets another caller
+	// take it over (a rollback may have lost that takeover). Complete, fail and heartbeat
+	// then ask first. It returns the largest owner token known for the key outside Redis (the
+	// durable archive's; ArchiveFence), ok false when it knows none or cannot tell. A token
+	// larger than the owner's refuses the write with ErrStaleToken. Defaults to nil: Redis's
 	// fence only.
 	WriteBackFence func(ctx context.Context, key string) (token int64, ok bool)
 	// Calls, when set, sends the flight calls (FCALL) instead of Client: a lua.Batcher on
