@@ -437,10 +437,15 @@ func TestCancelledByACrashedCanceller(t *testing.T) {
 	if evs := got["c1"]; len(evs) > 0 && evs[0].Shared != topics.SharedFollower {
 		t.Errorf("the parked task was answered as %q, want follower", evs[0].Shared)
 	}
-	// The consumer counts the owner's task as the owner's too.
+	// The consumer counts the owner's task as the owner's too. It counts once the acquire
+	// that wrote the event has returned, a moment after the event is readable.
 	const st = `stage="interview-evaluation"`
+	const owned = `flightdeck_task_events_total{outcome="owner_CANCELLED",` + st + `}`
 	m := a.scrape(t)
-	if n := m[`flightdeck_task_events_total{outcome="owner_CANCELLED",`+st+`}`]; n != 1 {
+	for deadline := time.Now().Add(5 * time.Second); m[owned] == 0 && time.Now().Before(deadline); m = a.scrape(t) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := m[owned]; n != 1 {
 		t.Errorf("owner_CANCELLED counted %v times, want 1 (metrics %v)", n, m)
 	}
 	e.expectDrained(10 * time.Second)
