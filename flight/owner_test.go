@@ -3,6 +3,7 @@ package flight_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -588,6 +589,59 @@ func TestPinnedPolicy(t *testing.T) {
 	}
 	if m := b.get("p"); m.Policy.Lease != 5*time.Second || m.Policy.MaxAttempts != 3 {
 		t.Errorf("pinned policy %+v", m.Policy)
+	}
+}
+
+// TestPinnedFenceTTL: a flight that an acquire ends EXPIRED for good keeps its fence for its
+// own owner's lifetime (the pinned policy's fence TTL), not the shorter one of the caller that
+// ended it: a zombie of the long policy must find the fence for as long as it may still run.
+func TestPinnedFenceTTL(t *testing.T) {
+	long := flight.Policy{Lease: 5 * time.Second, RunningTTL: time.Hour, ResultTTL: 10 * time.Minute,
+		FailureTTL: 2 * time.Minute, MaxAttempts: 1}
+	short := flight.Policy{Lease: time.Second, RunningTTL: time.Second, ResultTTL: time.Second,
+		FailureTTL: time.Second, MaxAttempts: 1}
+	for _, c := range []struct {
+		name   string
+		fields []string // what the long owner's record becomes before the short caller comes
+	}{
+		{"lease lapsed", []string{"heartbeatAt", "now-6s"}},
+		{"expired by its own heartbeat", []string{"status", "EXPIRED"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := setup(t)
+			d := b.acquireWith(flight.AcquireParams{Key: "p", OwnerID: "A", Task: b.task("ta"), Start: true, Policy: long})
+			b.set("p", c.fields...)
+			got := b.acquireWith(flight.AcquireParams{Key: "p", OwnerID: "B", Task: b.task("tb"), Policy: short})
+			if got.Action != flight.ActionExpired {
+				t.Fatalf("acquire: %+v, want EXPIRED (the long owner's only attempt is spent)", got)
+			}
+			f, err := b.rdb.Get(b.ctx, b.ks.Fence("p")).Result()
+			if err != nil || f != strconv.FormatInt(d.Token, 10)+":x" {
+				t.Fatalf("fence %q %v, want the owner's token closed", f, err)
+			}
+			b.checkFenceTTL("p", long.FenceTTL())
+		})
+	}
+	t.Run("written back", func(t *testing.T) {
+		// A result spooled while Redis was away keeps the owner's policy: its write-back sets
+		// the owner's fence TTL, not the default policy's.
+		b := setup(t)
+		d := b.acquireWith(flight.AcquireParams{Key: "w", OwnerID: "A", Task: b.task("tw"), Start: true, Policy: long})
+		if _, err := b.c.Restore(b.ctx, flight.Outcome{Stage: testStage, Tenant: "acme", Key: "w", Token: d.Token,
+			OwnerID: "A", Attempts: 1, Result: []byte(`1`), ResultTTL: long.ResultTTL, RunningTTL: long.RunningTTL,
+			FailureTTL: long.FailureTTL}); err != nil {
+			t.Fatal(err)
+		}
+		b.checkFenceTTL("w", long.FenceTTL())
+	})
+}
+
+// checkFenceTTL fails unless key's fence lives about want more (a minute of slack).
+func (b *bundle) checkFenceTTL(key string, want time.Duration) {
+	b.t.Helper()
+	ttl, err := b.rdb.PTTL(b.ctx, b.ks.Fence(key)).Result()
+	if err != nil || ttl < want-time.Minute || ttl > want {
+		b.t.Errorf("fence TTL of %s: %v %v, want the owner's fence TTL %v", key, ttl, err, want)
 	}
 }
 

@@ -21,7 +21,8 @@ func (c *Coordinator) Restore(ctx context.Context, o Outcome) (Settlement, error
 		return Settlement{}, err
 	}
 	own := Ownership{Key: o.Key, Token: o.Token, Attempts: o.Attempts, OwnerID: o.OwnerID, Task: o.Task,
-		Stage: o.Stage, Tenant: o.Tenant, Policy: Policy{ResultTTL: o.ResultTTL}}
+		Stage: o.Stage, Tenant: o.Tenant,
+		Policy: Policy{ResultTTL: o.ResultTTL, RunningTTL: o.RunningTTL, FailureTTL: o.FailureTTL}}
 	return c.Complete(ctx, own, o.Result, 0)
 }
 

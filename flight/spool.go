@@ -34,6 +34,10 @@ type Outcome struct {
 	// ResultTTL is the stage's resultTTL; zero takes Policy's default (10 min). It counts from
 	// the write-back. Must be zero or at least 1 ms.
 	ResultTTL time.Duration
+	// RunningTTL and FailureTTL are the owner's policy's; with ResultTTL they set how long the
+	// written-back fence lives (Policy.FenceTTL), as long as the owner's own would have. Zero
+	// takes Policy's defaults. Each must be zero or at least 1 ms.
+	RunningTTL, FailureTTL time.Duration
 	// At is when the model answered; it is kept for inspection only.
 	At time.Time
 }
@@ -45,8 +49,10 @@ func (o Outcome) validate() error {
 	if o.Token <= 0 {
 		return fmt.Errorf("flight: outcome %q: token must be positive, got %d", o.Key, o.Token)
 	}
-	if o.ResultTTL != 0 && o.ResultTTL < time.Millisecond {
-		return fmt.Errorf("flight: outcome %q: resultTTL must be zero or at least 1ms, got %v", o.Key, o.ResultTTL)
+	for name, d := range map[string]time.Duration{"resultTTL": o.ResultTTL, "runningTTL": o.RunningTTL, "failureTTL": o.FailureTTL} {
+		if d != 0 && d < time.Millisecond {
+			return fmt.Errorf("flight: outcome %q: %s must be zero or at least 1ms, got %v", o.Key, name, d)
+		}
 	}
 	return nil
 }
@@ -61,27 +67,30 @@ const spoolVersion = 1
 
 // spoolLine is one line of the spool file. Result is base64 (encoding/json's []byte form).
 type spoolLine struct {
-	V           int       `json:"v"`
-	Stage       string    `json:"stage"`
-	Tenant      string    `json:"tenant"`
-	Key         string    `json:"key"`
-	Token       int64     `json:"token"`
-	OwnerID     string    `json:"ownerId,omitempty"`
-	Attempts    int       `json:"attempts,omitempty"`
-	TaskID      string    `json:"taskId,omitempty"`
-	Stream      string    `json:"stream,omitempty"`
-	Entry       string    `json:"entry,omitempty"`
-	QueuedMs    int64     `json:"queuedMs,omitempty"`
-	Result      []byte    `json:"result"`
-	ResultTTLMs int64     `json:"resultTTLMs"`
-	At          time.Time `json:"at"`
+	V            int       `json:"v"`
+	Stage        string    `json:"stage"`
+	Tenant       string    `json:"tenant"`
+	Key          string    `json:"key"`
+	Token        int64     `json:"token"`
+	OwnerID      string    `json:"ownerId,omitempty"`
+	Attempts     int       `json:"attempts,omitempty"`
+	TaskID       string    `json:"taskId,omitempty"`
+	Stream       string    `json:"stream,omitempty"`
+	Entry        string    `json:"entry,omitempty"`
+	QueuedMs     int64     `json:"queuedMs,omitempty"`
+	Result       []byte    `json:"result"`
+	ResultTTLMs  int64     `json:"resultTTLMs"`
+	RunningTTLMs int64     `json:"runningTTLMs,omitempty"`
+	FailureTTLMs int64     `json:"failureTTLMs,omitempty"`
+	At           time.Time `json:"at"`
 }
 
 func encodeOutcome(o Outcome) ([]byte, error) {
 	b, err := json.Marshal(spoolLine{V: spoolVersion, Stage: o.Stage, Tenant: o.Tenant, Key: o.Key,
 		Token: o.Token, OwnerID: o.OwnerID, Attempts: o.Attempts, TaskID: o.Task.ID, Stream: o.Task.Stream,
 		Entry: o.Task.Entry, QueuedMs: o.Task.Queued.Milliseconds(), Result: o.Result,
-		ResultTTLMs: o.ResultTTL.Milliseconds(), At: o.At})
+		ResultTTLMs: o.ResultTTL.Milliseconds(), RunningTTLMs: o.RunningTTL.Milliseconds(),
+		FailureTTLMs: o.FailureTTL.Milliseconds(), At: o.At})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +108,9 @@ func decodeOutcome(line []byte) (Outcome, error) {
 	o := Outcome{Stage: l.Stage, Tenant: l.Tenant, Key: l.Key, Token: l.Token, OwnerID: l.OwnerID,
 		Attempts: l.Attempts, Task: Task{ID: l.TaskID, Stream: l.Stream, Entry: l.Entry,
 			Queued: time.Duration(l.QueuedMs) * time.Millisecond},
-		Result: l.Result, ResultTTL: time.Duration(l.ResultTTLMs) * time.Millisecond, At: l.At}
+		Result: l.Result, ResultTTL: time.Duration(l.ResultTTLMs) * time.Millisecond,
+		RunningTTL: time.Duration(l.RunningTTLMs) * time.Millisecond,
+		FailureTTL: time.Duration(l.FailureTTLMs) * time.Millisecond, At: l.At}
 	return o, o.validate()
 }
 

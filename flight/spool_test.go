@@ -218,8 +218,9 @@ var tokenBase = time.Now().UnixMicro()
 func spoolOutcome(i int, token int64) flight.Outcome {
 	return flight.Outcome{
 		Stage: "interview-evaluation", Tenant: "acme", Key: "spool-" + strconv.Itoa(i), Token: tokenBase + token,
-		Result: []byte(fmt.Sprintf(`{"n":%d}`, i)), ResultTTL: 10 * time.Minute,
-		At: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC),
+		Result: []byte(fmt.Sprintf(`{"n":%d}`, i)), ResultTTL: 10 * time.Minute, RunningTTL: time.Hour,
+		FailureTTL: 2 * time.Minute,
+		At:         time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC),
 	}
 }
 

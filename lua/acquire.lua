@@ -135,7 +135,7 @@ local function acqFinal(action, meta, result)
     -- Answered as expired for good: a late result of the last owner is refused from now on.
     local f = readFence() or 0
     local t = num(meta.ownerToken, 0)
-    if f <= t then writeFence(t, 'x', V[22]) end
+    if f <= t then writeFence(t, 'x', fenceTTLOf(meta, V[22])) end
   end
   answer(failureOf(meta), callerShared, meta.entry)
   return acqReply(action, meta.errorCode or '', meta, nil)
@@ -154,7 +154,7 @@ local function acqExpireFinal(meta, code)
   local _, _, _, _, ttl = pinned(meta, V[19])
   redis.call('PEXPIRE', K[1], ttl)
   redis.call('PEXPIRE', K[4], ttl)
-  writeFence(num(meta.ownerToken, 0), 'x', V[22])
+  writeFence(num(meta.ownerToken, 0), 'x', fenceTTLOf(meta, V[22]))
   meta.status, meta.retryable, meta.errorType, meta.errorCode, meta.error = 'EXPIRED', '0', 'expired', code, msg
   return acqFinal('EXPIRED', meta, nil)
 end

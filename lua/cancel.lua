@@ -19,15 +19,15 @@
 
 register('cancel', function()
   initAnswers()
-  local reason, ttl, fenceTTL = V[12], num(V[13], 60000), num(V[14], 86400000)
+  local reason, ttl = V[12], num(V[13], 60000)
 
   local meta = loadMeta()
   if not meta then return tail({ 'NOT_FOUND', '', '', '' }) end
   local status = meta.status
   local attempts = num(meta.attempts, 0)
-  local _, pRunning, _, pResult, pFailure, maxA = pinned(meta, nil)
+  local _, _, _, _, _, maxA = pinned(meta, nil)
   -- The fence outlives the cancelled record by the flight's own lifetime, at least.
-  fenceTTL = math.max(fenceTTL, 2 * (pRunning + pFailure + pResult))
+  local fenceTTL = fenceTTLOf(meta, num(V[14], 86400000))
 
   if status == 'CANCELLED' then
     answer(failureOf(meta), 'follower')

@@ -126,6 +126,15 @@ local function pinned(meta, fallback)
   return parsePolicy(DEFAULT_POLICY)
 end
 
+-- fenceTTLOf returns how long the fence of meta's flight must live from now, in ms: ttl (the
+-- caller's fence TTL) or, when longer, the fence TTL of the policy pinned in meta (twice its
+-- runningTTL + failureTTL + resultTTL), so that the fence outlives every run of the flight's
+-- own owners, whatever policy the caller that closes it has.
+local function fenceTTLOf(meta, ttl)
+  local _, r, _, res, f = pinned(meta, nil)
+  return math.max(num(ttl, 0), 2 * (r + f + res))
+end
+
 -- newToken issues the next token: max(previous + 1, now in µs), previous being the larger of
 -- the fence (written when a flight ends) and the current meta's token. The new token is
 -- recorded in the meta; the fence records it when its flight ends (complete, fail, cancel,
