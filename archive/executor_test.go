@@ -113,6 +113,57 @@ func TestExecutorRehydrate(t *testing.T) {
 	}
 }
 
+// TestExecutorArchivesFinalDecisions: an in-process caller whose acquire ends a flight for
+// good (a cancelled flight, or one whose owner lapsed with its attempts spent) archives that
+// outcome under the flight's token, as a consumer does.
+func TestExecutorArchivesFinalDecisions(t *testing.T) {
+	ctx, r, store, w := execArchive(t)
+	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := flight.Policy{Lease: 50 * time.Millisecond, MaxAttempts: 1}
+	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1", Archive: w,
+		Stages: map[string]flight.StageOptions{"s": {Mode: flight.ModeDistributedOnly, Policy: pol}}, SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(ctx)
+	defer e.Close()
+	never := func(context.Context, func()) ([]byte, error) {
+		t.Error("the function ran on a flight that had ended")
+		return nil, errors.New("ran")
+	}
+	for _, c := range []struct {
+		input string
+		end   func(key string)
+		want  flight.Status
+	}{
+		{"1", func(key string) {
+			if _, err := coord.Cancel(ctx, key, "stop", flight.CancelParams{Stage: "s"}); err != nil {
+				t.Fatal(err)
+			}
+		}, flight.StatusCancelled},
+		{"2", func(string) { time.Sleep(3 * pol.Lease) }, flight.StatusExpired},
+	} {
+		key, _ := flight.SemanticKey(flight.KeyParams{Stage: "s", Tenant: "acme", Input: []byte(c.input)})
+		d, err := coord.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "other", Stage: "s", Tenant: "acme",
+			Policy: pol, Start: true})
+		if err != nil || d.Action != flight.ActionOwner {
+			t.Fatalf("acquire: %+v %v", d, err)
+		}
+		c.end(key)
+		var oe *flight.OutcomeError
+		if _, err := e.Do(ctx, "s", key, never); !errors.As(err, &oe) || oe.Status != c.want {
+			t.Fatalf("Do: %v, want %s", err, c.want)
+		}
+		waitFor(t, string(c.want)+" archived", func() bool {
+			a, ok, _ := store.Get(context.Background(), key)
+			return ok && a.Status == c.want && a.Token == d.Token
+		})
+	}
+}
+
 // TestExecutorTakeoverClaim: an in-process owner takes over a flight whose owner stopped
 // heartbeating; Redis loses its data while the function runs; the old owner's complete is
 // then refused by the new owner's claim in the archive, and the caller gets the new run's

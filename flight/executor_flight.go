@@ -59,8 +59,10 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 		case ActionFailedFinal:
 			return Result{}, &OutcomeError{Status: StatusFailed, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		case ActionCancelled:
+			e.recordFinal(st, key, StatusCancelled, d)
 			return Result{}, &OutcomeError{Status: StatusCancelled, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		case ActionExpired:
+			e.recordFinal(st, key, StatusExpired, d)
 			return Result{}, &OutcomeError{Status: StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		default:
 			return e.fallback(ctx, st, fn, fmt.Errorf("%w: action %q", ErrProtocol, d.Action))
@@ -269,6 +271,17 @@ func (e *Executor) record(st *stageRuntime, o Ownership, status Status, result [
 	e.cfg.Archive.Record(Archived{Key: o.Key, Stage: st.name, Tenant: o.Tenant, Status: status, Token: o.Token,
 		Attempts: max(o.Attempts, 1), Result: result, ErrorType: f.Type, ErrorCode: f.Code, Error: f.Message,
 		FinishedAt: time.Now(), Retention: st.opt.ArchiveRetention})
+}
+
+// recordFinal archives the outcome an acquire answered the caller with when it ends the
+// flight for good (CANCELLED, EXPIRED), under the flight's token, as a consumer does; a
+// caller's own deadline ends nothing.
+func (e *Executor) recordFinal(st *stageRuntime, key string, status Status, d Decision) {
+	if d.Token <= 0 || d.Reason == ReasonDeadlinePassed {
+		return
+	}
+	e.record(st, Ownership{Key: key, Token: d.Token, Attempts: d.Attempts, Tenant: tenantOf(key)}, status, nil,
+		Failure{Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error})
 }
 
 func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
