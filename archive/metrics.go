@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer, spooled func() float64) (*Metrics, er
 			Help: "Flights answered from the archive instead of a model call, by stage and archived status."},
 			[]string{"stage", "status"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_archive_errors_total",
-			Help: "Archive operations that failed, by operation (write, lookup, purge)."}, []string{"op"}),
+			Help: "Archive operations that failed, by operation (write, lookup, claim, fence, purge)."}, []string{"op"}),
 		writeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flightdeck_archive_write_seconds",
 			Help: "Duration of one batched archive write.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		spooled: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flightdeck_archive_spooled_outcomes",

@@ -1,6 +1,11 @@
 package flight
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the Executor's Prometheus collectors, named after the original design. Labels
 // stay bounded: stage and kind only, never a key.
@@ -41,8 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Coordination replies the executor did not understand (protocol errors).", "stage"),
 		waitTimeout: cv("singleflight_wait_timeout_total",
 			"Followers whose wait timed out and who re-acquired.", "stage"),
-		resultWriteFailure: cv("singleflight_result_write_failure_total",
-			"Model results that could not be stored (uncertain outcomes, spooled).", "stage"),
+		resultWriteFailure: ResultWriteFailures(nil),
 		degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "singleflight_degraded",
 			Help: "1 while the stage runs in degraded (local) mode on this node."}, []string{"stage"}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{Name: "singleflight_breaker_state",
@@ -52,8 +56,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.distributedRequest, m.distributedFailure, m.localFallback, m.localOwner, m.localWaiter,
-			m.fallbackExecution, m.circuitOpen, m.unknownAction, m.waitTimeout, m.resultWriteFailure,
-			m.degraded, m.breakerState, m.spooled)
+			m.fallbackExecution, m.circuitOpen, m.unknownAction, m.waitTimeout, m.degraded, m.breakerState, m.spooled)
+		m.resultWriteFailure = ResultWriteFailures(reg)
 	}
 	return m
+}
+
+// ResultWriteFailures returns the counter singleflight_result_write_failure_total{stage}
+// (model results that could not be stored: uncertain outcomes, spooled) registered with reg
+// (nil: not registered). Executors and consumers count on the same counter: when reg holds it
+// already, that one is returned, so both can share one registry.
+func ResultWriteFailures(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "singleflight_result_write_failure_total",
+		Help: "Model results that could not be stored (uncertain outcomes, spooled for write-back)."}, []string{"stage"})
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing
+			}
+		}
+		panic(fmt.Errorf("flight: register singleflight_result_write_failure_total: %w", err))
+	}
+	return c
 }

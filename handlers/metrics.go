@@ -1,6 +1,10 @@
 package handlers
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+)
 
 // Metrics are the consumer's Prometheus collectors. Label sets stay bounded: stage, outcome
 // and reason only, never a key or a task id.
@@ -13,7 +17,7 @@ type Metrics struct {
 	runTime      *prometheus.HistogramVec
 	endToEnd     *prometheus.HistogramVec
 	followerWait *prometheus.HistogramVec
-	spooled      prometheus.Counter
+	spooled      *prometheus.CounterVec
 	breaker      prometheus.Gauge
 	scheduled    *prometheus.CounterVec
 }
@@ -43,14 +47,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"stage"}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flightdeck_breaker_state",
 			Help: "The consumer's coordination circuit breaker: 0 closed, 1 half-open, 2 open."}),
-		spooled: prometheus.NewCounter(prometheus.CounterOpts{Name: "singleflight_result_write_failure_total",
-			Help: "Model results that could not be stored (uncertain outcomes, spooled for write-back)."}),
+		spooled: flight.ResultWriteFailures(nil),
 		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_scheduled_tasks_total",
 			Help: "Tasks put in the stage's scheduled set (why: not_before, retry) and moved back to its stream (why: due)."},
 			[]string{"stage", "why"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.spooled, m.breaker, m.scheduled)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled)
+		m.spooled = flight.ResultWriteFailures(reg) // shared with an Executor on reg
 	}
 	return m
 }

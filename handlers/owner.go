@@ -125,7 +125,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		if serr := p.spool.Add(oc); serr != nil {
 			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
 		}
-		p.metrics.spooled.Inc()
+		p.metrics.spooled.WithLabelValues(t.task.Stage).Inc()
 		// The archive takes the result now: the write-back to Redis may come much later (a
 		// larger token still wins, there and in the archive).
 		t.record(flight.StatusSucceeded, o, out, nil)
