@@ -1,8 +1,10 @@
 package handlers
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -216,6 +218,35 @@ type fileConfig struct {
 	Stages map[string]yaml.Node `yaml:"stages"`
 }
 
+// errNoStages: a stage file without a stages mapping (empty, or the stages not under it).
+var errNoStages = errors.New("no stages: want stages: {<stage name>: {<field>: <value>}}")
+
+// decodeStageFile reads the YAML stage file strictly: a key other than stages, a field a
+// stage does not have (misspelt), or a file without stages is a mistake to report (with its
+// line) rather than a file that silently leaves the defaults in place.
+func decodeStageFile(raw []byte) (fileConfig, error) {
+	var strict struct {
+		Stages map[string]StageConfig `yaml:"stages"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&strict); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fileConfig{}, errNoStages
+		}
+		return fileConfig{}, err
+	}
+	if strict.Stages == nil {
+		return fileConfig{}, errNoStages
+	}
+	// The stages decoded again as nodes, each over its built-in stage's fields.
+	var fc fileConfig
+	if err := yaml.Unmarshal(raw, &fc); err != nil {
+		return fileConfig{}, err
+	}
+	return fc, nil
+}
+
 // LoadStages returns the built-in stages overridden by the YAML file at path (none when path
 // is ""). A file may override any field of a built-in stage and may add stages. When only is
 // non-empty, just those stages are returned. Every returned stage has its defaults set and
@@ -227,8 +258,8 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("handlers: stage config: %w", err)
 		}
-		var fc fileConfig
-		if err := yaml.Unmarshal(raw, &fc); err != nil {
+		fc, err := decodeStageFile(raw)
+		if err != nil {
 			return nil, fmt.Errorf("handlers: stage config %s: %w", path, err)
 		}
 		for name, node := range fc.Stages {

@@ -1,0 +1,50 @@
+package handlers_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/handlers"
+)
+
+// TestLoadStagesRefusesMistakes: a stage file with a misspelt field, a stage outside the
+// stages mapping, or no stages at all is an error that names the mistake, never a file that
+// silently leaves the defaults in place; a correct file overrides and adds stages.
+func TestLoadStagesRefusesMistakes(t *testing.T) {
+	write := func(body string) string {
+		p := filepath.Join(t.TempDir(), "stages.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct{ name, body, want string }{
+		{"misspelt field", "stages:\n  interview-evaluation:\n    leese: 5s\n", "leese"},
+		{"stage outside stages", "interview-evaluation:\n  concurrency: 16\n", "interview-evaluation"},
+		{"empty file", "", "no stages"},
+		{"stages missing", "# nothing yet\n", "no stages"},
+		{"bad value", "stages:\n  interview-evaluation:\n    lease: soon\n", "soon"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := handlers.LoadStages(write(c.body), nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want one naming %q", err, c.want)
+			}
+		})
+	}
+	stages, err := handlers.LoadStages(write("stages:\n  interview-evaluation:\n    lease: 7s\n    concurrency: 3\n"+
+		"  resume-summary:\n    model: sim\n"), []string{handlers.StageEvaluation, "resume-summary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stages[0].Lease != 7*time.Second || stages[0].Concurrency != 3 || stages[1].Name != "resume-summary" {
+		t.Errorf("stages %+v", stages)
+	}
+	if _, err := handlers.LoadStages(write("stages:\n  x:\n    lease: 1s\n"), []string{"nope"}); !errors.Is(err, handlers.ErrUnknownStage) {
+		t.Errorf("unknown stage: %v", err)
+	}
+}
