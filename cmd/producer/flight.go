@@ -23,7 +23,7 @@ const maxShownResult = 2 << 10
 
 func (a *app) tail(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("tail", "[--stages a,b] [--from $|0|ID] [--format table|json]")
-	stagesFlag := fs.String("stages", defaultStages, "comma-separated `stages` to follow")
+	stagesFlag := fs.String("stages", "", "comma-separated `stages` to follow (default: every registered stage when tail starts, else the four built-in ones)")
 	from := fs.String("from", "$", "where to start: `$` (new events only), 0 (everything) or a stream id")
 	formatArg := formatFlag(fs)
 	pos, err := parse(fs, args)
@@ -39,7 +39,7 @@ func (a *app) tail(ctx context.Context, args []string) error {
 	switch {
 	case len(pos) > 0:
 		return usagef("unexpected argument %q", pos[0])
-	case len(stages) == 0:
+	case len(stages) == 0 && *stagesFlag != "":
 		return usagef("--stages is empty")
 	}
 	rdb, c, err := a.connect(ctx)
@@ -47,6 +47,18 @@ func (a *app) tail(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
+	if len(stages) == 0 {
+		reg, _, err := topics.ReadStages(ctx, rdb, c.Keyspace())
+		if err != nil {
+			return err
+		}
+		for _, s := range reg {
+			stages = append(stages, s.Name)
+		}
+		if len(stages) == 0 {
+			stages = splitList(defaultStages)
+		}
+	}
 	ch, err := c.Subscribe(ctx, stages, *from)
 	if err != nil {
 		return err

@@ -80,6 +80,18 @@ func testFormats(t *testing.T, c *cli) {
 		t.Errorf("tail json line %q: %+v, %v", out[0], e, err)
 	}
 
+	// Without --stages, tail follows every registered stage, custom ones too.
+	c.register(stage, "resume-summary")
+	if err := w.PublishEvents(ctx, topics.Event{TaskID: "t-custom", RequestKey: "ai:resume-summary:v1:acme:" + strings.Repeat("0123456789abcdef", 4),
+		Stage: "resume-summary", Tenant: "acme", Status: topics.StatusSucceeded, Shared: topics.SharedOwner,
+		Result: json.RawMessage(`1`), FinishedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	res = c.tail(3, "--from", "0")
+	if res.code != 0 || !strings.Contains(res.stdout, `"taskId":"t-custom"`) || !strings.Contains(res.stdout, `"taskId":"t-ok"`) {
+		t.Errorf("tail without --stages: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+
 	res = c.tail(3, "--stages", stage, "--from", "0", "--format", "table")
 	wantRows := []string{
 		"TASK                                  STAGE                   STATUS     SHARED         MS  KEY                             RESULT OR ERROR",

@@ -50,7 +50,8 @@ Commands:
             [--format table|json] [--any-stage]
   stages    list the stages consumers have registered, with their last consumer, when it was
             last seen, and the entries waiting on their streams: stages [--format table|json]
-  tail      follow result streams and print each event until SIGINT/SIGTERM:
+  tail      follow result streams (default: every registered stage) and print each event until
+            SIGINT/SIGTERM:
             tail [--stages a,b] [--from $|0|ID] [--format table|json]
   inspect   print the flight of a request key as indented JSON (state, parked tasks, key TTLs,
             stored result up to 2 KB): inspect KEY
