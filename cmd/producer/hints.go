@@ -40,7 +40,16 @@ func (a *app) hints(ctx context.Context, rdb redis.UniversalClient, c *client.Cl
 		fmt.Fprintf(a.stderr, "producer: no hint: %v\n", err)
 		return
 	}
+	paused, err := pausedStages(ctx, rdb, c.Keyspace(), stages)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "producer: no hint: %v\n", err)
+		return
+	}
 	for _, stage := range stages {
+		if p, ok := paused[stage]; ok {
+			fmt.Fprintf(a.stderr, "producer: stage %s: the stage is paused (by %s, %s ago): its consumers read none of its tasks until it is resumed on the dashboard\n",
+				stage, p.By, ago(time.Duration(now-p.At)*time.Millisecond))
+		}
 		sts, err := c.StreamStatuses(ctx, streams[stage]...)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "producer: stage %s: no hint: %v\n", stage, err)

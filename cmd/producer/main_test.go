@@ -512,6 +512,24 @@ func TestCLI(t *testing.T) {
 		if res := c.run("", "stages", "--format", "yaml"); res.code != 2 {
 			t.Errorf("--format yaml: exit %d, want 2", res.code)
 		}
+
+		// A paused stage says so, in the table, the JSON, and the hints of a --wait that
+		// times out (not "the stage is behind").
+		c.r.Client.HSet(ctx, c.ks.Paused(), "interview-followup", `{"by":"ops@10.0.0.7","at":1}`)
+		res = c.run("", "stages")
+		if out := lines(res.stdout); res.code != 0 || len(out) != 3 || !strings.HasPrefix(out[2], "interview-followup (paused) ") {
+			t.Errorf("stages, paused: exit %d, stdout %q", res.code, res.stdout)
+		}
+		res = c.run("", "stages", "--format", "json")
+		if err := json.Unmarshal([]byte(res.stdout), &rows); err != nil || len(rows) != 2 || rows[0].Paused != nil ||
+			rows[1].Paused == nil || rows[1].Paused.By != "ops@10.0.0.7" {
+			t.Errorf("stages --format json, paused: %v %q", err, res.stdout)
+		}
+		res = c.run("", "enqueue", "--stage", "interview-followup", "--tenant", "acme", "--input", "1", "--wait", "--timeout", "300ms")
+		want := "producer: stage interview-followup: the stage is paused (by ops@10.0.0.7, "
+		if res.code != 1 || !strings.Contains(res.stderr, want) {
+			t.Errorf("enqueue --wait on a paused stage: exit %d, stderr %q; want %q", res.code, res.stderr, want)
+		}
 	})
 
 	t.Run("Usage", func(t *testing.T) {

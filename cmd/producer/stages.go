@@ -9,6 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -55,6 +58,21 @@ type stageRow struct {
 	// Scheduled counts the tasks waiting in the stage's scheduled set (a notBefore ahead, a
 	// long retry delay).
 	Scheduled int64 `json:"scheduled"`
+	// Paused says who paused the stage (its consumers read none of its tasks until it is
+	// resumed); absent when it runs.
+	Paused *topics.PauseInfo `json:"paused,omitempty"`
+}
+
+// pausedStages returns the paused stages among stages (the dashboard pauses and resumes them).
+func pausedStages(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, stages []string) (map[string]topics.PauseInfo, error) {
+	if len(stages) == 0 {
+		return nil, nil
+	}
+	in, err := admin.New(admin.Config{Client: rdb, Keyspace: ks, Stages: stages})
+	if err != nil {
+		return nil, err
+	}
+	return in.PausedStages(ctx)
 }
 
 func (a *app) stages(ctx context.Context, args []string) error {
@@ -93,6 +111,14 @@ func (a *app) stages(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	names := make([]string, len(reg))
+	for i, s := range reg {
+		names[i] = s.Name
+	}
+	paused, err := pausedStages(ctx, rdb, c.Keyspace(), names)
+	if err != nil {
+		return err
+	}
 	byStream := map[string]client.StreamStatus{}
 	for _, st := range sts {
 		byStream[st.Stream] = st
@@ -115,6 +141,9 @@ func (a *app) stages(ctx context.Context, args []string) error {
 			return fmt.Errorf("read the scheduled tasks of %s: %w", s.Name, err)
 		}
 		rows[i].Scheduled = n
+		if p, ok := paused[s.Name]; ok {
+			rows[i].Paused = &p
+		}
 	}
 	if *format == "json" {
 		return writeJSON(a.stdout, rows)
@@ -130,7 +159,11 @@ func (a *app) stages(ctx context.Context, args []string) error {
 		if r.Backlog < 0 {
 			backlog = "?"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s ago\t%s\t%d\t%d\n", r.Name, r.Partitions, r.Mode, r.Model, r.Consumer,
+		name := r.Name
+		if r.Paused != nil {
+			name += " (paused)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s ago\t%s\t%d\t%d\n", name, r.Partitions, r.Mode, r.Model, r.Consumer,
 			ago(time.Duration(r.LastSeenAgoMs)*time.Millisecond), backlog, r.Pending, r.Scheduled)
 	}
 	return tw.Flush()
