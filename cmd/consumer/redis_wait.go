@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +30,8 @@ func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() red
 	limit time.Duration) error {
 	rdb := newClient()
 	defer rdb.Close()
+	dials := &dialErrors{}
+	rdb.AddHook(dials)
 	start := time.Now()
 	back := waitFirst
 	for try := 1; ; try++ {
@@ -41,6 +46,11 @@ func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() red
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if d := dials.take(); d != nil && errors.Is(err, context.DeadlineExceeded) {
+			// The client retried the dial until the ping's deadline: say why it failed
+			// (connection refused, no such host) rather than only that time ran out.
+			err = fmt.Errorf("%w (%v)", err, d)
 		}
 		err = redisconn.RedactError(err, url)
 		if refused(err) {
@@ -67,4 +77,40 @@ func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() red
 func refused(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM")
+}
+
+// dialErrors is a go-redis hook that keeps the last failed dial's error.
+type dialErrors struct {
+	mu   sync.Mutex
+	last error
+}
+
+// take returns the last dial error since the previous take, if any.
+func (d *dialErrors) take() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.last
+	d.last = nil
+	return err
+}
+
+// DialHook records the errors of dials.
+func (d *dialErrors) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			d.mu.Lock()
+			d.last = err
+			d.mu.Unlock()
+		}
+		return c, err
+	}
+}
+
+// ProcessHook passes commands through.
+func (d *dialErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook passes pipelines through.
+func (d *dialErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
