@@ -124,6 +124,10 @@ func (c *OpenAIConfig) validate() error {
 	if c.Model == "" {
 		return errors.New("Model is required")
 	}
+	if strings.EqualFold(u.Hostname(), "api.openai.com") && c.APIKey.Reveal() == "" {
+		// Every call would fail with 401 and spend the flight's attempts.
+		return errors.New("api.openai.com needs an API key: set OPENAI_API_KEY or OPENAI_API_KEY_FILE (APIKey)")
+	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("Timeout %s is negative", c.Timeout)
 	}

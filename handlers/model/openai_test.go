@@ -593,7 +593,7 @@ func TestNewOpenAI(t *testing.T) {
 
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		m, err := model.NewOpenAI(model.OpenAIConfig{Model: "gpt-test"})
+		m, err := model.NewOpenAI(model.OpenAIConfig{Model: "gpt-test", APIKey: model.NewSecret(testKey)})
 		if err != nil {
 			t.Fatalf("NewOpenAI: %v", err)
 		}
@@ -602,6 +602,21 @@ func TestNewOpenAI(t *testing.T) {
 		}
 		if m.Name() != "openai" {
 			t.Errorf("Name() = %q, want openai", m.Name())
+		}
+	})
+
+	t.Run("KeyRequiredByOpenAI", func(t *testing.T) {
+		// The public API answers 401 to every call without a key: refused at start. A
+		// server of another host (a local one) may need none.
+		t.Parallel()
+		for _, base := range []string{"", "https://API.openai.com/v1/"} {
+			if _, err := model.NewOpenAI(model.OpenAIConfig{Model: "m", BaseURL: base}); err == nil ||
+				!strings.Contains(err.Error(), "OPENAI_API_KEY") {
+				t.Errorf("NewOpenAI(%q) without a key: %v, want an error naming OPENAI_API_KEY", base, err)
+			}
+		}
+		if _, err := model.NewOpenAI(model.OpenAIConfig{Model: "m", BaseURL: "http://127.0.0.1:8000/v1"}); err != nil {
+			t.Errorf("a local server without a key: %v", err)
 		}
 	})
 
