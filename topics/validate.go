@@ -165,31 +165,31 @@ func (t Task) Validate(lim Limits) error {
 // that input and params are valid JSON within the depth limit; DecodeTask skips that
 // because it has checked the whole payload already.
 func (t Task) validate(lim Limits, checkJSON bool) error {
-	if err := checkString("taskId", t.TaskID, true, lim.MaxIDLen, isIDByte); err != nil {
+	if err := checkString("taskId", t.TaskID, true, lim.MaxIDLen, isIDByte, idChars); err != nil {
 		return err
 	}
-	if err := checkString("stage", t.Stage, true, maxNameLen, isStageByte); err != nil {
+	if err := checkString("stage", t.Stage, true, maxNameLen, isStageByte, stageChars); err != nil {
 		return err
 	}
 	if len(lim.Stages) > 0 && !slices.Contains(lim.Stages, t.Stage) {
 		return invalid(ReasonUnknownStage, "stage", fmt.Sprintf("%q is not served here", t.Stage))
 	}
-	if err := checkString("tenant", t.Tenant, true, maxNameLen, isTenantByte); err != nil {
+	if err := checkString("tenant", t.Tenant, true, maxNameLen, isTenantByte, tenantChars); err != nil {
 		return err
 	}
 	if len(lim.Tenants) > 0 && !slices.Contains(lim.Tenants, t.Tenant) {
 		return invalid(ReasonUnknownTenant, "tenant", fmt.Sprintf("%q is not served here", t.Tenant))
 	}
-	if err := checkString("sessionId", t.SessionID, false, lim.MaxIDLen, isIDByte); err != nil {
+	if err := checkString("sessionId", t.SessionID, false, lim.MaxIDLen, isIDByte, idChars); err != nil {
 		return err
 	}
-	if err := checkString("requestKey", t.RequestKey, false, lim.MaxKeyLen, isKeyByte); err != nil {
+	if err := checkString("requestKey", t.RequestKey, false, lim.MaxKeyLen, isKeyByte, keyChars); err != nil {
 		return err
 	}
-	if err := checkString("modelVersion", t.ModelVersion, false, maxNameLen, isVersionByte); err != nil {
+	if err := checkString("modelVersion", t.ModelVersion, false, maxNameLen, isVersionByte, versionChars); err != nil {
 		return err
 	}
-	if err := checkString("promptVersion", t.PromptVersion, false, maxNameLen, isVersionByte); err != nil {
+	if err := checkString("promptVersion", t.PromptVersion, false, maxNameLen, isVersionByte, versionChars); err != nil {
 		return err
 	}
 
@@ -244,22 +244,22 @@ func (t Task) validate(lim Limits, checkJSON bool) error {
 // 1 to MaxIDLen bytes of [A-Za-z0-9._:-]. The error is an *InvalidTaskError.
 func CheckID(id string, lim Limits) error {
 	lim.setDefaults()
-	return checkString("taskId", id, true, lim.MaxIDLen, isIDByte)
+	return checkString("taskId", id, true, lim.MaxIDLen, isIDByte, idChars)
 }
 
 // CheckTenant reports whether tenant is a valid tenant: 1 to 64 bytes of [a-z0-9_-]. The
 // error is an *InvalidTaskError.
 func CheckTenant(tenant string) error {
-	return checkString("tenant", tenant, true, maxNameLen, isTenantByte)
+	return checkString("tenant", tenant, true, maxNameLen, isTenantByte, tenantChars)
 }
 
 // CheckStage reports whether stage is a valid stage name: 1 to 64 bytes of [a-z0-9-]. The
 // error is an *InvalidTaskError.
 func CheckStage(stage string) error {
-	return checkString("stage", stage, true, maxNameLen, isStageByte)
+	return checkString("stage", stage, true, maxNameLen, isStageByte, stageChars)
 }
 
-func checkString(field, s string, required bool, max int, ok func(byte) bool) error {
+func checkString(field, s string, required bool, max int, ok func(byte) bool, chars string) error {
 	if s == "" {
 		if required {
 			return invalid(ReasonMissingField, field, "required")
@@ -271,11 +271,20 @@ func checkString(field, s string, required bool, max int, ok func(byte) bool) er
 	}
 	for i := 0; i < len(s); i++ {
 		if !ok(s[i]) {
-			return invalid(ReasonBadCharset, field, fmt.Sprintf("byte %#02x at offset %d not allowed", s[i], i))
+			return invalid(ReasonBadCharset, field, fmt.Sprintf("byte %#02x at offset %d not allowed (want %s)", s[i], i, chars))
 		}
 	}
 	return nil
 }
+
+// The characters each field allows, as its errors name them.
+const (
+	idChars      = "[A-Za-z0-9._:-]"
+	stageChars   = "[a-z0-9-]"
+	tenantChars  = "[a-z0-9_-]"
+	keyChars     = "[A-Za-z0-9._:/=+-]"
+	versionChars = "printable ASCII without space"
+)
 
 func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }

@@ -248,7 +248,7 @@ func TestInvalidTaskErrorMessage(t *testing.T) {
 		}
 	}
 	_, err := DecodeTask([]byte(`{"taskId":"a{"}`), Limits{})
-	if got, want := err.Error(), "topics: invalid task: bad_charset in taskId: byte 0x7b at offset 1 not allowed"; got != want {
+	if got, want := err.Error(), "topics: invalid task: bad_charset in taskId: byte 0x7b at offset 1 not allowed (want [A-Za-z0-9._:-])"; got != want {
 		t.Errorf("DecodeTask error = %q, want %q", got, want)
 	}
 }

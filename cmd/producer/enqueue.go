@@ -113,6 +113,11 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 		}
 		wo.timeout += *in
 		t.Input = json.RawMessage(input)
+		check := t
+		fill(&check.TaskID, "placeholder") // Enqueue generates a missing id
+		if err := check.Validate(topics.Limits{}); err != nil {
+			return usagef("%v", err) // a flag's value: --tenant, --stage, --id, --key, ...
+		}
 		tasks = []topics.Task{t}
 	}
 	var stages []string

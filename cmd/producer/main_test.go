@@ -393,6 +393,28 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("BadFlagValues", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		// A value no task may carry is a command-line mistake: exit 2, one line naming the
+		// field and what it allows; nothing is enqueued.
+		for _, cs := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--tenant", "Acme"}, "bad_charset in tenant: byte 0x41 at offset 0 not allowed (want [a-z0-9_-])"},
+			{[]string{"--tenant", "acme", "--id", "bad/id"}, "bad_charset in taskId: byte 0x2f at offset 3 not allowed (want [A-Za-z0-9._:-])"},
+		} {
+			res := c.run("", append([]string{"enqueue", "--stage", stage, "--input", "1"}, cs.args...)...)
+			if res.code != 2 || !strings.Contains(res.stderr, cs.want) || strings.Count(res.stderr, "\n") != 1 {
+				t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", cs.args, res.code, res.stderr, cs.want)
+			}
+		}
+		if n := c.r.Client.XLen(context.Background(), c.ks.Tasks(stage)).Val(); n != 0 {
+			t.Errorf("%d tasks enqueued after refusals", n)
+		}
+	})
+
 	t.Run("UnknownStage", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
