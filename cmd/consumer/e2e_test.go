@@ -550,16 +550,22 @@ func TestMetricsAfterARun(t *testing.T) {
 	}
 	const st = `stage="interview-evaluation"`
 	var m map[string]float64
+	followersAndHits := func() float64 {
+		return m[`flightdeck_task_events_total{outcome="follower_SUCCEEDED",`+st+`}`] +
+			m[`flightdeck_task_events_total{outcome="hit_SUCCEEDED",`+st+`}`]
+	}
+	// A task is counted when its handler's script call returns, a moment after its event is
+	// readable: scrape until every count is in (or the deadline), then check them all.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m = p.scrape(t)
-		if m[`flightdeck_dead_letters_total{reason="bad_json",`+st+`}`] == 1 || time.Now().After(deadline) {
+		if (m[`flightdeck_dead_letters_total{reason="bad_json",`+st+`}`] == 1 && followersAndHits() == 8 &&
+			m[`flightdeck_task_events_total{outcome="owner_SUCCEEDED",`+st+`}`] == 2 &&
+			m[`flightdeck_running_owners{`+st+`}`] == 0) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	followersAndHits := m[`flightdeck_task_events_total{outcome="follower_SUCCEEDED",`+st+`}`] +
-		m[`flightdeck_task_events_total{outcome="hit_SUCCEEDED",`+st+`}`]
 	checks := []struct {
 		name string
 		got  float64
@@ -567,7 +573,7 @@ func TestMetricsAfterARun(t *testing.T) {
 	}{
 		{"model calls", m[`flightdeck_model_calls_total{`+st+`}`], 2},
 		{"owner events", m[`flightdeck_task_events_total{outcome="owner_SUCCEEDED",`+st+`}`], 2},
-		{"follower + hit events", followersAndHits, 8},
+		{"follower + hit events", followersAndHits(), 8},
 		{"dead letters", m[`flightdeck_dead_letters_total{reason="bad_json",`+st+`}`], 1},
 		{"dlq length", m[`flightdeck_dlq_length{`+st+`}`], 1},
 		{"owner run count", m[`flightdeck_owner_run_seconds_count{`+st+`}`], 2},
