@@ -645,6 +645,38 @@ func (b *bundle) checkFenceTTL(key string, want time.Duration) {
 	}
 }
 
+// TestArchiveLabelSurvivesALostReply: an owner that ended its flight with an archived outcome
+// and lost the reply (its consumer crashed before it saw it) acquires again with the same task:
+// its event says "archive" again, not "owner" (no model ran under that token).
+func TestArchiveLabelSurvivesALostReply(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a    flight.Archived
+		want flight.Action
+	}{
+		{"succeeded", flight.Archived{Status: flight.StatusSucceeded, Result: []byte(`{"v":1}`)}, flight.ActionResultHit},
+		{"failed", flight.Archived{Status: flight.StatusFailed, ErrorType: "model", ErrorCode: "bad", Error: "no"}, flight.ActionFailedFinal},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := setup(t)
+			ta := b.task("ta")
+			d := b.acquireWith(flight.AcquireParams{Key: "a", OwnerID: "A", Task: ta, Start: true})
+			c.a.Key, c.a.Stage, c.a.Tenant, c.a.Token, c.a.Attempts = "a", testStage, "acme", 1, 1
+			if _, err := b.c.Rehydrate(b.ctx, *d.Owner, c.a); err != nil {
+				t.Fatal(err)
+			}
+			again := b.acquireWith(flight.AcquireParams{Key: "a", OwnerID: "A", Task: ta})
+			if again.Action != c.want || again.Shared != topics.SharedArchive {
+				t.Errorf("acquire again: %s shared %q, want %s shared archive", again.Action, again.Shared, c.want)
+			}
+			evs := b.events()["ta"]
+			if len(evs) != 2 || evs[0].Shared != topics.SharedArchive || evs[1].Shared != topics.SharedArchive {
+				t.Errorf("events of ta: %+v, want two with shared archive", evs)
+			}
+		})
+	}
+}
+
 // TestDeadline: a caller whose deadline passed gets EXPIRED (deadline_passed) instead of
 // running or following, but a stored outcome still answers it (a redelivered copy of a
 // finished task gets the original outcome).

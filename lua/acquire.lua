@@ -123,7 +123,8 @@ end
 local function acqFinal(action, meta, result)
   local callerShared = 'follower'
   if ownTask(meta) then
-    callerShared = 'owner'
+    -- The owner's own label: "archive" when its outcome came from the durable archive.
+    callerShared = meta.shared or 'owner'
   elseif action == 'RESULT_HIT' then
     callerShared = 'hit'
   end

@@ -65,6 +65,7 @@ local function compSucceed(meta, restored, handover)
       redis.call('HDEL', K[1], 'handover', 'retryable', 'errorType', 'errorCode', 'error')
     end
   end
+  if label() ~= 'owner' then redis.call('HSET', K[1], 'shared', label()) end
   redis.call('PEXPIRE', K[1], ttl)
   writeFence(V[12], '', V[16])
   local body = V[6]

@@ -51,6 +51,7 @@ register('fail', function()
       meta.retryAt = fmt(nowMs() + retryIn)
     end
     if V[28] == '1' then redis.call('HSET', K[1], 'entry', '') end
+    if label ~= 'owner' then redis.call('HSET', K[1], 'shared', label) end
     redis.call('PEXPIRE', K[1], ttl)
     if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], ttl) end
     writeFence(tok, '', fenceTTL)
