@@ -254,6 +254,13 @@ func input(v any) json.RawMessage {
 
 func TestAPIReadModel(t *testing.T) {
 	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
+	// Empty lists are [] in JSON, never null.
+	for _, path := range []string{"events", "dlq", "queued"} {
+		var raw json.RawMessage
+		if code := p.get(path, &raw); code != http.StatusOK || string(raw) != "[]" {
+			t.Errorf("GET %s with nothing to list: %d %s, want []", path, code, raw)
+		}
+	}
 	in := input(map[string]any{"answer": "I led the migration", "sim": map[string]any{"latencyMs": 50}})
 	key := p.enqueue(topics.Task{TaskID: "t-1", Input: in})
 	eventually(t, 15*time.Second, "the event of t-1", func() bool { return len(p.events()["t-1"]) > 0 })

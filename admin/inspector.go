@@ -476,7 +476,7 @@ func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]Ev
 	if len(stages) == 0 {
 		stages = in.Stages(ctx)
 	}
-	var out []EventView
+	out := []EventView{} // [] in JSON when there are none, never null
 	for _, s := range stages {
 		msgs, err := in.rdb.XRevRangeN(ctx, in.ks.Results(s), "+", "-", n).Result()
 		if err != nil {
@@ -521,7 +521,7 @@ func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) 
 	if len(stages) == 0 {
 		stages = in.Stages(ctx)
 	}
-	var out []DeadLetterView
+	out := []DeadLetterView{} // [] in JSON when there are none, never null
 	for _, s := range stages {
 		msgs, err := in.rdb.XRevRangeN(ctx, in.ks.DLQ(s), "+", "-", n).Result()
 		if err != nil {

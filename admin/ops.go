@@ -138,7 +138,7 @@ func (in *Inspector) Queued(ctx context.Context, stages []string, n int64) ([]Qu
 	if err != nil {
 		return nil, fmt.Errorf("admin: queued: %w", err)
 	}
-	var out []QueuedView
+	out := []QueuedView{} // [] in JSON when there are none, never null
 	for _, stage := range stages {
 		if err := in.checkStage(ctx, "queued", stage); err != nil {
 			return nil, err
