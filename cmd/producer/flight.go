@@ -13,6 +13,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -215,6 +216,13 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		return err
 	}
 	if out == nil {
+		// No flight yet: its tasks may wait in the stage's scheduled set (--in, notBefore).
+		if sched, err := c.Scheduled(ctx, key); err == nil && len(sched) > 0 {
+			return a.printIndented(struct {
+				RequestKey string                 `json:"requestKey"`
+				Scheduled  []client.ScheduledTask `json:"scheduled"`
+			}{key, sched})
+		}
 		return fmt.Errorf("no flight for key %q under prefix %q", key, a.prefix)
 	}
 	return a.printIndented(out)

@@ -131,7 +131,12 @@ func testCancelScheduled(t *testing.T, c *cli) {
 	if err := c.r.Client.ZAdd(ctx, c.ks.Scheduled(stage), redis.Z{Score: 1.9e12, Member: string(payload)}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res := c.run("", "cancel", key, "--reason", "not needed")
+	// inspect shows a key whose only task waits in the scheduled set.
+	res := c.run("", "inspect", key)
+	if res.code != 0 || !strings.Contains(res.stdout, `"taskId": "later-1"`) || !strings.Contains(res.stdout, `"dueAt": "2030-`) {
+		t.Errorf("inspect a scheduled key: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	res = c.run("", "cancel", key, "--reason", "not needed")
 	if res.code != 0 || !strings.Contains(res.stdout, "cancelled 1 scheduled task") {
 		t.Fatalf("cancel: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
