@@ -6,7 +6,9 @@
 #
 # Environment: REDIS_URL (default redis://127.0.0.1:6379/0), PREFIX (the consumers' --prefix,
 # default ai), STAGE (default interview-evaluation), TENANT (default acme), TIMEOUT in seconds
-# (default 30). Prints the event JSON and exits 0 when it arrives; exits 1 on timeout.
+# (default 30). Prints the event JSON and exits 0 when it arrives; exits 2 when a consumer
+# refused the task (dead-lettered it: bad JSON, a missing field; the reason is printed), 1 on
+# timeout.
 set -eu
 
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
@@ -41,6 +43,17 @@ while [ "$(date +%s)" -lt "$DEADLINE" ]; do
   if [ -n "$EVENT" ]; then
     printf '%s\n' "$EVENT"
     exit 0
+  fi
+  # A task a consumer cannot read (bad JSON, a missing field) gets no event when it names no
+  # task id it can trust: its entry goes to the stage's dead-letter stream, under its uuid.
+  DEAD=$(rcli XRANGE "$PREFIX:tasks:$STAGE:dlq" "$ENTRY" + COUNT 1000 | awk -v id="$TASK_ID" '
+    prev == "_watermill_message_uuid" { hit = ($0 == id) }
+    hit && prev == "reason" { reason = $0 }
+    hit && prev == "detail" { print reason ": " $0; exit }
+    { prev = $0 }')
+  if [ -n "$DEAD" ]; then
+    echo "a consumer refused $TASK_ID (dead-lettered): $DEAD" >&2
+    exit 2
   fi
   LAST=$(printf '%s\n' "$BATCH" | grep -E '^[0-9]+-[0-9]+$' | tail -n 1 || true)
   if [ -n "$LAST" ]; then FROM="($LAST"; fi

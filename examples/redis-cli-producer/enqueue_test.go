@@ -40,8 +40,11 @@ func TestEnqueueScript(t *testing.T) {
 	defer func() { stop(); <-done }()
 	<-c.Started()
 
-	script := func(stage, timeout string) (string, string, error) {
-		cmd := exec.Command("./enqueue.sh", `{"answer":"I led the migration"}`)
+	script := func(stage, timeout string, input ...string) (string, string, error) {
+		if len(input) == 0 {
+			input = []string{`{"answer":"I led the migration"}`}
+		}
+		cmd := exec.Command("./enqueue.sh", input...)
 		cmd.Env = append(os.Environ(), "REDIS_URL="+r.URL, "PREFIX="+ks.Prefix, "STAGE="+stage, "TIMEOUT="+timeout)
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -62,6 +65,17 @@ func TestEnqueueScript(t *testing.T) {
 		t.Errorf("event %+v: want SUCCEEDED with a result and a request key", ev)
 	}
 	t.Logf("answered in %v: %s", time.Since(start), out)
+
+	// Input that is not JSON: the consumer dead-letters the entry, and the script says so at
+	// once instead of waiting out its timeout.
+	start = time.Now()
+	_, stderr, err = script(handlers.StageEvaluation, "20", "not json")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !bytes.Contains([]byte(stderr), []byte("dead-lettered): bad_json")) {
+		t.Errorf("bad input: %v, stderr %q; want exit 2 naming bad_json", err, stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("bad input reported after %v", d)
+	}
 
 	_, stderr, err = script("nobody-reads-this", "1")
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
