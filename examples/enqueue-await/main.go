@@ -51,6 +51,11 @@ func run(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, out
 	if err != nil {
 		return err
 	}
+	// A stage no consumer has registered would leave the tasks waiting on a stream nobody
+	// reads: say so now rather than after the wait times out.
+	if err := cl.CheckStages(ctx, handlers.StageEvaluation); err != nil {
+		return fmt.Errorf("%w: start a consumer of the stage first", err)
+	}
 	answers := []string{
 		"I led the migration of our billing database.",
 		"I wrote the integration tests.",

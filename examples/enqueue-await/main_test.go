@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
@@ -23,6 +25,12 @@ import (
 func TestEnqueueAwait(t *testing.T) {
 	r := redistest.New(t)
 	ks := topics.Keyspace{Prefix: r.Prefix}
+	// Before any consumer registered the stage: refused at once, naming it.
+	var none bytes.Buffer
+	if err := run(context.Background(), r.Client, ks, &none); !errors.Is(err, client.ErrUnknownStage) ||
+		!strings.Contains(err.Error(), handlers.StageEvaluation) {
+		t.Errorf("with no consumer: %v, want an unknown-stage error", err)
+	}
 	var runs atomic.Int64
 	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation})
 	if err != nil {
@@ -38,6 +46,7 @@ func TestEnqueueAwait(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	defer func() { stop(); <-done }()
+	<-c.Started() // the stage is registered
 
 	var out bytes.Buffer
 	rctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
