@@ -28,7 +28,7 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("--version: exit %d, output %q", code, out)
 	}
 	for _, args := range [][]string{{"--log-level", "loud"}, {"--log-format", "xml"}, {"--tenants", "ACME"},
-		{"--http", "[]:9999"}, {"stray-argument"}} {
+		{"--http", "[]:9999"}, {"stray-argument"}, {"--redis", "127.0.0.1:6390"}} {
 		out, code := run(args...)
 		if code != 2 || strings.Count(strings.TrimSpace(out), "\n") != 0 || strings.Contains(out, "defaulting") {
 			t.Errorf("%v: exit %d, output %q; want exit 2 and one line", args, code, out)

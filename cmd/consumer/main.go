@@ -122,7 +122,9 @@ func run(args []string) (err error) {
 	defer func() { err = redisconn.RedactError(err, url) }()
 	newClient, err := redisconn.UniversalFromEnv(url, os.Getenv)
 	if err != nil {
-		return err
+		// A malformed --redis / $REDIS_URL, or a TLS file its variables name that cannot be
+		// read, is a mistake in how the consumer was started (exit 2).
+		return &cli.UsageError{Err: err}
 	}
 	var only []string
 	if *stages != "" {
