@@ -206,6 +206,9 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		return usagef("want exactly one request key (or --task ID), got %d arguments", len(pos))
 	}
 	key := pos[0]
+	if err := checkKeyArg(key); err != nil {
+		return err
+	}
 	rdb, c, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -305,6 +308,14 @@ func ttlMs(d time.Duration) int64 {
 	return d.Milliseconds()
 }
 
+// checkKeyArg refuses, as a usage mistake, an argument that cannot be a flight key.
+func checkKeyArg(key string) error {
+	if client.StageOfKey(key) == "" || flight.CheckKey(key) != nil {
+		return usagef("%q is not a request key: want ai:<stage>:v<n>:<tenant>:..., as enqueue prints it", key)
+	}
+	return nil
+}
+
 func (a *app) cancel(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("cancel", "KEY [--reason R]")
 	reason := fs.String("reason", "cancelled by producer CLI", "`reason`, stored as the flight's error and sent in the events")
@@ -316,6 +327,9 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 		return usagef("want exactly one request key, got %d arguments", len(pos))
 	}
 	key := pos[0]
+	if err := checkKeyArg(key); err != nil {
+		return err
+	}
 	rdb, c, err := a.connect(ctx)
 	if err != nil {
 		return err

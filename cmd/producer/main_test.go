@@ -276,6 +276,11 @@ func TestCLI(t *testing.T) {
 		if res.code != 1 || !strings.Contains(res.stderr, "no flight") {
 			t.Errorf("inspect unknown: exit %d, stderr %q", res.code, res.stderr)
 		}
+		for _, cmd := range []string{"inspect", "cancel"} {
+			if res := c.run("", cmd, "garbage"); res.code != 2 || !strings.Contains(res.stderr, `"garbage" is not a request key`) {
+				t.Errorf("%s garbage: exit %d, stderr %q; want exit 2", cmd, res.code, res.stderr)
+			}
+		}
 		res = c.run("", "cancel", "ai:unknown:v1:acme:0")
 		if res.code != 1 || !strings.Contains(res.stderr, "no flight") {
 			t.Errorf("cancel unknown: exit %d, stderr %q", res.code, res.stderr)
