@@ -198,8 +198,8 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		// accepted as the same outcome.
 		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
 		res.Uncertain = true
-		out := Outcome{Stage: st.name, Tenant: o.Tenant, Key: o.Key, Token: o.Token, OwnerID: o.OwnerID,
-			Attempts: o.Attempts, Task: o.Task, Result: v, ResultTTL: o.Policy.ResultTTL, At: time.Now()}
+		out := o.Outcome(v)
+		out.Stage = st.name
 		if serr := e.spool.Add(out); serr != nil {
 			e.log.Error().Err(serr).Str("requestKey", o.Key).Msg("uncertain outcome could not be spooled")
 			return res, false, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)

@@ -656,13 +656,15 @@ func TestArchiveLabelSurvivesALostReply(t *testing.T) {
 	}{
 		{"succeeded", flight.Archived{Status: flight.StatusSucceeded, Result: []byte(`{"v":1}`)}, flight.ActionResultHit},
 		{"failed", flight.Archived{Status: flight.StatusFailed, ErrorType: "model", ErrorCode: "bad", Error: "no"}, flight.ActionFailedFinal},
+		{"cancelled", flight.Archived{Status: flight.StatusCancelled, Error: "stop"}, flight.ActionCancelled},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := setup(t)
 			ta := b.task("ta")
 			d := b.acquireWith(flight.AcquireParams{Key: "a", OwnerID: "A", Task: ta, Start: true})
 			c.a.Key, c.a.Stage, c.a.Tenant, c.a.Token, c.a.Attempts = "a", testStage, "acme", 1, 1
-			if _, err := b.c.Rehydrate(b.ctx, *d.Owner, c.a); err != nil {
+			// An archived cancellation answers the owner's complete with ErrCancelled.
+			if _, err := b.c.Rehydrate(b.ctx, *d.Owner, c.a); err != nil && !errors.Is(err, flight.ErrCancelled) {
 				t.Fatal(err)
 			}
 			again := b.acquireWith(flight.AcquireParams{Key: "a", OwnerID: "A", Task: ta})

@@ -42,6 +42,15 @@ type Outcome struct {
 	At time.Time
 }
 
+// Outcome returns the uncertain outcome of o's run that produced result: o's flight and task,
+// and its policy's durations (the write-back keeps the owner's fence TTL), stamped now.
+func (o Ownership) Outcome(result []byte) Outcome {
+	p := o.Policy.WithDefaults()
+	return Outcome{Stage: o.Stage, Tenant: o.Tenant, Key: o.Key, Token: o.Token, OwnerID: o.OwnerID,
+		Attempts: o.Attempts, Task: o.Task, Result: result, ResultTTL: p.ResultTTL, RunningTTL: p.RunningTTL,
+		FailureTTL: p.FailureTTL, At: time.Now()}
+}
+
 func (o Outcome) validate() error {
 	if err := CheckKey(o.Key); err != nil {
 		return err

@@ -655,3 +655,17 @@ func TestSpoolDir(t *testing.T) {
 		t.Errorf("dir from the environment %q", def)
 	}
 }
+
+// TestOwnershipOutcome: the uncertain outcome of a run carries its owner's policy durations,
+// so that its write-back keeps the owner's fence TTL (TestPinnedFenceTTL, "written back").
+func TestOwnershipOutcome(t *testing.T) {
+	pol := flight.Policy{RunningTTL: time.Hour, FailureTTL: 30 * time.Minute, ResultTTL: 5 * time.Minute}
+	o := flight.Ownership{Key: "k", Token: 7, Attempts: 2, OwnerID: "c1", Stage: "s", Tenant: "acme",
+		Task: flight.Task{ID: "t1"}, Policy: pol}
+	oc := o.Outcome([]byte(`1`))
+	if oc.RunningTTL != time.Hour || oc.FailureTTL != 30*time.Minute || oc.ResultTTL != 5*time.Minute ||
+		oc.Key != "k" || oc.Token != 7 || oc.Attempts != 2 || oc.OwnerID != "c1" || oc.Task.ID != "t1" ||
+		oc.Stage != "s" || oc.Tenant != "acme" || string(oc.Result) != "1" || oc.At.IsZero() {
+		t.Errorf("outcome %+v", oc)
+	}
+}

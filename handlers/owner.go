@@ -119,9 +119,8 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		// The model answered but the result cannot be stored: an uncertain outcome. Spool it
 		// (it is written back when Redis answers; the write-back answers this task too) and
 		// hold the task meanwhile. The model is not run again for it.
-		oc := flight.Outcome{Stage: t.task.Stage, Tenant: t.task.Tenant, Key: t.key, Token: o.Token, OwnerID: p.name,
-			Attempts: o.Attempts, Task: t.flightTask(), Result: out, ResultTTL: p.pol.ResultTTL,
-			RunningTTL: p.pol.RunningTTL, FailureTTL: p.pol.FailureTTL, At: time.Now()}
+		oc := o.Outcome(out)
+		oc.Stage, oc.Tenant, oc.Key, oc.OwnerID, oc.Task = t.task.Stage, t.task.Tenant, t.key, p.name, t.flightTask()
 		if serr := p.spool.Add(oc); serr != nil {
 			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
 		}

@@ -125,6 +125,9 @@ register('complete', function()
     return tail({ 'ALREADY', status, 0, 'answered' })
   end
   if status == 'CANCELLED' then
+    -- Its own token's run was cancelled (an archived cancellation is answered this way too):
+    -- the owner's label stays in the meta for a re-acquire after a lost reply.
+    if label() ~= 'owner' then redis.call('HSET', K[1], 'shared', label()) end
     answer(failureOf(meta), label())
     return tail({ status, status, 0, 'answered' })
   end
