@@ -220,7 +220,7 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 	}
 	if out == nil {
 		// No flight yet: its tasks may wait in the stage's scheduled set (--in, notBefore).
-		if sched, err := c.Scheduled(ctx, key); err == nil && len(sched) > 0 {
+		if sched, err := c.Scheduled(ctx, key); client.StageOfKey(key) != "" && err == nil && len(sched) > 0 {
 			return a.printIndented(struct {
 				RequestKey string                 `json:"requestKey"`
 				Scheduled  []client.ScheduledTask `json:"scheduled"`
@@ -308,10 +308,11 @@ func ttlMs(d time.Duration) int64 {
 	return d.Milliseconds()
 }
 
-// checkKeyArg refuses, as a usage mistake, an argument that cannot be a flight key.
+// checkKeyArg refuses, as a usage mistake, an argument that cannot be a flight key (a
+// consumer's keys are ai:<stage>:v<n>:<tenant>:...; an in-process executor's may be any).
 func checkKeyArg(key string) error {
-	if client.StageOfKey(key) == "" || flight.CheckKey(key) != nil {
-		return usagef("%q is not a request key: want ai:<stage>:v<n>:<tenant>:..., as enqueue prints it", key)
+	if err := flight.CheckKey(key); err != nil {
+		return usagef("%q is not a request key (%v): a consumer's keys are ai:<stage>:v<n>:<tenant>:..., as enqueue prints them", key, err)
 	}
 	return nil
 }
@@ -337,9 +338,12 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 	defer rdb.Close()
 	// Tasks of the key still waiting in the scheduled set (a notBefore ahead, a long retry
 	// delay) are cancelled too: they have no flight to cancel yet, or would find it.
-	scheduled, serr := c.CancelScheduled(ctx, key, *reason)
-	if serr != nil {
-		return serr
+	var scheduled int
+	if client.StageOfKey(key) != "" { // only a consumer's keys have tasks in a scheduled set
+		var serr error
+		if scheduled, serr = c.CancelScheduled(ctx, key, *reason); serr != nil {
+			return serr
+		}
 	}
 	if scheduled > 0 {
 		fmt.Fprintf(a.stdout, "cancelled %d scheduled task(s) of %s\n", scheduled, key)

@@ -47,8 +47,10 @@ func (a *app) hints(ctx context.Context, rdb redis.UniversalClient, c *client.Cl
 	}
 	for _, stage := range stages {
 		if p, ok := paused[stage]; ok {
+			// That is the cause: the streams' state (unread entries) only follows from it.
 			fmt.Fprintf(a.stderr, "producer: stage %s: the stage is paused (by %s, %s ago): its consumers read none of its tasks until it is resumed on the dashboard\n",
 				stage, p.By, ago(time.Duration(now-p.At)*time.Millisecond))
+			continue
 		}
 		sts, err := c.StreamStatuses(ctx, streams[stage]...)
 		if err != nil {
