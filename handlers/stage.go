@@ -221,12 +221,15 @@ type fileConfig struct {
 // errNoStages: a stage file without a stages mapping (empty, or the stages not under it).
 var errNoStages = errors.New("no stages: want stages: {<stage name>: {<field>: <value>}}")
 
-// decodeStageFile reads the YAML stage file strictly: a key other than stages, a field a
-// stage does not have (misspelt), or a file without stages is a mistake to report (with its
-// line) rather than a file that silently leaves the defaults in place.
+// decodeStageFile reads the YAML stage file strictly: a field a stage does not have
+// (misspelt), a top-level key other than stages (x-<anything> keys are free, for YAML anchors
+// to merge from), or a file without stages is a mistake to report, with its line, rather than
+// a file that silently leaves the defaults in place. "stages:" with nothing under it is an
+// empty set of overrides.
 func decodeStageFile(raw []byte) (fileConfig, error) {
 	var strict struct {
 		Stages map[string]StageConfig `yaml:"stages"`
+		Extra  map[string]yaml.Node   `yaml:",inline"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
@@ -236,7 +239,22 @@ func decodeStageFile(raw []byte) (fileConfig, error) {
 		}
 		return fileConfig{}, err
 	}
-	if strict.Stages == nil {
+	var top map[string]yaml.Node
+	if err := yaml.Unmarshal(raw, &top); err != nil {
+		return fileConfig{}, err
+	}
+	keys := make([]string, 0, len(top))
+	for k := range top {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k != "stages" && !strings.HasPrefix(k, "x-") {
+			return fileConfig{}, fmt.Errorf("line %d: %q is not a stage file key: want stages: {<stage name>: {...}} (x-... keys are free)",
+				top[k].Line, k)
+		}
+	}
+	if _, ok := top["stages"]; !ok {
 		return fileConfig{}, errNoStages
 	}
 	// The stages decoded again as nodes, each over its built-in stage's fields.

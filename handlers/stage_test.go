@@ -28,6 +28,7 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 		{"empty file", "", "no stages"},
 		{"stages missing", "# nothing yet\n", "no stages"},
 		{"bad value", "stages:\n  interview-evaluation:\n    lease: soon\n", "soon"},
+		{"other top-level key", "defaults: &d {lease: 9s}\nstages:\n  interview-evaluation:\n    <<: *d\n", `line 1: "defaults"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := handlers.LoadStages(write(c.body), nil)
@@ -43,6 +44,15 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 	}
 	if stages[0].Lease != 7*time.Second || stages[0].Concurrency != 3 || stages[1].Name != "resume-summary" {
 		t.Errorf("stages %+v", stages)
+	}
+	// x- keys hold anchors to merge from; "stages:" with every stage commented out is empty.
+	stages, err = handlers.LoadStages(write("x-defaults: &d {lease: 9s}\nstages:\n  interview-evaluation:\n    <<: *d\n"),
+		[]string{handlers.StageEvaluation})
+	if err != nil || stages[0].Lease != 9*time.Second {
+		t.Errorf("x- anchor: %v %+v", err, stages)
+	}
+	if _, err := handlers.LoadStages(write("stages:\n#  interview-evaluation:\n#    lease: 9s\n"), nil); err != nil {
+		t.Errorf("stages: with nothing under it: %v", err)
 	}
 	if _, err := handlers.LoadStages(write("stages:\n  x:\n    lease: 1s\n"), []string{"nope"}); !errors.Is(err, handlers.ErrUnknownStage) {
 		t.Errorf("unknown stage: %v", err)
