@@ -31,7 +31,12 @@ func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() red
 	rdb := newClient()
 	defer rdb.Close()
 	dials := &dialErrors{}
-	rdb.AddHook(dials)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// A cluster client dials through one client per node.
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(dials) })
+	} else {
+		rdb.AddHook(dials)
+	}
 	start := time.Now()
 	back := waitFirst
 	for try := 1; ; try++ {

@@ -112,7 +112,9 @@ func (c *OpenAIConfig) setDefaults() {
 	}
 }
 
-func (c *OpenAIConfig) validate() error {
+// validate reports a configuration that cannot work; ownClient: the caller gave its own
+// HTTPClient, which may supply the credentials itself.
+func (c *OpenAIConfig) validate(ownClient bool) error {
 	u, err := url.Parse(c.BaseURL)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, credentials included.
@@ -124,7 +126,7 @@ func (c *OpenAIConfig) validate() error {
 	if c.Model == "" {
 		return errors.New("Model is required")
 	}
-	if strings.EqualFold(u.Hostname(), "api.openai.com") && c.APIKey.Reveal() == "" {
+	if strings.EqualFold(u.Hostname(), "api.openai.com") && c.APIKey.Reveal() == "" && !ownClient {
 		// Every call would fail with 401 and spend the flight's attempts.
 		return errors.New("api.openai.com needs an API key: set OPENAI_API_KEY or OPENAI_API_KEY_FILE (APIKey)")
 	}
@@ -205,8 +207,9 @@ var _ Model = (*OpenAI)(nil)
 
 // NewOpenAI applies cfg's defaults, validates it and returns the adapter.
 func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
+	ownClient := cfg.HTTPClient != nil // may authenticate itself (a signing transport, a proxy)
 	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(ownClient); err != nil {
 		return nil, fmt.Errorf("model: openai: %w", err)
 	}
 	return &OpenAI{cfg: cfg, endpoint: cfg.BaseURL + "/chat/completions"}, nil

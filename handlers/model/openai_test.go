@@ -618,6 +618,9 @@ func TestNewOpenAI(t *testing.T) {
 		if _, err := model.NewOpenAI(model.OpenAIConfig{Model: "m", BaseURL: "http://127.0.0.1:8000/v1"}); err != nil {
 			t.Errorf("a local server without a key: %v", err)
 		}
+		if _, err := model.NewOpenAI(model.OpenAIConfig{Model: "m", HTTPClient: &http.Client{}}); err != nil {
+			t.Errorf("a caller's own HTTP client (it may sign requests itself): %v", err)
+		}
 	})
 
 	t.Run("BaseURLCredentialsNotEchoed", func(t *testing.T) {
