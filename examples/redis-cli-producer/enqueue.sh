@@ -35,6 +35,13 @@ echo "enqueued $TASK_ID as $ENTRY on $PREFIX:tasks:$STAGE" >&2
 # stamps both), so reading from the entry's id on is enough. Every task of the stage shares
 # that stream: match the event by task id.
 RESULTS="$PREFIX:results:$STAGE"
+DLQ_LOOKUP='for _, e in ipairs(redis.call("XRANGE", KEYS[1], ARGV[1], "+", "COUNT", 1000)) do
+  local f, m = e[2], {}
+  for i = 1, #f, 2 do m[f[i]] = f[i + 1] end
+  if m._watermill_message_uuid == ARGV[2] then return (m.reason or "") .. ": " .. (m.detail or "") end
+end
+return ""'
+
 FROM="$ENTRY"
 DEADLINE=$(( $(date +%s) + TIMEOUT ))
 while [ "$(date +%s)" -lt "$DEADLINE" ]; do
@@ -46,12 +53,10 @@ while [ "$(date +%s)" -lt "$DEADLINE" ]; do
   fi
   # A task a consumer cannot read (bad JSON, a missing field) gets no event when it names no
   # task id it can trust: its entry goes to the stage's dead-letter stream, under its uuid.
-  DEAD=$(rcli XRANGE "$PREFIX:tasks:$STAGE:dlq" "$ENTRY" + COUNT 1000 | awk -v id="$TASK_ID" '
-    prev == "_watermill_message_uuid" { hit = ($0 == id) }
-    hit && prev == "reason" { reason = $0 }
-    hit && prev == "detail" { print reason ": " $0; exit }
-    { prev = $0 }')
-  if [ -n "$DEAD" ]; then
+  # The lookup runs in Redis (fields read by name, whatever the payload holds); its answer is
+  # "<reason>: <detail>", or nothing.
+  DEAD=$(rcli EVAL "$DLQ_LOOKUP" 1 "$PREFIX:tasks:$STAGE:dlq" "$ENTRY" "$TASK_ID" 2>/dev/null || true)
+  if printf '%s' "$DEAD" | grep -Eq '^[a-z_]+: '; then
     echo "a consumer refused $TASK_ID (dead-lettered): $DEAD" >&2
     exit 2
   fi
