@@ -24,6 +24,9 @@ func TestCommandLine(t *testing.T) {
 	if out, code := run("--help"); code != 0 || !strings.Contains(out, "-stages") {
 		t.Errorf("--help: exit %d, output %q", code, out)
 	}
+	if out, err := exec.Command(binary, "--help").Output(); err != nil || !strings.Contains(string(out), "-stages") {
+		t.Errorf("--help: the usage is not on stdout (err %v, stdout %q)", err, out)
+	}
 	if out, code := run("--version"); code != 0 || !strings.HasPrefix(out, "consumer github.com/flightdeck-ai/flightdeck ") {
 		t.Errorf("--version: exit %d, output %q", code, out)
 	}

@@ -30,7 +30,7 @@ const dlqUsage = `ls [--stage S] [--n 20] [--format table|json]
 func (a *app) dlq(ctx context.Context, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fs := a.newFlagSet("dlq", dlqUsage)
-		if _, err := parse(fs, args); err != nil {
+		if _, err := a.parse(fs, args); err != nil {
 			return err
 		}
 		return usagef("want a subcommand: ls, show, requeue or purge")
@@ -111,7 +111,7 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	stage := stageFlag(fs, false)
 	n := fs.Int("n", 20, "show the newest `N` dead letters")
 	format := listFormatFlag(fs)
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ type shownDeadLetter struct {
 func (a *app) dlqShow(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("dlq show", "ID --stage S")
 	stage := stageFlag(fs, true)
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -268,7 +268,7 @@ func (a *app) dlqBulk(ctx context.Context, op string, args []string) error {
 	if op == "purge" {
 		yes = fs.Bool("yes", false, "delete for good: purge refuses to run without it")
 	}
-	ids, err := parse(fs, args)
+	ids, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	fs.StringVar(&file, "f", "", "JSONL `file` of tasks, one topics.Task JSON per line (\"-\" for stdin)")
 	fs.BoolVar(&anyStage, "any-stage", false, anyStageUsage)
 	wo.register(fs)
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 	fs.IntVar(&latency, "latency-ms", 50, "simulated model latency in ms (input.sim.latencyMs)")
 	fs.BoolVar(&anyStage, "any-stage", false, anyStageUsage)
 	wo.register(fs)
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func (a *app) tail(ctx context.Context, args []string) error {
 	stagesFlag := fs.String("stages", "", "comma-separated `stages` to follow (default: every registered stage when tail starts, else the four built-in ones)")
 	from := fs.String("from", "$", "where to start: `$` (new events only), 0 (everything) or a stream id")
 	formatArg := formatFlag(fs)
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 	taskID := fs.String("task", "", "look a task up by its `id`: its stream entry, its event and its flight")
 	stageFlag := fs.String("stage", "", "with --task: the task's `stage` (default: every registered stage)")
 	scan := fs.Int("scan", 10000, "with --task: how many of the newest entries of each stream to search")
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func checkKeyArg(key string) error {
 func (a *app) cancel(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("cancel", "KEY [--reason R]")
 	reason := fs.String("reason", "cancelled by producer CLI", "`reason`, stored as the flight's error and sent in the events")
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}

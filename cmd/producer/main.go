@@ -127,11 +127,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	a.redisURL = u
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usageText) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usageText) }
 	a.globalFlags(fs)
 	version := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := fdcli.Parse(fs, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -236,7 +235,7 @@ func (a *app) newFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(a.stderr, "Usage: producer %s %s\n\nOptions:\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "Usage: producer %s %s\n\nOptions:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	a.globalFlags(fs)
@@ -244,10 +243,10 @@ func (a *app) newFlagSet(name, synopsis string) *flag.FlagSet {
 }
 
 // parse parses args with flags and positional arguments in any order.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := fdcli.Parse(fs, args, a.stdout, a.stderr); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, err
 			}

@@ -78,7 +78,7 @@ func pausedStages(ctx context.Context, rdb redis.UniversalClient, ks topics.Keys
 func (a *app) stages(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("stages", "[--format table|json]")
 	format := listFormatFlag(fs)
-	pos, err := parse(fs, args)
+	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}

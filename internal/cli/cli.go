@@ -1,11 +1,13 @@
 // Package cli holds what the project's commands share about their command lines: the version
-// they print and the exit code an error maps to.
+// they print, where their usage goes, and the exit code an error maps to.
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"strings"
 )
@@ -51,6 +53,22 @@ func ExitCode(err error) int {
 		return 2
 	}
 	return 1
+}
+
+// Parse parses args with fs, writing what the flag package prints (an error, the usage) to
+// stdout when --help asked for it (flag.ErrHelp: the usage is the output, for a pager), to
+// stderr otherwise. fs's Usage function must print to fs.Output().
+func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	w := stderr
+	if errors.Is(err, flag.ErrHelp) {
+		w = stdout
+	}
+	_, _ = w.Write(buf.Bytes())
+	fs.SetOutput(stderr)
+	return err
 }
 
 // Version describes the running binary: the main module's version (or "(devel)") and the
