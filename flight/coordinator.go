@@ -156,6 +156,12 @@ type Ownership struct {
 	ExpireAt time.Time
 	// MaxInline is the largest result the owner's events carry inline.
 	MaxInline int
+	// Joined are tasks of the same key that the owner's consumer held back instead of
+	// acquiring (its in-process followers, with their stream entries): Complete answers them
+	// with the owner's task, as followers, in the same call (Settlement.JoinedAnswered). They
+	// never reached the flight: when the call does not answer them, the consumer acquires
+	// them as usual.
+	Joined []Task
 }
 
 // AcquireParams are the arguments of Acquire.

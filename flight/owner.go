@@ -25,6 +25,8 @@ type Settlement struct {
 	// parked task waited.
 	Events int
 	Waited []time.Duration
+	// JoinedAnswered (Complete) is true when the call answered Ownership.Joined too.
+	JoinedAnswered bool
 }
 
 // ownerReply runs an owner script that does not answer tasks (start, heartbeat, handover) and
@@ -140,6 +142,12 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	if len(res) < width {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w: %d elements", op, o.Key, ErrProtocol, len(res))
 	}
+	joined := false
+	if op == "complete" && len(o.Joined) > 0 {
+		// The reply ends with how many joined tasks it answered (complete.lua).
+		n, _ := res[len(res)-1].(int64)
+		joined, res = n > 0, res[:len(res)-1]
+	}
 	code, _ := res[0].(string)
 	var st Settlement
 	var status string
@@ -163,6 +171,7 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 		st.Answered = false
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
+	st.JoinedAnswered = joined
 	return st, codeErr(op, o.Key, code, status)
 }
 
@@ -197,14 +206,26 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 	argv := c.answerArgv(o.Task, run, o.MaxInline, body)
 	argv = append(argv, tok(o.Token), result, inline, ms(p.ResultTTL), ms(p.FenceTTL()))
 	ask := c.wbFence != nil
-	if shared != "" || ask {
+	askAt := -1
+	if len(o.Joined) > 0 {
+		// The joined tasks follow the optional arguments, which are then all given.
 		argv = append(argv, labelled(o, shared)...)
+		askAt = len(argv)
+		argv = append(argv, flag(ask))
+		for _, t := range o.Joined {
+			argv = append(argv, t.ID, t.ref(), t.Queued.Milliseconds())
+		}
+	} else {
+		if shared != "" || ask {
+			argv = append(argv, labelled(o, shared)...)
+		}
+		if ask {
+			askAt = len(argv)
+			argv = append(argv, flag(true))
+		}
 	}
-	if ask {
-		argv = append(argv, flag(true))
-	}
-	st, err := c.settleAsking(ctx, "complete", lua.Complete, o, argv, ask)
-	if !ask && errors.Is(err, ErrGone) {
+	st, err := c.settleAsking(ctx, "complete", lua.Complete, o, argv, askAt)
+	if !ask && errors.Is(err, ErrGone) && len(o.Joined) == 0 {
 		// The meta is gone: call again with what it takes to write it back (the common call
 		// leaves these out).
 		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))
@@ -252,25 +273,27 @@ func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time
 	if shared != "" || f.RetryIn > 0 || f.EntryReleased || ask {
 		argv = append(argv, shared, ms(max(f.RetryIn, 0)), flag(f.EntryReleased))
 	}
+	askAt := -1
 	if ask {
+		askAt = len(argv)
 		argv = append(argv, flag(true))
 	}
-	return c.settleAsking(ctx, "fail", lua.Fail, o, argv, ask)
+	return c.settleAsking(ctx, "fail", lua.Fail, o, argv, askAt)
 }
 
-// settleAsking is settleCall for complete and fail; with ask, argv ends with the ask flag
-// "1", and an answer GONE or LAPSED (nothing written) is judged by Config.WriteBackFence: a
-// larger token known there refuses the write (ErrStaleToken), else the call is made again
-// without asking.
-func (c *Coordinator) settleAsking(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any, ask bool) (Settlement, error) {
+// settleAsking is settleCall for complete and fail; askAt is the index of the ask flag in argv
+// (-1: none). When it is "1", an answer GONE or LAPSED (nothing written) is judged by
+// Config.WriteBackFence: a larger token known there refuses the write (ErrStaleToken), else
+// the call is made again without asking.
+func (c *Coordinator) settleAsking(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any, askAt int) (Settlement, error) {
 	st, err := c.settleCall(ctx, op, s, o, argv)
-	if !ask || !(errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
+	if askAt < 0 || argv[askAt] != flag(true) || !(errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
 		return st, err
 	}
 	if c.fencedOff(ctx, o) {
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, ErrStaleToken)
 	}
-	argv[len(argv)-1] = flag(false)
+	argv[askAt] = flag(false)
 	return c.settleCall(ctx, op, s, o, argv)
 }
 

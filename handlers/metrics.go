@@ -43,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Time from enqueue to the task's terminal event, for tasks answered by this consumer.", Buckets: buckets},
 			[]string{"stage"}),
 		followerWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_follower_wait_seconds",
-			Help: "Time a parked follower waited for its flight's outcome (park to event).", Buckets: buckets},
+			Help: "Time a follower waited for its flight's outcome (park, or joining an owner in its consumer, to event).", Buckets: buckets},
 			[]string{"stage"}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flightdeck_breaker_state",
 			Help: "The consumer's coordination circuit breaker: 0 closed, 1 half-open, 2 open."}),

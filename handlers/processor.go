@@ -69,6 +69,7 @@ type Processor struct {
 	breaker  *flight.Breaker
 	archive  *archive.Writer // nil without an archive
 	runs     *warm.Pool      // the goroutines that run handle
+	joins    *joins          // the keys' leaders among the running tasks (join.go)
 }
 
 // entry is the stream entry a handler run holds.

@@ -39,6 +39,9 @@ type taskRun struct {
 	runTime time.Duration
 	// token is the flight token the task owns or follows (0 before its first acquire).
 	token atomic.Int64
+	// lead is the group of tasks of the key that wait for this one (join.go); nil when it
+	// does not lead.
+	lead *joinGroup
 
 	logMu    sync.Mutex
 	log      zerolog.Logger // built by logger on first use
@@ -123,7 +126,18 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 // or answered from the flight's outcome (by the acquire script itself).
 func (t *taskRun) acquireLoop(ctx context.Context) error {
 	p := t.p
-	for again := t.retried; ; again = true {
+	checkFirst := t.retried
+	if t.canJoin() {
+		settled, rode := t.join(ctx)
+		if settled {
+			return nil
+		}
+		checkFirst = checkFirst || rode
+		if t.lead != nil {
+			defer p.joins.end(t.key, t.lead)
+		}
+	}
+	for again := checkFirst; ; again = true {
 		if err := ctx.Err(); err != nil {
 			stream.Release(t.msg)
 			return nil

@@ -90,6 +90,12 @@ type StageConfig struct {
 	// loops (a parked task whose flight ended or vanished is answered by whoever checks it;
 	// normally the flight's owner answers it at once). Defaults to twice the lease.
 	ParkCheck time.Duration `yaml:"parkCheck"`
+	// JoinWait is how long a task whose key's owner runs in the same consumer waits for that
+	// owner, holding its handler: the owner's complete answers it too, in the same call, and
+	// it makes no call to Redis of its own. After JoinWait it acquires the flight like any
+	// task (and parks on it, holding no handler). Defaults to 50 ms; negative: off. At most
+	// the lease.
+	JoinWait time.Duration `yaml:"joinWait"`
 }
 
 func ptr(b bool) *bool { return &b }
@@ -163,6 +169,9 @@ func (c StageConfig) WithDefaults() StageConfig {
 	if c.ParkCheck == 0 {
 		c.ParkCheck = 2 * c.Lease
 	}
+	if c.JoinWait == 0 {
+		c.JoinWait = 50 * time.Millisecond
+	}
 	return c
 }
 
@@ -188,6 +197,9 @@ func (c StageConfig) Validate() error {
 	}
 	if c.ParkCheck < 0 {
 		errs = append(errs, fmt.Errorf("parkCheck %v must not be negative", c.ParkCheck))
+	}
+	if c.JoinWait > c.Lease {
+		errs = append(errs, fmt.Errorf("joinWait %v must be at most the lease %v", c.JoinWait, c.Lease))
 	}
 	if c.Partitions < 1 || c.Partitions > 64 {
 		errs = append(errs, fmt.Errorf("partitions %d: want 1-64", c.Partitions))

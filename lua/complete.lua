@@ -17,6 +17,12 @@
 --   and LAPSED when the caller's own record lets another caller take the flight over
 --   (lib.lua takeoverDue), instead of writing; the caller checks a fence kept outside Redis,
 --   then calls again without it
+-- ARGV[25..] (optional, after ARGV[24]) -> joined tasks, three arguments each: task id, entry
+--   ref "<entry id> <task stream>", queuedMs. They are tasks of the same key that the
+--   caller's consumer held back instead of acquiring (its in-process followers): they never
+--   reached the flight, and are answered with the caller's own task, as followers, whenever
+--   the call answers it. The reply then ends with one more element: how many joined tasks
+--   were answered (0 or all of them; none: the caller acquires them as usual).
 --
 -- The rule: a result is accepted from the token that owns the flight while it is PENDING,
 -- RUNNING, or EXPIRED by that owner's own heartbeat (not yet answered: the attempt ran out,
@@ -81,7 +87,8 @@ local function compSucceed(meta, restored, handover)
   return tail({ 'OK', 'SUCCEEDED', r, 'answered' })
 end
 
-register('complete', function()
+-- completeCall is the body of complete.
+local function completeCall()
   local ask = V[24] == '1'
   local m
   if ask then -- also what takeoverDue judges
@@ -141,4 +148,11 @@ register('complete', function()
     return compSucceed(meta, false, meta.handover)
   end
   return tail({ 'STATE', status, 0, '' })
+end
+
+register('complete', function()
+  if #V >= 27 then J = 25 end
+  local reply = completeCall()
+  if J then reply[#reply + 1] = (out and out.joined) or 0 end
+  return reply
 end)

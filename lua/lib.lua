@@ -60,6 +60,7 @@ local nowStr, nowUsStr = '', '' -- Redis TIME in ms and µs, as decimal strings
 local nowN, nowUsN = nil, nil -- the same as numbers, parsed on first use (nowMs, nowMicros)
 local A = nil -- the answer block as a table, made by initAnswers on first use
 local out = nil -- what the call answered, made by answered() on first use
+local J = nil -- (complete) the index in V of the first joined task, nil for none
 
 local PAD = { '00000', '0000', '000', '00', '0', '' } -- left padding of TIME's microseconds
 
@@ -196,7 +197,7 @@ end
 
 -- answered returns what the call answered so far, made on first use.
 local function answered()
-  if out == nil then out = { n = 0, events = {}, acks = {}, released = {}, park = '', waited = {}, caller = '' } end
+  if out == nil then out = { n = 0, events = {}, acks = {}, released = {}, park = '', waited = {}, caller = '', joined = 0 } end
   return out
 end
 
@@ -258,9 +259,10 @@ local function emit(taskId, shared, queued, body)
 end
 
 -- answer gives the caller's task (when it has one) the event body with shared callerShared, and
--- every parked task the same body with shared "follower" (or "owner" for the entry ownerRef,
--- when given: the last owner's task, parked by the call that ends its attempt), then
--- acknowledges all their entries and releases the parked ones.
+-- every joined task (complete: the caller's in-process followers, V[J..]) and parked task the
+-- same body with shared "follower" (or "owner" for the entry ownerRef, when given: the last
+-- owner's task, parked by the call that ends its attempt), then acknowledges all their
+-- entries and releases the parked ones.
 local function answer(body, callerShared, ownerRef)
   local o = answered()
   local task, entry = V[7], V[8]
@@ -269,6 +271,13 @@ local function answer(body, callerShared, ownerRef)
     o.caller = callerShared
   end
   if entry ~= '' then o.acks[#o.acks + 1] = entry end
+  if J then
+    for i = J, #V - 2, 3 do
+      emit(V[i], 'follower', V[i + 2], body)
+      o.acks[#o.acks + 1] = V[i + 1]
+      o.joined = o.joined + 1
+    end
+  end
   local w = redis.call('HGETALL', K[4])
   for i = 1, #w, 2 do
     local field = w[i]
@@ -394,7 +403,7 @@ end
 -- it sets the call's keys, arguments and clock, and clears the answer state.
 local function register(name, body)
   redis.register_function(FUNCTION_PREFIX .. name, function(keys, args)
-    K, V, A, out, nowN, nowUsN = keys, args, nil, nil, nil, nil
+    K, V, A, out, nowN, nowUsN, J = keys, args, nil, nil, nil, nil, nil
     local clock = redis.call('TIME')
     local sec, us = clock[1], clock[2]
     us = PAD[#us] .. us

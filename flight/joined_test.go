@@ -1,0 +1,73 @@
+package flight_test
+
+import (
+	"testing"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestCompleteAnswersJoinedTasks: tasks of the key held back by the owner's consumer
+// (Ownership.Joined) are answered as followers by the owner's complete, with the parked ones,
+// and their entries acknowledged; a complete that does not answer the owner's task (another
+// owner took the flight over) answers none of them and leaves their entries pending, for the
+// consumer to acquire them as usual.
+func TestCompleteAnswersJoinedTasks(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		d, ta := b.own("k")
+		tasks := map[string]flight.Task{"ta": ta}
+		tp := b.task("tp")
+		tasks["tp"] = tp
+		if got := b.acquire("k", "B", tp); got.Reason != flight.ReasonParked {
+			t.Fatalf("tp: %+v", got)
+		}
+		o := *d.Owner
+		for _, id := range []string{"j1", "j2"} {
+			tasks[id] = b.task(id)
+			o.Joined = append(o.Joined, tasks[id])
+		}
+		st, err := b.complete(o, `{"v":1}`)
+		if err != nil || !st.Answered || !st.JoinedAnswered || st.Events != 4 {
+			t.Fatalf("complete: %+v %v", st, err)
+		}
+		b.checkAnswers(t, []answered{{"ta", topics.SharedOwner, topics.StatusSucceeded},
+			{"tp", topics.SharedFollower, topics.StatusSucceeded}, {"j1", topics.SharedFollower, topics.StatusSucceeded},
+			{"j2", topics.SharedFollower, topics.StatusSucceeded}}, tasks)
+		for id, evs := range b.events() {
+			if string(evs[0].Result) != `{"v":1}` {
+				t.Errorf("%s: result %s", id, evs[0].Result)
+			}
+			if id == "j1" && evs[0].QueuedMs != 3 {
+				t.Errorf("j1: queuedMs %d, want its own (3)", evs[0].QueuedMs)
+			}
+		}
+		// A lost reply: the same call again answers the same tasks again.
+		if st, err := b.complete(o, `{"v":1}`); err != nil || !st.JoinedAnswered {
+			t.Fatalf("complete again: %+v %v", st, err)
+		}
+	})
+}
+
+func TestCompleteStaleLeavesJoinedTasks(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		d, _ := b.own("k")
+		b.set("k", "heartbeatAt", "now-6s")
+		tb := b.task("tb")
+		if got := b.acquireWith(flight.AcquireParams{Key: "k", OwnerID: "B", Task: tb, Start: true}); got.Action != flight.ActionOwner {
+			t.Fatalf("takeover: %+v", got)
+		}
+		o := *d.Owner
+		j := b.task("j1")
+		o.Joined = []flight.Task{j}
+		st, err := b.complete(o, `{"v":1}`)
+		if err == nil || st.JoinedAnswered {
+			t.Fatalf("stale complete: %+v %v; want a refusal that answers no joined task", st, err)
+		}
+		if h := b.holder(j); h != "c1" {
+			t.Errorf("the joined task's entry is held by %q, want c1 (untouched)", h)
+		}
+		if evs := b.events()["j1"]; len(evs) != 0 {
+			t.Errorf("the joined task got events: %+v", evs)
+		}
+	})
+}

@@ -1,0 +1,174 @@
+package handlers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/stream"
+)
+
+// Joining (DESIGN.md section 5): a task whose key already has a task in this processor that is
+// acquiring or running the flight (the key's leader) waits for it, up to the stage's JoinWait,
+// instead of making its own call to Redis. The leader's complete answers the joined tasks
+// with its own, in the same script (flight.Ownership.Joined). A joined task that is not
+// answered that way (the leader did not become the owner, failed, was refused, or JoinWait
+// ran out) acquires the flight as usual. Joined tasks never reach the flight: until the
+// complete that answers them, their entries are pending under this consumer like any it
+// holds, so a crash leaves them to be claimed and run like any other.
+
+// joins is the leaders of one processor, by key.
+type joins struct {
+	mu sync.Mutex
+	m  map[string]*joinGroup
+}
+
+// joinGroup is one key's leader and the tasks waiting for it.
+type joinGroup struct {
+	closed  bool      // the leader took its joiners (or ended): no task joins any more
+	waiting []*joiner // the joiners the leader has not taken
+}
+
+// joiner is one task waiting for its key's leader.
+type joiner struct {
+	g     *joinGroup
+	task  flight.Task
+	taken bool      // the leader's complete carried it (set by take, read after the verdict)
+	done  chan bool // the verdict: true when the leader's complete answered the task
+}
+
+func newJoins() *joins { return &joins{m: map[string]*joinGroup{}} }
+
+// enter makes the caller key's leader (g) when no task of key is in flight here, or has it
+// join the leader (j). Neither when the leader already took its joiners: the caller acquires.
+func (js *joins) enter(key string, t flight.Task) (g *joinGroup, j *joiner) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if cur := js.m[key]; cur != nil {
+		if cur.closed {
+			return nil, nil
+		}
+		j = &joiner{g: cur, task: t, done: make(chan bool, 1)}
+		cur.waiting = append(cur.waiting, j)
+		return nil, j
+	}
+	g = &joinGroup{}
+	js.m[key] = g
+	return g, nil
+}
+
+// take closes g to new joiners and returns those waiting: the leader's complete answers them
+// and the leader gives each its verdict.
+func (js *joins) take(g *joinGroup) []*joiner {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	g.closed = true
+	w := g.waiting
+	g.waiting = nil
+	for _, j := range w {
+		j.taken = true
+	}
+	return w
+}
+
+// leave withdraws j from its group unless the leader took it; it reports whether it did.
+func (js *joins) leave(j *joiner) bool {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	g := j.g
+	for i, w := range g.waiting {
+		if w == j {
+			g.waiting = append(g.waiting[:i], g.waiting[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// end removes key's group g (its leader is done): the joiners it did not take acquire.
+func (js *joins) end(key string, g *joinGroup) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.m[key] == g {
+		delete(js.m, key)
+	}
+	g.closed = true
+	for _, j := range g.waiting {
+		j.done <- false
+	}
+	g.waiting = nil
+}
+
+// joinedTasks returns the tasks of joiners.
+func joinedTasks(js []*joiner) []flight.Task {
+	if len(js) == 0 {
+		return nil
+	}
+	out := make([]flight.Task, len(js))
+	for i, j := range js {
+		out[i] = j.task
+	}
+	return out
+}
+
+// giveVerdict gives every joiner the outcome of the complete that carried it.
+func giveVerdict(js []*joiner, answered bool) {
+	for _, j := range js {
+		j.done <- answered
+	}
+}
+
+// canJoin reports whether the task may lead or join: a first run of a stream task, on a stage
+// with joining on, holding no session lock (a session's tasks run one at a time anyway).
+func (t *taskRun) canJoin() bool {
+	return t.p.stage.JoinWait > 0 && !t.retried && t.ent.id != "" && t.ent.stream != "" && t.lockLost == nil
+}
+
+// join waits for the key's leader when there is one. It reports whether the task is settled
+// (answered by the leader's complete, or released at shutdown); otherwise retried says that
+// the task rode in a complete that did not answer it for sure (its entry is checked before it
+// acquires). A task that becomes the leader gets its group in t.lead.
+func (t *taskRun) join(ctx context.Context) (settled, retried bool) {
+	p := t.p
+	g, j := p.joins.enter(t.key, t.flightTask())
+	if g != nil {
+		t.lead = g
+		return false, false
+	}
+	if j == nil {
+		return false, false
+	}
+	start := time.Now()
+	timer := time.NewTimer(p.stage.JoinWait)
+	defer timer.Stop()
+	var answered bool
+	select {
+	case answered = <-j.done:
+	case <-timer.C:
+		if p.joins.leave(j) {
+			return false, false
+		}
+		answered = <-j.done // taken: the leader's complete is under way
+	case <-ctx.Done():
+		if p.joins.leave(j) {
+			stream.Release(t.msg)
+			return true, false
+		}
+		answered = <-j.done
+	}
+	if !answered {
+		// Not taken (the leader ended first): nothing was sent for it. Taken but not answered
+		// for sure: its entry is checked first.
+		return false, j.taken
+	}
+	m := p.metrics
+	m.followerWait.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
+	m.endToEnd.WithLabelValues(t.task.Stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
+	if debugOn(p.log) {
+		l := t.logger()
+		l.Debug().Msg("answered by the owner running in this consumer")
+	}
+	stream.Acked(t.msg)
+	return true, false
+}

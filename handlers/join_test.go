@@ -1,0 +1,164 @@
+package handlers_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// withStage sets the evaluation stage's concurrency and joinWait and a metrics registry.
+func withStage(reg *prometheus.Registry, concurrency int, joinWait time.Duration) func(*handlers.Config) {
+	return func(cfg *handlers.Config) {
+		cfg.Registry = reg
+		for i, s := range cfg.Stages {
+			if s.Name == handlers.StageEvaluation {
+				cfg.Stages[i].Concurrency, cfg.Stages[i].JoinWait = concurrency, joinWait
+			}
+		}
+	}
+}
+
+// outcomes returns the consumer's task event counters of stage, by outcome, once they count
+// want events (or after 5 s: a handler counts after its call returns).
+func outcomes(t *testing.T, reg *prometheus.Registry, stage string, want float64) map[string]float64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out := countOutcomes(t, reg, stage)
+		var n float64
+		for oc, v := range out {
+			if oc != "parked" {
+				n += v
+			}
+		}
+		if n >= want || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func countOutcomes(t *testing.T, reg *prometheus.Registry, stage string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "flightdeck_task_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var st, oc string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "stage":
+					st = l.GetValue()
+				case "outcome":
+					oc = l.GetValue()
+				}
+			}
+			if st == stage {
+				out[oc] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// dupTasks enqueues n tasks of one key (model latency ms) and returns their ids.
+func dupTasks(b *bundle, prefix string, key, n, latencyMs int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		b.enqueue(topics.Task{TaskID: ids[i], Stage: handlers.StageEvaluation, Input: simInput(key, latencyMs)})
+	}
+	return ids
+}
+
+// onceEach waits for the events of ids and checks that each got one, with status; it returns
+// how many events had each shared label.
+func onceEach(t *testing.T, b *bundle, ids []string, status topics.Status) map[topics.Shared]int {
+	t.Helper()
+	got := b.eventsFor([]string{handlers.StageEvaluation}, ids, 15*time.Second)
+	shared := map[topics.Shared]int{}
+	for _, id := range ids {
+		if len(got[id]) != 1 || got[id][0].Status != status {
+			t.Fatalf("%s: events %+v, want one %s", id, got[id], status)
+		}
+		shared[got[id][0].Shared]++
+	}
+	return shared
+}
+
+// TestJoinedTasksRideTheOwnersComplete: duplicates read by the consumer that runs their key's
+// owner wait for it in the consumer and are answered by its complete: one model call, every
+// task one event, and none of them parked on the flight (no call to Redis of their own).
+func TestJoinedTasksRideTheOwnersComplete(t *testing.T) {
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	b.consumer("c1", withStage(reg, 8, 2*time.Second))
+	ev := handlers.StageEvaluation
+	ids := dupTasks(b, "j", 1, 8, 300)
+	shared := onceEach(t, b, ids, topics.StatusSucceeded)
+	if b.runs.Load() != 1 || shared[topics.SharedOwner] != 1 || shared[topics.SharedFollower] != 7 {
+		t.Errorf("model runs %d, shared %v; want 1 run, 1 owner, 7 followers", b.runs.Load(), shared)
+	}
+	oc := outcomes(t, reg, ev, 8)
+	if oc["parked"] != 0 || oc["follower_SUCCEEDED"] != 7 || oc["owner_SUCCEEDED"] != 1 {
+		t.Errorf("outcomes %v; want 7 followers answered by the owner, none parked", oc)
+	}
+	if n := b.r.Client.XPending(b.ctx, b.ks.Tasks(ev), topics.ConsumerGroup).Val().Count; n != 0 {
+		t.Errorf("%d entries still pending", n)
+	}
+}
+
+// TestJoinWaitIsBounded: while a key's owner runs a long model call, its duplicates wait in
+// the consumer only joinWait, then park on the flight and free their handlers: a quick task
+// behind them is answered long before the owner finishes; every duplicate is answered once.
+func TestJoinWaitIsBounded(t *testing.T) {
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	b.consumer("c1", withStage(reg, 4, 50*time.Millisecond))
+	ev := handlers.StageEvaluation
+	ids := dupTasks(b, "long", 1, 8, 3000)
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	b.enqueue(topics.Task{TaskID: "quick", Stage: ev, Input: simInput(2, 0)})
+	b.eventsFor([]string{ev}, []string{"quick"}, 10*time.Second)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the quick task took %v: duplicates held the handlers while the owner ran", d)
+	}
+	onceEach(t, b, ids, topics.StatusSucceeded)
+	if oc := outcomes(t, reg, ev, 8); oc["parked"] != 7 {
+		t.Errorf("outcomes %v; want the 7 duplicates parked after joinWait", oc)
+	}
+	if b.runs.Load() != 2 {
+		t.Errorf("model runs %d, want 2", b.runs.Load())
+	}
+}
+
+// TestJoinedTasksAfterAFailure: when the owner's call fails for good, the tasks that joined it
+// acquire the flight themselves and are answered with its failure; the model ran once.
+func TestJoinedTasksAfterAFailure(t *testing.T) {
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	b.consumer("c1", withStage(reg, 8, 2*time.Second))
+	ev := handlers.StageEvaluation
+	ids := make([]string, 6)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("f-%d", i)
+		b.enqueue(topics.Task{TaskID: ids[i], Stage: ev,
+			Input: []byte(`{"question":"q","answer":"a","sim":{"latencyMs":300,"fail":"final"}}`)})
+	}
+	onceEach(t, b, ids, topics.StatusFailed)
+	if b.runs.Load() != 1 {
+		t.Errorf("model runs %d, want 1", b.runs.Load())
+	}
+}
