@@ -162,9 +162,9 @@ func (t *taskRun) join(ctx context.Context) (settled, retried bool) {
 		// for sure: its entry is checked first.
 		return false, j.taken
 	}
-	m := p.metrics
-	m.followerWait.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
-	m.endToEnd.WithLabelValues(t.task.Stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
+	// Counted like a parked follower: its event by the owner (a follower of its call), its
+	// wait here.
+	p.metrics.followerWait.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
 	if debugOn(p.log) {
 		l := t.logger()
 		l.Debug().Msg("answered by the owner running in this consumer")
