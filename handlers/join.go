@@ -119,6 +119,18 @@ func giveVerdict(js []*joiner, answered bool) {
 	}
 }
 
+// completeWithJoined is complete carrying the tasks of the key that wait for this one (when
+// it leads); each of them gets its verdict whatever happens, a panic included.
+func (t *taskRun) completeWithJoined(ctx context.Context, o flight.Ownership, out []byte) (st flight.Settlement, err error) {
+	if t.lead == nil {
+		return t.complete(ctx, o, out)
+	}
+	joined := t.p.joins.take(t.lead)
+	o.Joined = joinedTasks(joined)
+	defer func() { giveVerdict(joined, st.JoinedAnswered) }()
+	return t.complete(ctx, o, out)
+}
+
 // canJoin reports whether the task may lead or join: a first run of a stream task, on a stage
 // with joining on, holding no session lock (a session's tasks run one at a time anyway).
 func (t *taskRun) canJoin() bool {

@@ -93,14 +93,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 			return false, nil
 		}
 	}
-	var joined []*joiner
-	if t.lead != nil {
-		// The tasks of the key waiting in this consumer ride in the complete.
-		joined = p.joins.take(t.lead)
-		o.Joined = joinedTasks(joined)
-	}
-	st, err := t.complete(ctx, o, out)
-	giveVerdict(joined, st.JoinedAnswered)
+	st, err := t.completeWithJoined(ctx, o, out)
 	var se *flight.StateError
 	switch {
 	case err == nil:

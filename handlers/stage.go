@@ -93,8 +93,8 @@ type StageConfig struct {
 	// JoinWait is how long a task whose key's owner runs in the same consumer waits for that
 	// owner, holding its handler: the owner's complete answers it too, in the same call, and
 	// it makes no call to Redis of its own. After JoinWait it acquires the flight like any
-	// task (and parks on it, holding no handler). Defaults to 50 ms; negative: off. At most
-	// the lease.
+	// task (and parks on it, holding no handler). Defaults to 50 ms (or the lease, when
+	// shorter); negative: off. At most the lease.
 	JoinWait time.Duration `yaml:"joinWait"`
 }
 
@@ -170,7 +170,7 @@ func (c StageConfig) WithDefaults() StageConfig {
 		c.ParkCheck = 2 * c.Lease
 	}
 	if c.JoinWait == 0 {
-		c.JoinWait = 50 * time.Millisecond
+		c.JoinWait = min(50*time.Millisecond, c.Lease)
 	}
 	return c
 }
