@@ -41,9 +41,39 @@ func TestCompleteAnswersJoinedTasks(t *testing.T) {
 				t.Errorf("j1: queuedMs %d, want its own (3)", evs[0].QueuedMs)
 			}
 		}
-		// A lost reply: the same call again answers the same tasks again.
+		// A lost reply: the same call again says they are answered; on one node it does not
+		// answer them a second time (their entries are acknowledged).
 		if st, err := b.complete(o, `{"v":1}`); err != nil || !st.JoinedAnswered {
 			t.Fatalf("complete again: %+v %v", st, err)
+		}
+		if n := len(b.events()["j1"]); b.mode == "write" && n != 1 {
+			t.Errorf("j1 has %d events after a retried complete, want 1", n)
+		}
+	})
+}
+
+// TestJoinedPreviousOwnerAnsweredOnce: the task of an owner that was taken over is recorded
+// in the waiters; when it joins the new owner in that owner's consumer (its entry claimed
+// there), the new owner's complete answers it once.
+func TestJoinedPreviousOwnerAnsweredOnce(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		_, ta := b.own("k")
+		b.set("k", "heartbeatAt", "now-6s")
+		tb := b.task("tb")
+		d := b.acquireWith(flight.AcquireParams{Key: "k", OwnerID: "B", Task: tb, Start: true})
+		if d.Action != flight.ActionOwner || d.Reason != flight.ReasonTakeover {
+			t.Fatalf("takeover: %+v", d)
+		}
+		o := *d.Owner
+		o.Joined = []flight.Task{ta}
+		st, err := b.complete(o, `{"v":2}`)
+		if err != nil || !st.JoinedAnswered || st.Events != 2 {
+			t.Fatalf("complete: %+v %v; want 2 events", st, err)
+		}
+		b.checkAnswers(t, []answered{{"tb", topics.SharedOwner, topics.StatusSucceeded},
+			{"ta", topics.SharedFollower, topics.StatusSucceeded}}, map[string]flight.Task{"ta": ta, "tb": tb})
+		if m := b.get("k"); len(m.Parked) != 0 {
+			t.Errorf("waiters left: %v", m.Parked)
 		}
 	})
 }

@@ -131,9 +131,13 @@ func (t *taskRun) completeWithJoined(ctx context.Context, o flight.Ownership, ou
 	return t.complete(ctx, o, out)
 }
 
-// canJoin reports whether the task may lead or join: a first run of a stream task, on a stage
-// with joining on, holding no session lock (a session's tasks run one at a time anyway).
+// canJoin reports whether the task may lead or join: a first run of a stream task without a
+// deadline (the acquire judges one), on a stage with joining on, holding no session lock (a
+// session's tasks run one at a time anyway).
 func (t *taskRun) canJoin() bool {
+	if _, ok := t.task.DeadlineTime(); ok {
+		return false
+	}
 	return t.p.stage.JoinWait > 0 && !t.retried && t.ent.id != "" && t.ent.stream != "" && t.lockLost == nil
 }
 

@@ -162,3 +162,22 @@ func TestJoinedTasksAfterAFailure(t *testing.T) {
 		t.Errorf("model runs %d, want 1", b.runs.Load())
 	}
 }
+
+// TestPastDeadlineDoesNotJoin: a duplicate whose deadline passed before it was read does not
+// join its key's running owner: its acquire answers it EXPIRED (deadline_passed), as without
+// joining.
+func TestPastDeadlineDoesNotJoin(t *testing.T) {
+	b := setup(t)
+	b.consumer("c1", withStage(prometheus.NewRegistry(), 4, 2*time.Second))
+	ev := handlers.StageEvaluation
+	b.enqueue(topics.Task{TaskID: "lead", Stage: ev, Input: simInput(3, 500)})
+	b.enqueue(topics.Task{TaskID: "late", Stage: ev, Input: simInput(3, 500),
+		Deadline: time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)})
+	got := b.eventsFor([]string{ev}, []string{"lead", "late"}, 10*time.Second)
+	if e := got["lead"]; len(e) != 1 || e[0].Status != topics.StatusSucceeded {
+		t.Errorf("lead: %+v", e)
+	}
+	if e := got["late"]; len(e) != 1 || e[0].Status != topics.StatusExpired || e[0].ErrorCode != "deadline_passed" {
+		t.Errorf("late: %+v; want one EXPIRED deadline_passed", e)
+	}
+}

@@ -132,6 +132,12 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if settled {
 			return nil
 		}
+		if rode && !t.flushSpooled(ctx) {
+			// The complete that carried it failed and its leader spooled the result: hold the
+			// task until the write-back answers it, as run does.
+			stream.Delay(t.msg, p.stage.HeartbeatInterval)
+			return nil
+		}
 		checkFirst = checkFirst || rode
 		if t.lead != nil {
 			defer p.joins.end(t.key, t.lead)

@@ -21,8 +21,10 @@
 --   ref "<entry id> <task stream>", queuedMs. They are tasks of the same key that the
 --   caller's consumer held back instead of acquiring (its in-process followers): they never
 --   reached the flight, and are answered with the caller's own task, as followers, whenever
---   the call answers it. The reply then ends with one more element: how many joined tasks
---   were answered (0 or all of them; none: the caller acquires them as usual).
+--   the call answers it (once: one that is also a waiter is answered as joined; on ALREADY,
+--   one whose entry is no longer pending was answered by the first call and is not again).
+--   The reply then ends with one more element: how many joined tasks were answered (0 or all
+--   of them; none: the caller acquires them as usual).
 --
 -- The rule: a result is accepted from the token that owns the flight while it is PENDING,
 -- RUNNING, or EXPIRED by that owner's own heartbeat (not yet answered: the attempt ran out,
@@ -128,6 +130,7 @@ local function completeCall()
   end
   local meta = loadMeta()
   if status == 'SUCCEEDED' then
+    JAgain = true -- a retry after a lost reply: joined tasks answered then are not again
     answer(outcomeOf(meta, status, redis.call('GET', K[2]) or V[13]), label())
     return tail({ 'ALREADY', status, 0, 'answered' })
   end

@@ -61,6 +61,7 @@ local nowN, nowUsN = nil, nil -- the same as numbers, parsed on first use (nowMs
 local A = nil -- the answer block as a table, made by initAnswers on first use
 local out = nil -- what the call answered, made by answered() on first use
 local J = nil -- (complete) the index in V of the first joined task, nil for none
+local JAgain = false -- (complete) the joined tasks may have been answered before (a retry)
 
 local PAD = { '00000', '0000', '000', '00', '0', '' } -- left padding of TIME's microseconds
 
@@ -258,6 +259,16 @@ local function emit(taskId, shared, queued, body)
   end
 end
 
+-- answeredBefore reports whether the entry ref is no longer pending (mode write: it was
+-- acknowledged, so its task was answered); in mode return it cannot tell (false).
+local function answeredBefore(ref)
+  if V[1] ~= 'write' then return false end
+  local id, stream = splitRef(ref)
+  if not id then return false end
+  local ok, p = pcall(redis.call, 'XPENDING', stream, V[3], id, id, 1)
+  return ok and not p[1]
+end
+
 -- answer gives the caller's task (when it has one) the event body with shared callerShared, and
 -- every joined task (complete: the caller's in-process followers, V[J..]) and parked task the
 -- same body with shared "follower" (or "owner" for the entry ownerRef, when given: the last
@@ -271,17 +282,25 @@ local function answer(body, callerShared, ownerRef)
     o.caller = callerShared
   end
   if entry ~= '' then o.acks[#o.acks + 1] = entry end
+  -- A joined task's entry may be in the waiters too (the previous owner's task, recorded by a
+  -- takeover, joined the new owner in its consumer): it is answered once, as joined.
+  local joined = nil
   if J then
+    joined = {}
     for i = J, #V - 2, 3 do
-      emit(V[i], 'follower', V[i + 2], body)
-      o.acks[#o.acks + 1] = V[i + 1]
+      local ref = V[i + 1]
+      joined[ref] = true
+      if not (JAgain and answeredBefore(ref)) then
+        emit(V[i], 'follower', V[i + 2], body)
+        o.acks[#o.acks + 1] = ref
+      end
       o.joined = o.joined + 1
     end
   end
   local w = redis.call('HGETALL', K[4])
   for i = 1, #w, 2 do
     local field = w[i]
-    if field ~= entry then
+    if field ~= entry and not (joined and joined[field]) then
       local at, taskId = string.match(w[i + 1], '^(%d+) (.+)$')
       if taskId then
         local shared = 'follower'
@@ -403,7 +422,7 @@ end
 -- it sets the call's keys, arguments and clock, and clears the answer state.
 local function register(name, body)
   redis.register_function(FUNCTION_PREFIX .. name, function(keys, args)
-    K, V, A, out, nowN, nowUsN, J = keys, args, nil, nil, nil, nil, nil
+    K, V, A, out, nowN, nowUsN, J, JAgain = keys, args, nil, nil, nil, nil, nil, false
     local clock = redis.call('TIME')
     local sec, us = clock[1], clock[2]
     us = PAD[#us] .. us
