@@ -206,26 +206,21 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 	argv := c.answerArgv(o.Task, run, o.MaxInline, body)
 	argv = append(argv, tok(o.Token), result, inline, ms(p.ResultTTL), ms(p.FenceTTL()))
 	ask := c.wbFence != nil
-	askAt := -1
-	if len(o.Joined) > 0 {
-		// The joined tasks follow the optional arguments, which are then all given.
+	// Joined tasks follow the optional arguments, which are then all given.
+	joined := len(o.Joined) > 0
+	if shared != "" || ask || joined {
 		argv = append(argv, labelled(o, shared)...)
+	}
+	askAt := -1
+	if ask || joined {
 		askAt = len(argv)
 		argv = append(argv, flag(ask))
-		for _, t := range o.Joined {
-			argv = append(argv, t.ID, t.ref(), t.Queued.Milliseconds())
-		}
-	} else {
-		if shared != "" || ask {
-			argv = append(argv, labelled(o, shared)...)
-		}
-		if ask {
-			askAt = len(argv)
-			argv = append(argv, flag(true))
-		}
+	}
+	for _, t := range o.Joined {
+		argv = append(argv, t.ID, t.ref(), t.Queued.Milliseconds())
 	}
 	st, err := c.settleAsking(ctx, "complete", lua.Complete, o, argv, askAt)
-	if !ask && errors.Is(err, ErrGone) && len(o.Joined) == 0 {
+	if !ask && errors.Is(err, ErrGone) && !joined {
 		// The meta is gone: call again with what it takes to write it back (the common call
 		// leaves these out).
 		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))

@@ -142,10 +142,10 @@ func (t *taskRun) canJoin() bool {
 }
 
 // join waits for the key's leader when there is one. It reports whether the task is settled
-// (answered by the leader's complete, or released at shutdown); otherwise retried says that
-// the task rode in a complete that did not answer it for sure (its entry is checked before it
+// (answered by the leader's complete, or released at shutdown); otherwise rode says that the
+// task rode in a complete that did not answer it for sure (its entry is checked before it
 // acquires). A task that becomes the leader gets its group in t.lead.
-func (t *taskRun) join(ctx context.Context) (settled, retried bool) {
+func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 	p := t.p
 	g, j := p.joins.enter(t.key, t.flightTask())
 	if g != nil {
