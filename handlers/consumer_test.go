@@ -327,14 +327,16 @@ func TestSessionLockNoOverlap(t *testing.T) {
 // faultModel stops the test's Redis while the model runs, restarts it after down, and
 // answers: the result then cannot be stored until Redis is back (and Redis lost everything).
 type faultModel struct {
-	srv  *redistest.Server
-	down time.Duration
-	runs atomic.Int64
+	srv    *redistest.Server
+	down   time.Duration
+	before time.Duration // how long the first call runs before it stops Redis
+	runs   atomic.Int64
 }
 
 func (f *faultModel) Name() string { return "sim" }
 func (f *faultModel) Call(ctx context.Context, req model.Request, _ model.ProgressFunc) (json.RawMessage, error) {
 	if f.runs.Add(1) == 1 {
+		time.Sleep(f.before)
 		f.srv.Stop()
 		go func() { time.Sleep(f.down); f.srv.Restart() }()
 	}
