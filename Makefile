@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps build vet test race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui compose-check
+.PHONY: all deps build vet test stress race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui compose-check
 
 all: build
 
@@ -54,6 +54,14 @@ test-ui: deps
 # (flags, ports, environment, volumes, profiles) by parsing them; needs no Docker.
 compose-check:
 	$(GO) test -count=1 -run 'TestDockerCompose|TestDockerignore' ./cmd/consumer/
+
+# stress: runs a package's (or one test's) tests N times, each run in a process of its own,
+# under the race detector, and reports every failed run with its log (scripts/stress.sh).
+# make stress PKGS=./handlers RUN='TestJoinedTasksWaitForTheSpool$$' N=100
+N   ?= 10
+RUN ?=
+stress: deps
+	@bash scripts/stress.sh -n $(N) $(if $(RUN),-run '$(RUN)') $(PKGS)
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
