@@ -1,6 +1,7 @@
 package flight
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -370,8 +371,13 @@ func (e *Executor) runLocal(ctx context.Context, st *stageRuntime, fn Fn, degrad
 	return Result{Value: v, Shared: topics.SharedLocal}, nil
 }
 
-// fallback handles a coordination failure before ownership is known.
-func (e *Executor) fallback(ctx context.Context, st *stageRuntime, fn Fn, cause error) (Result, error) {
+// fallback handles a coordination failure before ownership is known. A key whose outcome
+// this process holds unwritten (section 6, "Held outcomes") is answered with it, in every
+// mode: fn is not run again for it.
+func (e *Executor) fallback(ctx context.Context, st *stageRuntime, key string, fn Fn, cause error) (Result, error) {
+	if v, _, ok := e.spool.Held(key); ok {
+		return Result{Value: bytes.Clone(v), Shared: topics.SharedLocal, Uncertain: true}, nil
+	}
 	kind := "unavailable"
 	var ce *CoordinationError
 	switch {

@@ -1,6 +1,7 @@
 package flight
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,9 @@ import (
 // every node).
 func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string, fn Fn) (Result, error) {
 	pol := st.opt.Policy
+	// Active on the key until the loop ends: an outcome of the key released meanwhile stays
+	// held for this caller's own check (Spool.Enter).
+	defer e.spool.Enter(key)()
 	for {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
@@ -40,7 +44,7 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 				// mode return): they stay parked and are answered by the next caller.
 				e.log.Warn().Err(err).Str("requestKey", key).Msg("answering parked tasks failed")
 			} else {
-				return e.fallback(ctx, st, fn, err)
+				return e.fallback(ctx, st, key, fn, err)
 			}
 		}
 		e.coordinated(st)
@@ -65,7 +69,7 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 			e.recordFinal(st, key, StatusExpired, d)
 			return Result{}, &OutcomeError{Status: StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		default:
-			return e.fallback(ctx, st, fn, fmt.Errorf("%w: action %q", ErrProtocol, d.Action))
+			return e.fallback(ctx, st, key, fn, fmt.Errorf("%w: action %q", ErrProtocol, d.Action))
 		}
 	}
 }
@@ -118,11 +122,23 @@ type regResult struct {
 func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn) (res Result, again bool, err error) {
 	o := *d.Owner
 	o.Task = Task{ID: "exec-" + uuid.NewString()}
+	held, heldToken, isHeld := e.spool.Held(o.Key)
 	if e.cfg.Archive != nil {
-		if res, done, again, err := e.rehydrate(ctx, st, o); done {
-			return res, again, err
+		if !isHeld {
+			if res, done, again, err := e.rehydrate(ctx, st, o); done {
+				return res, again, err
+			}
 		}
 		e.claim(ctx, st, d)
+	}
+	if isHeld {
+		// This process holds the key's outcome unwritten: fn is not run again for it; this
+		// owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
+		e.log.Info().Str("requestKey", o.Key).Int64("token", o.Token).Int64("heldToken", heldToken).
+			Msg("answered from the outcome this process holds; no model call")
+		held = bytes.Clone(held) // the caller's own copy
+		defer e.spool.Hold(o.Key, o.Token, held)()
+		return e.settle(ctx, st, o, held, 0)
 	}
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
@@ -136,14 +152,18 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 	}()
 	start := time.Now()
 	v, fnErr := fn(runCtx, func() { progress.Add(1) })
+	if fnErr == nil {
+		// Held from the moment it exists until Redis took or refused it (settle).
+		defer e.spool.Hold(o.Key, o.Token, v)()
+	}
 	run := time.Since(start)
 	cause := context.Cause(runCtx)
 	cancelRun(nil)
 	<-hbDone
 
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
-	defer rcancel()
 	if fnErr != nil {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
+		defer rcancel()
 		switch {
 		case errors.Is(cause, ErrStaleToken), errors.Is(cause, ErrExpired):
 			return Result{}, true, nil // another owner runs it now (or will): follow or take over
@@ -175,6 +195,15 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		}
 	}
 
+	return e.settle(ctx, st, o, v, run)
+}
+
+// settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
+// returns: Redis took it or refused it, or it was spooled for the write-back. The results are
+// own's.
+func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v []byte, run time.Duration) (res Result, again bool, err error) {
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
+	defer rcancel()
 	res = Result{Value: v, Shared: topics.SharedOwner, Token: o.Token}
 	_, err = Guard(e.cb, func() (Settlement, error) { return e.coord.Complete(rctx, o, v, run) })
 	var se *StateError

@@ -11,8 +11,8 @@ import (
 // owner holding o.Token, but Complete could not store it because Redis was away. It is
 // Complete under the same rule: accepted while o.Token owns the flight (PENDING, RUNNING, or
 // EXPIRED by its own heartbeat), or when the meta is gone and the fence admits the token
-// (Settlement.Restored); the tasks waiting for the flight, and the owner's own task when the
-// outcome names it, are answered. A nil error also covers a retry whose result is stored
+// (Settlement.Restored); the tasks waiting for the flight, and the owner's own task and its
+// joined tasks when the outcome names them, are answered. A nil error also covers a retry whose result is stored
 // already. ErrStaleToken, ErrCancelled, ErrExpired and *StateError mean another outcome
 // stands: the spooled one is settled and dropped. Any other error (Redis unreachable) leaves
 // it uncertain: keep it and try again later.
@@ -21,7 +21,7 @@ func (c *Coordinator) Restore(ctx context.Context, o Outcome) (Settlement, error
 		return Settlement{}, err
 	}
 	own := Ownership{Key: o.Key, Token: o.Token, Attempts: o.Attempts, OwnerID: o.OwnerID, Task: o.Task,
-		Stage: o.Stage, Tenant: o.Tenant,
+		Joined: o.Joined, Stage: o.Stage, Tenant: o.Tenant,
 		Policy: Policy{ResultTTL: o.ResultTTL, RunningTTL: o.RunningTTL, FailureTTL: o.FailureTTL}}
 	return c.Complete(ctx, own, o.Result, 0)
 }

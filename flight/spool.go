@@ -29,6 +29,9 @@ type Outcome struct {
 	// Task is the owner's task: Restore answers it (and acknowledges its entry) with the
 	// parked ones. Zero for in-process owners.
 	Task Task
+	// Joined are the tasks the owner's complete carried (Ownership.Joined): Restore answers
+	// them with the owner's task, as that complete would have.
+	Joined []Task
 	// Result is the model's answer, written back as is.
 	Result []byte
 	// ResultTTL is the stage's resultTTL; zero takes Policy's default (10 min). It counts from
@@ -42,12 +45,12 @@ type Outcome struct {
 	At time.Time
 }
 
-// Outcome returns the uncertain outcome of o's run that produced result: o's flight and task,
-// and its policy's durations (the write-back keeps the owner's fence TTL), stamped now.
+// Outcome returns the uncertain outcome of o's run that produced result: o's flight, task and
+// joined tasks, and its policy's durations (the write-back keeps the owner's fence TTL), stamped now.
 func (o Ownership) Outcome(result []byte) Outcome {
 	p := o.Policy.WithDefaults()
 	return Outcome{Stage: o.Stage, Tenant: o.Tenant, Key: o.Key, Token: o.Token, OwnerID: o.OwnerID,
-		Attempts: o.Attempts, Task: o.Task, Result: result, ResultTTL: p.ResultTTL, RunningTTL: p.RunningTTL,
+		Attempts: o.Attempts, Task: o.Task, Joined: o.Joined, Result: result, ResultTTL: p.ResultTTL, RunningTTL: p.RunningTTL,
 		FailureTTL: p.FailureTTL, At: time.Now()}
 }
 
@@ -68,6 +71,7 @@ func (o Outcome) validate() error {
 
 func (o Outcome) clone() Outcome {
 	o.Result = bytes.Clone(o.Result)
+	o.Joined = slices.Clone(o.Joined)
 	return o
 }
 
@@ -76,28 +80,41 @@ const spoolVersion = 1
 
 // spoolLine is one line of the spool file. Result is base64 (encoding/json's []byte form).
 type spoolLine struct {
-	V            int       `json:"v"`
-	Stage        string    `json:"stage"`
-	Tenant       string    `json:"tenant"`
-	Key          string    `json:"key"`
-	Token        int64     `json:"token"`
-	OwnerID      string    `json:"ownerId,omitempty"`
-	Attempts     int       `json:"attempts,omitempty"`
-	TaskID       string    `json:"taskId,omitempty"`
-	Stream       string    `json:"stream,omitempty"`
-	Entry        string    `json:"entry,omitempty"`
-	QueuedMs     int64     `json:"queuedMs,omitempty"`
-	Result       []byte    `json:"result"`
-	ResultTTLMs  int64     `json:"resultTTLMs"`
-	RunningTTLMs int64     `json:"runningTTLMs,omitempty"`
-	FailureTTLMs int64     `json:"failureTTLMs,omitempty"`
-	At           time.Time `json:"at"`
+	V            int         `json:"v"`
+	Stage        string      `json:"stage"`
+	Tenant       string      `json:"tenant"`
+	Key          string      `json:"key"`
+	Token        int64       `json:"token"`
+	OwnerID      string      `json:"ownerId,omitempty"`
+	Attempts     int         `json:"attempts,omitempty"`
+	TaskID       string      `json:"taskId,omitempty"`
+	Stream       string      `json:"stream,omitempty"`
+	Entry        string      `json:"entry,omitempty"`
+	QueuedMs     int64       `json:"queuedMs,omitempty"`
+	Joined       []spoolTask `json:"joined,omitempty"`
+	Result       []byte      `json:"result"`
+	ResultTTLMs  int64       `json:"resultTTLMs"`
+	RunningTTLMs int64       `json:"runningTTLMs,omitempty"`
+	FailureTTLMs int64       `json:"failureTTLMs,omitempty"`
+	At           time.Time   `json:"at"`
+}
+
+// spoolTask is a joined task in a spool line.
+type spoolTask struct {
+	TaskID   string `json:"taskId"`
+	Stream   string `json:"stream"`
+	Entry    string `json:"entry"`
+	QueuedMs int64  `json:"queuedMs,omitempty"`
 }
 
 func encodeOutcome(o Outcome) ([]byte, error) {
+	var joined []spoolTask
+	for _, t := range o.Joined {
+		joined = append(joined, spoolTask{TaskID: t.ID, Stream: t.Stream, Entry: t.Entry, QueuedMs: t.Queued.Milliseconds()})
+	}
 	b, err := json.Marshal(spoolLine{V: spoolVersion, Stage: o.Stage, Tenant: o.Tenant, Key: o.Key,
 		Token: o.Token, OwnerID: o.OwnerID, Attempts: o.Attempts, TaskID: o.Task.ID, Stream: o.Task.Stream,
-		Entry: o.Task.Entry, QueuedMs: o.Task.Queued.Milliseconds(), Result: o.Result,
+		Entry: o.Task.Entry, QueuedMs: o.Task.Queued.Milliseconds(), Joined: joined, Result: o.Result,
 		ResultTTLMs: o.ResultTTL.Milliseconds(), RunningTTLMs: o.RunningTTL.Milliseconds(),
 		FailureTTLMs: o.FailureTTL.Milliseconds(), At: o.At})
 	if err != nil {
@@ -120,6 +137,10 @@ func decodeOutcome(line []byte) (Outcome, error) {
 		Result: l.Result, ResultTTL: time.Duration(l.ResultTTLMs) * time.Millisecond,
 		RunningTTL: time.Duration(l.RunningTTLMs) * time.Millisecond,
 		FailureTTL: time.Duration(l.FailureTTLMs) * time.Millisecond, At: l.At}
+	for _, t := range l.Joined {
+		o.Joined = append(o.Joined, Task{ID: t.TaskID, Stream: t.Stream, Entry: t.Entry,
+			Queued: time.Duration(t.QueuedMs) * time.Millisecond})
+	}
 	return o, o.validate()
 }
 
@@ -152,6 +173,9 @@ type Spool struct {
 	lock     *os.File
 	lockPath string
 	adopted  int
+	// keys is the held state of each key this process works on or holds an outcome of
+	// (held.go): with pending, what Held answers.
+	keys map[string]*keyHold
 }
 
 // OpenSpool opens the spool file at path, creating it (mode 0600) and its directories (0700)
@@ -259,18 +283,6 @@ func (s *Spool) Len() int {
 	return len(s.pending)
 }
 
-// Has reports whether an outcome for key is spooled.
-func (s *Spool) Has(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, o := range s.pending {
-		if o.Key == key {
-			return true
-		}
-	}
-	return false
-}
-
 // Pending returns a copy of the pending outcomes, oldest first.
 func (s *Spool) Pending() []Outcome {
 	s.mu.Lock()
@@ -324,8 +336,8 @@ func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) 
 	s.mu.Unlock()
 
 	var (
-		kept []Outcome
-		errs []error
+		kept, refused []Outcome
+		errs          []error
 	)
 loop:
 	for i, o := range snap {
@@ -343,6 +355,7 @@ loop:
 		case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
 			errors.As(err, &se):
 			rep.Refused++
+			refused = append(refused, o)
 		case IsCoordinationFailure(err):
 			// Redis is still away: keep this and the rest for the next flush instead of
 			// paying a connection timeout per outcome.
@@ -364,6 +377,9 @@ loop:
 	// Only Flush removes entries, so s.pending still starts with snap.
 	next := append(kept, s.pending[len(snap):]...)
 	s.pending = next
+	for _, o := range refused {
+		s.orphanLocked(o)
+	}
 	if s.f == nil { // closed meanwhile: the next OpenSpool and Flush settle the file
 		errs = append(errs, fmt.Errorf("flight: spool flush: %w", os.ErrClosed))
 		return rep, errors.Join(errs...)

@@ -13,10 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
-	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -43,6 +41,13 @@ func setup(t *testing.T) *bundle {
 // consumer starts a consumer on the bundle's Redis and stops it at the end of the test.
 func (b *bundle) consumer(name string, mut func(*handlers.Config)) (cancel func()) {
 	b.t.Helper()
+	_, cancel = b.start(name, mut)
+	return cancel
+}
+
+// start is consumer, and returns the consumer too.
+func (b *bundle) start(name string, mut func(*handlers.Config)) (c *handlers.Consumer, cancel func()) {
+	b.t.Helper()
 	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation, handlers.StageFollowup})
 	if err != nil {
 		b.t.Fatal(err)
@@ -58,7 +63,7 @@ func (b *bundle) consumer(name string, mut func(*handlers.Config)) (cancel func(
 	if mut != nil {
 		mut(&cfg)
 	}
-	c, err := handlers.NewConsumer(cfg)
+	c, err = handlers.NewConsumer(cfg)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -82,7 +87,7 @@ func (b *bundle) consumer(name string, mut func(*handlers.Config)) (cancel func(
 		})
 	}
 	b.t.Cleanup(cancel)
-	return cancel
+	return c, cancel
 }
 
 func (b *bundle) enqueue(t topics.Task) {
@@ -321,82 +326,6 @@ func TestSessionLockNoOverlap(t *testing.T) {
 					c[0].Format("05.000"), c[1].Format("05.000"))
 			}
 		}
-	}
-}
-
-// faultModel stops the test's Redis while the model runs, restarts it after down, and
-// answers: the result then cannot be stored until Redis is back (and Redis lost everything).
-type faultModel struct {
-	srv    *redistest.Server
-	down   time.Duration
-	before time.Duration // how long the first call runs before it stops Redis
-	runs   atomic.Int64
-}
-
-func (f *faultModel) Name() string { return "sim" }
-func (f *faultModel) Call(ctx context.Context, req model.Request, _ model.ProgressFunc) (json.RawMessage, error) {
-	if f.runs.Add(1) == 1 {
-		time.Sleep(f.before)
-		f.srv.Stop()
-		go func() { time.Sleep(f.down); f.srv.Restart() }()
-	}
-	return json.RawMessage(`{"answer":"from the only run"}`), nil
-}
-
-// TestUncertainOutcomeInConsumer: Redis dies (and loses its data) between the model's answer
-// and the result write. A short outage is bridged by retrying the write and restoring the
-// vanished flight; a long one by the spool: either way the task gets the model's one result
-// and the model is not run again.
-func TestUncertainOutcomeInConsumer(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		down    time.Duration
-		archive bool // the result, spooled for Redis, must reach the archive at once
-	}{{"short outage", 300 * time.Millisecond, false}, {"outage past the lease, with the archive", 2500 * time.Millisecond, true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			var store *archive.Store
-			if tc.archive {
-				var err error
-				if store, err = archive.Open(context.Background(), pgtest.New(t).URL); err != nil {
-					t.Fatal(err)
-				}
-				defer store.Close()
-			}
-			srv := redistest.Start(t, nil)
-			b := &bundle{t: t, ctx: context.Background(), r: &redistest.Target{Client: srv.Client(), URL: srv.URL(),
-				Prefix: redistest.Prefix(), Server: srv}}
-			b.ks = topics.Keyspace{Prefix: b.r.Prefix}
-			b.w = topics.Writer{Client: b.r.Client, Keyspace: b.ks}
-			fm := &faultModel{srv: srv, down: tc.down}
-			b.consumer("c1", func(c *handlers.Config) {
-				c.Stages[0].Lease, c.Stages[0].HeartbeatInterval = time.Second, 200*time.Millisecond
-				c.Models = map[string]model.Model{"sim": fm}
-				c.SpoolDir = t.TempDir()
-				c.Archive = store
-			})
-			b.enqueue(topics.Task{TaskID: "u1", Stage: handlers.StageEvaluation, Input: simInput(1, 0)})
-			got := b.events([]string{handlers.StageEvaluation}, 1, 20*time.Second)
-			evs := got["u1"]
-			if len(evs) == 0 || evs[0].Status != topics.StatusSucceeded || string(evs[0].Result) != `{"answer":"from the only run"}` {
-				t.Fatalf("events %+v", evs)
-			}
-			if fm.runs.Load() != 1 {
-				t.Errorf("model ran %d times", fm.runs.Load())
-			}
-			if store != nil {
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					a, ok, _ := store.Get(context.Background(), evs[0].RequestKey)
-					if ok && string(a.Result) == `{"answer":"from the only run"}` {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("the spooled result is not in the archive: %+v %v", a, ok)
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-		})
 	}
 }
 

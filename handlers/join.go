@@ -34,9 +34,23 @@ type joinGroup struct {
 type joiner struct {
 	g     *joinGroup
 	task  flight.Task
-	taken bool      // the leader's complete carried it (set by take, read after the verdict)
-	done  chan bool // the verdict: true when the leader's complete answered the task
+	taken bool             // the leader's complete carried it (set by take, read after the verdict)
+	done  chan joinVerdict // what the leader's complete made of the task
 }
+
+// joinVerdict is what the leader's complete made of a joined task.
+type joinVerdict int
+
+const (
+	// notAnswered: the task acquires the flight itself (checking its entry first when the
+	// complete carried it).
+	notAnswered joinVerdict = iota
+	// answered: the complete answered it.
+	answered
+	// spooled: the complete failed and the leader's spooled outcome carries the task: its
+	// write-back answers it, as the complete would have.
+	spooled
+)
 
 func newJoins() *joins { return &joins{m: map[string]*joinGroup{}} }
 
@@ -49,7 +63,7 @@ func (js *joins) enter(key string, t flight.Task) (g *joinGroup, j *joiner) {
 		if cur.closed {
 			return nil, nil
 		}
-		j = &joiner{g: cur, task: t, done: make(chan bool, 1)}
+		j = &joiner{g: cur, task: t, done: make(chan joinVerdict, 1)}
 		cur.waiting = append(cur.waiting, j)
 		return nil, j
 	}
@@ -95,7 +109,7 @@ func (js *joins) end(key string, g *joinGroup) {
 	}
 	g.closed = true
 	for _, j := range g.waiting {
-		j.done <- false
+		j.done <- notAnswered
 	}
 	g.waiting = nil
 }
@@ -113,22 +127,19 @@ func joinedTasks(js []*joiner) []flight.Task {
 }
 
 // giveVerdict gives every joiner the outcome of the complete that carried it.
-func giveVerdict(js []*joiner, answered bool) {
+func giveVerdict(js []*joiner, v joinVerdict) {
 	for _, j := range js {
-		j.done <- answered
+		j.done <- v
 	}
 }
 
-// completeWithJoined is complete carrying the tasks of the key that wait for this one (when
-// it leads); each of them gets its verdict whatever happens, a panic included.
-func (t *taskRun) completeWithJoined(ctx context.Context, o flight.Ownership, out []byte) (st flight.Settlement, err error) {
+// takeJoined closes the group the task leads (if any) to new joiners and returns the tasks
+// waiting in it: the leader's complete carries them, and the leader gives each its verdict.
+func (t *taskRun) takeJoined() []*joiner {
 	if t.lead == nil {
-		return t.complete(ctx, o, out)
+		return nil
 	}
-	joined := t.p.joins.take(t.lead)
-	o.Joined = joinedTasks(joined)
-	defer func() { giveVerdict(joined, st.JoinedAnswered) }()
-	return t.complete(ctx, o, out)
+	return t.p.joins.take(t.lead)
 }
 
 // canJoin reports whether the task may lead or join: a first run of a stream task without a
@@ -142,7 +153,8 @@ func (t *taskRun) canJoin() bool {
 }
 
 // join waits for the key's leader when there is one. It reports whether the task is settled
-// (answered by the leader's complete, or released at shutdown); otherwise rode says that the
+// (answered by the leader's complete, waiting for its spooled outcome's write-back, or
+// released at shutdown); otherwise rode says that the
 // task rode in a complete that did not answer it for sure (its entry is checked before it
 // acquires). A task that becomes the leader gets its group in t.lead.
 func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
@@ -158,25 +170,31 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 	start := time.Now()
 	timer := time.NewTimer(p.stage.JoinWait)
 	defer timer.Stop()
-	var answered bool
+	var v joinVerdict
 	select {
-	case answered = <-j.done:
+	case v = <-j.done:
 	case <-timer.C:
 		if p.joins.leave(j) {
 			return false, false
 		}
-		answered = <-j.done // taken: the leader's complete is under way
+		v = <-j.done // taken: the leader's complete is under way
 	case <-ctx.Done():
 		if p.joins.leave(j) {
 			stream.Release(t.msg)
 			return true, false
 		}
-		answered = <-j.done
+		v = <-j.done
 	}
-	if !answered {
+	switch v {
+	case notAnswered:
 		// Not taken (the leader ended first): nothing was sent for it. Taken but not answered
 		// for sure: its entry is checked first.
 		return false, j.taken
+	case spooled:
+		// Held without a handler until the write-back answers it (run checks the spool
+		// first, as for the leader's own task).
+		stream.Delay(t.msg, p.stage.HeartbeatInterval)
+		return true, false
 	}
 	// Counted like a parked follower: its event by the owner (a follower of its call), its
 	// wait here.

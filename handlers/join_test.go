@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,8 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
-	"github.com/flightdeck-ai/flightdeck/handlers/model"
-	"github.com/flightdeck-ai/flightdeck/internal/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -182,36 +179,5 @@ func TestPastDeadlineDoesNotJoin(t *testing.T) {
 	}
 	if e := got["late"]; len(e) != 1 || e[0].Status != topics.StatusExpired || e[0].ErrorCode != "deadline_passed" {
 		t.Errorf("late: %+v; want one EXPIRED deadline_passed", e)
-	}
-}
-
-// TestJoinedTasksWaitForTheSpool: duplicates that joined an owner whose result cannot be
-// stored (Redis down past the lease, and its data lost) wait for the spool's write-back: the
-// model runs once and every task gets its one result.
-func TestJoinedTasksWaitForTheSpool(t *testing.T) {
-	srv := redistest.Start(t, nil)
-	b := &bundle{t: t, ctx: context.Background(), r: &redistest.Target{Client: srv.Client(), URL: srv.URL(),
-		Prefix: redistest.Prefix(), Server: srv}}
-	b.ks = topics.Keyspace{Prefix: b.r.Prefix}
-	b.w = topics.Writer{Client: b.r.Client, Keyspace: b.ks}
-	fm := &faultModel{srv: srv, down: 2500 * time.Millisecond, before: 300 * time.Millisecond}
-	b.consumer("c1", func(c *handlers.Config) {
-		for i := range c.Stages {
-			if c.Stages[i].Name == handlers.StageEvaluation {
-				c.Stages[i].Lease, c.Stages[i].HeartbeatInterval = time.Second, 200*time.Millisecond
-				c.Stages[i].JoinWait, c.Stages[i].Concurrency = time.Second, 4
-			}
-		}
-		c.Models = map[string]model.Model{"sim": fm}
-	})
-	ids := dupTasks(b, "s", 1, 4, 0)
-	got := b.eventsFor([]string{handlers.StageEvaluation}, ids, 20*time.Second)
-	for _, id := range ids {
-		if evs := got[id]; len(evs) == 0 || evs[0].Status != topics.StatusSucceeded || string(evs[0].Result) != `{"answer":"from the only run"}` {
-			t.Errorf("%s: events %+v", id, evs)
-		}
-	}
-	if fm.runs.Load() != 1 {
-		t.Errorf("model ran %d times, want 1", fm.runs.Load())
 	}
 }

@@ -27,11 +27,24 @@ var errSessionLockLost = errors.New("handlers: session lock lost")
 func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err error) {
 	p := t.p
 	o := *d.Owner
+	held, heldToken, isHeld := p.spool.Held(t.key)
 	if p.archive != nil {
-		if done, again, err := t.rehydrate(ctx, o); done {
-			return again, err
+		if !isHeld {
+			if done, again, err := t.rehydrate(ctx, o); done {
+				return again, err
+			}
 		}
 		t.claim(ctx, d)
+	}
+	if isHeld {
+		// This process has the key's outcome in hand, unwritten (its owner's write is under
+		// way, or failed and spooled): the model is not run again for it; this owner's flight
+		// takes that result (DESIGN.md section 6, "Held outcomes").
+		l := t.logger()
+		l.Info().Int64("heldToken", heldToken).Msg(msgHeldAnswer)
+		stream.Finishing(t.msg)
+		defer p.spool.Hold(t.key, o.Token, held)()
+		return t.settle(ctx, o, held)
 	}
 	p.life.running.Add(1)
 	defer p.life.running.Add(-1)
@@ -52,6 +65,10 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		Tenant: t.task.Tenant, SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
 		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
 		RequestKey: t.key, Deadline: deadline}, func() { progress.Add(1) })
+	if callErr == nil {
+		// Held from the moment it exists until Redis took or refused it (settle).
+		defer p.spool.Hold(t.key, o.Token, out)()
+	}
 	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
 	t.runTime = time.Since(start)
 	cause := context.Cause(runCtx)
@@ -81,6 +98,18 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	if callErr != nil {
 		return t.fail(ctx, o, callErr)
 	}
+	return t.settle(ctx, o, out)
+}
+
+// msgHeldAnswer is logged by an owner that completes its flight with an outcome this process
+// holds instead of a model call (cmd/chaos reads it).
+const msgHeldAnswer = "answered from the outcome this process holds; no model call"
+
+// settle completes the flight o owns with out, which the caller holds (flight.Spool.Hold)
+// until settle returns: Redis took it or refused it, or it was spooled and the task waits for
+// the write-back. again and err are own's results.
+func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte) (again bool, err error) {
+	p := t.p
 	// A run that lost its session lock may not complete: another task of the session may have
 	// run meanwhile.
 	if t.checkLock != nil {
@@ -93,7 +122,16 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 			return false, nil
 		}
 	}
-	st, err := t.completeWithJoined(ctx, o, out)
+	// The tasks of the key that wait for this one ride in its complete, and each gets its
+	// verdict whatever happens, a panic included.
+	joined := t.takeJoined()
+	o.Joined = joinedTasks(joined)
+	v := notAnswered
+	defer func() { giveVerdict(joined, v) }()
+	st, err := t.complete(ctx, o, out)
+	if st.JoinedAnswered {
+		v = answered
+	}
 	var se *flight.StateError
 	switch {
 	case err == nil:
@@ -117,13 +155,14 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		return t.settled(st), nil
 	default:
 		// The model answered but the result cannot be stored: an uncertain outcome. Spool it
-		// (it is written back when Redis answers; the write-back answers this task too) and
-		// hold the task meanwhile. The model is not run again for it.
+		// (it is written back when Redis answers; the write-back answers this task and the
+		// joined ones too) and hold the tasks meanwhile. The model is not run again for it.
 		oc := o.Outcome(out)
 		oc.Stage, oc.Tenant, oc.Key, oc.OwnerID, oc.Task = t.task.Stage, t.task.Tenant, t.key, p.name, t.flightTask()
 		if serr := p.spool.Add(oc); serr != nil {
 			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
 		}
+		v = spooled
 		p.metrics.spooled.WithLabelValues(t.task.Stage).Inc()
 		// The archive takes the result now: the write-back to Redis may come much later (a
 		// larger token still wins, there and in the archive).

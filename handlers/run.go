@@ -86,7 +86,8 @@ func (t *taskRun) run(ctx context.Context) error {
 	}
 	if !t.flushSpooled(ctx) {
 		// Its outcome is still spooled (Redis answers again, but not for writes yet): hold
-		// the task until the write-back answers it.
+		// the task until the write-back answers it. (Were it to acquire and own the flight
+		// anyway, it would take the held outcome, never run the model: own.)
 		stream.Delay(t.msg, p.stage.HeartbeatInterval)
 		return nil
 	}
@@ -106,11 +107,12 @@ func (t *taskRun) run(ctx context.Context) error {
 }
 
 // flushSpooled writes back a spooled outcome of the task's key before the flight is acquired,
-// so that a task whose result was spooled is answered from it instead of running the model
-// again. It answers false while the outcome is still spooled (Redis away).
+// so that the spooled run's own token answers the task and the flight. It answers false while
+// the outcome is still spooled (Redis away). It spares a token; what keeps the model from
+// running again is own's check of the held outcomes.
 func (t *taskRun) flushSpooled(ctx context.Context) bool {
 	p := t.p
-	if !p.spool.Has(t.key) {
+	if !p.spool.Spooled(t.key) {
 		return true
 	}
 	fctx, cancel := context.WithTimeout(ctx, p.stage.Lease)
@@ -119,25 +121,24 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 		l := t.logger()
 		l.Debug().Err(err).Msg("spool flush failed")
 	}
-	return !p.spool.Has(t.key)
+	return !p.spool.Spooled(t.key)
 }
 
 // acquireLoop acquires the flight until the task is settled: owned and run, parked, delayed
 // or answered from the flight's outcome (by the acquire script itself).
 func (t *taskRun) acquireLoop(ctx context.Context) error {
 	p := t.p
+	// Active on the key until the loop ends: an outcome of the key this process releases
+	// meanwhile stays held for this task's own check (flight.Spool.Enter).
+	defer p.spool.Enter(t.key)()
 	checkFirst := t.retried
 	if t.canJoin() {
 		settled, rode := t.join(ctx)
 		if settled {
 			return nil
 		}
-		if rode && !t.flushSpooled(ctx) {
-			// The complete that carried it failed and its leader spooled the result: hold the
-			// task until the write-back answers it, as run does.
-			stream.Delay(t.msg, p.stage.HeartbeatInterval)
-			return nil
-		}
+		// A task that rode in a complete that failed checks its entry first; should it own
+		// the flight, its leader's outcome is held (or spooled) and answers it (own).
 		checkFirst = checkFirst || rode
 		if t.lead != nil {
 			defer p.joins.end(t.key, t.lead)

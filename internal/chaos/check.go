@@ -128,6 +128,7 @@ type Figures struct {
 	Refused   int `json:"refusedResults"`   // late results refused by fencing
 	Aborted   int `json:"abortedRuns"`      // runs a heartbeat aborted (stale token, cancel, expiry)
 	Spooled   int `json:"spooled"`          // uncertain outcomes spooled
+	Held      int `json:"heldAnswers"`      // owners that completed with an outcome their process held
 	SpoolBack int `json:"spoolWrittenBack"` // spooled outcomes written back by the flush loop or at start
 	PickedUp  int `json:"pickedUp"`         // entries consumers restarted under their name picked up
 	Crashes   int `json:"consumerCrashes"`  // exits nobody asked for
@@ -330,6 +331,33 @@ func Check(h History) Report {
 		f.DuplicateRuns += len(runs) - len(epochs[k])
 	}
 
+	// An owner that completed with an outcome its process held ran nothing: its token stands
+	// for the run of the token it held (rule 3 checks that one).
+	f.Held = len(h.HeldAnswers)
+	heldBy := map[string]map[int64]int64{}
+	for _, a := range h.HeldAnswers {
+		if heldBy[a.Key] == nil {
+			heldBy[a.Key] = map[int64]int64{}
+		}
+		heldBy[a.Key][a.Token] = a.HeldToken
+	}
+	accepted := func(k string, token int64, what string) {
+		ran := token
+		for n := 0; n < 8; n++ { // a held outcome may be held again by a later owner
+			held, ok := heldBy[k][ran]
+			if !ok || held == ran {
+				break
+			}
+			ran = held
+		}
+		if ran == token {
+			checkAccepted(k, token, what, epochs[k], add)
+			return
+		}
+		checkRan(k, ran, fmt.Sprintf("%s (token %d completed with the outcome of token %d its process held)",
+			what, token, ran), epochs[k], add)
+	}
+
 	// Rule 3: no stale-token result accepted.
 	// (a) Every token of a SUCCEEDED event ran, and is the greatest token of its flight
 	// generation: a larger token in the same generation means another owner had taken the
@@ -342,8 +370,7 @@ func Check(h History) Report {
 				continue // an archive answer's token runs nothing (rule 7 checks its result)
 			}
 			seen[ev.OwnerToken] = true
-			checkAccepted(k, ev.OwnerToken, fmt.Sprintf("SUCCEEDED event of task %s (%s, by %s)", ev.TaskID, ev.Shared, ev.Consumer),
-				epochs[k], add)
+			accepted(k, ev.OwnerToken, fmt.Sprintf("SUCCEEDED event of task %s (%s, by %s)", ev.TaskID, ev.Shared, ev.Consumer))
 		}
 	}
 	// (b) The same for every result Redis accepted (from the consumers' logs), and one
@@ -364,7 +391,7 @@ func Check(h History) Report {
 			if c.Restored {
 				what += " (restored)"
 			}
-			checkAccepted(k, c.Token, what, eps, add)
+			accepted(k, c.Token, what)
 			i := epochIndex(eps, c.Token)
 			if i < 0 {
 				continue
@@ -539,6 +566,18 @@ func checkAccepted(key string, token int64, what string, eps []epoch, add func(V
 			"%s carries token %d, but token %d (reason %s, %s, task %s) had taken the flight over: the stale owner's result was accepted",
 			what, token, last.Token, last.Reason, last.Consumer, last.TaskID)})
 	}
+}
+
+// checkRan reports a token that never ran the model.
+func checkRan(key string, token int64, what string, eps []epoch, add func(Violation)) {
+	for _, e := range eps {
+		for _, r := range e.runs {
+			if r.Token == token {
+				return
+			}
+		}
+	}
+	add(Violation{Rule: RuleNoStale, Key: key, Detail: fmt.Sprintf("%s: token %d never ran the model", what, token)})
 }
 
 // describeHolders lists pending counts by holder, sorted by name.

@@ -347,3 +347,38 @@ goroutine 1 [running]:
 		t.Errorf("stats\n%+v, want\n%+v", p.Stats, want)
 	}
 }
+
+// TestRule3HeldAnswer: an owner that completed its flight with the outcome its process held
+// (the earlier owner's write was refused: this owner had taken the flight over) ran nothing
+// under its own token: rule 3 accepts that token when the held token ran, and flags it when
+// it did not.
+func TestRule3HeldAnswer(t *testing.T) {
+	held := func(heldToken int64) History {
+		h := cleanHistory()
+		h.Enqueues = append(h.Enqueues, Enqueue{TaskID: "e1", Key: "E", Stage: "s", At: at(10)},
+			Enqueue{TaskID: "e2", Key: "E", Stage: "s", At: at(11)})
+		h.Runs = append(h.Runs, run("E", "e1", 700, "new", "c1/4", 10))
+		h.Completions = append(h.Completions, Completion{Key: "E", TaskID: "e2", Token: 701, Consumer: "c1/5", At: at(13)})
+		h.HeldAnswers = []HeldAnswer{{Key: "E", TaskID: "e2", Token: 701, HeldToken: heldToken, Consumer: "c1/5", At: at(13)}}
+		h.Events = append(h.Events, ev("e2", "E", topics.StatusSucceeded, topics.SharedOwner, 701, `{"r":"e"}`, 13),
+			ev("e1", "E", topics.StatusSucceeded, topics.SharedFollower, 701, `{"r":"e"}`, 14))
+		h.Flights["E"] = Flight{Found: true, Status: "SUCCEEDED", OwnerToken: 701, ResultStored: true}
+		return h
+	}
+	if vs := Check(held(700)).Violations; len(vs) != 0 {
+		t.Errorf("held outcome of a token that ran: violations %+v", vs)
+	}
+	expectRule(t, held(999), []int{RuleNoStale}, "token 701 completed with the outcome of token 999", "token 999 never ran")
+}
+
+func TestParseLogHeldAnswer(t *testing.T) {
+	log := `{"level":"info","consumer":"c1-0","taskId":"t9","requestKey":"K","token":12,"heldToken":11,"time":"2026-03-01T12:00:01Z","message":"answered from the outcome this process holds; no model call"}`
+	p, err := ParseLog(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HeldAnswer{Key: "K", TaskID: "t9", Token: 12, HeldToken: 11, Consumer: "c1-0", At: at(1)}
+	if len(p.HeldAnswers) != 1 || p.HeldAnswers[0] != want {
+		t.Errorf("held answers %+v, want %+v", p.HeldAnswers, want)
+	}
+}

@@ -77,6 +77,20 @@ type History struct {
 	// LookupFailures lists the owners whose archive lookup failed or timed out ("archive
 	// lookup failed; running the model"): they run the model, as designed.
 	LookupFailures []LookupFailure `json:"lookupFailures,omitempty"`
+	// HeldAnswers lists the owners that completed their flight with an outcome their process
+	// held unwritten ("answered from the outcome this process holds; no model call").
+	HeldAnswers []HeldAnswer `json:"heldAnswers,omitempty"`
+}
+
+// HeldAnswer is an owner that completed its flight, under its own Token, with the result
+// that token HeldToken's run produced in the same process and that Redis had not stored.
+type HeldAnswer struct {
+	Key       string    `json:"key"`
+	TaskID    string    `json:"taskId"`
+	Token     int64     `json:"token"`
+	HeldToken int64     `json:"heldToken"`
+	Consumer  string    `json:"consumer"`
+	At        time.Time `json:"at"`
 }
 
 // DataLoss is one redis-data-loss fault: Redis was SIGKILLed and started again empty.
@@ -313,6 +327,7 @@ type logLine struct {
 	Outcomes   int    `json:"outcomes"`
 	Status     string `json:"status"`
 	Archived   int64  `json:"archivedToken"`
+	Held       int64  `json:"heldToken"`
 }
 
 // Log messages of handlers/owner.go, handlers/consumer.go and stream/ the history reads.
@@ -335,6 +350,7 @@ const (
 	msgReleased      = "held entries handed over to the other consumers"
 	msgArchiveAnswer = "answered from the archive; no model call"
 	msgLookupFailed  = "archive lookup failed; running the model"
+	msgHeldAnswer    = "answered from the outcome this process holds; no model call"
 	faultCrashMarker = "crash_after_script"
 )
 
@@ -346,6 +362,7 @@ type ParsedLog struct {
 	Handovers      []Handover
 	ArchiveAnswers []ArchiveAnswer
 	LookupFailures []LookupFailure
+	HeldAnswers    []HeldAnswer
 	Stats          LogStats
 }
 
@@ -442,6 +459,9 @@ func (p *ParsedLog) parseLine(line []byte, restored *[]string) {
 	case l.Message == msgArchiveAnswer:
 		p.ArchiveAnswers = append(p.ArchiveAnswers, ArchiveAnswer{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
 			ArchivedToken: l.Archived, Status: l.Status, Consumer: l.Consumer, At: at})
+	case l.Message == msgHeldAnswer:
+		p.HeldAnswers = append(p.HeldAnswers, HeldAnswer{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
+			HeldToken: l.Held, Consumer: l.Consumer, At: at})
 	case l.Message == msgLookupFailed:
 		p.LookupFailures = append(p.LookupFailures, LookupFailure{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
 			Consumer: l.Consumer, At: at})

@@ -91,6 +91,7 @@ func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	row("results accepted", f.Completions, fmt.Sprintf("%d written back with their flight; %d metas written back by their owner's heartbeat", f.Restored, f.MetaBack))
 	row("late results refused", f.Refused, fmt.Sprintf("fencing; %d runs aborted by the flight (stale token, cancel, expiry)", f.Aborted))
 	row("uncertain outcomes", f.Spooled, fmt.Sprintf("spooled while Redis was away; %d written back by the flush loop or at start (a task's own flush logs nothing)", f.SpoolBack))
+	row("held outcomes used", f.Held, "owners that completed their flight with an outcome their process held unwritten, instead of a model call")
 	row("own entries picked up", f.PickedUp, "by consumers restarted under their name")
 	row("cancelled keys", f.CancelledKeys, fmt.Sprintf("a cancel script ran; %d cancellers crashed after it (exit 86)", f.CancellerCrashes))
 	row("injected crashes", f.InjectedCrashes, "consumers that exited 86 after a complete script, as their knobs told them")

@@ -474,6 +474,7 @@ func (h *History) addLog(path string) error {
 	h.Handovers = append(h.Handovers, p.Handovers...)
 	h.ArchiveAnswers = append(h.ArchiveAnswers, p.ArchiveAnswers...)
 	h.LookupFailures = append(h.LookupFailures, p.LookupFailures...)
+	h.HeldAnswers = append(h.HeldAnswers, p.HeldAnswers...)
 	h.Logs.add(p.Stats)
 	return nil
 }
