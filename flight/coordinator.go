@@ -344,10 +344,12 @@ func (c *Coordinator) Keyspace() topics.Keyspace { return c.ks }
 // Client returns the coordinator's Redis client.
 func (c *Coordinator) Client() redis.UniversalClient { return c.rdb }
 
-// Load loads the flight function library and the plain scripts into Redis (on every master of
-// a cluster). It is optional: calls load what is missing on demand.
+// Load checks that Redis holds this build's flight function library, loading it when it is
+// missing and the credential may (lua.EnsureLibrary: lua.ErrLibraryMissing,
+// lua.ErrLibraryTampered), and loads the plain scripts (on every master of a cluster). A
+// consumer calls it at start and refuses to run when it fails.
 func (c *Coordinator) Load(ctx context.Context) error {
-	if err := lua.LoadLibrary(ctx, c.rdb); err != nil {
+	if err := lua.EnsureLibrary(ctx, c.rdb); err != nil {
 		return fmt.Errorf("flight: %w", err)
 	}
 	load := func(ctx context.Context, r redis.Scripter) error {

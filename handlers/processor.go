@@ -20,6 +20,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/warm"
+	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -210,14 +211,15 @@ func namedField(payload []byte, name string) string { return topics.NamedField(p
 
 // redisUnavailable reports errors that mean Redis could not be used for a while (connection
 // refused or reset, timeouts, a closed or exhausted pool, a restarting or failing-over
-// server) as opposed to errors of the task itself. A message whose handling failed that way
+// server, a flight library it lost and this consumer may not load again) as opposed to errors
+// of the task itself. A message whose handling failed that way
 // is never dead-lettered: it stays pending and comes back when Redis answers again.
 func redisUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
 	var ne net.Error
-	if errors.Is(err, flight.ErrCoordinationUnavailable) || errors.As(err, &ne) ||
+	if errors.Is(err, flight.ErrCoordinationUnavailable) || errors.Is(err, lua.ErrLibraryMissing) || errors.As(err, &ne) ||
 		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {

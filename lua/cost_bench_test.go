@@ -78,7 +78,7 @@ func BenchmarkRedisCallCost(b *testing.B) {
 		b.ReportMetric((fcallUsec(b, r.Client)-before)/float64(b.N), "us/call")
 	})
 	b.Run("fcall-entry", func(b *testing.B) {
-		if err := lua.LoadLibrary(ctx, r.Client); err != nil {
+		if err := lua.EnsureLibrary(ctx, r.Client); err != nil {
 			b.Fatal(err)
 		}
 		k := r.Prefix + ":cost:{entry}"

@@ -8,7 +8,9 @@
 // prelude: this is what keeps an owner's two calls per task cheap. The library's name and its
 // functions' names carry a hash of its source, so consumers of two versions run side by side
 // during a rolling deploy. Function.Run loads the library on demand (a Redis restarted without
-// persistence forgets it).
+// persistence forgets it), but never replaces one that is there (library.go: on a Redis shared
+// by tenants only an operator's credential may load it, and a consumer checks at start that
+// the library holds this build's code).
 //
 // The other scripts (stream_touch, liveness, session_lock, schedule_due) are plain scripts (EVALSHA with an
 // EVAL fallback). Every key a script touches arrives in KEYS, and the keys of one call share
@@ -23,7 +25,6 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -85,17 +86,22 @@ type Function struct {
 func (f *Function) Name() string { return f.name }
 
 // Run calls the function (FCALL) on c. When Redis does not know it (the library was never
-// loaded, or Redis lost it with a restart) it loads the library and calls again.
+// loaded, or Redis lost it with a restart) it loads the library, if c may, and calls again.
 func (f *Function) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	return f.RunVia(ctx, c, c, keys, args...)
 }
 
 // RunVia is Run with the call sent through calls (a Batcher, say); c loads the library when
-// Redis does not know it.
+// Redis does not know it. A library that is there is never replaced: the call runs what
+// EnsureLibrary checked at start. When the library is missing and c may not load it, the
+// call fails with ErrLibraryMissing.
 func (f *Function) RunVia(ctx context.Context, calls FCaller, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	cmd := calls.FCall(ctx, f.name, keys, args...)
 	if err := cmd.Err(); err != nil && isNoFunction(err) {
-		if lerr := LoadLibrary(ctx, c); lerr != nil {
+		if lerr := loadMissing(ctx, c); lerr != nil {
+			if errors.Is(lerr, ErrLibraryMissing) {
+				cmd.SetErr(lerr)
+			}
 			return cmd
 		}
 		cmd = calls.FCall(ctx, f.name, keys, args...)
@@ -105,24 +111,6 @@ func (f *Function) RunVia(ctx context.Context, calls FCaller, c redis.UniversalC
 
 func isNoFunction(err error) bool {
 	return strings.Contains(err.Error(), "Function not found") || strings.Contains(err.Error(), "No such function")
-}
-
-// LoadLibrary loads the flight library (FUNCTION LOAD REPLACE) on Redis, on every master of a
-// cluster. Loading it again is harmless.
-func LoadLibrary(ctx context.Context, c redis.UniversalClient) error {
-	load := func(ctx context.Context, n redis.Cmdable) error {
-		if err := n.FunctionLoadReplace(ctx, flightLib.src).Err(); err != nil {
-			if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
-				return fmt.Errorf("%w: %w", ErrNoFunctions, err)
-			}
-			return fmt.Errorf("lua: load library %s: %w", flightLib.name, err)
-		}
-		return nil
-	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return load(ctx, n) })
-	}
-	return load(ctx, c)
 }
 
 func fn(name string) *Function { return &Function{name: flightLib.prefix + name} }
@@ -168,6 +156,3 @@ var ScheduleDue = redis.NewScript(scheduleDueSrc)
 func Scripts() []*redis.Script {
 	return []*redis.Script{StreamTouch, Liveness, SessionLock, ScheduleDue}
 }
-
-// ErrNoFunctions reports a Redis without Redis Functions (older than 7.0).
-var ErrNoFunctions = errors.New("lua: Redis 7.0 or later is required (FUNCTION LOAD)")

@@ -7,6 +7,7 @@
 //	         [--name NAME] [--http ADDR] [--http-allowed-hosts h1,h2] [--health ADDR]
 //	         [--grace 10s] [--spool-dir DIR] [--redis-wait 1m] [--archive URL]
 //	         [--log-level info] [--log-format json]
+//	consumer --load-functions [--redis URL]
 //
 // The Redis URL comes from --redis, else REDIS_URL, else redis://127.0.0.1:6379/0; put a
 // password in REDIS_URL (or REDIS_URL_FILE) rather than on the command line; logs and errors
@@ -85,6 +86,7 @@ func run(args []string) (err error) {
 		archiveFlag = fs.String("archive", "", "PostgreSQL URL of the durable archive of outcomes, e.g. postgres://user@db:5432/flightdeck (default $FLIGHTDECK_ARCHIVE_URL, or the file named by $FLIGHTDECK_ARCHIVE_URL_FILE; none: Redis only)")
 		gcFlag      = fs.String("gc-percent", "", "the Go garbage collector's target, as GOGC: a percentage, or \"off\" (default $GOGC, else 400: a consumer's live heap is small and every task allocates)")
 		redisWait   = fs.Duration("redis-wait", time.Minute, "at start, how long to wait for Redis to answer, retrying with backoff, before giving up with exit 1 (0: one try)")
+		loadFuncs   = fs.Bool("load-functions", false, "load (or replace) the flight function library in Redis and exit: the operator's step where consumers' credentials may not load functions (docs/SECURITY.md); needs +function|load +function|list +ping")
 		version     = fs.Bool("version", false, "print the version and exit")
 	)
 	if err := cli.Parse(fs, args, os.Stdout, os.Stderr); err != nil {
@@ -125,6 +127,11 @@ func run(args []string) (err error) {
 		// A malformed --redis / $REDIS_URL, or a TLS file its variables name that cannot be
 		// read, is a mistake in how the consumer was started (exit 2).
 		return &cli.UsageError{Err: err}
+	}
+	if *loadFuncs {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		return loadFunctions(ctx, &log, newClient, url, *redisWait)
 	}
 	var only []string
 	if *stages != "" {

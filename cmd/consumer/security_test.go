@@ -234,8 +234,11 @@ func (p *proc) ui(t *testing.T, token, action string, body map[string]string) {
 func TestPipelineUnderLeastACL(t *testing.T) {
 	prefix := redistest.Prefix()
 	pw := secret(t, "pw-")
-	e, srv := newSecureE2E(t, prefix, &redistest.Options{ACL: []string{leastACL(t, pw, prefix)}})
+	opsPW := secret(t, "ops-")
+	e, srv := newSecureE2E(t, prefix, &redistest.Options{ACL: []string{leastACL(t, pw, prefix), operatorACL(t, opsPW)}})
 	url := fmt.Sprintf("redis://flightdeck:%s@%s/0", pw, srv.Addr())
+	// The operator's step: the consumer line may not load functions.
+	loadFunctions(t, fmt.Sprintf("redis://flightdeck-ops:%s@%s/0", opsPW, srv.Addr()))
 	token := secret(t, "ui-")
 	p := e.startWith("acl", []string{"REDIS_URL=" + url, "FLIGHTDECK_UI_TOKEN=" + token}, true)
 	runPipeline(t, e, p, token)
@@ -275,6 +278,7 @@ func TestPipelineOverTLS(t *testing.T) {
 	pw := secret(t, "pw-")
 	e, srv := newSecureE2E(t, prefix, &redistest.Options{TLS: true, ACL: []string{leastACL(t, pw, prefix)},
 		Args: []string{"--tls-auth-clients", "yes"}})
+	loadLibrary(t, srv)
 	f := srv.TLS()
 	url := fmt.Sprintf("rediss://flightdeck:%s@%s/0", pw, srv.Addr())
 	p := e.startWith("tls", []string{"REDIS_URL=" + url, "REDIS_TLS_CA_FILE=" + f.CAFile,
@@ -335,6 +339,7 @@ func TestSecretsStayOut(t *testing.T) {
 	if err := os.WriteFile(e.config, []byte(securityYAML+"    model: openai\n"), 0o600); err != nil {
 		t.Fatal(err) // the heavy stage (last in the file) calls the fake provider
 	}
+	loadLibrary(t, srv)
 	var calls atomic.Int64
 	ai := fakeOpenAI(t, apiKey, &calls)
 	url := fmt.Sprintf("redis://flightdeck:%s@%s/0", pw, srv.Addr())
