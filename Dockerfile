@@ -9,7 +9,8 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/consumer ./cmd/consumer && \
 
 FROM alpine:3.20
 RUN adduser -D -u 10001 flightdeck && \
-    mkdir -p /var/lib/flightdeck/spool && chown -R flightdeck /var/lib/flightdeck
+    mkdir -p /var/lib/flightdeck/spool && chown -R flightdeck /var/lib/flightdeck && \
+    chmod 700 /var/lib/flightdeck/spool
 COPY --from=build /out/consumer /out/producer /usr/local/bin/
 USER flightdeck
 # --http (the dashboard, the probes and /metrics) and --health (the probes and /metrics), as

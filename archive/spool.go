@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -43,7 +44,7 @@ func spoolPaths(dir, name string) (data, lock string) {
 // spools in dir that no live process holds: their outcomes are appended to this one and
 // their files removed (an outcome written twice is refused by the token fence).
 func openSpool(dir, name string) (*spool, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := filelock.SecureDir(dir); err != nil {
 		return nil, fmt.Errorf("archive: spool dir: %w", err)
 	}
 	data, lockPath := spoolPaths(dir, name)
@@ -100,7 +101,7 @@ func openSpool(dir, name string) (*spool, error) {
 // endTornLine ends a last line that a crash or a full disk left without its newline, so that
 // the next append starts a line of its own (the torn one is skipped when read).
 func endTornLine(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := filelock.OpenOwned(path, os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -135,7 +136,7 @@ func readSpool(path string) ([]flight.Archived, error) {
 // not exist) and the byte offset just past the last line it read. A line that does not decode
 // (a torn write) is skipped; a last line without its newline is not read.
 func readSpoolHead(path string, limit int) ([]flight.Archived, int64, error) {
-	f, err := os.Open(path)
+	f, err := filelock.OpenOwned(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, nil
 	}
@@ -174,7 +175,7 @@ func (s *spool) add(outs []flight.Archived) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := filelock.OpenOwned(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("archive: spool: %w", err)
 	}
@@ -212,7 +213,7 @@ func (s *spool) take(limit int) (outs []flight.Archived, done func(written bool)
 // dropHeadLocked removes the first off bytes (n outcomes) of the file: the rest is copied to
 // a temporary file, fsynced and renamed over it.
 func (s *spool) dropHeadLocked(off int64, n int) error {
-	src, err := os.Open(s.path)
+	src, err := filelock.OpenOwned(s.path, os.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("archive: spool: %w", err)
 	}
@@ -221,7 +222,8 @@ func (s *spool) dropHeadLocked(off int64, n int) error {
 		return fmt.Errorf("archive: spool: %w", err)
 	}
 	tmp := s.path + ".tmp"
-	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	_ = os.Remove(tmp) // left by a crash in the middle of a copy
+	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("archive: spool: %w", err)
 	}

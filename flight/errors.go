@@ -27,7 +27,22 @@ var (
 	ErrProtocol = errors.New("flight: protocol error")
 	// ErrInvalidKey: a request key that cannot be a flight key (empty, too long, braces).
 	ErrInvalidKey = errors.New("flight: invalid request key")
+	// ErrInvalidToken: a fencing token outside 1..MaxToken; nothing was written.
+	ErrInvalidToken = errors.New("flight: invalid token")
 )
+
+// MaxToken is the largest fencing token: the scripts compare tokens as Lua numbers (doubles,
+// exact up to 2^53), and Redis issues them from its clock in microseconds, far below it. A
+// larger one can only be forged, and would stop the fence (token + 1 == token).
+const MaxToken = 1 << 53
+
+// CheckToken returns ErrInvalidToken (wrapped) unless t is in 1..MaxToken.
+func CheckToken(t int64) error {
+	if t < 1 || t > MaxToken {
+		return fmt.Errorf("%w: %d (want 1..%d)", ErrInvalidToken, t, int64(MaxToken))
+	}
+	return nil
+}
 
 // StateError says that an owner call found the flight in a status it does not accept
 // (for example complete on a PENDING flight). Nothing was written.

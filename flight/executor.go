@@ -121,9 +121,10 @@ type ExecutorConfig struct {
 	Stages map[string]StageOptions
 	// Breaker configures the coordination circuit breaker.
 	Breaker BreakerConfig
-	// SpoolDir is the directory of the spool of uncertain outcomes (OpenSpoolDir): this
-	// executor's file is named after NodeID, and the spools of dead processes found there are
-	// adopted and written back. Defaults to DefaultSpoolDir(os.Getenv).
+	// SpoolDir is the base directory of the spool of uncertain outcomes: this executor's file
+	// is in its deployment's subdirectory (DeploymentSpoolDir) and named after NodeID, and the
+	// spools of dead processes found there are adopted and written back (OpenSpoolDir: the
+	// directory must be this user's own). Defaults to DefaultSpoolDir(os.Getenv).
 	SpoolDir string
 	// FlushInterval is how often spooled outcomes are written back. Defaults to 1 s.
 	FlushInterval time.Duration
@@ -256,7 +257,7 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		}
 		e.writer = topics.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.ks}
 		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
-		sp, err := OpenSpoolDir(cfg.SpoolDir, cfg.NodeID)
+		sp, err := OpenSpoolDir(DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.ks.Prefix), cfg.NodeID)
 		if err != nil {
 			return nil, err
 		}

@@ -31,10 +31,14 @@ type Settlement struct {
 
 // ownerReply runs an owner script that does not answer tasks (start, heartbeat, handover) and
 // maps its code to nil or a sentinel error; it returns the code.
-func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function, key string, args ...any) (string, error) {
+func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function, key string, token int64, args ...any) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
 	}
+	if err := CheckToken(token); err != nil {
+		return "", fmt.Errorf("flight: %s %q: %w", op, key, err)
+	}
+	args = append([]any{tok(token)}, args...)
 	res, err := s.RunVia(ctx, c.calls, c.rdb, c.ks.FlightKeys(key), args...).Slice()
 	if err != nil {
 		return "", fmt.Errorf("flight: %s %q: %w", op, key, err)
@@ -75,7 +79,7 @@ func codeErr(op, key, code, status string) error {
 // (owners that acquired with AcquireParams.Start are RUNNING already). It is idempotent for
 // the current owner. Errors: ErrGone, ErrStaleToken, ErrCancelled, ErrExpired, *StateError.
 func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
-	_, err := c.ownerReply(ctx, "start", lua.Start, o.Key, tok(o.Token))
+	_, err := c.ownerReply(ctx, "start", lua.Start, o.Key, o.Token)
 	return err
 }
 
@@ -89,7 +93,7 @@ func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
 	p := o.Policy.WithDefaults()
 	beat := func(ask bool) (string, error) {
-		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, tok(o.Token), progress,
+		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, o.Token, progress,
 			o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, o.Task.ID, o.Task.ref(), o.Attempts,
 			o.ExpireAt.UnixMilli(), ms(p.Lease), ms(p.RunningTTL), ms(p.StallTimeout), ms(p.ResultTTL),
 			ms(p.FailureTTL), p.MaxAttempts, ms(p.FenceTTL()), flag(ask))
@@ -120,7 +124,7 @@ func (c *Coordinator) fencedOff(ctx context.Context, o Ownership) bool {
 // acquire takes it over at once (reason handover). Errors: ErrGone, ErrStaleToken,
 // *StateError.
 func (c *Coordinator) Handover(ctx context.Context, o Ownership) error {
-	_, err := c.ownerReply(ctx, "handover", lua.Handover, o.Key, tok(o.Token))
+	_, err := c.ownerReply(ctx, "handover", lua.Handover, o.Key, o.Token)
 	return err
 }
 
@@ -129,6 +133,9 @@ func (c *Coordinator) Handover(ctx context.Context, o Ownership) error {
 func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any) (Settlement, error) {
 	if err := CheckKey(o.Key); err != nil {
 		return Settlement{}, err
+	}
+	if err := CheckToken(o.Token); err != nil {
+		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
 	res, err := s.RunVia(ctx, c.calls, c.rdb, c.answerKeys(o.Key, o.Stage), argv...).Slice()
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/flightdeck-ai/flightdeck/internal/filelock"
 )
 
 // Outcome is one uncertain outcome (DESIGN.md section 6): the owner's model answered, but the
@@ -21,7 +23,7 @@ type Outcome struct {
 	Stage, Tenant string
 	// Key is the request key of the flight.
 	Key string
-	// Token is the fencing token the owner held when its model answered. Must be positive.
+	// Token is the fencing token the owner held when its model answered: 1..MaxToken.
 	Token int64
 	// OwnerID and Attempts describe the owner's run, for a meta Restore creates.
 	OwnerID  string
@@ -58,8 +60,8 @@ func (o Outcome) validate() error {
 	if err := CheckKey(o.Key); err != nil {
 		return err
 	}
-	if o.Token <= 0 {
-		return fmt.Errorf("flight: outcome %q: token must be positive, got %d", o.Key, o.Token)
+	if err := CheckToken(o.Token); err != nil {
+		return fmt.Errorf("flight: outcome %q: %w", o.Key, err)
 	}
 	for name, d := range map[string]time.Duration{"resultTTL": o.ResultTTL, "runningTTL": o.RunningTTL, "failureTTL": o.FailureTTL} {
 		if d != 0 && d < time.Millisecond {
@@ -179,14 +181,15 @@ type Spool struct {
 }
 
 // OpenSpool opens the spool file at path, creating it (mode 0600) and its directories (0700)
-// when missing. It loads the outcomes a previous process left there; corrupt or truncated lines
+// when missing; a symbolic link, or a file of another user or that others may write, is
+// refused (filelock.ErrUnsafe). It loads the outcomes a previous process left there; corrupt or truncated lines
 // (a crash in the middle of a write) are skipped and counted in Skipped, never an error. They
 // leave the file at the next Flush. The caller closes the spool.
 func OpenSpool(path string) (*Spool, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("flight: open spool: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := filelock.OpenOwned(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("flight: open spool: %w", err)
 	}

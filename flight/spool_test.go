@@ -2,11 +2,13 @@ package flight_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/filelock"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -668,4 +671,79 @@ func TestOwnershipOutcome(t *testing.T) {
 		oc.Stage != "s" || oc.Tenant != "acme" || string(oc.Result) != "1" || oc.At.IsZero() {
 		t.Errorf("outcome %+v", oc)
 	}
+}
+
+// TestSpoolTrust: a spool is written back to Redis as this process's own outcomes, so nothing
+// another user could have written is adopted: no shared fallback directory, no directory
+// others may write, no symbolic links, and no token the scripts could not fence.
+func TestSpoolTrust(t *testing.T) {
+	t.Run("NoFallbackDirectory", func(t *testing.T) {
+		if def := flight.DefaultSpoolDir(func(string) string { return "" }); def != "" {
+			t.Fatalf("with HOME and XDG_STATE_HOME unset: %q, want none", def)
+		}
+		if _, err := flight.OpenSpoolDir("", "c1"); !errors.Is(err, flight.ErrNoSpoolDir) {
+			t.Fatalf("no directory: %v, want ErrNoSpoolDir", err)
+		}
+	})
+	t.Run("OneDirectoryPerDeployment", func(t *testing.T) {
+		for prefix, want := range map[string]string{"acme": "/s/acme", "": "/s/ai", "ai": "/s/ai",
+			"a/b": "/s/a_b", "..": "/s/_..", "t1:ai": "/s/t1_ai"} {
+			if got := flight.DeploymentSpoolDir("/s", prefix); got != want {
+				t.Errorf("DeploymentSpoolDir(%q) = %q, want %q", prefix, got, want)
+			}
+		}
+	})
+	t.Run("DirectoryOthersMayWrite", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "spool")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		planted := spoolOutcome(1, 1)
+		line, _ := json.Marshal(map[string]any{"v": 1, "stage": planted.Stage, "tenant": "beta", "key": planted.Key,
+			"token": planted.Token, "result": []byte(`{"forged":true}`), "resultTTLMs": 60000})
+		if err := os.WriteFile(filepath.Join(dir, "spool-dead.jsonl"), append(line, '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := flight.OpenSpoolDir(dir, "c1")
+		if !errors.Is(err, filelock.ErrUnsafe) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "0777") {
+			t.Fatalf("a spool directory others may write: %v, want ErrUnsafe naming it and its mode", err)
+		}
+	})
+	t.Run("SymlinkedFiles", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "spool")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		elsewhere := filepath.Join(t.TempDir(), "victim")
+		if err := os.Symlink(elsewhere, filepath.Join(dir, "spool-c1.jsonl")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := flight.OpenSpoolDir(dir, "c1"); !errors.Is(err, filelock.ErrUnsafe) {
+			t.Fatalf("a symlinked spool file: %v, want ErrUnsafe", err)
+		}
+		if _, err := os.Lstat(elsewhere); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the link's target was created: %v", err)
+		}
+	})
+	t.Run("TokenAboveTwoToThe53", func(t *testing.T) {
+		o := spoolOutcome(2, 0)
+		o.Token = flight.MaxToken + 1
+		sp := openSpool(t, filepath.Join(t.TempDir(), "s.jsonl"))
+		if err := sp.Add(o); !errors.Is(err, flight.ErrInvalidToken) {
+			t.Fatalf("Add with token 2^53+1: %v, want ErrInvalidToken", err)
+		}
+		// A line that carries one is skipped when the spool is read.
+		path := filepath.Join(t.TempDir(), "planted.jsonl")
+		line, _ := json.Marshal(map[string]any{"v": 1, "stage": o.Stage, "tenant": o.Tenant, "key": o.Key,
+			"token": int64(9e18), "result": []byte(`1`), "resultTTLMs": 60000})
+		if err := os.WriteFile(path, append(line, '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if sp := openSpool(t, path); sp.Len() != 0 || sp.Skipped() != 1 {
+			t.Fatalf("a line with token 9e18: Len %d Skipped %d, want it skipped", sp.Len(), sp.Skipped())
+		}
+	})
 }

@@ -3,6 +3,7 @@ package flight
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,17 +11,23 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/internal/filelock"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // ErrSpoolInUse: another live process holds the spool of this name (two processes were given
 // the same name).
 var ErrSpoolInUse = errors.New("flight: spool in use by another process")
 
-// DefaultSpoolDir returns the spool directory used when none is configured:
+// ErrNoSpoolDir: no spool directory is configured and none can be derived ($HOME and
+// $XDG_STATE_HOME are unset). There is no shared fallback such as /tmp: another user could
+// plant outcomes there.
+var ErrNoSpoolDir = errors.New("flight: no spool directory: set --spool-dir or $FLIGHTDECK_SPOOL_DIR (or $XDG_STATE_HOME, $HOME)")
+
+// DefaultSpoolDir returns the base spool directory used when none is configured:
 // $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else
-// $HOME/.local/state/flightdeck/spool, else <os.TempDir()>/flightdeck-spool. Give every
-// process of a host the same directory on a durable volume: a restarted process writes back
-// whatever any earlier process left there.
+// $HOME/.local/state/flightdeck/spool, else "" (OpenSpoolDir then fails with ErrNoSpoolDir).
+// Give every process of a host the same directory on a durable volume: a restarted process
+// writes back whatever any earlier process of its deployment left there (DeploymentSpoolDir).
 func DefaultSpoolDir(getenv func(string) string) string {
 	if d := getenv("FLIGHTDECK_SPOOL_DIR"); d != "" {
 		return d
@@ -31,7 +38,25 @@ func DefaultSpoolDir(getenv func(string) string) string {
 	if d := getenv("HOME"); d != "" {
 		return filepath.Join(d, ".local", "state", "flightdeck", "spool")
 	}
-	return filepath.Join(os.TempDir(), "flightdeck-spool")
+	return ""
+}
+
+// DeploymentSpoolDir returns the spool directory of one deployment under base: the
+// subdirectory named after its keyspace prefix, so that processes of two deployments on one
+// host never adopt each other's outcomes ("" when base is ""; an empty prefix is the default
+// one).
+func DeploymentSpoolDir(base, prefix string) string {
+	if base == "" {
+		return ""
+	}
+	if prefix == "" {
+		prefix = topics.DefaultPrefix
+	}
+	name := unsafeName.ReplaceAllString(prefix, "_")
+	if name == "" || strings.Trim(name, ".") == "" {
+		name = "_" + name
+	}
+	return filepath.Join(base, name)
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
@@ -47,7 +72,10 @@ func lockFile(path string) (*os.File, error) { return filelock.TryLock(path) }
 
 // OpenSpoolDir opens (creating) the spool of the process called name in dir: the file
 // spool-<name>.jsonl, guarded by an exclusive lock on spool-<name>.lock that the spool holds
-// until Close. A name whose lock another live process holds is refused with ErrSpoolInUse.
+// until Close. dir is created (0700) when missing, and must be this process's user's own,
+// writable by nobody else, and its files regular files of that user (filelock.SecureDir,
+// filelock.ErrUnsafe; symbolic links are not followed). A name whose lock another live
+// process holds is refused with ErrSpoolInUse.
 // It then adopts every other spool file in dir that no live process holds, whatever name
 // wrote it: their outcomes are appended to this spool (fsynced) and their files removed, so
 // that the next Flush writes them back. A crash in the middle of an adoption leaves an
@@ -56,7 +84,10 @@ func OpenSpoolDir(dir, name string) (*Spool, error) {
 	if name == "" {
 		return nil, errors.New("flight: open spool: empty name")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if dir == "" {
+		return nil, ErrNoSpoolDir
+	}
+	if err := filelock.SecureDir(dir); err != nil {
 		return nil, fmt.Errorf("flight: open spool: %w", err)
 	}
 	data, lockPath := spoolFiles(dir, name)
@@ -125,10 +156,15 @@ func (s *Spool) adopt(dir, own string) error {
 
 // adoptFile appends the valid outcomes of the spool file at path to s.
 func (s *Spool) adoptFile(path string) error {
-	b, err := os.ReadFile(path)
+	f, err := filelock.OpenOwned(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	_ = f.Close()
 	if err != nil {
 		return err
 	}

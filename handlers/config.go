@@ -83,10 +83,14 @@ type Config struct {
 	// archive when it holds the key's final outcome, without a model call. The consumer
 	// does not close it.
 	Archive *archive.Store
-	// SpoolDir is the directory of the spool of uncertain outcomes (results the model produced
-	// but Redis could not store): this consumer's file is named after Name, and the spools of
-	// dead processes found there are adopted and written back at start. Defaults to
-	// flight.DefaultSpoolDir(os.Getenv); give it a durable volume in production.
+	// SpoolDir is the base directory of the spools of uncertain outcomes (results the model
+	// produced but Redis could not store) and of the archive: the consumer keeps its files in
+	// the subdirectory of its deployment (flight.DeploymentSpoolDir: named after the keyspace
+	// prefix), named after Name, and adopts and writes back at start the spools that stopped
+	// processes of its deployment left there. The directory must be this process's user's own
+	// and writable by nobody else, or the consumer refuses to start (filelock.SecureDir).
+	// Defaults to flight.DefaultSpoolDir(os.Getenv), which has no shared fallback; give it a
+	// durable volume in production.
 	SpoolDir string
 }
 

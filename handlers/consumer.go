@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,8 @@ type Consumer struct {
 }
 
 // NewConsumer validates cfg and prepares a consumer; nothing connects until Run. It opens
-// (and locks) the consumer's spool in cfg.SpoolDir, adopting what dead processes left there.
+// (and locks) the consumer's spool in its deployment's directory under cfg.SpoolDir, adopting
+// what dead processes of the deployment left there.
 func NewConsumer(cfg Config) (*Consumer, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -66,20 +68,27 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		c.metrics.breaker.Set(map[string]float64{"closed": 0, "half-open": 1, "open": 2}[to])
 		c.log.Warn().Str("from", from).Str("to", to).Msg("coordination circuit breaker changed state")
 	})
-	sp, err := flight.OpenSpoolDir(cfg.SpoolDir, cfg.Name)
+	dir := flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Keyspace.Prefix)
+	sp, err := flight.OpenSpoolDir(dir, cfg.Name)
 	if errors.Is(err, flight.ErrSpoolInUse) {
 		return nil, fmt.Errorf("%w: a consumer named %q is running on this host (it holds the spool in %s); start this one under another name",
-			ErrNameInUse, cfg.Name, cfg.SpoolDir)
+			ErrNameInUse, cfg.Name, dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	if n := sp.Adopted(); n > 0 {
-		c.log.Warn().Int("outcomes", n).Str("dir", cfg.SpoolDir).Msg("adopted the spooled outcomes of stopped processes; writing them back")
+		c.log.Warn().Int("outcomes", n).Str("dir", dir).Msg("adopted the spooled outcomes of stopped processes; writing them back")
+	}
+	if old, _ := filepath.Glob(filepath.Join(cfg.SpoolDir, "spool-*.jsonl")); len(old) > 0 {
+		// An older version kept every deployment's spools in one directory: which one they
+		// belong to is the operator's call.
+		c.log.Warn().Strs("files", old).Str("dir", dir).
+			Msg("spool files of an older version, not adopted: move those of this deployment into its directory to have them written back")
 	}
 	c.spool = sp
 	if cfg.Archive != nil {
-		aw, err := archive.NewWriter(archive.WriterConfig{Store: cfg.Archive, SpoolDir: cfg.SpoolDir, Name: cfg.Name,
+		aw, err := archive.NewWriter(archive.WriterConfig{Store: cfg.Archive, SpoolDir: dir, Name: cfg.Name,
 			Logger: &c.log, Registry: cfg.Registry})
 		if err != nil {
 			_ = sp.Close()

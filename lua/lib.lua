@@ -82,6 +82,11 @@ local function nowMicros()
 end
 local function num(v, d) return tonumber(v or '') or d end
 
+-- MAX_TOKEN is the largest fencing token (2^53): Lua compares tokens as doubles, exact up to
+-- it, and tokens come from Redis's clock in µs, far below. A larger one is forged: it is
+-- never admitted, and a fence or meta holding one is not counted when a token is issued.
+local MAX_TOKEN = 9007199254740992
+
 -- loadMeta returns the meta as a table, or nil when there is none.
 local function loadMeta()
   local raw = redis.call('HGETALL', K[1])
@@ -146,19 +151,22 @@ local function newToken(meta)
   local prev = 0
   local f = redis.call('GET', K[3])
   if f then prev = tonumber(string.match(f, '^%d+') or '0') or 0 end
+  if prev > MAX_TOKEN then prev = 0 end
   if meta then
     local t = tonumber(meta.ownerToken or '')
-    if t and t > prev then prev = t end
+    if t and t > prev and t <= MAX_TOKEN then prev = t end
   end
   if prev == 0 or nowMicros() > prev then return nowUsStr end
   return fmt(prev + 1)
 end
 
--- fenceAdmits judges a token that finds no meta: 'stale' when a larger token was issued, or
--- when there is no fence and the token is older than fenceTTL (its fence could have expired,
--- so nothing proves it was not superseded); the closing mark 'c' or 'x' when its own run was
--- closed; 'ok' otherwise (the meta was lost: the token's owner may write it back).
+-- fenceAdmits judges a token that finds no meta: 'stale' when it is outside 1..MAX_TOKEN, when
+-- a larger token was issued, or when there is no fence and the token is older than fenceTTL
+-- (its fence could have expired, so nothing proves it was not superseded); the closing mark
+-- 'c' or 'x' when its own run was closed; 'ok' otherwise (the meta was lost: the token's
+-- owner may write it back).
 local function fenceAdmits(tok, fenceTTL)
+  if tok < 1 or tok > MAX_TOKEN then return 'stale' end
   local f, mark = readFence()
   if f == nil then
     if tok < nowMicros() - fenceTTL * 1000 then return 'stale' end

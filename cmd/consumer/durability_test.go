@@ -333,7 +333,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond)
 	e.srv.Pause() // Redis stops answering just before the model does
 	spooled := func() bool {
-		files, _ := filepath.Glob(filepath.Join(e.spool, "spool-host-1.jsonl"))
+		files, _ := filepath.Glob(filepath.Join(flight.DeploymentSpoolDir(e.spool, e.prefix), "spool-host-1.jsonl"))
 		for _, f := range files {
 			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), `"key"`) {
 				return true
@@ -357,7 +357,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	if n := b.modelCalls(t); n != 0 {
 		t.Errorf("host-2 ran the model %d times; the spooled result should answer the task", n)
 	}
-	if left, _ := filepath.Glob(filepath.Join(e.spool, "spool-host-1.*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(flight.DeploymentSpoolDir(e.spool, e.prefix), "spool-host-1.*")); len(left) != 0 {
 		t.Errorf("host-1's spool files left behind: %v", left)
 	}
 }
