@@ -170,7 +170,9 @@ func checkReceipt(r Receipt) error {
 // called is found too; events of other tasks are skipped. When the result stream was trimmed
 // past that point (it is capped), the task's event may be gone: Await then returns the
 // outcome stored in the task's flight (by r.RequestKey) as an event marked shared "hit",
-// once the flight has one. It blocks in XREAD for at most 500 ms at a time, so a cancelled
+// once the flight has one. A SUCCEEDED event that carries only resultRef (its result was too
+// large to inline in a follower's or a hit's event) gets its Result read from the flight
+// while the flight keeps it. It blocks in XREAD for at most 500 ms at a time, so a cancelled
 // ctx ends it promptly. Redis errors are retried with backoff (and reported to
 // Config.Errors) until ctx ends; the error then wraps ctx.Err().
 func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
@@ -192,7 +194,8 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	if err != nil {
 		return topics.Event{}, fmt.Errorf("client: await %s: %w", r.TaskID, err)
 	}
-	return got, nil
+	res := results{c: c}
+	return res.fill(ctx, got), nil
 }
 
 // Collect waits for the terminal events of all receipts with one reader over the result
@@ -202,7 +205,8 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 // goroutine, in stream order per stage. Each stage's stream is read from 5 s before its earliest receipt, as Await does, in batches of up to
 // 1000 entries, with O(1) work per entry, so 10k receipts cost about as many entries read.
 //
-// Collect returns nil once every receipt has its event. Receipts whose event was trimmed from
+// Results that an event carries only as resultRef are read as Await reads them (once per
+// flight run). Collect returns nil once every receipt has its event. Receipts whose event was trimmed from
 // a capped result stream get the outcome stored in their flight instead, as Await does.
 // When ctx ends first it returns an error that wraps ctx.Err() and tells how many events are
 // missing. Redis errors are retried with backoff (and reported to Config.Errors).
@@ -230,12 +234,13 @@ func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics
 	for s, ms := range from {
 		cur[s] = strconv.FormatInt(ms, 10) + "-0"
 	}
+	res := results{c: c}
 	deliver := func(ev topics.Event) bool {
 		if r, ok := pending[ev.TaskID]; !ok || !r.Matches(ev) {
 			return false
 		}
 		delete(pending, ev.TaskID)
-		fn(ev)
+		fn(res.fill(ctx, ev))
 		return len(pending) == 0
 	}
 	tick := c.gapWatch(ctx, receipts, maps.Clone(cur), func(id string) bool { _, ok := pending[id]; return ok }, deliver)

@@ -22,11 +22,9 @@ import (
 // place: the next caller of the flight, or a consumer's parked-entry check, answers them again.
 
 // answerArgv returns the answer block (lib.lua ARGV[1..11]) for a call made for task t; body
-// is the caller's own SUCCEEDED event body when the caller built it ("" otherwise).
+// is the caller's own SUCCEEDED event body when the caller built it ("" otherwise), and
+// maxInline the largest result the events the script builds inline (other tasks' events).
 func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int, body any) []any {
-	if maxInline <= 0 {
-		maxInline = DefaultMaxInline
-	}
 	argv := make([]any, 11, 28)
 	argv[0], argv[1], argv[2], argv[3] = c.mode, c.maxLenArg, c.group, topics.ParkingConsumer
 	argv[4], argv[5] = c.tailFields(), body

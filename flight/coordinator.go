@@ -154,8 +154,11 @@ type Ownership struct {
 	Policy Policy
 	// ExpireAt ends the attempt (start + RunningTTL, Redis time).
 	ExpireAt time.Time
-	// MaxInline is the largest result the owner's events carry inline.
+	// MaxInline is the largest result the owner's own event carries inline.
 	MaxInline int
+	// MaxSharedInline is the largest result inlined in the events of the other tasks the
+	// owner's calls answer (joined, parked). Defaults to DefaultMaxSharedInline.
+	MaxSharedInline int
 	// Joined are tasks of the same key that the owner's consumer held back instead of
 	// acquiring (its in-process followers, with their stream entries): Complete answers them
 	// with the owner's task, as followers, in the same call (Settlement.JoinedAnswered). They
@@ -186,9 +189,16 @@ type AcquireParams struct {
 	Deadline time.Time
 	// WantResult returns the result of ActionResultHit in Decision.Result.
 	WantResult bool
-	// MaxInline is the largest result inlined in the events this call writes. Defaults to
-	// 64 KiB.
+	// MaxInline is the largest result the caller's own event inlines once it owns the flight
+	// (Ownership.MaxInline). Defaults to DefaultMaxInline.
 	MaxInline int
+	// MaxSharedInline is the largest result inlined in the events of tasks answered by another
+	// task's run: this call's (a hit, the parked tasks a final outcome answers) and, once the
+	// caller owns the flight, those its complete answers (Ownership.MaxSharedInline). Larger
+	// results travel as resultRef only, so that a burst of small duplicates cannot copy a big
+	// result into the result stream once per task. Defaults to DefaultMaxSharedInline; never
+	// above MaxInline.
+	MaxSharedInline int
 	// Run is the runMs of the events this call writes (an owner that acquires again after
 	// its run was cancelled reports how long it ran).
 	Run time.Duration
@@ -380,11 +390,12 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if p.MaxInline == 0 {
 		p.MaxInline = DefaultMaxInline
 	}
+	p.MaxSharedInline = sharedInline(p.MaxSharedInline, p.MaxInline)
 	var deadline int64
 	if !p.Deadline.IsZero() {
 		deadline = max(p.Deadline.UnixMilli(), 1)
 	}
-	argv := c.answerArgv(p.Task, p.Run, p.MaxInline, "")
+	argv := c.answerArgv(p.Task, p.Run, p.MaxSharedInline, "")
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
 		ms(pol.Lease), ms(pol.RunningTTL), c.pinnedOf(pol), ms(pol.RunningTTL+pol.FailureTTL),
 		pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
@@ -408,7 +419,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if d.Action == ActionOwner {
 		d.Owner = &Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: p.OwnerID, Task: p.Task,
 			Stage: p.Stage, Tenant: p.Tenant, SessionID: p.SessionID, Policy: pol, ExpireAt: d.ExpireAt,
-			MaxInline: p.MaxInline}
+			MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline}
 	}
 	return d, nil
 }
@@ -590,8 +601,25 @@ func (c *Coordinator) Result(ctx context.Context, key string) ([]byte, error) {
 // MaxKeyLen bounds a request key.
 const MaxKeyLen = 512
 
-// DefaultMaxInline is the largest result events carry inline unless a caller says otherwise.
+// DefaultMaxInline is the largest result an owner's own event carries inline unless a caller
+// says otherwise.
 const DefaultMaxInline = 64 << 10
+
+// DefaultMaxSharedInline is the largest result inlined in the events of tasks answered by
+// another task's run (followers, joined tasks, hits) unless a caller says otherwise.
+const DefaultMaxSharedInline = 1 << 10
+
+// sharedInline returns the shared cap: shared, else DefaultMaxSharedInline, never above own
+// (a caller whose own events inline less inlines no more in others').
+func sharedInline(shared, own int) int {
+	if shared <= 0 {
+		shared = DefaultMaxSharedInline
+	}
+	if own > 0 && shared > own {
+		shared = own
+	}
+	return shared
+}
 
 // CheckKey reports a request key that cannot name a flight: empty, longer than MaxKeyLen, or
 // holding anything but printable ASCII without whitespace, braces (which would break the Redis

@@ -210,7 +210,7 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 		result, inline = compact, "1"
 	}
 	body := c.successBody(o, result, inline == "1", run)
-	argv := c.answerArgv(o.Task, run, o.MaxInline, body)
+	argv := c.answerArgv(o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline), body)
 	argv = append(argv, tok(o.Token), result, inline, ms(p.ResultTTL), ms(p.FenceTTL()))
 	ask := c.wbFence != nil
 	// Joined tasks follow the optional arguments, which are then all given.
@@ -268,7 +268,7 @@ func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time
 // fail is Fail; a shared label other than "" replaces "owner" in the owner's event.
 func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time.Duration, shared string) (Settlement, error) {
 	p := o.Policy.WithDefaults()
-	argv := c.answerArgv(o.Task, run, o.MaxInline, "")
+	argv := c.answerArgv(o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline), "")
 	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
 		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
 	ask := c.wbFence != nil
@@ -342,7 +342,7 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: TTL %v is below 1ms", key, p.TTL)
 	}
 	fence := Policy{FailureTTL: p.TTL}.WithDefaults().FenceTTL()
-	argv := c.answerArgv(Task{}, 0, 0, "")
+	argv := c.answerArgv(Task{}, 0, DefaultMaxSharedInline, "")
 	argv = append(argv, reason, ms(p.TTL), ms(fence))
 	res, err := lua.Cancel.Run(ctx, c.rdb, c.answerKeys(key, p.Stage), argv...).Slice()
 	if err != nil {

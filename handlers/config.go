@@ -69,6 +69,12 @@ type Config struct {
 	TrimInterval time.Duration
 	// Breaker configures the circuit breaker around the consumer's flight acquires.
 	Breaker flight.BreakerConfig
+	// ResultRetention is how long terminal events stay on the result streams: every
+	// TrimInterval each consumer trims its stages' result streams by age (XTRIM MINID ~, by
+	// Redis's clock), as well as by count (ResultMaxLen). Clients whose start point was
+	// trimmed read the flight's stored outcome instead. Zero means 1 h; negative turns the
+	// age trim off.
+	ResultRetention time.Duration
 	// ResultMaxLen caps each result stream (XADD MAXLEN ~): clients that read an event later
 	// than this many newer ones find the task's outcome in its flight instead (client.Await).
 	// Zero means topics.DefaultResultMaxLen (1,000,000); negative turns the cap off.
@@ -132,6 +138,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Grace == 0 {
 		c.Grace = 10 * time.Second
+	}
+	if c.ResultRetention == 0 {
+		c.ResultRetention = time.Hour
 	}
 	if c.TrimInterval == 0 {
 		c.TrimInterval = 30 * time.Second

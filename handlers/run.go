@@ -159,7 +159,8 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		d, err := flight.Guard(p.breaker, func() (flight.Decision, error) {
 			return p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
 				Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
-				Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, Run: t.runTime})
+				Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,
+				Run: t.runTime})
 		})
 		if err != nil {
 			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)

@@ -75,9 +75,14 @@ type StageConfig struct {
 	// (see topics.Keyspace.Partitions); each consumer runs Concurrency subscribers on each.
 	// Producers must use the same count. Defaults to 1 (one stream ai:tasks:<stage>).
 	Partitions int `yaml:"partitions"`
-	// MaxInlineResult is the largest result carried inline in events; larger ones carry only
-	// resultRef. Defaults to 64 KiB.
+	// MaxInlineResult is the largest result carried inline in the owner's own event; larger
+	// ones carry only resultRef. Defaults to 64 KiB.
 	MaxInlineResult int `yaml:"maxInlineResult"`
+	// MaxSharedInlineResult is the largest result carried inline in the events of tasks
+	// answered by another task's run (followers, joined tasks, hits), so that a burst of small
+	// duplicates cannot copy a big result into the result stream once each; larger ones carry
+	// only resultRef, which clients read. Defaults to 1 KiB, never above MaxInlineResult.
+	MaxSharedInlineResult int `yaml:"maxSharedInlineResult"`
 	// Retry is the backoff between owner attempts after a retryable failure (a provider's
 	// Retry-After longer than it wins). A delay over 2 s is waited in the stage's scheduled
 	// set, holding no handler; every task of the key waits for it.
@@ -165,6 +170,9 @@ func (c StageConfig) WithDefaults() StageConfig {
 	}
 	if c.MaxInlineResult == 0 {
 		c.MaxInlineResult = 64 << 10
+	}
+	if c.MaxSharedInlineResult == 0 {
+		c.MaxSharedInlineResult = min(1<<10, c.MaxInlineResult)
 	}
 	if c.ParkCheck == 0 {
 		c.ParkCheck = 2 * c.Lease

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -9,10 +10,11 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// trimLoop removes task entries every consumer group has acknowledged, every interval.
-// Task streams are not capped at enqueue (a MAXLEN would drop unread tasks once a backlog
-// outgrows it); this trims only entries below every group's last delivered id and below the
-// oldest pending entry, so nothing unread or unacknowledged is ever dropped.
+// trimLoop removes task entries every consumer group has acknowledged, and result events
+// older than the retention, every interval. Task streams are not capped at enqueue (a MAXLEN
+// would drop unread tasks once a backlog outgrows it); this trims only entries below every
+// group's last delivered id and below the oldest pending entry, so nothing unread or
+// unacknowledged is ever dropped.
 func (c *Consumer) trimLoop(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -22,6 +24,7 @@ func (c *Consumer) trimLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
+		c.trimResults(ctx)
 		for _, s := range c.cfg.Stages {
 			for _, stream := range c.cfg.Keyspace.TaskStreams(s.Name) {
 				tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -66,4 +69,28 @@ func trimAcked(ctx context.Context, rdb redis.UniversalClient, stream string) (i
 		return 0, nil
 	}
 	return rdb.XTrimMinIDApprox(ctx, stream, floor, 0).Result()
+}
+
+// trimResults trims the result streams of the consumer's stages below Redis's now minus
+// ResultRetention (XTRIM MINID ~: whole listpack nodes only, so a little more may stay).
+func (c *Consumer) trimResults(ctx context.Context) {
+	if c.cfg.ResultRetention < 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	now, err := c.rdb.Time(tctx).Result()
+	if err != nil {
+		c.log.Debug().Err(err).Msg("result trim: reading Redis's clock failed")
+		return
+	}
+	minID := strconv.FormatInt(now.Add(-c.cfg.ResultRetention).UnixMilli(), 10) + "-0"
+	for _, s := range c.cfg.Stages {
+		stream := c.cfg.Keyspace.Results(s.Name)
+		if n, err := c.rdb.XTrimMinIDApprox(tctx, stream, minID, 0).Result(); err != nil {
+			c.log.Debug().Err(err).Str("stream", stream).Msg("result trim failed")
+		} else if n > 0 {
+			c.log.Debug().Int64("trimmed", n).Str("stream", stream).Msg("trimmed result events past the retention")
+		}
+	}
 }

@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -48,5 +50,36 @@ func TestTrimAcked(t *testing.T) {
 	}
 	if left[len(left)-1].ID != ids[299] {
 		t.Error("unread entries were trimmed")
+	}
+}
+
+// TestTrimResultsByAge: result events older than the retention (by Redis's clock, from their
+// stream ids) are trimmed, whole stream nodes at a time; newer ones stay.
+func TestTrimResultsByAge(t *testing.T) {
+	r := redistest.New(t)
+	ctx := context.Background()
+	ks := topics.Keyspace{Prefix: r.Prefix}
+	c := &Consumer{rdb: r.Client, cfg: Config{Keyspace: ks, ResultRetention: time.Hour,
+		Stages: []StageConfig{{Name: StageEvaluation}}}}
+	s := ks.Results(StageEvaluation)
+	old := time.Now().Add(-2 * time.Hour).UnixMilli()
+	for i := range 300 {
+		r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s, ID: fmt.Sprintf("%d-%d", old, i+1), Values: []any{"k", "old"}})
+	}
+	fresh := r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s, Values: []any{"k", "fresh"}}).Val()
+	c.trimResults(ctx)
+	left := r.Client.XRange(ctx, s, "-", "+").Val()
+	if len(left) > 101 {
+		t.Errorf("%d of 301 events left: the events of two hours ago were not trimmed", len(left))
+	}
+	if len(left) == 0 || left[len(left)-1].ID != fresh {
+		t.Errorf("the fresh event was trimmed")
+	}
+	c.cfg.ResultRetention = -1 // off
+	r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s, ID: fmt.Sprintf("%d-0", time.Now().UnixMilli()+1), Values: []any{"k", "x"}})
+	n := r.Client.XLen(ctx, s).Val()
+	c.trimResults(ctx)
+	if r.Client.XLen(ctx, s).Val() != n {
+		t.Error("trimmed with the retention off")
 	}
 }

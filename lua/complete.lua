@@ -76,13 +76,16 @@ local function compSucceed(meta, restored, handover)
   if label() ~= 'owner' then redis.call('HSET', K[1], 'shared', label()) end
   redis.call('PEXPIRE', K[1], ttl)
   writeFence(V[12], '', V[16])
-  local body = V[6]
-  if body == '' then
+  local body, others = V[6], nil
+  if body == '' or (V[14] == '1' and #V[13] > num(V[11], 0)) then
+    -- The caller's body carries a result larger than other tasks' events may inline (or
+    -- there is none): theirs is built here, with resultRef only.
     meta = meta or loadMeta()
     meta.status, meta.inline = 'SUCCEEDED', V[14]
-    body = outcomeOf(meta, 'SUCCEEDED', V[13])
+    others = outcomeOf(meta, 'SUCCEEDED', V[13])
+    if body == '' then body = others end
   end
-  answer(body, label())
+  answer(body, label(), nil, others)
   if V[1] ~= 'write' and #out.released > 0 then redis.call('PEXPIRE', K[4], ttl) end
   local r = 0
   if restored then r = 1 end

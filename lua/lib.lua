@@ -33,7 +33,9 @@
 --   V[8]  -> the caller's stream entry "<entry id> <task stream>" ("" for none)
 --   V[9]  -> the caller's queuedMs
 --   V[10] -> runMs of the events
---   V[11] -> largest result inlined in events (bytes)
+--   V[11] -> largest result inlined in the events of tasks other than the caller's own
+--            (followers, joined and parked tasks, hits), in bytes; the caller's own event in
+--            complete is the body V[6], built by the caller with its own, larger cap
 -- An event written here (mode write) has the message uuid "<task id>-<Redis time, µs>-<n>".
 --
 -- Answer tail, appended to the replies of the answering scripts:
@@ -279,12 +281,13 @@ end
 
 -- answer gives the caller's task (when it has one) the event body with shared callerShared, and
 -- every joined task (complete: the caller's in-process followers, V[J..]) and parked task the
--- same body with shared "follower" (or "owner" for the entry ownerRef, when given: the last
--- owner's task, parked by the call that ends its attempt), then acknowledges all their
--- entries and releases the parked ones.
-local function answer(body, callerShared, ownerRef)
+-- body others (body when nil) with shared "follower" (or "owner" for the entry ownerRef, when
+-- given: the last owner's task, parked by the call that ends its attempt), then acknowledges
+-- all their entries and releases the parked ones.
+local function answer(body, callerShared, ownerRef, others)
   local o = answered()
   local task, entry = V[7], V[8]
+  others = others or body
   if task ~= '' then
     emit(task, callerShared, V[9], body)
     o.caller = callerShared
@@ -299,7 +302,7 @@ local function answer(body, callerShared, ownerRef)
       local ref = V[i + 1]
       joined[ref] = true
       if not (JAgain and answeredBefore(ref)) then
-        emit(V[i], 'follower', V[i + 2], body)
+        emit(V[i], 'follower', V[i + 2], others)
         o.acks[#o.acks + 1] = ref
       end
       o.joined = o.joined + 1
@@ -313,7 +316,7 @@ local function answer(body, callerShared, ownerRef)
       if taskId then
         local shared = 'follower'
         if ownerRef and ownerRef ~= '' and field == ownerRef then shared = 'owner' end
-        emit(taskId, shared, '0', body)
+        emit(taskId, shared, '0', others)
         o.waited[#o.waited + 1] = nowMs() - (tonumber(at) or nowMs())
       end
       o.acks[#o.acks + 1] = field

@@ -59,6 +59,10 @@ func TestProducerACL(t *testing.T) {
 	if d := aclDenials(t, e.rdb, "producer"); len(d) > 0 {
 		t.Errorf("Redis refused the producer's own work (fix docs/SECURITY.md):\n%s", strings.Join(d, "\n"))
 	}
+	// A result an event carries only as resultRef is read from its stage's stored results.
+	if b, err := rdb.Get(ctx, e.ks.Result(r.RequestKey)).Bytes(); err != nil || len(b) == 0 {
+		t.Errorf("GET of its stage's stored result under the producer ACL: %q, %v", b, err)
+	}
 
 	other := handlers.StageFollowup
 	for _, cmd := range [][]any{
@@ -74,7 +78,8 @@ func TestProducerACL(t *testing.T) {
 		{"xdel", e.ks.Tasks(stage), "0-1"},
 		{"xtrim", e.ks.Results(stage), "maxlen", "0"},
 		{"hgetall", e.ks.Meta(r.RequestKey)},
-		{"get", e.ks.Result(r.RequestKey)},
+		{"get", e.ks.Result(strings.Replace(r.RequestKey, stage, other, 1))},
+		{"set", e.ks.Result(r.RequestKey), "forged"},
 		{"hset", e.ks.Meta(r.RequestKey), "status", "SUCCEEDED"},
 		{"del", e.ks.Tasks(stage)},
 	} {

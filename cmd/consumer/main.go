@@ -6,6 +6,7 @@
 //	         [--concurrency N]
 //	         [--name NAME] [--http ADDR] [--http-allowed-hosts h1,h2] [--health ADDR]
 //	         [--grace 10s] [--spool-dir DIR] [--redis-wait 1m] [--archive URL]
+//	         [--result-maxlen N] [--result-retention 1h]
 //	         [--log-level info] [--log-format json]
 //	consumer --load-functions [--redis URL]
 //
@@ -80,6 +81,7 @@ func run(args []string) (err error) {
 		livenessInt = fs.Duration("liveness-interval", time.Second, "how often this consumer records it is alive")
 		claimInt    = fs.Duration("claim-interval", time.Second, "how often each task stream is scanned for entries to claim and parked tasks to check")
 		resultCap   = fs.Int64("result-maxlen", 0, "cap of each result stream, in events (approximate; 0: 1,000,000; -1: none); clients answer a task whose event was trimmed from its flight's stored outcome")
+		resultKeep  = fs.Duration("result-retention", time.Hour, "how long events stay on the result streams: older ones are trimmed (negative: no age trim)")
 		spoolDir    = fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)")
 		logLevel    = fs.String("log-level", "info", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "json", "json or console")
@@ -177,7 +179,7 @@ func run(args []string) (err error) {
 		NewClient: newClient,
 		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Handlers: mux,
 		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
-		SpoolDir: *spoolDir, ResultMaxLen: *resultCap, Limits: limits,
+		SpoolDir: *spoolDir, ResultMaxLen: *resultCap, ResultRetention: *resultKeep, Limits: limits,
 		Faults: handlers.Faults{AnswerAfterScript: knobs.AnswerAfterScript, AfterScript: knobs.AfterScript()},
 	})
 	if err != nil {

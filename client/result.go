@@ -1,0 +1,44 @@
+package client
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// results reads the result of SUCCEEDED events that carry only resultRef (a result too large
+// to inline in a follower's or a hit's event), once per flight run: the events of one run share
+// its owner token, and so its result.
+type results struct {
+	c     *Client
+	cache map[string][]byte // resultRef + " " + owner token -> result
+}
+
+// fill returns ev with Result read from its flight when it has only ResultRef, while the
+// flight keeps it (its resultTTL). A ref outside the client's keyspace is not followed; an
+// error, or a result already gone, leaves the event as it is (ResultRef set, Result empty).
+func (r *results) fill(ctx context.Context, ev topics.Event) topics.Event {
+	if ev.Status != topics.StatusSucceeded || len(ev.Result) > 0 || ev.ResultRef == "" ||
+		ev.RequestKey == "" || ev.ResultRef != r.c.ks.Result(ev.RequestKey) {
+		return ev
+	}
+	id := ev.ResultRef + " " + strconv.FormatInt(ev.OwnerToken, 10)
+	if b, ok := r.cache[id]; ok {
+		ev.Result = b
+		return ev
+	}
+	b, err := r.c.rdb.Get(ctx, ev.ResultRef).Bytes()
+	if err != nil {
+		return ev
+	}
+	if r.cache == nil {
+		r.cache = map[string][]byte{}
+	}
+	if len(r.cache) >= 1024 {
+		clear(r.cache)
+	}
+	r.cache[id] = b
+	ev.Result = b
+	return ev
+}
