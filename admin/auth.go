@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"container/list"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -40,15 +41,16 @@ const (
 	accessAct
 )
 
-// DefaultFailuresPerMinute is the default limit of failed authentications per client
-// address: that many in a burst, refilled evenly over a minute; past it, 429 until the budget
-// refills.
+// DefaultFailuresPerMinute is the default limit of failed authentications per client (see
+// budgetKey): that many in a burst, refilled evenly over a minute; past it, 429 until the
+// budget refills.
 const DefaultFailuresPerMinute = 5
 
-// maxClients bounds the failure records kept (one per client address).
+// maxClients bounds the failure records kept (one per client, see budgetKey): past it the
+// record of the client that failed least recently is dropped.
 const maxClients = 10000
 
-// authenticator checks bearer tokens and limits failed attempts per client address.
+// authenticator checks bearer tokens and limits failed attempts per client (budgetKey).
 type authenticator struct {
 	token, readToken [sha256.Size]byte
 	hasToken         bool
@@ -58,7 +60,16 @@ type authenticator struct {
 	now              func() time.Time
 
 	mu      sync.Mutex // held across the check of one request, so parallel guesses queue
-	clients map[string]*rate.Limiter
+	clients map[string]*list.Element
+	// recent orders the records by their last failure or refusal, the oldest at the front;
+	// each element holds a *failureRecord.
+	recent *list.List
+}
+
+// failureRecord is one client's failure budget.
+type failureRecord struct {
+	key string
+	lim *rate.Limiter
 }
 
 func newAuthenticator(token, readToken string, perMinute int) *authenticator {
@@ -66,7 +77,8 @@ func newAuthenticator(token, readToken string, perMinute int) *authenticator {
 		perMinute = DefaultFailuresPerMinute
 	}
 	a := &authenticator{hasToken: token != "", hasRead: readToken != "", burst: perMinute,
-		limit: rate.Every(time.Minute / time.Duration(perMinute)), now: time.Now, clients: map[string]*rate.Limiter{}}
+		limit: rate.Every(time.Minute / time.Duration(perMinute)), now: time.Now,
+		clients: map[string]*list.Element{}, recent: list.New()}
 	a.token, a.readToken = sha256.Sum256([]byte(token)), sha256.Sum256([]byte(readToken))
 	return a
 }
@@ -114,27 +126,31 @@ func (a *authenticator) check(w http.ResponseWriter, r *http.Request, need acces
 	if scheme, rest, ok := strings.Cut(header, " "); ok && strings.EqualFold(scheme, "Bearer") {
 		got = strings.TrimSpace(rest)
 	}
-	client := clientKey(r.RemoteAddr)
+	client := budgetKey(r.RemoteAddr)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	lim := a.clients[client]
-	if lim != nil {
+	var lim *rate.Limiter
+	if el := a.clients[client]; el != nil {
+		lim = el.Value.(*failureRecord).lim
 		if tokens := lim.TokensAt(now); tokens < 1 {
+			// Still guessing: the record stays among the most recent, so that new clients
+			// filling the table cannot evict it and reset its budget.
+			a.recent.MoveToBack(el)
 			wait := time.Duration((1 - tokens) / float64(a.limit) * float64(time.Second))
 			secs := int(math.Ceil(wait.Seconds()))
 			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 			apiError(w, http.StatusTooManyRequests, "rate_limited",
-				fmt.Sprintf("too many failed token attempts from this address; retry in %d s", max(secs, 1)))
+				fmt.Sprintf("too many failed token attempts from this address or its network; retry in %d s", max(secs, 1)))
 			return accessNone
 		}
 	}
 	granted := a.match(got)
 	if granted == accessNone {
 		if lim == nil {
-			lim = a.newLimiter()
-			a.clients[client] = lim
+			lim = a.newRecord(client)
 		}
+		a.recent.MoveToBack(a.clients[client])
 		lim.AllowN(now, 1)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flightdeck", error="invalid_token"`)
 		apiError(w, http.StatusUnauthorized, "token_refused", msgRefused)
@@ -172,28 +188,46 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// newLimiter returns a failure budget for a new client, pruning the records of clients whose
-// budget is full again when there are too many. Called with a.mu held.
-func (a *authenticator) newLimiter() *rate.Limiter {
-	if len(a.clients) >= maxClients {
-		now := a.now()
-		for k, l := range a.clients {
-			if l.TokensAt(now) >= float64(a.burst) {
-				delete(a.clients, k)
-			}
-		}
-		if len(a.clients) >= maxClients {
-			// Every record is a client that failed within the last minute: start over
-			// rather than grow without bound.
-			clear(a.clients)
-		}
+// newRecord adds a full failure budget for client, dropping the records of the clients that
+// failed least recently while the table holds maxClients: memory stays bounded, and a client
+// that keeps failing is never the one dropped. Called with a.mu held.
+func (a *authenticator) newRecord(client string) *rate.Limiter {
+	for a.recent.Len() >= maxClients {
+		oldest := a.recent.Front()
+		delete(a.clients, oldest.Value.(*failureRecord).key)
+		a.recent.Remove(oldest)
 	}
-	return rate.NewLimiter(a.limit, a.burst)
+	rec := &failureRecord{key: client, lim: rate.NewLimiter(a.limit, a.burst)}
+	a.clients[client] = a.recent.PushBack(rec)
+	return rec.lim
 }
 
-// clientKey is the address failures are counted under: the peer's IP address, or for IPv6
-// its /64 network, which one host usually owns whole. X-Forwarded-For is not trusted: behind
-// a proxy every client shares the proxy's budget.
+// budgetKey is the client failed tokens are counted against: all of loopback (127.0.0.0/8
+// and ::1, where every local process and any proxy on the host connect from) is one client,
+// an IPv4 address counts by its /24 and an IPv6 one by its /64, networks that one host or
+// one customer usually owns whole. X-Forwarded-For is not trusted: behind a proxy every
+// client shares the proxy's budget.
+func budgetKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap().WithZone("")
+	switch {
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.Is4():
+		return netip.PrefixFrom(ip, 24).Masked().String()
+	}
+	return netip.PrefixFrom(ip, 64).Masked().String()
+}
+
+// clientKey names the peer in what the dashboard records (who paused a stage): its IP
+// address, or for IPv6 its /64 network. X-Forwarded-For is not trusted.
 func clientKey(remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {

@@ -30,9 +30,10 @@ type HandlerConfig struct {
 	// With neither token set every /ui/api/ request is refused (403) with a message naming
 	// the variables; the page itself still loads and shows it.
 	ReadToken string
-	// FailuresPerMinute bounds the requests with a wrong token per client address: past it
-	// every request of that address carrying a token is answered 429 with Retry-After until
-	// the budget refills (evenly over a minute). Defaults to DefaultFailuresPerMinute.
+	// FailuresPerMinute bounds the requests with a wrong token per client (all of loopback,
+	// an IPv4 /24, an IPv6 /64): past it every request of that client carrying a token is
+	// answered 429 with Retry-After until the budget refills (evenly over a minute). Defaults
+	// to DefaultFailuresPerMinute.
 	FailuresPerMinute int
 	// Node reports the serving consumer's own state (name, breaker, draining, spool); may be
 	// nil.

@@ -274,7 +274,7 @@
     if (e.status === 401) {
       return 'Token refused (401): it matches neither FLIGHTDECK_UI_READ_TOKEN nor FLIGHTDECK_UI_TOKEN of this consumer.';
     }
-    if (e.status === 429) return 'Too many wrong tokens from this address (429): ' + e.message + '.';
+    if (e.status === 429) return 'Too many wrong tokens from this address or its network (429): ' + e.message + '.';
     if (e.status === 403) return 'Refused (403): ' + e.message + '.';
     return 'Could not check the token: ' + (e.status ? 'HTTP ' + e.status + ': ' : '') + e.message;
   }
