@@ -14,14 +14,14 @@ import (
 
 // redisCollector reports gauges read from Redis at scrape time: pending entries per consumer
 // process, backlog and DLQ length per stage, and parked followers per stage. Reads are cached
-// for cacheFor so that several scrapers do not multiply the load; the parked-follower count
-// scans at most maxScan keys per stage and is a lower bound beyond that.
+// for cacheFor so that several scrapers do not multiply the load. Every read names its key
+// (XPENDING, XINFO GROUPS, XLEN per stream): nothing enumerates keys, so the consumer needs
+// no SCAN, which an ACL cannot limit to its own prefix.
 type redisCollector struct {
 	rdb      redis.UniversalClient
 	ks       topics.Keyspace
 	stages   []string
 	cacheFor time.Duration
-	maxScan  int
 
 	pending, backlog, dlq, parked *prometheus.Desc
 
@@ -31,14 +31,14 @@ type redisCollector struct {
 }
 
 func newRedisCollector(rdb redis.UniversalClient, ks topics.Keyspace, stages []string) *redisCollector {
-	return &redisCollector{rdb: rdb, ks: ks, stages: stages, cacheFor: 5 * time.Second, maxScan: 10000,
+	return &redisCollector{rdb: rdb, ks: ks, stages: stages, cacheFor: 5 * time.Second,
 		pending: prometheus.NewDesc("flightdeck_pending_entries",
 			"Task entries delivered to a consumer process and not yet acknowledged.", []string{"stage", "consumer"}, nil),
 		backlog: prometheus.NewDesc("flightdeck_backlog_entries",
 			"Task entries not yet delivered to any consumer (consumer group lag).", []string{"stage"}, nil),
 		dlq: prometheus.NewDesc("flightdeck_dlq_length", "Entries in the stage's dead-letter stream.", []string{"stage"}, nil),
 		parked: prometheus.NewDesc("flightdeck_parked_followers",
-			"Tasks parked on running flights (a lower bound past 10,000 flights).", []string{"stage"}, nil),
+			"Tasks parked on running flights: their entries pending under the parking consumer.", []string{"stage"}, nil),
 	}
 }
 
@@ -70,12 +70,20 @@ func (c *redisCollector) read(ctx context.Context) []prometheus.Metric {
 	}
 	for _, stage := range c.stages {
 		perProc := map[string]int64{}
-		var backlog int64
+		var backlog, parked int64
+		parkedOK := true
 		for _, tasks := range c.ks.TaskStreams(stage) {
-			if p, err := c.rdb.XPending(ctx, tasks, topics.ConsumerGroup).Result(); err == nil {
+			// A parked task is a pending entry of the parking consumer (DESIGN.md section 2,
+			// "Parked tasks"): the XPENDING summary counts them per stream.
+			p, err := c.rdb.XPending(ctx, tasks, topics.ConsumerGroup).Result()
+			switch {
+			case err == nil:
 				for name, n := range p.Consumers {
 					perProc[ProcessOf(name)] += n
 				}
+				parked += p.Consumers[topics.ParkingConsumer]
+			case !noGroup(err):
+				parkedOK = false
 			}
 			if groups, err := c.rdb.XInfoGroups(ctx, tasks).Result(); err == nil {
 				for _, g := range groups {
@@ -92,58 +100,15 @@ func (c *redisCollector) read(ctx context.Context) []prometheus.Metric {
 		if n, err := c.rdb.XLen(ctx, c.ks.DLQ(stage)).Result(); err == nil {
 			gauge(c.dlq, float64(n), stage)
 		}
-		if n, err := c.parkedFollowers(ctx, stage); err == nil {
-			gauge(c.parked, float64(n), stage)
+		if parkedOK {
+			gauge(c.parked, float64(parked), stage)
 		}
 	}
 	return out
 }
 
-// parkedFollowers sums the sizes of the stage's waiter hashes, scanning at most maxScan keys.
-func (c *redisCollector) parkedFollowers(ctx context.Context, stage string) (int64, error) {
-	prefix := strings.TrimSuffix(c.ks.Waiters("x"), "{x}")
-	var (
-		mu   sync.Mutex
-		keys []string
-	)
-	scan := func(ctx context.Context, node redis.UniversalClient) error {
-		it := node.Scan(ctx, 0, prefix+"{ai:"+stage+":*", 1000).Iterator()
-		for it.Next(ctx) {
-			mu.Lock()
-			full := len(keys) >= c.maxScan
-			if !full {
-				keys = append(keys, it.Val())
-			}
-			mu.Unlock()
-			if full {
-				break
-			}
-		}
-		return it.Err()
-	}
-	var err error
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
-	} else {
-		err = scan(ctx, c.rdb)
-	}
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for start := 0; start < len(keys); start += 500 {
-		cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, k := range keys[start:min(start+500, len(keys))] {
-				p.HLen(ctx, k)
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, err
-		}
-		for _, cmd := range cmds {
-			total += cmd.(*redis.IntCmd).Val()
-		}
-	}
-	return total, nil
+// noGroup reports the error of XPENDING on a stream or group that does not exist yet: no
+// entry is pending there.
+func noGroup(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
