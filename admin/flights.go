@@ -2,17 +2,18 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // FlightView is one flight as the dashboard lists it.
@@ -45,47 +46,208 @@ type FlightFilter struct {
 	Limit int
 }
 
-// Flights scans up to Config.MaxFlights flight metas (SCAN, on every master of a cluster),
-// newest update first, every string field at most MaxFieldBytes.
+// Bounds of the reads one flight listing (Flights) makes. It finds flights without
+// enumerating keys (no SCAN, which an ACL cannot limit to a prefix): from the task entries
+// the consumers hold, and from the latest events of each stage.
+const (
+	// RecentEventFlights is how many of each stage's latest events (at most) name the
+	// finished flights listed.
+	RecentEventFlights = 50
+	// MaxFlightReadBytes bounds the stream entries one listing reads per stage: that many
+	// bytes of pending task entries, and as many of events (an event may carry a 64 KiB
+	// result inline, a task entry a 1 MiB payload). Past it the listing stops reading that
+	// stream, after the page of entries that passed it.
+	MaxFlightReadBytes = 2 << 20
+	// maxPendingPerConsumer bounds the pending entries listed per consumer and task stream.
+	maxPendingPerConsumer = 100
+	// taskPage and eventPage are how many entries one round trip reads.
+	taskPage, eventPage = 4, 10
+)
+
+// Flights lists the flights Redis holds now that the dashboard can find without enumerating
+// keys, newest update first, every string field at most MaxFieldBytes: the flights of the
+// task entries pending in the consumer group (running owners, parked followers, tasks waiting
+// for a retry or a session lock; the key derived from each decoded task) and of the latest
+// RecentEventFlights events of each stage (finished flights). At most Config.MaxFlights; the
+// reads are bounded by MaxFlightReadBytes per stage. A flight that no pending entry or recent
+// event names (an in-process caller's, or one whose events are older) is not listed; the
+// flight detail (Flight) reads any key.
 func (in *Inspector) Flights(ctx context.Context, f FlightFilter) ([]FlightView, error) {
+	stages := []string{f.Stage}
+	if f.Stage == "" {
+		stages = in.Stages(ctx)
+	}
+	return in.flights(ctx, stages, f)
+}
+
+// flights lists the flights of the pending entries and the latest events of stages.
+func (in *Inspector) flights(ctx context.Context, stages []string, f FlightFilter) ([]FlightView, error) {
 	if f.Limit <= 0 || f.Limit > in.cfg.MaxFlights {
 		f.Limit = in.cfg.MaxFlights
 	}
-	metaPrefix := strings.TrimSuffix(in.ks.Meta("x"), "{x}")
-	keys, err := in.scan(ctx, metaPrefix+"*", in.cfg.MaxFlights)
-	if err != nil {
-		return nil, fmt.Errorf("admin: flights: %w", err)
+	var keys []string
+	seen := map[string]bool{}
+	addKey := func(k string) bool {
+		if !seen[k] && flight.CheckKey(k) == nil {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+		return len(keys) < in.cfg.MaxFlights
+	}
+	// The flights of held tasks first (running ones, which no event names yet), then those of
+	// the latest events.
+	for _, read := range []func(context.Context, string, func(string) bool) error{in.pendingKeys, in.recentKeys} {
+		for _, stage := range stages {
+			if len(keys) >= in.cfg.MaxFlights {
+				break
+			}
+			if err := read(ctx, stage, addKey); err != nil {
+				return nil, fmt.Errorf("admin: flights: %w", err)
+			}
+		}
 	}
 	now, err := in.rdb.Time(ctx).Result()
 	if err != nil {
 		return nil, fmt.Errorf("admin: flights: %w", err)
 	}
 	out := make([]FlightView, 0, len(keys))
-	for _, k := range keys {
-		key := strings.TrimSuffix(strings.TrimPrefix(k, metaPrefix+"{"), "}")
-		var (
-			meta *redis.MapStringStringCmd
-			n    *redis.IntCmd
-		)
+	for start := 0; start < len(keys); start += 100 {
+		chunk := keys[start:min(start+100, len(keys))]
+		metas := make([]*redis.MapStringStringCmd, len(chunk))
+		parked := make([]*redis.IntCmd, len(chunk))
 		_, err := in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			meta = p.HGetAll(ctx, k)
-			n = p.HLen(ctx, in.ks.Waiters(key))
+			for i, k := range chunk {
+				metas[i] = p.HGetAll(ctx, in.ks.Meta(k))
+				parked[i] = p.HLen(ctx, in.ks.Waiters(k))
+			}
 			return nil
 		})
-		if err != nil || len(meta.Val()) == 0 {
-			continue
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("admin: flights: %w", err)
 		}
-		m := meta.Val()
-		fv := flightView(key, m, now.UnixMilli())
-		fv.Parked = n.Val()
-		if (f.Status != "" && fv.Status != f.Status) || (f.Stage != "" && fv.Stage != f.Stage) {
-			continue
+		for i, k := range chunk {
+			m := metas[i].Val()
+			if len(m) == 0 {
+				continue
+			}
+			fv := flightView(k, m, now.UnixMilli())
+			fv.Parked = parked[i].Val()
+			if (f.Status != "" && fv.Status != f.Status) || (f.Stage != "" && fv.Stage != f.Stage) {
+				continue
+			}
+			out = append(out, fv)
 		}
-		out = append(out, fv)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UpdatedAt > out[j].UpdatedAt })
 	out, _ = boundList(out, f.Limit, MaxFieldBytes)
 	return out, nil
+}
+
+// pendingKeys passes add the flight keys of the task entries pending in the consumer group on
+// stage's task streams, those of the consumers first and the parked ones last, until add
+// answers false or MaxFlightReadBytes of entries were read. Every read names its stream
+// (XPENDING, XRANGE of one entry), so go-redis routes it on a cluster.
+func (in *Inspector) pendingKeys(ctx context.Context, stage string, add func(string) bool) error {
+	type entry struct{ stream, id string }
+	var held, parked []entry
+	for _, stream := range in.ks.TaskStreams(stage) {
+		sum, err := in.rdb.XPending(ctx, stream, topics.ConsumerGroup).Result()
+		if noGroup(err) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		names := make([]string, 0, len(sum.Consumers))
+		for name := range sum.Consumers {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		lists := make([]*redis.XPendingExtCmd, len(names))
+		_, err = in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, name := range names {
+				lists[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: topics.ConsumerGroup,
+					Start: "-", End: "+", Count: maxPendingPerConsumer, Consumer: name})
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, name := range names {
+			for _, p := range lists[i].Val() {
+				if name == topics.ParkingConsumer {
+					parked = append(parked, entry{stream, p.ID})
+				} else {
+					held = append(held, entry{stream, p.ID})
+				}
+			}
+		}
+	}
+	entries := append(held, parked...)
+	read := 0
+	for start := 0; start < len(entries) && read < MaxFlightReadBytes; start += taskPage {
+		page := entries[start:min(start+taskPage, len(entries))]
+		cmds := make([]*redis.XMessageSliceCmd, len(page))
+		_, err := in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, e := range page {
+				cmds[i] = p.XRangeN(ctx, e.stream, e.id, e.id, 1)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for _, c := range cmds {
+			for _, m := range c.Val() {
+				payload, _ := m.Values[topics.FieldPayload].(string)
+				read += len(payload)
+				t, err := topics.DecodeTask([]byte(payload), topics.Limits{})
+				if err != nil {
+					continue
+				}
+				if k, err := flight.TaskKey(t); err == nil && !add(k) {
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// recentKeys passes add the flight keys of the latest RecentEventFlights events of stage,
+// newest first, until add answers false or MaxFlightReadBytes of events were read. Only the
+// request key of each event is decoded: its inline result is never kept.
+func (in *Inspector) recentKeys(ctx context.Context, stage string, add func(string) bool) error {
+	stream := in.ks.Results(stage)
+	end, read, seen := "+", 0, 0
+	for seen < RecentEventFlights && read < MaxFlightReadBytes {
+		msgs, err := in.rdb.XRevRangeN(ctx, stream, end, "-", int64(min(eventPage, RecentEventFlights-seen))).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for _, m := range msgs {
+			seen++
+			payload, _ := m.Values[topics.FieldPayload].(string)
+			read += len(payload)
+			var ev struct {
+				RequestKey string `json:"requestKey"`
+			}
+			if json.Unmarshal([]byte(payload), &ev) == nil && ev.RequestKey != "" && !add(ev.RequestKey) {
+				return nil
+			}
+		}
+		if len(msgs) < eventPage {
+			return nil
+		}
+		end = "(" + msgs[len(msgs)-1].ID
+	}
+	return nil
+}
+
+// noGroup reports the error of a group command on a stream or group that does not exist
+// (yet): nothing is pending there.
+func noGroup(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
 func flightView(key string, m map[string]string, now int64) FlightView {
@@ -104,34 +266,6 @@ func flightView(key string, m map[string]string, now int64) FlightView {
 		fv.ExpiresInMs = i64("expireAt") - now
 	}
 	return fv
-}
-
-// scan lists keys matching pattern, at most limit, on every master of a cluster.
-func (in *Inspector) scan(ctx context.Context, pattern string, limit int) ([]string, error) {
-	var (
-		mu   sync.Mutex
-		keys []string
-	)
-	scanNode := func(ctx context.Context, c redis.UniversalClient) error {
-		it := c.Scan(ctx, 0, pattern, 500).Iterator()
-		for it.Next(ctx) {
-			mu.Lock()
-			full := len(keys) >= limit
-			if !full {
-				keys = append(keys, it.Val())
-			}
-			mu.Unlock()
-			if full {
-				break
-			}
-		}
-		return it.Err()
-	}
-	if cc, ok := in.rdb.(*redis.ClusterClient); ok {
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scanNode(ctx, c) })
-		return keys, err
-	}
-	return keys, scanNode(ctx, in.rdb)
 }
 
 // FlightDetail is one flight with everything stored about it, bounded: every string at

@@ -31,7 +31,8 @@ type Config struct {
 	Stages []string
 	// LivenessTimeout: a consumer silent this long is shown as dead. Defaults to 3 s.
 	LivenessTimeout time.Duration
-	// MaxFlights bounds the flights one listing scans. Defaults to 500.
+	// MaxFlights bounds the flights one listing reads (see Inspector.Flights). Defaults to
+	// 500.
 	MaxFlights int
 	// Archive, when set, is the durable archive: a flight's detail shows the key's archived
 	// row beside its Redis state, also when Redis no longer knows the key.

@@ -317,8 +317,12 @@ func TestSecurityDLQTruncated(t *testing.T) {
 		}
 	}
 
-	// An event with a 1 MB error and a 1 MB inline result.
-	ev := topics.Event{TaskID: "t-big", Stage: handlers.StageEvaluation, Tenant: "acme", Status: topics.StatusFailed,
+	// An event with a 1 MB error and a 1 MB inline result, of the flight below.
+	key, err := flight.SemanticKey(flight.KeyParams{Stage: handlers.StageEvaluation, Tenant: "acme", Input: json.RawMessage(`{"a":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := topics.Event{TaskID: "t-big", RequestKey: key, Stage: handlers.StageEvaluation, Tenant: "acme", Status: topics.StatusFailed,
 		Error: mb, Result: json.RawMessage(`{"text":"` + mb + `"}`)}
 	payload, err := json.Marshal(ev)
 	if err != nil {
@@ -337,11 +341,7 @@ func TestSecurityDLQTruncated(t *testing.T) {
 		t.Errorf("event not bounded: error %d bytes, result %d bytes", len(e.Error), len(e.Result))
 	}
 
-	// A flight with a 1 MB error field and 1,500 parked tasks.
-	key, err := flight.SemanticKey(flight.KeyParams{Stage: handlers.StageEvaluation, Tenant: "acme", Input: json.RawMessage(`{"a":1}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A flight with a 1 MB error field and 1,500 parked tasks (listed: the event names it).
 	if err := s.r.Client.HSet(ctx, s.ks.Meta(key), "status", "RUNNING", "stage", handlers.StageEvaluation, "tenant", "acme",
 		"error", mb).Err(); err != nil {
 		t.Fatal(err)

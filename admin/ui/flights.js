@@ -29,7 +29,7 @@
       : fmtInt(shown.length) + ' of ' + fmtInt(state.flights.length));
     $('flights-empty').hidden = shown.length > 0;
     setText($('flights-empty'), state.flights.length || state.filter.status || state.filter.stage
-      ? 'No flights match the filter.' : 'No flights in Redis right now.');
+      ? 'No flights match the filter.' : 'No flights of held tasks or recent events right now.');
     reconcile($('flights').tBodies[0], shown, (f) => f.key, makeFlightRow, updateFlightRow);
   }
 
