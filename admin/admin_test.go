@@ -276,13 +276,14 @@ func TestAPIReadModel(t *testing.T) {
 		t.Errorf("t-2 event = %+v, want SUCCEEDED hit", e)
 	}
 
-	// Entries are acknowledged just after their events are published.
+	// Entries are acknowledged just after their events are published; the counts come from
+	// the per-minute stats the consumer flushes every 2 s.
 	var ov admin.Overview
-	eventually(t, 10*time.Second, "no pending entries", func() bool {
+	eventually(t, 10*time.Second, "no pending entries and the stats of both tasks", func() bool {
 		if code := p.get("overview", &ov); code != http.StatusOK {
 			t.Fatalf("GET overview: %d", code)
 		}
-		return len(ov.Stages) == 1 && ov.Stages[0].Pending == 0
+		return len(ov.Stages) == 1 && ov.Stages[0].Pending == 0 && ov.Stages[0].LastHour.Events == 2
 	})
 	if len(ov.Stages) != 1 || ov.Stages[0].Name != handlers.StageEvaluation {
 		t.Fatalf("overview stages = %+v", ov.Stages)
@@ -290,6 +291,9 @@ func TestAPIReadModel(t *testing.T) {
 	st := ov.Stages[0]
 	if st.EventsLastMinute != 2 || st.Outcomes["owner/SUCCEEDED"] != 1 || st.Outcomes["hit/SUCCEEDED"] != 1 {
 		t.Errorf("stage = %+v, want 2 events: owner/SUCCEEDED and hit/SUCCEEDED", st)
+	}
+	if h := st.LastHour; h.Outcomes["owner/SUCCEEDED"] != 1 || h.Outcomes["hit/SUCCEEDED"] != 1 || h.P50Ms < 0 || h.P99Ms < h.P50Ms {
+		t.Errorf("last hour = %+v, want owner/SUCCEEDED and hit/SUCCEEDED with latencies", h)
 	}
 	if st.PerSecond <= 0 || st.P99Ms < st.P50Ms || st.Backlog != 0 || st.Pending != 0 || st.DLQLen != 0 || st.TaskStreamLen != 2 {
 		t.Errorf("stage = %+v", st)
@@ -306,7 +310,7 @@ func TestAPIReadModel(t *testing.T) {
 	p.get("overview", &raw)
 	stage0 := raw["stages"].([]any)[0].(map[string]any)
 	for _, f := range []string{"name", "backlog", "pending", "taskStreamLen", "resultStreamLen", "dlqLen",
-		"eventsLastMinute", "perSecond", "p50Ms", "p99Ms", "outcomes"} {
+		"eventsLastMinute", "perSecond", "p50Ms", "p99Ms", "outcomes", "lastHour"} {
 		if _, ok := stage0[f]; !ok {
 			t.Errorf("overview stage has no %q: %v", f, stage0)
 		}

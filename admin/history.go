@@ -66,8 +66,25 @@ func (in *Inspector) History(ctx context.Context, stages []string, minutes int) 
 	}
 	last := now.Unix() / 60
 	first := last - int64(minutes) + 1
+	hashes, err := in.statsHashes(ctx, stages, first, last)
+	if err != nil {
+		return nil, fmt.Errorf("admin: history: %w", err)
+	}
+	out := make([]StageHistory, len(stages))
+	for i, s := range stages {
+		out[i] = StageHistory{Stage: s, Minutes: make([]MinuteStats, 0, minutes)}
+		for j, h := range hashes[i] {
+			out[i].Minutes = append(out[i].Minutes, minuteStats((first+int64(j))*60, h))
+		}
+	}
+	return out, nil
+}
+
+// statsHashes reads the stats hashes of the minutes first to last of every stage, in one
+// pipeline: out[i][j] is stage i's minute first+j (empty when it has none).
+func (in *Inspector) statsHashes(ctx context.Context, stages []string, first, last int64) ([][]map[string]string, error) {
 	cmds := make([][]*redis.MapStringStringCmd, len(stages))
-	_, err = in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, s := range stages {
 			for m := first; m <= last; m++ {
 				cmds[i] = append(cmds[i], p.HGetAll(ctx, in.ks.Stats(s, m)))
@@ -76,23 +93,28 @@ func (in *Inspector) History(ctx context.Context, stages []string, minutes int) 
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("admin: history: %w", err)
+		return nil, err
 	}
-	out := make([]StageHistory, len(stages))
-	for i, s := range stages {
-		out[i] = StageHistory{Stage: s, Minutes: make([]MinuteStats, 0, minutes)}
-		for j, c := range cmds[i] {
-			out[i].Minutes = append(out[i].Minutes, minuteStats((first+int64(j))*60, c.Val()))
+	out := make([][]map[string]string, len(stages))
+	for i := range stages {
+		for _, c := range cmds[i] {
+			out[i] = append(out[i], c.Val())
 		}
 	}
 	return out, nil
 }
 
-// minuteStats decodes one stats hash.
-func minuteStats(minute int64, h map[string]string) MinuteStats {
-	ms := MinuteStats{Minute: minute, P50Ms: -1, P99Ms: -1, MeanMs: -1}
-	var buckets []latencyBucket
-	var sumMs int64
+// minuteCounts is one stats hash decoded: at most maxOutcomes outcomes and buckets, the
+// fields that are not positive integers left out.
+type minuteCounts struct {
+	outcomes     map[string]int64 // by "<shared>_<status>", and "parked"
+	buckets      []latencyBucket
+	count, sumMs int64
+}
+
+// decodeStats decodes one stats hash.
+func decodeStats(h map[string]string) minuteCounts {
+	var mc minuteCounts
 	for f, v := range h {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
@@ -100,45 +122,57 @@ func minuteStats(minute int64, h map[string]string) MinuteStats {
 		}
 		switch {
 		case strings.HasPrefix(f, topics.StatsOutcomePrefix):
-			if len(ms.Outcomes) >= maxOutcomes {
+			if len(mc.outcomes) >= maxOutcomes {
 				continue
 			}
-			o := strings.TrimPrefix(f, topics.StatsOutcomePrefix)
-			if ms.Outcomes == nil {
-				ms.Outcomes = map[string]int64{}
+			if mc.outcomes == nil {
+				mc.outcomes = map[string]int64{}
 			}
-			ms.Outcomes[o] = n
-			if o != "parked" {
-				ms.Total += n
-			}
+			mc.outcomes[strings.TrimPrefix(f, topics.StatsOutcomePrefix)] = n
 		case strings.HasPrefix(f, topics.StatsBucketPrefix):
 			b, err := strconv.ParseFloat(strings.TrimPrefix(f, topics.StatsBucketPrefix), 64)
-			if err == nil && !math.IsNaN(b) && len(buckets) < maxOutcomes {
-				buckets = append(buckets, latencyBucket{le: b, n: n})
+			if err == nil && !math.IsNaN(b) && len(mc.buckets) < maxOutcomes {
+				mc.buckets = append(mc.buckets, latencyBucket{le: b, n: float64(n)})
 			}
 		case f == topics.StatsCount:
-			ms.Count = n
+			mc.count = n
 		case f == topics.StatsSumMs:
-			sumMs = n
+			mc.sumMs = n
+		}
+	}
+	return mc
+}
+
+// minuteStats decodes one stats hash.
+func minuteStats(minute int64, h map[string]string) MinuteStats {
+	mc := decodeStats(h)
+	ms := MinuteStats{Minute: minute, Outcomes: mc.outcomes, Count: mc.count, P50Ms: -1, P99Ms: -1, MeanMs: -1}
+	for o, n := range mc.outcomes {
+		if o != parkedOutcome {
+			ms.Total += n
 		}
 	}
 	if ms.Count > 0 {
-		ms.MeanMs = sumMs / ms.Count
+		ms.MeanMs = mc.sumMs / ms.Count
 	}
-	if len(buckets) > 0 {
-		ms.P50Ms, ms.P99Ms = bucketQuantile(buckets, 0.50), bucketQuantile(buckets, 0.99)
+	if len(mc.buckets) > 0 {
+		ms.P50Ms, ms.P99Ms = bucketQuantile(mc.buckets, 0.50), bucketQuantile(mc.buckets, 0.99)
 	}
 	return ms
 }
+
+// parkedOutcome is the stats outcome that counts parked tasks, not answered ones.
+const parkedOutcome = "parked"
 
 // maxOutcomes bounds the fields read from one stats hash (anyone who may write to Redis may
 // add fields to it).
 const maxOutcomes = 100
 
-// latencyBucket holds the latencies above the previous bucket's bound and at most le seconds.
+// latencyBucket holds the latencies above the previous bucket's bound and at most le seconds
+// (n of them: a fraction when a minute is weighted, see statsWindow).
 type latencyBucket struct {
 	le float64
-	n  int64
+	n  float64
 }
 
 // bucketQuantile estimates the q-quantile, in milliseconds, of the latencies counted in
@@ -147,22 +181,22 @@ type latencyBucket struct {
 // bound.
 func bucketQuantile(buckets []latencyBucket, q float64) int64 {
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].le < buckets[j].le })
-	var total int64
+	var total float64
 	for _, b := range buckets {
 		total += b.n
 	}
-	if total == 0 {
+	if total <= 0 {
 		return -1
 	}
-	rank := q * float64(total)
-	var below int64
+	rank := q * total
+	var below float64
 	lower := 0.0
 	for _, b := range buckets {
-		if float64(below+b.n) >= rank {
+		if b.n > 0 && below+b.n >= rank {
 			if math.IsInf(b.le, 1) {
 				return int64(math.Round(lower * 1000))
 			}
-			frac := (rank - float64(below)) / float64(b.n)
+			frac := (rank - below) / b.n
 			return int64(math.Round((lower + (b.le-lower)*frac) * 1000))
 		}
 		below += b.n

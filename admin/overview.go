@@ -2,9 +2,8 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,16 +30,33 @@ type StageView struct {
 	TaskStreamLen   int64 `json:"taskStreamLen"`
 	ResultStreamLen int64 `json:"resultStreamLen"`
 	DLQLen          int64 `json:"dlqLen"`
-	// EventsLastMinute counts terminal events of the last 60 s; PerSecond is their rate.
-	EventsLastMinute int     `json:"eventsLastMinute"`
-	PerSecond        float64 `json:"perSecond"`
-	// P50Ms and P99Ms are end-to-end latencies (queue wait + run) of those events.
-	P50Ms int64 `json:"p50Ms"`
-	P99Ms int64 `json:"p99Ms"`
-	// Outcomes counts those events by "<shared>/<status>".
-	Outcomes map[string]int `json:"outcomes"`
+	// EventsLastMinute counts the tasks the fleet answered in the last 60 s (terminal
+	// events), PerSecond is their rate, Outcomes counts them by "<shared>/<status>", and
+	// P50Ms and P99Ms are their end-to-end latencies (queue wait + run; 0 without any). They
+	// come from the per-minute stats, not from the result stream: the current minute's hash
+	// plus the previous minute's, weighted by the part of it within the last 60 s.
+	EventsLastMinute int            `json:"eventsLastMinute"`
+	PerSecond        float64        `json:"perSecond"`
+	P50Ms            int64          `json:"p50Ms"`
+	P99Ms            int64          `json:"p99Ms"`
+	Outcomes         map[string]int `json:"outcomes"`
+	// LastHour is what the fleet answered in the current minute and the 59 before it.
+	LastHour WindowStats `json:"lastHour"`
 	// Paused tells who paused the stage and when; nil while it runs.
 	Paused *topics.PauseInfo `json:"paused,omitempty"`
+}
+
+// WindowStats is what the fleet answered for one stage over a window of time, summed from the
+// per-minute stats hashes the consumers flush (topics.Keyspace.Stats).
+type WindowStats struct {
+	// Events counts the tasks answered (terminal events; parked tasks are not counted until
+	// answered); Outcomes counts them by "<shared>/<status>".
+	Events   int64            `json:"events"`
+	Outcomes map[string]int64 `json:"outcomes"`
+	// P50Ms and P99Ms are end-to-end latencies interpolated from the latency buckets, -1
+	// when the window recorded none.
+	P50Ms int64 `json:"p50Ms"`
+	P99Ms int64 `json:"p99Ms"`
 }
 
 // ConsumerView is one consumer process.
@@ -58,12 +74,16 @@ type Overview struct {
 	GeneratedAt time.Time      `json:"generatedAt"`
 	Stages      []StageView    `json:"stages"`
 	Consumers   []ConsumerView `json:"consumers"`
-	// FlightsByStatus counts the scanned flights by status.
+	// FlightsByStatus counts, by status, the flights the flight list shows (Flights): those of
+	// the task entries consumers hold and of the latest events of each stage.
 	FlightsByStatus map[string]int `json:"flightsByStatus"`
 }
 
 // Overview reads stages, consumers and flight counts; names are bounded to MaxFieldBytes
-// and the consumers to MaxListEntries.
+// and the consumers to MaxListEntries. Its reads are bounded whatever the traffic: stream
+// lengths and consumer-group summaries, the per-minute stats hashes of the last hour for the
+// counts, rates and latencies, and the bounded reads of Flights for the flight counts; it
+// never reads the result stream's events for its numbers.
 func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	now, err := in.rdb.Time(ctx).Result()
 	if err != nil {
@@ -86,11 +106,14 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, fmt.Errorf("admin: overview: %w", err)
 	}
-	for _, stage := range stages {
-		sv, pend, err := in.stage(ctx, stage, now)
-		if err != nil {
-			return Overview{}, err
-		}
+	last := now.Unix() / 60
+	hashes, err := in.statsHashes(ctx, stages, last-MaxHistoryMinutes+1, last)
+	if err != nil {
+		return Overview{}, fmt.Errorf("admin: overview: stats: %w", err)
+	}
+	for i, stage := range stages {
+		sv, pend := in.stage(ctx, stage)
+		sv.setStats(hashes[i], now)
 		if p, ok := paused[stage]; ok {
 			sv.Paused = &p
 		}
@@ -115,7 +138,7 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 		ov.Consumers = append(ov.Consumers, *cv)
 	}
 	sort.Slice(ov.Consumers, func(i, j int) bool { return ov.Consumers[i].Name < ov.Consumers[j].Name })
-	flights, err := in.Flights(ctx, FlightFilter{})
+	flights, err := in.flights(ctx, stages, FlightFilter{Limit: in.cfg.MaxFlights})
 	if err != nil {
 		return Overview{}, err
 	}
@@ -126,7 +149,9 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	return ov, nil
 }
 
-func (in *Inspector) stage(ctx context.Context, stage string, now time.Time) (StageView, map[string]int64, error) {
+// stage reads the stream gauges of stage: lengths, backlog, pending and parked entries, and
+// the pending entries per consumer.
+func (in *Inspector) stage(ctx context.Context, stage string) (StageView, map[string]int64) {
 	sv := StageView{Name: stage, Outcomes: map[string]int{}}
 	perConsumer := map[string]int64{}
 	for _, tasks := range in.ks.TaskStreams(stage) {
@@ -160,34 +185,81 @@ func (in *Inspector) stage(ctx context.Context, stage string, now time.Time) (St
 	}
 	sv.ResultStreamLen = in.rdb.XLen(ctx, in.ks.Results(stage)).Val()
 	sv.DLQLen = in.rdb.XLen(ctx, in.ks.DLQ(stage)).Val()
-	// Events of the last minute: stream ids carry the Redis time of the XADD.
-	from := strconv.FormatInt(now.Add(-time.Minute).UnixMilli(), 10)
-	msgs, err := in.rdb.XRangeN(ctx, in.ks.Results(stage), from, "+", 10000).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return sv, nil, fmt.Errorf("admin: stage %s: %w", stage, err)
-	}
-	var lat []int64
-	for _, m := range msgs {
-		p, _ := m.Values[topics.FieldPayload].(string)
-		ev, err := topics.DecodeEvent([]byte(p))
-		if err != nil {
-			continue
-		}
-		sv.EventsLastMinute++
-		sv.Outcomes[string(ev.Shared)+"/"+string(ev.Status)]++
-		lat = append(lat, ev.QueuedMs+ev.RunMs)
-	}
-	sv.PerSecond = float64(sv.EventsLastMinute) / 60
-	sv.P50Ms, sv.P99Ms = percentile(lat, 50), percentile(lat, 99)
-	return sv, perConsumer, nil
+	return sv, perConsumer
 }
 
-func percentile(v []int64, p int) int64 {
-	if len(v) == 0 {
-		return 0
+// setStats fills the stage's counts from its stats hashes of the last hour (hashes[j] is
+// minute last-MaxHistoryMinutes+1+j, the current minute last). The last 60 s are the current
+// minute's hash plus the previous minute's weighted by the part of it that lies within them
+// (a sliding-window estimate: the stats keep counts per minute only).
+func (sv *StageView) setStats(hashes []map[string]string, now time.Time) {
+	var hour, minute statsWindow
+	elapsed := now.UnixMilli() - now.Unix()/60*60_000
+	weight := max(0, min(1, 1-float64(elapsed)/60_000))
+	for j, h := range hashes {
+		mc := decodeStats(h)
+		hour.add(mc, 1)
+		switch j {
+		case len(hashes) - 1:
+			minute.add(mc, 1)
+		case len(hashes) - 2:
+			minute.add(mc, weight)
+		}
 	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[max(0, min(len(s)-1, i-1))]
+	sv.LastHour = hour.stats()
+	last := minute.stats()
+	sv.EventsLastMinute = int(last.Events)
+	sv.PerSecond = float64(last.Events) / 60
+	sv.P50Ms, sv.P99Ms = max(last.P50Ms, 0), max(last.P99Ms, 0)
+	for o, n := range last.Outcomes {
+		sv.Outcomes[o] = int(n)
+	}
+}
+
+// statsWindow sums weighted minutes of stats.
+type statsWindow struct {
+	outcomes map[string]float64
+	buckets  map[float64]float64
+}
+
+// add adds the minute mc, its counts multiplied by weight.
+func (w *statsWindow) add(mc minuteCounts, weight float64) {
+	if weight <= 0 {
+		return
+	}
+	if w.outcomes == nil {
+		w.outcomes, w.buckets = map[string]float64{}, map[float64]float64{}
+	}
+	for o, n := range mc.outcomes {
+		if o == parkedOutcome || (len(w.outcomes) >= maxOutcomes && w.outcomes[o] == 0) {
+			continue
+		}
+		w.outcomes[o] += float64(n) * weight
+	}
+	for _, b := range mc.buckets {
+		if len(w.buckets) < maxOutcomes || w.buckets[b.le] != 0 {
+			w.buckets[b.le] += b.n * weight
+		}
+	}
+}
+
+// stats rounds the window's counts: each outcome to the nearest task, Events their sum.
+func (w *statsWindow) stats() WindowStats {
+	ws := WindowStats{Outcomes: map[string]int64{}, P50Ms: -1, P99Ms: -1}
+	for o, n := range w.outcomes {
+		if c := int64(math.Round(n)); c > 0 {
+			// Stats outcomes are "<shared>_<status>"; the overview's "<shared>/<status>".
+			shared, status, _ := strings.Cut(o, "_")
+			ws.Outcomes[shared+"/"+status] += c
+			ws.Events += c
+		}
+	}
+	if len(w.buckets) > 0 {
+		buckets := make([]latencyBucket, 0, len(w.buckets))
+		for le, n := range w.buckets {
+			buckets = append(buckets, latencyBucket{le: le, n: n})
+		}
+		ws.P50Ms, ws.P99Ms = bucketQuantile(buckets, 0.50), bucketQuantile(buckets, 0.99)
+	}
+	return ws
 }

@@ -56,10 +56,12 @@
   function makeStageCard(s) {
     const c = {};
     c.mode = h('span', { class: 'badge mode', title: 'coordination mode on this node' });
-    c.tput = metric('rate', 'big', 'throughput: terminal events per second over the last minute');
-    c.events = metric('events 1m', 'big', 'terminal events in the last 60 s');
-    c.p50 = metric('p50', 'big', 'median end-to-end latency (queue wait + run) of the last minute');
-    c.p99 = metric('p99', 'big', '99th percentile end-to-end latency of the last minute');
+    const est = ' (from the fleet\'s per-minute stats: this minute plus the part of the previous one within the last 60 s)';
+    c.tput = metric('rate', 'big', 'throughput: tasks answered per second over the last minute' + est);
+    c.events = metric('events 1m', 'big', 'tasks answered (terminal events) in the last 60 s' + est);
+    c.p50 = metric('p50', 'big', 'median end-to-end latency (queue wait + run) of the last minute' + est);
+    c.p99 = metric('p99', 'big', '99th percentile end-to-end latency of the last minute' + est);
+    c.hour = metric('events 1h', 'hour', 'tasks answered in this minute and the 59 before it, from the fleet\'s per-minute stats');
     c.backlog = metric('backlog', '', 'task entries not yet delivered to any consumer');
     c.pending = metric('pending', '', 'task entries consumers hold (running or waiting to run)');
     c.parked = metric('parked', '', 'task entries parked on running flights until their outcome');
@@ -91,7 +93,7 @@
       h('header', { class: 'stage-head' }, h('h3', { class: 'mono' }, s.name), c.mode, c.paused,
         h('span', { class: 'stage-actions' }, c.pauseBtn, c.actErr)),
       h('div', { class: 'metrics big-row' }, c.tput.el, c.events.el, c.p50.el, c.p99.el),
-      h('div', { class: 'metrics small-row' }, c.backlog.el, c.pending.el, c.parked.el, c.dlq.el, c.streams.el),
+      h('div', { class: 'metrics small-row' }, c.hour.el, c.backlog.el, c.pending.el, c.parked.el, c.dlq.el, c.streams.el),
       h('div', { class: 'outcomes' },
         h('div', { class: 'outcomes-head' }, h('span', null, 'outcomes'), c.total),
         c.bar,
@@ -120,6 +122,10 @@
     setText(c.events.v, fmtInt(s.eventsLastMinute));
     setText(c.p50.v, s.eventsLastMinute ? fmtDur(s.p50Ms) : '—');
     setText(c.p99.v, s.eventsLastMinute ? fmtDur(s.p99Ms) : '—');
+    const hour = s.lastHour || {};
+    setText(c.hour.v, fmtInt(hour.events || 0));
+    c.hour.el.title = 'tasks answered in this minute and the 59 before it, from the fleet\'s per-minute stats'
+      + (hour.events ? '; p50 ' + fmtDur(hour.p50Ms) + ', p99 ' + fmtDur(hour.p99Ms) : '');
     setText(c.backlog.v, fmtInt(s.backlog));
     setClass(c.backlog.el, 'warn', s.backlog > 0);
     setText(c.pending.v, fmtInt(s.pending));
