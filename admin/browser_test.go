@@ -365,6 +365,8 @@ func TestBrowserDashboard(t *testing.T) {
 	waitJS("the seeded events, stages, consumers and dead letter", `
 		document.querySelectorAll('#events tbody tr').length >= 11 &&
 		document.querySelectorAll('#stages .stage-card').length === 2 &&
+		[...document.querySelectorAll('#stages .stage-card .metric.hour .metric-value')].filter((v) =>
+			/^[0-9.,\s]*[1-9][0-9.,\s]*$/.test(v.textContent)).length === 2 &&
 		document.querySelectorAll('#consumers tbody tr[data-alive="true"]').length === 2 &&
 		document.querySelectorAll('#dlq tbody tr').length === 1 &&
 		document.getElementById('node-name').textContent === 'fd-node-a' &&
