@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,9 +74,10 @@ const (
 // event names (an in-process caller's, or one whose events are older) is not listed; the
 // flight detail (Flight) reads any key.
 func (in *Inspector) Flights(ctx context.Context, f FlightFilter) ([]FlightView, error) {
-	stages := []string{f.Stage}
-	if f.Stage == "" {
-		stages = in.Stages(ctx)
+	stages := in.Stages(ctx)
+	if f.Stage != "" {
+		// Only a stage the Inspector shows names streams to read; any other has no flights.
+		stages = slices.DeleteFunc(stages, func(s string) bool { return s != f.Stage })
 	}
 	return in.flights(ctx, stages, f)
 }
