@@ -258,7 +258,8 @@ func TestPipelineUnderLeastACL(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "flightdeck", Password: pw})
 	defer c.Close()
 	for _, cmd := range [][]any{{"get", "other:key"}, {"xadd", "other:stream", "*", "a", "b"}, {"flushall"},
-		{"config", "get", "*"}, {"keys", "*"}, {"acl", "list"}, {"publish", "ch", "x"}} {
+		{"config", "get", "*"}, {"keys", "*"}, {"scan", "0", "match", "beta:*"}, {"acl", "list"}, {"publish", "ch", "x"},
+		{"function", "load", "replace", "#!lua name=x\nredis.register_function('f', function() return 1 end)"}} {
 		if err := c.Do(e.ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 			t.Errorf("%v under the consumer's ACL: %v, want NOPERM", cmd, err)
 		}
