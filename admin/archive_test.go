@@ -19,7 +19,7 @@ import (
 func TestFlightShowsArchivedRow(t *testing.T) {
 	r := redistest.New(t)
 	ctx := context.Background()
-	store, err := archive.Open(ctx, pgtest.New(t).URL)
+	store, err := archive.Open(ctx, archive.Config{URL: pgtest.New(t).URL, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func open(t *testing.T, url string) *archive.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := archive.Open(ctx, url)
+	s, err := archive.Open(ctx, archive.Config{URL: url, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestStore(t *testing.T) {
 		if _, err := s.Put(ctx, []flight.Archived{bad}); err == nil {
 			t.Error("a RUNNING outcome was accepted")
 		}
-		if _, err := archive.Open(ctx, "postgres://u:topsecret@127.0.0.1:1/x?connect_timeout=1"); err == nil ||
+		if _, err := archive.Open(ctx, archive.Config{URL: "postgres://u:topsecret@127.0.0.1:1/x?connect_timeout=1", Deployment: "test"}); err == nil ||
 			strings.Contains(err.Error(), "topsecret") {
 			t.Errorf("open of an unreachable archive: %v", err)
 		}

@@ -14,7 +14,7 @@ import (
 // the model; after a Redis data loss, which takes the flight's fence with it, the older
 // owner's write-back is refused by the claim (or by a newer archived outcome).
 
-// Claim records durably that token owns key's flight, until ttl from now (DefaultRetention
+// Claim records durably that token owns key's flight in the store's deployment, until ttl from now (DefaultRetention
 // when ttl <= 0). A claim is replaced only by a larger token (an older or repeated claim
 // changes nothing) and never shortened.
 func (s *Store) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
@@ -27,18 +27,18 @@ func (s *Store) Claim(ctx context.Context, key string, token int64, ttl time.Dur
 	if err := s.Migrate(ctx); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO flightdeck_claims AS c (request_key, owner_token, expires_at)
-        VALUES ($1, $2, now() + $3 * interval '1 millisecond')
-        ON CONFLICT (request_key) DO UPDATE SET owner_token = EXCLUDED.owner_token, claimed_at = now(),
+	_, err := s.pool.Exec(ctx, `INSERT INTO flightdeck_claims AS c (deployment, request_key, owner_token, expires_at)
+        VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
+        ON CONFLICT (deployment, request_key) DO UPDATE SET owner_token = EXCLUDED.owner_token, claimed_at = now(),
             expires_at = GREATEST(c.expires_at, EXCLUDED.expires_at)
-        WHERE c.owner_token < EXCLUDED.owner_token`, key, token, ttl.Milliseconds())
+        WHERE c.owner_token < EXCLUDED.owner_token`, s.deployment, key, token, ttl.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("archive: claim %s: %w", key, err)
 	}
 	return nil
 }
 
-// Fence returns the largest owner token the archive knows for key: of its claim and of its
+// Fence returns the largest owner token the store's deployment knows for key: of its claim and of its
 // archived outcome, expired or not (a token once issued stays issued); false when it knows
 // none.
 func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
@@ -47,8 +47,9 @@ func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
 	}
 	var tok *int64 // NULL: neither table has the key
 	err := s.pool.QueryRow(ctx, `SELECT GREATEST(
-        (SELECT owner_token FROM flightdeck_claims WHERE request_key = $1),
-        (SELECT owner_token FROM flightdeck_outcomes WHERE request_key = $1))`, key).Scan(&tok)
+        (SELECT owner_token FROM flightdeck_claims WHERE deployment = $1 AND request_key = $2),
+        (SELECT owner_token FROM flightdeck_outcomes WHERE deployment = $1 AND request_key = $2))`,
+		s.deployment, key).Scan(&tok)
 	if err != nil {
 		return 0, false, fmt.Errorf("archive: fence %s: %w", key, err)
 	}
@@ -58,7 +59,7 @@ func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
 	return *tok, true, nil
 }
 
-// purgeClaims deletes at most limit claims past their expiry, oldest first.
+// purgeClaims deletes at most limit claims of the store's deployment past their expiry, oldest first.
 func (s *Store) purgeClaims(ctx context.Context, limit int) (int64, error) {
 	return s.purgeTable(ctx, "flightdeck_claims", limit)
 }
@@ -132,13 +133,13 @@ type ClaimRow struct {
 	Expired   bool
 }
 
-// InspectClaim returns key's claim, expired or not; false when there is none (also on a
+// InspectClaim returns key's claim in the store's deployment, expired or not; false when there is none (also on a
 // database no consumer has migrated yet). It needs SELECT on flightdeck_claims and never
 // migrates.
 func (s *Store) InspectClaim(ctx context.Context, key string) (ClaimRow, bool, error) {
 	var r ClaimRow
 	err := s.pool.QueryRow(ctx, `SELECT owner_token, claimed_at, expires_at FROM flightdeck_claims
-        WHERE request_key = $1`, key).Scan(&r.Token, &r.ClaimedAt, &r.ExpiresAt)
+        WHERE deployment = $1 AND request_key = $2`, s.deployment, key).Scan(&r.Token, &r.ClaimedAt, &r.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) || noTable(err) {
 		return ClaimRow{}, false, nil
 	}

@@ -14,7 +14,7 @@ import (
 // claim and its archived outcome, expired or not; expired claims are purged, live ones kept.
 func TestClaims(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.New(t).URL)
+	s, err := Open(ctx, Config{URL: pgtest.New(t).URL, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestStoreEdges(t *testing.T) {
 	srv := pgtest.Start(t)
 	ctx := context.Background()
 	open := func(t *testing.T) *Store {
-		s, err := Open(ctx, srv.NewDatabase(t))
+		s, err := Open(ctx, Config{URL: srv.NewDatabase(t), Deployment: "test"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestStoreEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		if _, err := tx.Exec(ctx, upsert, []string{"k"}, []string{"s"}, []string{"acme"}, []string{"SUCCEEDED"},
+		if _, err := tx.Exec(ctx, upsert, s.deployment, []string{"k"}, []string{"s"}, []string{"acme"}, []string{"SUCCEEDED"},
 			[]int64{2}, []int32{1}, [][]byte{[]byte(`"fresh"`)}, []string{""}, []string{""}, []string{""},
 			[]time.Time{now}, []time.Time{now.Add(30 * 24 * time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -101,7 +101,7 @@ func TestStoreEdges(t *testing.T) {
 		var dsn string
 		_ = s.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dsn)
 		url := strings.Replace(srv.URL(dsn), "postgres://postgres@", "postgres://flightdeck_ro:ro@", 1)
-		ro, err := New(url)
+		ro, err := New(Config{URL: url, Deployment: "test"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestStoreEdges(t *testing.T) {
 
 	// A database nobody migrated yet holds nothing: reads say so instead of failing.
 	t.Run("no table yet", func(t *testing.T) {
-		s, err := New(srv.NewDatabase(t))
+		s, err := New(Config{URL: srv.NewDatabase(t), Deployment: "test"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestSpoolTornTail(t *testing.T) {
 
 // TestLookupWithoutRun: a writer that is not running answers lookups at once, unavailable.
 func TestLookupWithoutRun(t *testing.T) {
-	st, err := New("postgres://u:p@127.0.0.1:1/db")
+	st, err := New(Config{URL: "postgres://u:p@127.0.0.1:1/db", Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

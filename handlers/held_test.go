@@ -114,7 +114,7 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 			var store *archive.Store
 			if tc.archive {
 				var err error
-				if store, err = archive.Open(context.Background(), pgtest.New(t).URL); err != nil {
+				if store, err = archive.Open(context.Background(), archive.Config{URL: pgtest.New(t).URL, Deployment: "test"}); err != nil {
 					t.Fatal(err)
 				}
 				defer store.Close()
@@ -182,7 +182,7 @@ func TestJoinedTasksWaitForTheSpool(t *testing.T) {
 // from that flight. On a consumer without held outcomes the duplicate runs the model again.
 func TestDuplicateOwnerTakesTheHeldOutcome(t *testing.T) {
 	pg := pgtest.New(t)
-	store, err := archive.Open(context.Background(), pg.URL)
+	store, err := archive.Open(context.Background(), archive.Config{URL: pg.URL, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

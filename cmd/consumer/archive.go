@@ -12,6 +12,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // archiveURL returns the archive's URL: --archive, else $FLIGHTDECK_ARCHIVE_URL, else the
@@ -37,14 +38,28 @@ func archiveURL(flagURL string, getenv func(string) string) (string, error) {
 	return v, nil
 }
 
-// openArchive returns the archive at url with its schema applied; an archive that does not
+// archiveDeployment returns the archive deployment of a consumer: --archive-deployment, else
+// $FLIGHTDECK_ARCHIVE_DEPLOYMENT (the flag's default), else the key prefix (an empty prefix
+// is the default one).
+func archiveDeployment(flagValue, prefix string) string {
+	switch {
+	case flagValue != "":
+		return flagValue
+	case prefix != "":
+		return prefix
+	}
+	return topics.DefaultPrefix
+}
+
+// openArchive returns the archive of cfg with its schema applied; an archive that does not
 // answer at start is no reason not to start (outcomes are spooled until it answers, and the
 // schema is applied then), so that is a warning, not an error.
-func openArchive(ctx context.Context, log *zerolog.Logger, url string) (*archive.Store, error) {
-	s, err := archive.New(url)
+func openArchive(ctx context.Context, log *zerolog.Logger, cfg archive.Config) (*archive.Store, error) {
+	s, err := archive.New(cfg)
 	if err != nil {
 		return nil, err
 	}
+	url := cfg.URL
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.Migrate(mctx); err != nil {
@@ -52,6 +67,6 @@ func openArchive(ctx context.Context, log *zerolog.Logger, url string) (*archive
 			Msg("archive unreachable at start: outcomes are spooled until it answers")
 		return s, nil
 	}
-	log.Info().Str("archive", redisconn.RedactURL(url)).Msg("archive ready")
+	log.Info().Str("archive", redisconn.RedactURL(url)).Str("deployment", cfg.Deployment).Msg("archive ready")
 	return s, nil
 }

@@ -61,7 +61,7 @@ func TestRedisDataLossCostsNoModelCall(t *testing.T) {
 		t.Fatalf("%d model calls for 20 keys", n)
 	}
 	// Every outcome is in the archive before Redis goes.
-	store, err := archive.Open(context.Background(), pg.URL)
+	store, err := archive.Open(context.Background(), archive.Config{URL: pg.URL, Deployment: e.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

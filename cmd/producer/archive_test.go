@@ -18,7 +18,7 @@ import (
 func testInspectArchive(t *testing.T, c *cli) {
 	pg := pgtest.New(t)
 	ctx := context.Background()
-	store, err := archive.Open(ctx, pg.URL)
+	store, err := archive.Open(ctx, archive.Config{URL: pg.URL, Deployment: c.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,8 +187,9 @@ func archivedOf(a *admin.ArchivedView) *archivedRow {
 }
 
 func (a *app) inspect(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("inspect", "KEY [--archive URL]\n       producer inspect --task ID [--stage S] [--scan N]")
+	fs := a.newFlagSet("inspect", "KEY [--archive URL [--archive-deployment D]]\n       producer inspect --task ID [--stage S] [--scan N]")
 	archiveURL := fs.String("archive", os.Getenv("FLIGHTDECK_ARCHIVE_URL"), "PostgreSQL `URL` of the durable archive: its row of the key is shown beside the Redis state (default $FLIGHTDECK_ARCHIVE_URL)")
+	deployment := fs.String("archive-deployment", os.Getenv("FLIGHTDECK_ARCHIVE_DEPLOYMENT"), "the consumers' archive `deployment`, whose rows are shown (default $FLIGHTDECK_ARCHIVE_DEPLOYMENT, else --prefix)")
 	taskID := fs.String("task", "", "look a task up by its `id`: its stream entry, its event and its flight")
 	stageFlag := fs.String("stage", "", "with --task: the task's `stage` (default: every registered stage)")
 	scan := fs.Int("scan", 10000, "with --task: how many of the newest entries of each stream to search")
@@ -196,11 +197,18 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	acfg := archive.Config{URL: *archiveURL, Deployment: *deployment}
+	if acfg.Deployment == "" {
+		acfg.Deployment = a.prefix
+	}
+	if acfg.Deployment == "" {
+		acfg.Deployment = topics.DefaultPrefix
+	}
 	if *taskID != "" {
 		if len(pos) != 0 {
 			return usagef("--task takes no request key")
 		}
-		return a.inspectTask(ctx, *taskID, *stageFlag, *scan, *archiveURL)
+		return a.inspectTask(ctx, *taskID, *stageFlag, *scan, acfg)
 	}
 	if len(pos) != 1 {
 		return usagef("want exactly one request key (or --task ID), got %d arguments", len(pos))
@@ -214,7 +222,7 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	out, err := flightInspection(ctx, rdb, c.Keyspace(), key, *archiveURL)
+	out, err := flightInspection(ctx, rdb, c.Keyspace(), key, acfg)
 	if err != nil {
 		return err
 	}
@@ -241,15 +249,17 @@ func (a *app) printIndented(v any) error {
 	return err
 }
 
-// flightInspection reads the flight of key (and its archived row, with an archive URL); nil
-// when neither Redis nor the archive knows the key.
-func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, key, archiveURL string) (*inspection, error) {
+// flightInspection reads the flight of key (and its archived row in the deployment of acfg,
+// when acfg names a URL); nil when neither Redis nor the archive knows the key.
+func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, key string,
+	acfg archive.Config) (*inspection, error) {
+	archiveURL := acfg.URL
 	// The dashboard's read model: the same record /ui/api/flight serves, with the archived row
 	// when an archive is named.
 	var store *archive.Store
 	if archiveURL != "" {
 		var err error
-		if store, err = archive.New(archiveURL); err != nil {
+		if store, err = archive.New(acfg); err != nil {
 			return nil, err
 		}
 		defer store.Close()

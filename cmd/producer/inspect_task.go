@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -41,7 +42,7 @@ type pendingEntry struct {
 
 // inspectTask finds task id among the newest scan entries of the task and result streams of
 // stage (every registered stage when ""), then prints it with its flight.
-func (a *app) inspectTask(ctx context.Context, id, stage string, scan int, archiveURL string) error {
+func (a *app) inspectTask(ctx context.Context, id, stage string, scan int, acfg archive.Config) error {
 	if err := topics.CheckID(id, topics.Limits{}); err != nil {
 		return usagef("--task: %v", err)
 	}
@@ -121,7 +122,7 @@ func (a *app) inspectTask(ctx context.Context, id, stage string, scan int, archi
 			id, scan, strings.Join(stages, ", "))
 	}
 	if out.RequestKey != "" {
-		if out.Flight, err = flightInspection(ctx, rdb, ks, out.RequestKey, archiveURL); err != nil {
+		if out.Flight, err = flightInspection(ctx, rdb, ks, out.RequestKey, acfg); err != nil {
 			return err
 		}
 	}

@@ -308,7 +308,7 @@ func (e *env) startArchive(ctx context.Context) error {
 		return err
 	}
 	e.closers = append(e.closers, pg.stop)
-	store, err := archive.Open(ctx, pg.URL())
+	store, err := archive.Open(ctx, archive.Config{URL: pg.URL(), Deployment: topics.DefaultPrefix})
 	if err != nil {
 		return fmt.Errorf("chaos: open the archive: %w", err)
 	}

@@ -160,7 +160,7 @@ func TestPostgresArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pg.stop()
-	store, err := archive.Open(ctx, pg.URL())
+	store, err := archive.Open(ctx, archive.Config{URL: pg.URL(), Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,180 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+)
+
+// openDeployment opens the archive of deployment on the database at url.
+func openDeployment(t *testing.T, url, deployment string) *Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{URL: url, Deployment: deployment})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// countRows returns how many rows of table the deployment holds.
+func countRows(t *testing.T, conn *pgx.Conn, table, deployment string) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM `+table+` WHERE deployment = $1`,
+		deployment).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestConfig: a store needs a deployment, and a URL New can parse; the error never quotes it.
+func TestConfig(t *testing.T) {
+	for _, cfg := range []Config{{URL: "postgres://u:p@127.0.0.1:1/db"}, {URL: "postgres://u:p@127.0.0.1:1/db",
+		Deployment: string(make([]byte, MaxDeploymentLen+1))}, {URL: "postgres://u:p@127.0.0.1:1/db",
+		Deployment: "a\x00b"}, {URL: "postgres://u:topsecret@[::1:1/db", Deployment: "d"}} {
+		if s, err := New(cfg); err == nil || !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%q, deployment %q): %v, want ErrConfig", cfg.URL, cfg.Deployment, err)
+			if s != nil {
+				s.Close()
+			}
+		} else if strings.Contains(err.Error(), "topsecret") {
+			t.Errorf("the error quotes the URL: %v", err)
+		}
+	}
+}
+
+// TestDeployments: two deployments on one database (acme and beta) with the same request
+// key hold two rows; no statement of one reads or changes the other's rows, and a claim of one
+// does not refuse the other's outcome.
+func TestDeployments(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.New(t).URL
+	acme, beta := openDeployment(t, url, "acme"), openDeployment(t, url, "beta")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	const k = "ai:interview-evaluation:v1:beta:rk:q-7"
+
+	// acme (a fleet that accepts any tenant) archives a task naming beta with a huge token.
+	forged := row(k, 1<<62, `"forged"`)
+	forged.Tenant = "beta"
+	if n, err := acme.Put(ctx, []flight.Archived{forged}); err != nil || n != 1 {
+		t.Fatalf("acme's put: %d %v", n, err)
+	}
+	if _, ok, err := beta.Get(ctx, k); ok || err != nil {
+		t.Fatalf("beta's Get returned acme's row: %v %v", ok, err)
+	}
+	if r, ok, err := beta.Inspect(ctx, k); ok || err != nil {
+		t.Fatalf("beta's Inspect returned acme's row: %+v %v", r, err)
+	}
+	if got, err := beta.GetMany(ctx, []string{k}); err != nil || len(got) != 0 {
+		t.Fatalf("beta's GetMany: %v %v", got, err)
+	}
+	if tok, ok, err := beta.Fence(ctx, k); ok || err != nil {
+		t.Fatalf("beta's Fence knows acme's token %d: %v", tok, err)
+	}
+	// beta's own outcome of the key, with a far smaller token, is written beside it.
+	own := row(k, 5, `"beta's own"`)
+	own.Tenant = "beta"
+	if n, err := beta.Put(ctx, []flight.Archived{own}); err != nil || n != 1 {
+		t.Fatalf("beta's put under acme's larger token: %d %v", n, err)
+	}
+	if a, ok, err := beta.Get(ctx, k); !ok || err != nil || string(a.Result) != `"beta's own"` || a.Token != 5 {
+		t.Fatalf("beta's Get: %+v %v %v", a, ok, err)
+	}
+	if a, ok, _ := acme.Get(ctx, k); !ok || string(a.Result) != `"forged"` {
+		t.Fatalf("acme's row changed: %+v %v", a, ok)
+	}
+	if na, nb := countRows(t, conn, "flightdeck_outcomes", "acme"), countRows(t, conn, "flightdeck_outcomes", "beta"); na != 1 || nb != 1 {
+		t.Fatalf("rows of the key: acme %d, beta %d; want 1 and 1", na, nb)
+	}
+
+	// A claim of acme refuses neither beta's outcome nor beta's own claim.
+	if err := acme.Claim(ctx, k, 1<<62+1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	newer := row(k, 6, `"beta's newer"`)
+	newer.Tenant = "beta"
+	if n, err := beta.Put(ctx, []flight.Archived{newer}); err != nil || n != 1 {
+		t.Fatalf("beta's put under acme's claim: %d %v", n, err)
+	}
+	if _, ok, err := beta.InspectClaim(ctx, k); ok || err != nil {
+		t.Fatalf("beta's InspectClaim returned acme's claim: %v", err)
+	}
+	if err := beta.Claim(ctx, k, 7, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok, err := beta.InspectClaim(ctx, k); !ok || err != nil || c.Token != 7 {
+		t.Fatalf("beta's claim: %+v %v %v", c, ok, err)
+	}
+	if tok, _, _ := beta.Fence(ctx, k); tok != 7 {
+		t.Fatalf("beta's fence %d, want its own claim 7", tok)
+	}
+	if tok, _, _ := acme.Fence(ctx, k); tok != 1<<62+1 {
+		t.Fatalf("acme's fence %d, want its claim", tok)
+	}
+	if c, _, _ := acme.InspectClaim(ctx, k); c.Token != 1<<62+1 {
+		t.Fatalf("acme's claim changed: %+v", c)
+	}
+
+	// Purge: expired rows of both; each purge deletes only its own deployment's.
+	old := row("ai:s:v1:x:old", 1, "1")
+	old.FinishedAt, old.Retention = time.Now().Add(-2*time.Hour), time.Hour
+	for _, s := range []*Store{acme, beta} {
+		if n, err := s.Put(ctx, []flight.Archived{old}); err != nil || n != 1 {
+			t.Fatalf("%s: put old: %d %v", s.Deployment(), n, err)
+		}
+		if err := s.Claim(ctx, old.Key, 1, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ca, _, _ := acme.InspectClaim(ctx, old.Key)
+		cb, _, _ := beta.InspectClaim(ctx, old.Key)
+		if ca.Expired && cb.Expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the 1 ms claims did not expire")
+		}
+	}
+	if n, err := acme.Purge(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("acme's purge: %d %v, want its one expired row", n, err)
+	}
+	if n, err := acme.purgeClaims(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("acme's claim purge: %d %v, want its one expired claim", n, err)
+	}
+	if r, ok, _ := beta.Inspect(ctx, old.Key); !ok || !r.Expired {
+		t.Fatalf("acme's purge deleted beta's expired row: %v", ok)
+	}
+	if _, ok, _ := beta.InspectClaim(ctx, old.Key); !ok {
+		t.Fatal("acme's purge deleted beta's expired claim (an expired claim of k too)")
+	}
+	if _, ok, _ := acme.Inspect(ctx, old.Key); ok {
+		t.Fatal("acme's expired row survived its purge")
+	}
+	if n, err := beta.Purge(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("beta's purge: %d %v", n, err)
+	}
+	if n, err := beta.purgeClaims(ctx, 100); err != nil || n != 2 { // old's and k's 1 ms claim
+		t.Fatalf("beta's claim purge: %d %v, want 2", n, err)
+	}
+	if a, ok, _ := acme.Get(ctx, k); !ok || string(a.Result) != `"forged"` {
+		t.Fatalf("beta's purge changed acme's live row: %v", ok)
+	}
+	if c, ok, _ := acme.InspectClaim(ctx, k); !ok || c.Token != 1<<62+1 {
+		t.Fatalf("beta's purge deleted acme's live claim: %v", ok)
+	}
+}
