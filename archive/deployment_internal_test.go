@@ -3,6 +3,7 @@ package archive
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,147 @@ func TestDeployments(t *testing.T) {
 	}
 	if c, ok, _ := acme.InspectClaim(ctx, k); !ok || c.Token != 1<<62+1 {
 		t.Fatalf("beta's purge deleted acme's live claim: %v", ok)
+	}
+}
+
+// legacySchema builds the archive as the two first migrations left it, recorded as applied.
+func legacySchema(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `CREATE TABLE flightdeck_schema_migrations (version integer PRIMARY KEY,
+        name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []string{"0001_outcomes", "0002_claims"} {
+		sql, err := os.ReadFile("migrations/" + f + ".sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, string(sql)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO flightdeck_schema_migrations (version, name) VALUES ($1, $2)`,
+			i+1, f[5:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLegacyRows: rows written before migration 0003 stay, in the legacy deployment, and answer
+// no lookup; AdoptLegacy moves those of its tenants (all without tenants) into the store's
+// deployment, keeping the larger token where the deployment has a row of the key; a second
+// call moves nothing.
+func TestLegacyRows(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.New(t).URL
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	legacySchema(t, conn)
+	later := time.Now().Add(time.Hour)
+	for _, r := range []struct {
+		key, tenant string
+		token       int64
+		result      string
+	}{{"ai:s:v1:acme:k1", "acme", 10, "legacy k1"}, {"ai:s:v1:beta:k2", "beta", 20, "legacy k2"},
+		{"ai:s:v1:acme:k3", "acme", 5, "legacy k3"}, {"ai:s:v1:acme:k4", "acme", 9, "legacy k4"}} {
+		if _, err := conn.Exec(ctx, `INSERT INTO flightdeck_outcomes (request_key, stage, tenant, status, owner_token,
+            attempts, result, finished_at, expires_at) VALUES ($1, 's', $2, 'SUCCEEDED', $3, 1, $4, now(), $5)`,
+			r.key, r.tenant, r.token, []byte(r.result), later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, tok := range map[string]int64{"ai:s:v1:acme:k1": 50, "ai:s:v1:beta:k2": 60, "ai:s:v1:acme:k4": 3} {
+		if _, err := conn.Exec(ctx, `INSERT INTO flightdeck_claims (request_key, owner_token, expires_at)
+            VALUES ($1, $2, $3)`, key, tok, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A reader of this version on the old schema (nobody migrated yet) sees nothing of its own.
+	ro, err := New(Config{URL: url, Deployment: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := ro.Inspect(ctx, "ai:s:v1:acme:k1"); ok || err != nil {
+		t.Errorf("Inspect on the old schema: %v %v", ok, err)
+	}
+	if _, ok, err := ro.InspectClaim(ctx, "ai:s:v1:acme:k1"); ok || err != nil {
+		t.Errorf("InspectClaim on the old schema: %v %v", ok, err)
+	}
+	ro.Close()
+
+	acme := openDeployment(t, url, "acme")
+	if n := countRows(t, conn, "flightdeck_outcomes", ""); n != 4 {
+		t.Fatalf("%d legacy outcomes after the migration, want 4", n)
+	}
+	if n := countRows(t, conn, "flightdeck_claims", ""); n != 3 {
+		t.Fatalf("%d legacy claims after the migration, want 3", n)
+	}
+	if _, ok, err := acme.Get(ctx, "ai:s:v1:acme:k1"); ok || err != nil {
+		t.Fatalf("a legacy row answers a lookup: %v %v", ok, err)
+	}
+	if got, err := acme.GetMany(ctx, []string{"ai:s:v1:acme:k1", "ai:s:v1:beta:k2"}); err != nil || len(got) != 0 {
+		t.Fatalf("legacy rows answer GetMany: %v %v", got, err)
+	}
+	if _, ok, err := acme.Fence(ctx, "ai:s:v1:acme:k1"); ok || err != nil {
+		t.Fatalf("a legacy claim is the fence: %v %v", ok, err)
+	}
+	// acme wrote k3 with a larger token and k4 with a smaller one since the migration.
+	if _, err := acme.Put(ctx, []flight.Archived{row("ai:s:v1:acme:k3", 7, "new k3"), row("ai:s:v1:acme:k4", 3, "new k4")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := acme.Claim(ctx, "ai:s:v1:acme:k4", 8, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	// acme adopts its tenant's legacy rows: 3 outcomes and 2 claims.
+	if n, err := acme.AdoptLegacy(ctx, []string{"acme"}); err != nil || n != 5 {
+		t.Fatalf("AdoptLegacy(acme): %d %v, want 5", n, err)
+	}
+	for key, want := range map[string]struct {
+		token  int64
+		result string
+	}{"ai:s:v1:acme:k1": {10, "legacy k1"}, "ai:s:v1:acme:k3": {7, "new k3"}, "ai:s:v1:acme:k4": {9, "legacy k4"}} {
+		if a, ok, err := acme.Get(ctx, key); !ok || err != nil || a.Token != want.token || string(a.Result) != want.result {
+			t.Errorf("%s after adoption: %d %q %v %v, want %d %q", key, a.Token, a.Result, ok, err, want.token, want.result)
+		}
+	}
+	for key, want := range map[string]int64{"ai:s:v1:acme:k1": 50, "ai:s:v1:acme:k4": 9} {
+		if tok, _, err := acme.Fence(ctx, key); tok != want || err != nil {
+			t.Errorf("fence of %s after adoption: %d %v, want %d", key, tok, err, want)
+		}
+	}
+	if c, _, _ := acme.InspectClaim(ctx, "ai:s:v1:acme:k4"); c.Token != 8 {
+		t.Errorf("the legacy claim 3 replaced the larger claim 8: %+v", c)
+	}
+	if _, ok, _ := acme.Get(ctx, "ai:s:v1:beta:k2"); ok {
+		t.Error("acme adopted beta's legacy row")
+	}
+	if n := countRows(t, conn, "flightdeck_outcomes", ""); n != 1 {
+		t.Errorf("%d legacy outcomes left, want beta's one", n)
+	}
+	if n, err := acme.AdoptLegacy(ctx, []string{"acme"}); err != nil || n != 0 {
+		t.Errorf("second AdoptLegacy(acme): %d %v, want 0", n, err)
+	}
+
+	// Without tenants, a deployment adopts every legacy row left.
+	beta := openDeployment(t, url, "beta")
+	if n, err := beta.AdoptLegacy(ctx, nil); err != nil || n != 2 {
+		t.Fatalf("AdoptLegacy(): %d %v, want beta's outcome and claim", n, err)
+	}
+	if a, ok, _ := beta.Get(ctx, "ai:s:v1:beta:k2"); !ok || a.Token != 20 {
+		t.Errorf("beta's adopted row: %+v %v", a, ok)
+	}
+	if tok, _, _ := beta.Fence(ctx, "ai:s:v1:beta:k2"); tok != 60 {
+		t.Errorf("beta's adopted fence: %d, want 60", tok)
+	}
+	if n, err := beta.AdoptLegacy(ctx, nil); err != nil || n != 0 {
+		t.Errorf("second AdoptLegacy(): %d %v, want 0", n, err)
+	}
+	if n := countRows(t, conn, "flightdeck_outcomes", "") + countRows(t, conn, "flightdeck_claims", ""); n != 0 {
+		t.Errorf("%d legacy rows left", n)
 	}
 }

@@ -53,8 +53,10 @@ func archiveDeployment(flagValue, prefix string) string {
 
 // openArchive returns the archive of cfg with its schema applied; an archive that does not
 // answer at start is no reason not to start (outcomes are spooled until it answers, and the
-// schema is applied then), so that is a warning, not an error.
-func openArchive(ctx context.Context, log *zerolog.Logger, cfg archive.Config) (*archive.Store, error) {
+// schema is applied then), so that is a warning, not an error. With adopt, it moves the
+// legacy rows of tenants (all without tenants) into the deployment once the schema is
+// applied (archive.Store.AdoptLegacy), and logs how many.
+func openArchive(ctx context.Context, log *zerolog.Logger, cfg archive.Config, adopt bool, tenants []string) (*archive.Store, error) {
 	s, err := archive.New(cfg)
 	if err != nil {
 		return nil, err
@@ -65,8 +67,25 @@ func openArchive(ctx context.Context, log *zerolog.Logger, cfg archive.Config) (
 	if err := s.Migrate(mctx); err != nil {
 		log.Warn().Str("archive", redisconn.RedactURL(url)).Str("error", redisconn.RedactError(err, url).Error()).
 			Msg("archive unreachable at start: outcomes are spooled until it answers")
+		if adopt {
+			log.Error().Str("deployment", cfg.Deployment).
+				Msg("archive: legacy rows not adopted (the archive did not answer at start); start again with --archive-adopt-legacy")
+		}
 		return s, nil
 	}
 	log.Info().Str("archive", redisconn.RedactURL(url)).Str("deployment", cfg.Deployment).Msg("archive ready")
+	if adopt {
+		// One statement per table over every legacy row: a large archive takes a while.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		n, err := s.AdoptLegacy(actx, tenants)
+		if err != nil {
+			log.Error().Str("error", redisconn.RedactError(err, url).Error()).Str("deployment", cfg.Deployment).
+				Msg("archive: adopting legacy rows failed; start again with --archive-adopt-legacy")
+		} else {
+			log.Info().Int64("rows", n).Str("deployment", cfg.Deployment).Strs("tenants", tenants).
+				Msg("archive: adopted legacy rows")
+		}
+	}
 	return s, nil
 }

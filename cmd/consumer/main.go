@@ -7,6 +7,7 @@
 //	         [--name NAME] [--http ADDR] [--http-allowed-hosts h1,h2] [--health ADDR]
 //	         [--grace 10s] [--spool-dir DIR] [--redis-wait 1m] [--archive URL]
 //	         [--result-maxlen N] [--result-retention 1h] [--archive-deployment D]
+//	         [--archive-adopt-legacy]
 //	         [--log-level info] [--log-format json]
 //	consumer --load-functions [--redis URL]
 //
@@ -87,6 +88,7 @@ func run(args []string) (err error) {
 		logFormat   = fs.String("log-format", "json", "json or console")
 		archiveFlag = fs.String("archive", "", "PostgreSQL URL of the durable archive of outcomes, e.g. postgres://user@db:5432/flightdeck (default $FLIGHTDECK_ARCHIVE_URL, or the file named by $FLIGHTDECK_ARCHIVE_URL_FILE; none: Redis only)")
 		archiveDep  = fs.String("archive-deployment", os.Getenv("FLIGHTDECK_ARCHIVE_DEPLOYMENT"), "the deployment whose archived rows this consumer reads and writes: part of every row's identity, so deployments sharing a database never see each other's rows ($FLIGHTDECK_ARCHIVE_DEPLOYMENT; default: --prefix)")
+		adoptLegacy = fs.Bool("archive-adopt-legacy", false, "at start, move the archive's legacy rows (written before rows carried their deployment) of the --tenants (all without --tenants) into --archive-deployment, and log how many")
 		gcFlag      = fs.String("gc-percent", "", "the Go garbage collector's target, as GOGC: a percentage, or \"off\" (default $GOGC, else 400: a consumer's live heap is small and every task allocates)")
 		redisWait   = fs.Duration("redis-wait", time.Minute, "at start, how long to wait for Redis to answer, retrying with backoff, before giving up with exit 1 (0: one try)")
 		loadFuncs   = fs.Bool("load-functions", false, "load (or replace) the flight function library in Redis and exit: the operator's step where consumers' credentials may not load functions (docs/SECURITY.md); needs +function|load +function|list +ping")
@@ -169,10 +171,13 @@ func run(args []string) (err error) {
 		}
 		limits.Tenants = append(limits.Tenants, t)
 	}
+	if *adoptLegacy && aURL == "" {
+		return cli.Usagef("--archive-adopt-legacy needs an archive (--archive or $FLIGHTDECK_ARCHIVE_URL)")
+	}
 	acfg := archive.Config{URL: aURL, Deployment: archiveDeployment(*archiveDep, *prefix)}
 	var store *archive.Store
 	if aURL != "" {
-		if store, err = openArchive(context.Background(), &log, acfg); err != nil {
+		if store, err = openArchive(context.Background(), &log, acfg, *adoptLegacy, limits.Tenants); err != nil {
 			if errors.Is(err, archive.ErrConfig) {
 				return &cli.UsageError{Err: err} // a malformed URL or --archive-deployment
 			}
