@@ -233,3 +233,83 @@ func TestArchiveDeploymentsShareNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestArchiveAdoptLegacyAtStart: on an archive written before deployments, a consumer started
+// with --archive-adopt-legacy --tenants acme moves acme's legacy row into its deployment (and
+// logs it), leaves beta's, and answers acme's key from the adopted row without a model call.
+func TestArchiveAdoptLegacyAtStart(t *testing.T) {
+	pg := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// The schema as migrations 0001 and 0002 left it, with a row of each tenant.
+	if _, err := conn.Exec(ctx, `CREATE TABLE flightdeck_schema_migrations (version integer PRIMARY KEY,
+        name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []string{"0001_outcomes", "0002_claims"} {
+		sql, err := os.ReadFile(filepath.Join("..", "..", "archive", "migrations", f+".sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, string(sql)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO flightdeck_schema_migrations (version, name) VALUES ($1, $2)`, i+1, f[5:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stage := handlers.StageEvaluation
+	keyOf := func(tenant string) string { return "ai:" + stage + ":v1:" + tenant + ":rk:q-legacy" }
+	for _, tenant := range []string{"acme", "beta"} {
+		if _, err := conn.Exec(ctx, `INSERT INTO flightdeck_outcomes (request_key, stage, tenant, status, owner_token,
+            attempts, result, finished_at, expires_at) VALUES ($1, $2, $3, 'SUCCEEDED', 7, 1, $4, now(), now() + interval '1 hour')`,
+			keyOf(tenant), stage, tenant, []byte(`{"legacy":"`+tenant+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e := newE2E(t)
+	p := e.startWith("adopter", []string{"REDIS_URL=" + e.url, "FLIGHTDECK_ARCHIVE_URL=" + pg.URL}, true,
+		"--tenants", "acme", "--archive-adopt-legacy")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(p.logPath)
+		if strings.Contains(string(b), `"rows":1,`) && strings.Contains(string(b), "adopted legacy rows") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line of one adopted legacy row:\n%s", b)
+		}
+	}
+	var left []string
+	rows, err := conn.Query(ctx, `SELECT request_key FROM flightdeck_outcomes WHERE deployment = ''`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		_ = rows.Scan(&k)
+		left = append(left, k)
+	}
+	if rows.Err() != nil || len(left) != 1 || left[0] != keyOf("beta") {
+		t.Errorf("legacy rows left: %v %v, want beta's only", left, rows.Err())
+	}
+
+	tk := task("legacy-1", stage, 1, 0)
+	tk.RequestKey = "q-legacy"
+	if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	got := e.collect([]string{stage}, map[string]bool{"legacy-1": true}, 30*time.Second)["legacy-1"]
+	if len(got) == 0 || got[0].Status != topics.StatusSucceeded || got[0].Shared != topics.SharedArchive ||
+		string(got[0].Result) != `{"legacy":"acme"}` {
+		t.Fatalf("acme's task of the adopted key: %+v; want it answered from the adopted row", got)
+	}
+	if n := p.modelCalls(t); n != 0 {
+		t.Errorf("%d model calls, want none", n)
+	}
+}
