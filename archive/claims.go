@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
 // Claims: the fence that outlives Redis (DESIGN.md section 9). An owner that takes a flight
@@ -18,7 +20,7 @@ import (
 // when ttl <= 0). A claim is replaced only by a larger token (an older or repeated claim
 // changes nothing) and never shortened.
 func (s *Store) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
-	if key == "" || token <= 0 {
+	if key == "" || flight.CheckToken(token) != nil {
 		return fmt.Errorf("archive: claim %q token %d: %w", key, token, ErrInvalid)
 	}
 	if ttl <= 0 {

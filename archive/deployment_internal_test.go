@@ -68,8 +68,8 @@ func TestDeployments(t *testing.T) {
 	defer conn.Close(ctx)
 	const k = "ai:interview-evaluation:v1:beta:rk:q-7"
 
-	// acme (a fleet that accepts any tenant) archives a task naming beta with a huge token.
-	forged := row(k, 1<<62, `"forged"`)
+	// acme (a fleet that accepts any tenant) archives a task naming beta with the largest token there is.
+	forged := row(k, flight.MaxToken-1, `"forged"`)
 	forged.Tenant = "beta"
 	if n, err := acme.Put(ctx, []flight.Archived{forged}); err != nil || n != 1 {
 		t.Fatalf("acme's put: %d %v", n, err)
@@ -103,7 +103,7 @@ func TestDeployments(t *testing.T) {
 	}
 
 	// A claim of acme refuses neither beta's outcome nor beta's own claim.
-	if err := acme.Claim(ctx, k, 1<<62+1, time.Hour); err != nil {
+	if err := acme.Claim(ctx, k, flight.MaxToken, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	newer := row(k, 6, `"beta's newer"`)
@@ -123,10 +123,10 @@ func TestDeployments(t *testing.T) {
 	if tok, _, _ := beta.Fence(ctx, k); tok != 7 {
 		t.Fatalf("beta's fence %d, want its own claim 7", tok)
 	}
-	if tok, _, _ := acme.Fence(ctx, k); tok != 1<<62+1 {
+	if tok, _, _ := acme.Fence(ctx, k); tok != flight.MaxToken {
 		t.Fatalf("acme's fence %d, want its claim", tok)
 	}
-	if c, _, _ := acme.InspectClaim(ctx, k); c.Token != 1<<62+1 {
+	if c, _, _ := acme.InspectClaim(ctx, k); c.Token != flight.MaxToken {
 		t.Fatalf("acme's claim changed: %+v", c)
 	}
 
@@ -175,7 +175,7 @@ func TestDeployments(t *testing.T) {
 	if a, ok, _ := acme.Get(ctx, k); !ok || string(a.Result) != `"forged"` {
 		t.Fatalf("beta's purge changed acme's live row: %v", ok)
 	}
-	if c, ok, _ := acme.InspectClaim(ctx, k); !ok || c.Token != 1<<62+1 {
+	if c, ok, _ := acme.InspectClaim(ctx, k); !ok || c.Token != flight.MaxToken {
 		t.Fatalf("beta's purge deleted acme's live claim: %v", ok)
 	}
 }
@@ -319,5 +319,36 @@ func TestLegacyRows(t *testing.T) {
 	}
 	if n := countRows(t, conn, "flightdeck_outcomes", "") + countRows(t, conn, "flightdeck_claims", ""); n != 0 {
 		t.Errorf("%d legacy rows left", n)
+	}
+}
+
+// TestTokensAboveTwoToThe53: the archive takes no owner token the flight scripts could not
+// fence (above 2^53): Put and Claim refuse it, and so does the table for a row written by
+// hand.
+func TestTokensAboveTwoToThe53(t *testing.T) {
+	url := pgtest.New(t).URL
+	s := openDeployment(t, url, "acme")
+	ctx := context.Background()
+	huge := int64(9e18)
+	_, err := s.Put(ctx, []flight.Archived{{Key: "k", Stage: "s", Tenant: "acme", Status: flight.StatusSucceeded,
+		Token: huge, Attempts: 1, Result: []byte(`1`), FinishedAt: time.Now()}})
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("Put with token 9e18: %v, want ErrInvalid", err)
+	}
+	if err := s.Claim(ctx, "k", huge, time.Hour); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Claim with token 9e18: %v, want ErrInvalid", err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO flightdeck_claims (deployment, request_key, owner_token, expires_at)
+		VALUES ('acme', 'k', $1, now() + interval '1 hour')`, huge)
+	if err == nil || !strings.Contains(err.Error(), "token_bound") {
+		t.Errorf("a claim with token 9e18 written by hand: %v, want the token_bound check to refuse it", err)
+	}
+	if tok, ok, err := s.Fence(ctx, "k"); err != nil || ok {
+		t.Errorf("fence after the refusals: %d %v %v, want none", tok, ok, err)
 	}
 }

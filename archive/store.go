@@ -211,7 +211,7 @@ func check(o flight.Archived) error {
 	switch {
 	case o.Key == "" || o.Stage == "" || o.Tenant == "":
 		return fmt.Errorf("%w: key, stage and tenant are required", ErrInvalid)
-	case o.Token <= 0:
+	case flight.CheckToken(o.Token) != nil:
 		return fmt.Errorf("%w: %s: token %d", ErrInvalid, o.Key, o.Token)
 	case o.FinishedAt.IsZero():
 		return fmt.Errorf("%w: %s: no finish time", ErrInvalid, o.Key)

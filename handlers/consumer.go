@@ -80,7 +80,12 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if n := sp.Adopted(); n > 0 {
 		c.log.Warn().Int("outcomes", n).Str("dir", dir).Msg("adopted the spooled outcomes of stopped processes; writing them back")
 	}
-	if old, _ := filepath.Glob(filepath.Join(cfg.SpoolDir, "spool-*.jsonl")); len(old) > 0 {
+	old, _ := filepath.Glob(filepath.Join(cfg.SpoolDir, "spool-*.jsonl"))
+	if cfg.Archive != nil {
+		a, _ := filepath.Glob(filepath.Join(cfg.SpoolDir, "archive-*.jsonl"))
+		old = append(old, a...)
+	}
+	if len(old) > 0 {
 		// An older version kept every deployment's spools in one directory: which one they
 		// belong to is the operator's call.
 		c.log.Warn().Strs("files", old).Str("dir", dir).
