@@ -45,13 +45,20 @@ func taskFieldIndex(name []byte) int {
 	return -1
 }
 
+// The indexes in taskFields of the fields whose values walkTask scans for duplicate names.
+const (
+	inputField  = 5
+	paramsField = 11
+)
+
 // walkTask is walkJSON for a whole task payload: in the same single pass it checks the
-// nesting depth and the member names of the top-level object, which must be task fields
-// spelled exactly, each at most once, compared after JSON unescaping. It returns the first
-// byte that is not white space. A depth error wins over a name error (which is kept until
-// the scan ends), so that no payload makes the scan stop early on a name and leave deep
-// nesting unchecked. Only the first top-level value is looked at; the caller's syntax check
-// refuses trailing data. Names inside input and params, and values, are not looked at.
+// nesting depth, the member names of the top-level object, which must be task fields
+// spelled exactly, each at most once, and the member names of every object inside input
+// and params, which must be unique within their object; names are compared after JSON
+// unescaping. It returns the first byte that is not white space. A depth error wins over a
+// name error (the first one is kept until the scan ends), so that no payload makes the scan
+// stop early on a name and leave deep nesting unchecked. Only the first top-level value is
+// looked at; the caller's syntax check refuses trailing data. Values are not looked at.
 func walkTask(data []byte, maxDepth int) (byte, error) {
 	var (
 		first    byte
@@ -61,8 +68,10 @@ func walkTask(data []byte, maxDepth int) (byte, error) {
 		wantName bool // the next string at depth 1 of top is a member name
 		nameAt   = -1 // offset of the opening quote of the member name being scanned
 		escaped  bool // that name holds a backslash
+		member   = -1 // index in taskFields of the last member name read, or -1
 		seen     uint16
 		nameErr  error
+		members  memberScan // of input and params
 	)
 	for i := 0; i < len(data); i++ {
 		c := data[i]
@@ -75,7 +84,7 @@ func walkTask(data []byte, maxDepth int) (byte, error) {
 				inString = false
 				if nameAt >= 0 {
 					if nameErr == nil {
-						nameErr = checkName(data[nameAt:i+1], escaped, &seen)
+						member, nameErr = checkName(data[nameAt:i+1], escaped, &seen)
 					}
 					nameAt = -1
 				}
@@ -93,15 +102,26 @@ func walkTask(data []byte, maxDepth int) (byte, error) {
 		case '[', '{':
 			depth++
 			if depth > maxDepth {
-				return 0, invalid(ReasonTooDeep, "", fmt.Sprintf("nesting exceeds %d", maxDepth))
+				return 0, tooDeep("", maxDepth)
 			}
 			if first == 0 && c == '{' {
 				top, wantName = true, true
 			}
-			if depth > 1 { // a value such as input: no names to check inside, scan it fast
-				end, err := skipNested(data, i+1, depth, maxDepth)
-				if err != nil {
-					return 0, err
+			if depth > 1 { // a member's value: scan it at once
+				var end int
+				if top && depth == 2 && nameErr == nil && (member == inputField || member == paramsField) {
+					ok := false
+					if end, ok = members.scan(data, i, depth, maxDepth, taskFields[member]); !ok {
+						return 0, tooDeep("", maxDepth)
+					}
+					if members.found {
+						nameErr = duplicateMember(taskFields[member], members.path)
+					}
+				} else {
+					var err error
+					if end, err = skipNested(data, i+1, depth, maxDepth); err != nil {
+						return 0, err
+					}
 				}
 				i, depth = end, depth-1
 				continue
@@ -129,10 +149,15 @@ func walkTask(data []byte, maxDepth int) (byte, error) {
 	return first, nil
 }
 
+// tooDeep is the refusal of nesting past maxDepth in field ("" for the whole payload).
+func tooDeep(field string, maxDepth int) error {
+	return invalid(ReasonTooDeep, field, fmt.Sprintf("nesting exceeds %d", maxDepth))
+}
+
 // skipNested scans data from i, inside arrays and objects nested depth deep, up to the byte
 // that closes the outermost of them, and answers its index (len(data) when data ends first).
-// It fails as soon as the nesting exceeds maxDepth. It is walkTask's inner loop, without the
-// work on names.
+// It fails as soon as the nesting exceeds maxDepth. It is walkTask's inner loop for the
+// values of members other than input and params, without the work on names.
 func skipNested(data []byte, i, depth, maxDepth int) (int, error) {
 	outer := depth
 	inString := false
@@ -153,7 +178,7 @@ func skipNested(data []byte, i, depth, maxDepth int) (int, error) {
 		case '[', '{':
 			depth++
 			if depth > maxDepth {
-				return 0, invalid(ReasonTooDeep, "", fmt.Sprintf("nesting exceeds %d", maxDepth))
+				return 0, tooDeep("", maxDepth)
 			}
 		case ']', '}':
 			if depth == outer {
@@ -166,25 +191,25 @@ func skipNested(data []byte, i, depth, maxDepth int) (int, error) {
 }
 
 // checkName checks one member name of the payload object, quoted as it appears in the
-// payload, and records it in seen.
-func checkName(quoted []byte, escaped bool, seen *uint16) error {
+// payload, records it in seen and returns its index in taskFields.
+func checkName(quoted []byte, escaped bool, seen *uint16) (int, error) {
 	name := quoted[1 : len(quoted)-1]
 	if escaped { // rare: unescape as every JSON parser does ("\u0074enant" is tenant)
 		var s string
 		if err := json.Unmarshal(quoted, &s); err != nil {
-			return invalid(ReasonBadJSON, "", "bad escape in a field name")
+			return -1, invalid(ReasonBadJSON, "", "bad escape in a field name")
 		}
 		name = []byte(s)
 	}
 	i := taskFieldIndex(name)
 	if i < 0 {
-		return invalid(ReasonUnknownField, "", unknownDetail(string(name)))
+		return -1, invalid(ReasonUnknownField, "", unknownDetail(string(name)))
 	}
 	if *seen&(1<<i) != 0 {
-		return invalid(ReasonDuplicateField, taskFields[i], "the field occurs more than once")
+		return -1, invalid(ReasonDuplicateField, taskFields[i], "the field occurs more than once")
 	}
 	*seen |= 1 << i
-	return nil
+	return i, nil
 }
 
 // unknownDetail describes an unknown member name, quoting at most 40 bytes of it, and names
@@ -244,8 +269,9 @@ func NamedField(payload []byte, name string) string {
 
 // CheckFieldNames reports, as DecodeTask would (an *InvalidTaskError with ReasonUnknownField
 // or ReasonDuplicateField, or a syntax or depth error), a task payload whose top-level object
-// has a member that is not a Task field spelled exactly, or has one twice. It checks nothing
-// else: for producers that fill missing fields before they validate the task.
+// has a member that is not a Task field spelled exactly, or has one twice, or whose input or
+// params hold an object with a member name twice. It checks nothing else: for producers that
+// fill missing fields before they validate the task.
 func CheckFieldNames(payload []byte, lim Limits) error {
 	lim.setDefaults()
 	_, err := walkTask(payload, lim.MaxJSONDepth)

@@ -47,9 +47,11 @@ var strictNameCases = []struct {
 	{name: "NameWithQuote", payload: head + `,"tenant":"acme","ten\"ant":1}`, reason: ReasonUnknownField},
 	{name: "NameLoneSurrogate", payload: head + `,"tenant":"acme","\ud800tenant":1}`, reason: ReasonUnknownField},
 	{name: "NameBadEscape", payload: head + `,"tenant":"acme","ten\x61nt":1}`, reason: ReasonBadJSON},
+	// Names inside input and params are not task fields: any name goes, once per object.
 	{name: "NestedUntouched", tenant: "acme", payload: `{"taskId":"t-1","stage":"s","tenant":"acme",` +
-		`"input":{"Tenant":"x","tenant":"y","tenant":"z","requeſtKey":1,"x":{"TASKID":2,"taskId":3}},` +
-		`"params":{"Lang":"en","lang":"fr","lang":"de"}}`},
+		`"input":{"Tenant":"x","tenant":"y","requeſtKey":1,"x":{"TASKID":2,"taskId":3}},` +
+		`"params":{"Lang":"en","lang":"fr"}}`},
+	{name: "NestedDuplicate", payload: head + `,"tenant":"acme","params":{"lang":"fr","lang":"de"}}`, reason: ReasonDuplicateField, field: "params"},
 	{name: "NamesInArrays", payload: head + `,"tenant":"acme","params":{"k":["tenant","Tenant",{"tenant":1},"x"]}}`, tenant: "acme"},
 	{name: "NameInValue", payload: `{"taskId":"t-1","stage":"s","input":"\",\"Tenant\":\"evil","tenant":"acme"}`, tenant: "acme"},
 	{name: "Whitespace", payload: "{ \"taskId\" :\"t-1\" ,\n\"stage\":\"s\",\t\"input\" : 1 , \"tenant\" : \"acme\" }", tenant: "acme"},

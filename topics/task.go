@@ -152,8 +152,11 @@ func (t Task) EncodeWith(lim Limits) ([]byte, error) {
 // payload: the payload object's member names must be task fields spelled exactly, compared
 // after JSON unescaping ("\u0074enant" is tenant; "Tenant", "TENANT" and "requeſtKey" are
 // not, although encoding/json would fold them), each at most once (ReasonUnknownField,
-// ReasonDuplicateField). Members inside input and params are free-form and not checked.
-// Every error is an *InvalidTaskError (errors.Is(err, ErrInvalidTask)).
+// ReasonDuplicateField). Inside input and params any member name goes, but no object may
+// have one twice, at any depth (ReasonDuplicateField, the detail naming the member's path,
+// such as input.answer or params.rubric.items[2].id): a semantic key's canonical form would
+// keep one of the members, a model reads both. Every error is an *InvalidTaskError
+// (errors.Is(err, ErrInvalidTask)).
 //
 // The returned Task has Input and Params compacted and Params nil when null, so that
 // DecodeTask(t.Encode()) returns t again.

@@ -248,6 +248,16 @@ func FuzzDecodeTask(f *testing.F) {
 	for _, c := range strictNameCases { // case variants, folding, escapes, duplicates
 		f.Add([]byte(c.payload))
 	}
+	// Duplicate member names inside input and params: the attack on a derived key (a
+	// duplicate the canonical form drops but a model reads), escaped, in arrays, deep.
+	f.Add([]byte(`{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":` + attackInput + `}`))
+	for _, c := range duplicateCases {
+		p := `{"taskId":"t","stage":"s","tenant":"a","input":` + c.input
+		if c.params != "" {
+			p += `,"params":` + c.params
+		}
+		f.Add([]byte(p + "}"))
+	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		task, err := DecodeTask(payload, Limits{})
 		if err != nil {
@@ -261,6 +271,16 @@ func FuzzDecodeTask(f *testing.F) {
 		// names, duplicates refused) gives exactly the fields of the decoded task.
 		if err := sameAsStrictReading(payload, task); err != nil {
 			t.Fatalf("accepted payload %q read differently: %v", payload, err)
+		}
+		// No object inside input or params has a member name twice, as a decoder reads them:
+		// the canonical form of the key and a model see the same members.
+		for name, raw := range map[string][]byte{"input": task.Input, "params": task.Params} {
+			if len(raw) == 0 {
+				continue
+			}
+			if dup, err := jsonDuplicate(raw); err != nil || dup != "" {
+				t.Fatalf("accepted payload %q: %s has duplicate member %q (%v)", payload, name, dup, err)
+			}
 		}
 		b, err := task.Encode()
 		if err != nil {

@@ -57,7 +57,8 @@ const (
 	// exactly (after JSON unescaping): "Tenant", "TENANT" and "requeſtKey" are unknown.
 	ReasonUnknownField Reason = "unknown_field"
 	// ReasonDuplicateField: a task field occurs more than once in the payload object
-	// (after JSON unescaping: "\u0074enant" is tenant).
+	// (after JSON unescaping: "\u0074enant" is tenant), or an object inside input or params
+	// has a member name twice; Field is then input or params and Detail names the path.
 	ReasonDuplicateField Reason = "duplicate_field"
 )
 
@@ -311,7 +312,7 @@ func isKeyByte(c byte) bool {
 func isVersionByte(c byte) bool { return c > ' ' && c < 0x7f }
 
 // checkJSONValue checks that data is exactly one valid JSON value nesting at most
-// maxDepth deep.
+// maxDepth deep, with no member name twice in one object.
 func checkJSONValue(field string, data []byte, maxDepth int) error {
 	if _, err := walkJSON(field, data, maxDepth); err != nil {
 		return err
@@ -323,12 +324,15 @@ func checkJSONValue(field string, data []byte, maxDepth int) error {
 }
 
 // walkJSON scans data byte by byte and fails as soon as arrays and objects nest deeper than
-// maxDepth, so that no input can make a later Unmarshal recurse deeply. It returns the first
-// byte that is not white space. It checks nesting only: the caller validates the syntax.
+// maxDepth, so that no input can make a later Unmarshal recurse deeply; in the same pass it
+// finds a member name that occurs twice in one object (compared after JSON unescaping),
+// which it reports when the scan ends (ReasonDuplicateField, the detail naming its path). It
+// returns the first byte that is not white space. It checks nesting and names only: the
+// caller validates the syntax.
 func walkJSON(field string, data []byte, maxDepth int) (byte, error) {
 	var first byte
-	depth := 0
 	inString := false
+	var members memberScan
 	for i := 0; i < len(data); i++ {
 		c := data[i]
 		if inString {
@@ -346,12 +350,15 @@ func walkJSON(field string, data []byte, maxDepth int) (byte, error) {
 		case '"':
 			inString = true
 		case '[', '{':
-			depth++
-			if depth > maxDepth {
-				return 0, invalid(ReasonTooDeep, field, fmt.Sprintf("nesting exceeds %d", maxDepth))
+			end, ok := members.scan(data, i, 1, maxDepth, field)
+			if !ok {
+				return 0, tooDeep(field, maxDepth)
 			}
-		case ']', '}':
-			depth--
+			if first == 0 {
+				first = c
+			}
+			i = end
+			continue
 		}
 		if first == 0 {
 			first = c
@@ -359,6 +366,9 @@ func walkJSON(field string, data []byte, maxDepth int) (byte, error) {
 	}
 	if first == 0 {
 		return 0, invalid(ReasonBadJSON, field, "empty")
+	}
+	if members.found {
+		return 0, duplicateMember(field, members.path)
 	}
 	return first, nil
 }
