@@ -15,7 +15,8 @@ const maxFastDepth = 64
 // with UseNumber, encode without HTML escaping) produces. It declines (ok false) whatever it
 // does not handle exactly that way, and the caller then takes the general path: invalid JSON,
 // strings with escapes, control characters, invalid UTF-8 or U+2028/U+2029 (which the encoder
-// rewrites), and nesting deeper than maxFastDepth.
+// rewrites), nesting deeper than maxFastDepth, and an object with a member name twice (which
+// the general path refuses, naming it).
 func canonicalFast(doc []byte) (out []byte, ok bool) {
 	p := canonParser{in: doc}
 	p.space()
@@ -180,8 +181,8 @@ func (p *canonParser) array(out []byte, depth int) ([]byte, bool) {
 }
 
 // object appends the object's members sorted by key (byte order, as the encoder sorts a
-// map's keys); of members with the same key the last one is kept, as decoding into a map
-// keeps it.
+// map's keys). It declines an object with two members of the same key: keys hold no escape
+// here, so equal bytes are equal names.
 func (p *canonParser) object(out []byte, depth int) ([]byte, bool) {
 	p.pos++ // {
 	p.space()
@@ -225,20 +226,19 @@ func (p *canonParser) object(out []byte, depth int) ([]byte, bool) {
 		p.pos++
 		break
 	}
-	// Stable: of equal keys the last stays last, and only it is written.
-	slices.SortStableFunc(members, func(a, b member) int {
+	slices.SortFunc(members, func(a, b member) int {
 		return bytes.Compare(a.key[1:len(a.key)-1], b.key[1:len(b.key)-1])
 	})
-	out = append(out, '{')
-	first := true
-	for i, m := range members {
-		if i+1 < len(members) && bytes.Equal(members[i+1].key, m.key) {
-			continue
+	for i := 1; i < len(members); i++ {
+		if bytes.Equal(members[i-1].key, members[i].key) {
+			return out, false
 		}
-		if !first {
+	}
+	out = append(out, '{')
+	for i, m := range members {
+		if i > 0 {
 			out = append(out, ',')
 		}
-		first = false
 		out = append(out, m.key...)
 		out = append(out, ':')
 		out = append(out, vals[m.start:m.end]...)

@@ -3,12 +3,16 @@ package flight
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"testing"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // FuzzCanonicalFast checks that the one-pass canonical form is byte for byte the general
-// path's whenever it answers, and that it never accepts what the general path refuses; and
-// that the semantic key's document built by hand is json.Marshal's.
+// path's whenever it answers, and that it never accepts what the general path refuses; that
+// both refuse a valid document with a duplicate member; and that the semantic key's document
+// built by hand is json.Marshal's.
 func FuzzCanonicalFast(f *testing.F) {
 	for _, s := range []string{
 		`{"question":"q1","answer":"a","sim":{"latencyMs":0}}`,
@@ -17,6 +21,7 @@ func FuzzCanonicalFast(f *testing.F) {
 		`{"é":"ü","e":"\u00e9"}`, `[1e999,-0,0.0,1E+2,-1.5e-3]`, `"x"`, `null`, `true`, `false`,
 		`{"a":[{"b":{"c":[]}},{}]}`, `[01]`, `[1.]`, `[.5]`, `[1e]`, `[-]`, `{"a" 1}`, `{"a":1,}`,
 		`[1,]`, `{} {}`, `tru`, "\"a\u2028b\"", "\"\xff\"", `"\/"`, "[\"\t\"]", ` `, ``,
+		`{"a":1,"\u0061":2}`, `[{"x":{"b":1,"b":2}}]`, `{"a":{"b":1},"c":{"b":2}}`, "{\"\xff\":1,\"\xfe\":2}",
 	} {
 		f.Add([]byte(s), "m1", "p<1>")
 	}
@@ -30,6 +35,9 @@ func FuzzCanonicalFast(f *testing.F) {
 			if !bytes.Equal(fast, general) {
 				t.Fatalf("canonical forms of %q differ:\nfast    %s\ngeneral %s", doc, fast, general)
 			}
+		}
+		if _, dup := topics.DuplicateMember("$", doc); dup && json.Valid(doc) && (ok || !errors.Is(gerr, ErrDuplicateMember)) {
+			t.Fatalf("%q has a duplicate member: fast ok %v, general error %v; want it refused", doc, ok, gerr)
 		}
 		if gerr != nil {
 			return

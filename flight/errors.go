@@ -29,6 +29,10 @@ var (
 	ErrInvalidKey = errors.New("flight: invalid request key")
 	// ErrInvalidToken: a fencing token outside 1..MaxToken; nothing was written.
 	ErrInvalidToken = errors.New("flight: invalid token")
+	// ErrDuplicateMember: a JSON document given to Canonical (or as a semantic key's input or
+	// params) has an object with a member name twice, compared after JSON unescaping; the
+	// error names the path of the member. A semantic key refuses it with ErrInvalidKey too.
+	ErrDuplicateMember = errors.New("flight: duplicate member name")
 )
 
 // MaxToken is the largest fencing token: the scripts compare tokens as Lua numbers (doubles,

@@ -40,6 +40,8 @@ var (
 // SemanticKey returns ai:<stage>:v<version>:<tenant>:<sha256 of the canonical JSON of input,
 // modelVersion, promptVersion and params>. Two inputs that differ only in key order or
 // whitespace get the same key; numbers are compared by their literal text (1 and 1.0 differ).
+// Input or params with an object that has a member name twice are refused (ErrInvalidKey and
+// ErrDuplicateMember): a canonical form would keep one of them, a model reads both.
 func SemanticKey(p KeyParams) (string, error) {
 	if err := checkScope(p.Stage, p.Tenant); err != nil {
 		return "", err
@@ -163,7 +165,9 @@ func checkScope(stage, tenant string) error {
 }
 
 // Canonical returns the canonical form of a JSON document: object keys sorted, no
-// insignificant whitespace, numbers kept as written. It rejects invalid or trailing JSON.
+// insignificant whitespace, numbers kept as written. It rejects invalid or trailing JSON, and
+// an object with a member name twice, compared after JSON unescaping ("\u0061" is "a"): that
+// error wraps ErrDuplicateMember and names the member's path from $ (as in $.rubric[2].id).
 func Canonical(doc json.RawMessage) (json.RawMessage, error) {
 	if out, ok := canonicalFast(doc); ok {
 		return out, nil
@@ -171,8 +175,8 @@ func Canonical(doc json.RawMessage) (json.RawMessage, error) {
 	return canonicalGeneral(doc)
 }
 
-// canonicalGeneral is Canonical for any document: decoded with UseNumber, encoded without
-// HTML escaping.
+// canonicalGeneral is Canonical for any document: decoded with UseNumber, checked for
+// duplicate member names, encoded without HTML escaping.
 func canonicalGeneral(doc json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(doc)) == 0 {
 		return nil, errors.New("empty JSON")
@@ -185,6 +189,9 @@ func canonicalGeneral(doc json.RawMessage) (json.RawMessage, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("invalid JSON: trailing data")
+	}
+	if path, dup := topics.DuplicateMember("$", doc); dup {
+		return nil, fmt.Errorf("%w %s", ErrDuplicateMember, path)
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

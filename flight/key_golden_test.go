@@ -13,7 +13,9 @@ import (
 var goldenInputs = []struct{ input, model, params string }{
 	{`{"question":"q1","answer":"a","sim":{"latencyMs":0}}`, "m1", ``},
 	{` { "b" : [1, 2.50, {"d":null, "c":"<&>"}], "a" : true } `, "gpt-4o", `{"lang":"en"}`},
-	{`{"a":1,"a":2,"A":3,"é":"\u00e9\/\n\u2028"}`, "", `null`},
+	// Pinned when keys kept the last of duplicate members, as {"a":1,"a":2,...}; such an
+	// input is refused now (TestSemanticKeyDuplicates), and this one has the same key.
+	{`{"a":2,"A":3,"é":"\u00e9\/\n\u2028"}`, "", `null`},
 	{`[1e999,-0,0.0,1E+2,"\ud800","x\u0000y"]`, "m\"q", `{"z":{},"y":[]}`},
 	{`"plain"`, "", ``},
 	{`{"nested":{"z":[{"b":1,"a":2}],"y":"\t"},"":0}`, "m", `[]`},

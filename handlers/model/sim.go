@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -145,7 +146,11 @@ func parseSimInput(input json.RawMessage) ([]byte, simDirective, error) {
 	}
 	canon, err := flight.Canonical(input)
 	if err != nil {
-		return nil, d, &Error{Type: TypeBadRequest, Code: "invalid_input", Message: "sim: input is not valid JSON", Err: err}
+		msg := "sim: input is not valid JSON"
+		if errors.Is(err, flight.ErrDuplicateMember) {
+			msg = "sim: input has a member name twice in one object"
+		}
+		return nil, d, &Error{Type: TypeBadRequest, Code: "invalid_input", Message: msg, Err: err}
 	}
 	if bytes.IndexAny(canon, "<>&\u2028\u2029") >= 0 {
 		// The answer hashes json.Marshal's form, which escapes these (a raw message is

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // oldSimInput is parseSimInput's canonical form as first written (decode into interface
@@ -53,7 +55,7 @@ func oldSimDirective(input []byte) ([]byte, bool, simDirective, error) {
 
 // FuzzSimInput checks that parseSimInput's canonical form, and whether it reads a "sim"
 // directive, are those of the first implementation (which also let a stray ] or } follow the
-// value: that input is refused now).
+// value, and kept the last of duplicate members: such input is refused now).
 func FuzzSimInput(f *testing.F) {
 	for _, s := range []string{`{"question":"q","sim":{"latencyMs":0}}`, `{"a":"<&>","b":[1,2.0]}`,
 		`{"x":{"sim":1}}`, `[{"sim":{}}]`, `{"sim":null}`, `{"s\u0069m":{"latencyMs":1}}`, `"sim"`,
@@ -68,6 +70,9 @@ func FuzzSimInput(f *testing.F) {
 		want, wantSim, werr := oldSimInput(input)
 		if werr == nil && !json.Valid(input) {
 			werr = errors.New("not one JSON value") // the first version let a stray ] or } follow the value
+		}
+		if _, dup := topics.DuplicateMember("$", input); werr == nil && dup {
+			werr = errors.New("duplicate member") // the first version kept the last one
 		}
 		got, d, err := parseSimInput(input)
 		var me *Error
