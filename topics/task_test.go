@@ -3,6 +3,7 @@ package topics
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -298,6 +299,14 @@ func FuzzDecodeTask(f *testing.F) {
 
 func BenchmarkDecodeTask(b *testing.B) {
 	many := strings.Repeat("0,", (1<<20-100)/2)
+	var members, escaped strings.Builder // distinct names in one object, up to the size cap
+	for i := 0; members.Len() < 1<<20-100; i++ {
+		fmt.Fprintf(&members, `"k%d":0,`, i)
+	}
+	for i := 0; escaped.Len() < 1<<20-100; i++ {
+		fmt.Fprintf(&escaped, `"\u0061%d":0,`, i)
+	}
+	objects := strings.Repeat(`{"a":0},`, (1<<20-100)/8)
 	full, err := fullTask().Encode()
 	if err != nil {
 		b.Fatal(err)
@@ -308,6 +317,12 @@ func BenchmarkDecodeTask(b *testing.B) {
 		// Worst case: a payload at the size cap made of tiny tokens in a free-form field
 		// (params: an unknown top-level field is refused at once).
 		"ManyTokens": `{"taskId":"t","stage":"s","tenant":"a","input":1,"params":{"x":[` + many + `0]}}`,
+		// Worst cases of the member-name check: one object with as many members as fit (their
+		// names are compared when it closes), the same with every name escaped, and as many
+		// one-member objects as fit.
+		"ManyMembers": `{"taskId":"t","stage":"s","tenant":"a","input":1,"params":{` + members.String() + `"z":0}}`,
+		"ManyEscaped": `{"taskId":"t","stage":"s","tenant":"a","input":1,"params":{` + escaped.String() + `"z":0}}`,
+		"ManyObjects": `{"taskId":"t","stage":"s","tenant":"a","input":1,"params":{"x":[` + objects + `0]}}`,
 	} {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(p)))
