@@ -206,7 +206,7 @@ func TestHostileBounds(t *testing.T) {
 	if len(dlq) != len(rows) {
 		t.Errorf("%d DLQ entries, want %d", len(dlq), len(rows))
 	}
-	b.waitAcked(stage, 5*time.Second)
+	b.waitAcked(stage, 30*time.Second)
 
 	// Still serving.
 	b.enqueue(topics.Task{TaskID: "after", Stage: stage, Input: simInput(1, 0)})

@@ -67,7 +67,7 @@ func TestDuplicateMembersPoisonNoKey(t *testing.T) {
 			t.Errorf("%s: events %+v; want one FAILED invalid_task duplicate_field naming %s", r.id, evs, r.path)
 		}
 	}
-	b.waitAcked(stage, 5*time.Second)
+	b.waitAcked(stage, 30*time.Second)
 
 	// A producer refuses the attack with the same reason, before anything is written.
 	_, err := b.w.EnqueueTask(b.ctx, topics.Task{TaskID: "attack-go", Stage: stage, Tenant: "acme", Input: json.RawMessage(attack)})

@@ -171,7 +171,7 @@ func TestHostileEntries(t *testing.T) {
 	if len(dlq) != len(rows)+1 {
 		t.Errorf("%d DLQ entries, want %d", len(dlq), len(rows)+1)
 	}
-	b.waitAcked(stage, 5*time.Second)
+	b.waitAcked(stage, 30*time.Second)
 
 	// Still serving.
 	b.enqueue(topics.Task{TaskID: "after", Stage: stage, Input: simInput(1, 0)})

@@ -168,6 +168,9 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 		return false, false
 	}
 	start := time.Now()
+	waiting := p.metrics.joined.WithLabelValues(t.task.Stage)
+	waiting.Inc()
+	defer waiting.Dec()
 	timer := time.NewTimer(p.stage.JoinWait)
 	defer timer.Stop()
 	var v joinVerdict

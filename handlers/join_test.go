@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -97,50 +98,91 @@ func onceEach(t *testing.T, b *bundle, ids []string, status topics.Status) map[t
 	return shared
 }
 
+// gaugeValue returns the value of the gauge name for stage in reg (0 when absent).
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, stage string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stage" && l.GetValue() == stage {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // TestJoinedTasksRideTheOwnersComplete: duplicates read by the consumer that runs their key's
 // owner wait for it in the consumer and are answered by its complete: one model call, every
-// task one event, and none of them parked on the flight (no call to Redis of their own).
+// task one event, and none of them parked on the flight (no call to Redis of their own). The
+// owner's call is held until the seven have joined (flightdeck_joined_waiting).
 func TestJoinedTasksRideTheOwnersComplete(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
-	b.consumer("c1", withStage(reg, 8, 2*time.Second))
+	gm := newGateModel()
+	b.consumer("c1", func(c *handlers.Config) {
+		withStage(reg, 8, time.Minute)(c)
+		for i := range c.Stages {
+			c.Stages[i].Lease = time.Minute // joinWait is at most the lease
+		}
+		c.Models = map[string]model.Model{"sim": gm}
+	})
 	ev := handlers.StageEvaluation
-	ids := dupTasks(b, "j", 1, 8, 300)
+	ids := dupTasks(b, "j", 1, 8, 0)
+	wait(t, gm.started, "the owner's model call")
+	until(t, "seven tasks joined the owner", func() bool { return gaugeValue(t, reg, "flightdeck_joined_waiting", ev) == 7 })
+	close(gm.release)
 	shared := onceEach(t, b, ids, topics.StatusSucceeded)
-	if b.runs.Load() != 1 || shared[topics.SharedOwner] != 1 || shared[topics.SharedFollower] != 7 {
-		t.Errorf("model runs %d, shared %v; want 1 run, 1 owner, 7 followers", b.runs.Load(), shared)
+	if gm.runs.Load() != 1 || shared[topics.SharedOwner] != 1 || shared[topics.SharedFollower] != 7 {
+		t.Errorf("model runs %d, shared %v; want 1 run, 1 owner, 7 followers", gm.runs.Load(), shared)
 	}
 	oc := outcomes(t, reg, ev, 8)
 	if oc["parked"] != 0 || oc["follower_SUCCEEDED"] != 7 || oc["owner_SUCCEEDED"] != 1 {
 		t.Errorf("outcomes %v; want 7 followers answered by the owner, none parked", oc)
 	}
-	if n := b.r.Client.XPending(b.ctx, b.ks.Tasks(ev), topics.ConsumerGroup).Val().Count; n != 0 {
-		t.Errorf("%d entries still pending", n)
+	if g := gaugeValue(t, reg, "flightdeck_joined_waiting", ev); g != 0 {
+		t.Errorf("flightdeck_joined_waiting %v after the owner answered them, want 0", g)
 	}
+	until(t, "no entry pending", func() bool {
+		return b.r.Client.XPending(b.ctx, b.ks.Tasks(ev), topics.ConsumerGroup).Val().Count == 0
+	})
 }
 
 // TestJoinWaitIsBounded: while a key's owner runs a long model call, its duplicates wait in
 // the consumer only joinWait, then park on the flight and free their handlers: a quick task
-// behind them is answered long before the owner finishes; every duplicate is answered once.
+// behind them is answered while the owner still runs (its call is held until the quick task's
+// event is out; were the handlers still held, the quick task would never be read); every
+// duplicate is answered once.
 func TestJoinWaitIsBounded(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
-	b.consumer("c1", withStage(reg, 4, 50*time.Millisecond))
+	gm := newGateModel()
+	b.consumer("c1", func(c *handlers.Config) {
+		withStage(reg, 4, 50*time.Millisecond)(c)
+		c.Models = map[string]model.Model{"sim": gm}
+	})
 	ev := handlers.StageEvaluation
-	ids := dupTasks(b, "long", 1, 8, 3000)
-	time.Sleep(300 * time.Millisecond)
-	start := time.Now()
+	ids := dupTasks(b, "long", 1, 8, 0)
+	wait(t, gm.started, "the owner's model call")
 	b.enqueue(topics.Task{TaskID: "quick", Stage: ev, Input: simInput(2, 0)})
-	b.eventsFor([]string{ev}, []string{"quick"}, 10*time.Second)
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("the quick task took %v: duplicates held the handlers while the owner ran", d)
+	if e := b.eventsFor([]string{ev}, []string{"quick"}, 30*time.Second)["quick"]; len(e) != 1 {
+		t.Fatalf("the quick task: %+v; the duplicates held the handlers while the owner ran", e)
 	}
+	close(gm.release)
 	onceEach(t, b, ids, topics.StatusSucceeded)
 	if oc := outcomes(t, reg, ev, 8); oc["parked"] != 7 {
 		t.Errorf("outcomes %v; want the 7 duplicates parked after joinWait", oc)
 	}
-	if b.runs.Load() != 2 {
-		t.Errorf("model runs %d, want 2", b.runs.Load())
+	if gm.runs.Load() != 2 {
+		t.Errorf("model runs %d, want 2", gm.runs.Load())
 	}
 }
 

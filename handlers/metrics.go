@@ -13,6 +13,7 @@ type Metrics struct {
 	modelCalls   *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	running      *prometheus.GaugeVec
+	joined       *prometheus.GaugeVec
 	queueWait    *prometheus.HistogramVec
 	runTime      *prometheus.HistogramVec
 	endToEnd     *prometheus.HistogramVec
@@ -35,6 +36,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Task entries sent to the dead-letter stream, by reason."}, []string{"stage", "reason"}),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flightdeck_running_owners",
 			Help: "Model calls running in this consumer."}, []string{"stage"}),
+		joined: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flightdeck_joined_waiting",
+			Help: "Tasks waiting in this consumer for the owner of their key running here (joined, holding a handler)."},
+			[]string{"stage"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_queue_wait_seconds",
 			Help: "Time from enqueue to the first handler run.", Buckets: buckets}, []string{"stage"}),
 		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flightdeck_owner_run_seconds",
@@ -53,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"stage", "why"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled)
 		m.spooled = flight.ResultWriteFailures(reg) // shared with an Executor on reg
 	}
 	return m

@@ -38,6 +38,7 @@ type stubborn struct {
 	tenants []string
 	ids     []string
 	hook    func(run int64)
+	byRun   map[int64][2]time.Time // run number -> its interval
 }
 
 func (s *stubborn) Name() string { return "sim" }
@@ -52,8 +53,27 @@ func (s *stubborn) Call(_ context.Context, req model.Request, _ model.ProgressFu
 	s.got = append(s.got, [2]time.Time{start, time.Now()})
 	s.tenants = append(s.tenants, req.Tenant)
 	s.ids = append(s.ids, req.TaskID)
+	if s.byRun == nil {
+		s.byRun = map[int64][2]time.Time{}
+	}
+	s.byRun[n] = [2]time.Time{start, time.Now()}
 	s.mu.Unlock()
 	return json.RawMessage(fmt.Sprintf(`{"run":%d,"task":%q}`, n, req.TaskID)), nil
+}
+
+// overlapping reports whether any two of the given runs overlapped.
+func (s *stubborn) overlapping(runs ...int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range runs {
+		for _, q := range runs[i+1:] {
+			a, c := s.byRun[r], s.byRun[q]
+			if a[0].Before(c[1]) && c[0].Before(a[1]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // overlaps counts the pairs of runs of one tenant that overlapped.
@@ -121,19 +141,28 @@ func TestSessionLockHolderIsPerRun(t *testing.T) {
 		b.enqueue(topics.Task{TaskID: "same-id", Tenant: tenant, Stage: handlers.StageExtraction, SessionID: "s-1",
 			Input: json.RawMessage(fmt.Sprintf(`{"resume":"r%d"}`, i))})
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for m.finished() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d runs finished", m.finished())
+	// Three events, one per task (a run whose session lock lapsed under load does not
+	// complete: its task runs again, so wait for the events, not for a number of runs).
+	var evs []topics.Event
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		evs = b.eventsFor([]string{handlers.StageExtraction}, []string{"same-id"}, time.Second)["same-id"]
+		if len(evs) >= 3 || time.Now().After(deadline) {
+			break
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	if n := m.overlaps("acme"); n != 0 {
-		t.Errorf("acme's two runs of one session overlapped")
+	var acme []int64
+	for _, ev := range evs {
+		var res struct{ Run int64 }
+		_ = json.Unmarshal(ev.Result, &res)
+		if ev.Tenant == "acme" {
+			acme = append(acme, res.Run)
+		}
 	}
-	got := b.eventsFor([]string{handlers.StageExtraction}, []string{"same-id"}, 10*time.Second)
-	if len(got["same-id"]) < 3 {
-		t.Errorf("%d events for the three tasks", len(got["same-id"]))
+	if len(evs) != 3 || len(acme) != 2 {
+		t.Fatalf("%d events (%d of acme) for the three tasks, want 3 (2)", len(evs), len(acme))
+	}
+	if m.overlapping(acme...) {
+		t.Errorf("acme's two completed runs of one session (runs %v) overlapped", acme)
 	}
 }
 
