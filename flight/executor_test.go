@@ -26,12 +26,19 @@ import (
 
 const stage = "interview-evaluation"
 
-// counter is a go-redis hook that counts the commands a client sends.
-type counter struct{ n atomic.Int64 }
+// counter is a go-redis hook that counts the commands a client sends, and its HGETs apart (a
+// follower's look at the flight's status, once it listens for the owner's event).
+type counter struct{ n, hgets atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		if cmd.Name() == "hget" {
+			c.hgets.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
@@ -194,14 +201,14 @@ func TestDistributedOnlyFailsFast(t *testing.T) {
 				srv.Pause()
 				defer srv.Resume()
 			}
-			start := time.Now()
-			_, err := n.e.Do(context.Background(), stage, "k", slowFn(&runs, 0, "1"))
-			took := time.Since(start)
-			if !errors.Is(err, flight.ErrCoordinationUnavailable) {
-				t.Fatalf("err = %v, want ErrCoordinationUnavailable", err)
-			}
-			if took > 2*opt.Budget.Coordination {
-				t.Errorf("failing took %v, coordination budget %v", took, opt.Budget.Coordination)
+			// The caller's own deadline is ten budgets away, and below the client's 3 s read
+			// timeout: failing fast means the budget, not either of those, ends the call.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*opt.Budget.Coordination)
+			defer cancel()
+			_, err := n.e.Do(ctx, stage, "k", slowFn(&runs, 0, "1"))
+			if !errors.Is(err, flight.ErrCoordinationUnavailable) || ctx.Err() != nil {
+				t.Fatalf("err = %v (caller's context: %v), want ErrCoordinationUnavailable within the coordination budget %v",
+					err, ctx.Err(), opt.Budget.Coordination)
 			}
 			if runs.Load() != 1 {
 				t.Errorf("the function ran %d times", runs.Load())
@@ -412,17 +419,31 @@ func TestStalledProgressIsTakenOver(t *testing.T) {
 func TestWaiterLeavesOnContext(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	n := newNode(t, srv, redistest.Prefix(), "n1", fastPolicy())
-	var runs atomic.Int64
-	go func() { _, _ = n.e.Do(context.Background(), stage, "k", slowFn(&runs, time.Second, "1")) }()
-	time.Sleep(50 * time.Millisecond)
+	started, release := make(chan struct{}), make(chan struct{})
+	leader := make(chan error, 1)
+	go func() {
+		_, err := n.e.Do(context.Background(), stage, "k", func(context.Context, func()) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("1"), nil
+		})
+		leader <- err
+	}()
+	<-started
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	start := time.Now()
+	var runs atomic.Int64
 	if _, err := n.e.Do(ctx, stage, "k", slowFn(&runs, 0, "2")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err %v", err)
 	}
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Errorf("waiter left after %v", took)
+	select {
+	case err := <-leader:
+		t.Errorf("the waiter left only after the run it waited for ended (%v)", err)
+	default: // it left while the run still went on
+	}
+	close(release)
+	if err := <-leader; err != nil || runs.Load() != 0 {
+		t.Errorf("the leader: %v; the waiter's function ran %d times", err, runs.Load())
 	}
 }
 
@@ -432,19 +453,43 @@ func TestCrossNodeFollower(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	prefix := redistest.Prefix()
 	opt := fastPolicy()
-	opt.WaitTimeout = 5 * time.Second // the event, not the timeout, must wake the follower
+	// The event, not the timeout, must wake the follower: its wait would outlast the test's
+	// deadline.
+	opt.WaitTimeout = 10 * time.Minute
+	opt.Policy.Lease = 10 * time.Minute
+	opt.HeartbeatInterval = time.Second
 	a := newNode(t, srv, prefix, "a", opt)
 	b := newNode(t, srv, prefix, "b", opt)
 	var runs atomic.Int64
-	go func() { _, _ = a.e.Do(context.Background(), stage, "k", slowFn(&runs, 300*time.Millisecond, `"a"`)) }()
-	time.Sleep(50 * time.Millisecond)
-	start := time.Now()
-	r, err := b.e.Do(context.Background(), stage, "k", slowFn(&runs, 0, `"b"`))
-	if err != nil || string(r.Value) != `"a"` || runs.Load() != 1 {
-		t.Fatalf("b: %+v %v runs %d", r, err, runs.Load())
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _ = a.e.Do(context.Background(), stage, "k", func(context.Context, func()) ([]byte, error) {
+			runs.Add(1)
+			close(started)
+			<-release
+			return []byte(`"a"`), nil
+		})
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	var r flight.Result
+	go func() {
+		var err error
+		r, err = b.e.Do(ctx, stage, "k", slowFn(&runs, 0, `"b"`))
+		got <- err
+	}()
+	// b follows: it listens for the owner's event, then looks at the flight's status.
+	for b.cmds.hgets.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("b never followed the flight")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("follower woke after %v", took)
+	close(release)
+	if err := <-got; err != nil || string(r.Value) != `"a"` || runs.Load() != 1 {
+		t.Fatalf("b: %+v %v runs %d (a context error: the owner's event did not wake the follower)", r, err, runs.Load())
 	}
 }
 

@@ -383,12 +383,11 @@ func TestSessionLockAcquireWakesAtLeaseEnd(t *testing.T) {
 	t.Parallel()
 	b := newSessionBundle(t)
 	b.mustAcquire("s", "A", 200*time.Millisecond)
-	start := time.Now()
-	if _, err := b.l.Acquire(b.ctx, "acme", "s", "B", time.Minute, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Acquire took %v, want about the 200ms lease", d)
+	// A waiter that slept its 30 s poll would outlast this 10 s deadline.
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := b.l.Acquire(ctx, "acme", "s", "B", time.Minute, 30*time.Second); err != nil {
+		t.Fatalf("Acquire after the holder's 200 ms lease, with a 30 s poll: %v", err)
 	}
 }
 
@@ -400,13 +399,9 @@ func TestSessionLockAcquireHonoursContext(t *testing.T) {
 	t.Run("Deadline", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
 		defer cancel()
-		start := time.Now()
 		_, err := b.l.Acquire(ctx, "acme", "s", "B", time.Minute, 20*time.Millisecond)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire = %v, want DeadlineExceeded", err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("Acquire took %v after a 100ms deadline", d)
 		}
 	})
 

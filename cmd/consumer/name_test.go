@@ -34,9 +34,5 @@ func TestDuplicateName(t *testing.T) {
 
 	_ = live.cmd.Process.Signal(syscall.SIGKILL)
 	<-live.done
-	start := time.Now()
-	e.start("twin") // fails the test if it exits
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("restart under the name of a killed process took %v", d)
-	}
+	e.start("twin") // fails the test if it exits, or is not ready within 20 s
 }
