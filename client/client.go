@@ -41,6 +41,11 @@ type Config struct {
 	// also encoded under the default Limits (topics.Task.Encode), so limits looser than the
 	// defaults do not let larger tasks through.
 	Limits topics.Limits
+	// ScheduleHorizon is how far ahead a task's NotBefore may lie: Enqueue refuses a task
+	// scheduled further ahead (topics.ReasonNotBeforeTooFar), as the consumers would. Set it
+	// to the stages' scheduleHorizon when they changed it. Zero means
+	// topics.DefaultScheduleHorizon (7 days); negative turns the check off.
+	ScheduleHorizon time.Duration
 	// Errors, when set, receives every Redis error that a read loop (Await, Collect,
 	// Subscribe) recovers from by retrying with backoff. It is called from the reading
 	// goroutine and must not block. Defaults to nil: errors are retried silently until the
@@ -94,11 +99,12 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	// prepare checks the schedule horizon on the Config's clock; the Writer does not again.
 	return &Client{
 		cfg:   cfg,
 		rdb:   cfg.Client,
 		ks:    cfg.Keyspace,
-		w:     topics.Writer{Client: cfg.Client, Keyspace: cfg.Keyspace, Limits: cfg.Limits},
+		w:     topics.Writer{Client: cfg.Client, Keyspace: cfg.Keyspace, Limits: cfg.Limits, ScheduleHorizon: -1},
 		coord: coord,
 	}, nil
 }
@@ -149,15 +155,19 @@ func (r Receipt) Matches(ev topics.Event) bool {
 }
 
 // prepare fills the task's id and enqueue time when they are empty and validates it under
-// the configured limits. The error wraps topics.ErrInvalidTask.
+// the configured limits and schedule horizon. The error wraps topics.ErrInvalidTask.
 func (c *Client) prepare(t topics.Task) (topics.Task, time.Time, error) {
 	if t.TaskID == "" {
 		t.TaskID = uuid.NewString()
 	}
+	now := c.cfg.Now()
 	if t.EnqueuedAt == "" {
-		t.EnqueuedAt = topics.FormatTime(c.cfg.Now())
+		t.EnqueuedAt = topics.FormatTime(now)
 	}
 	if err := t.Validate(c.cfg.Limits); err != nil {
+		return t, time.Time{}, err
+	}
+	if err := t.CheckNotBefore(now, c.cfg.ScheduleHorizon); err != nil {
 		return t, time.Time{}, err
 	}
 	at, _ := t.EnqueuedTime() // valid: Validate checked it
@@ -166,7 +176,7 @@ func (c *Client) prepare(t topics.Task) (topics.Task, time.Time, error) {
 
 // Enqueue appends t to ai:tasks:<t.Stage>. It sets t.TaskID to a new UUID when it is empty
 // and t.EnqueuedAt to the current time when it is empty, then validates t under
-// Config.Limits: an invalid task is refused with an error that matches
+// Config.Limits and Config.ScheduleHorizon: an invalid task is refused with an error that matches
 // topics.ErrInvalidTask and nothing is written.
 func (c *Client) Enqueue(ctx context.Context, t topics.Task) (Receipt, error) {
 	t, at, err := c.prepare(t)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -463,6 +464,8 @@ func TestEnqueueInvalid(t *testing.T) {
 		"NullInput":     {Stage: stageA, Tenant: "acme", Input: json.RawMessage(`null`)},
 		"UnknownStage":  newTask(stageB, `1`),
 		"BadDeadline":   {Stage: stageA, Tenant: "acme", Input: json.RawMessage(`1`), Deadline: "tomorrow"},
+		"NotBeforeTooFar": {Stage: stageA, Tenant: "acme", Input: json.RawMessage(`1`),
+			NotBefore: topics.FormatTime(time.Now().Add(topics.DefaultScheduleHorizon + time.Hour))},
 	} {
 		if _, err := b.c.Enqueue(ctx, tk); !errors.Is(err, topics.ErrInvalidTask) {
 			t.Errorf("%s: Enqueue = %v, want ErrInvalidTask", name, err)
@@ -472,8 +475,19 @@ func TestEnqueueInvalid(t *testing.T) {
 	if !errors.Is(err, topics.ErrInvalidTask) {
 		t.Errorf("EnqueueBatch = %v, want ErrInvalidTask", err)
 	}
-	if n := b.r.Client.XLen(ctx, b.ks.Tasks(stageA)).Val(); n != 0 {
-		t.Errorf("%d entries written for invalid tasks", n)
+	// The horizon is the client's to set: a shorter one refuses a nearer notBefore, with the
+	// reason a consumer would dead-letter it with.
+	short := setup(t, client.Config{ScheduleHorizon: time.Hour})
+	_, err = short.c.Enqueue(ctx, topics.Task{Stage: stageA, Tenant: "acme", Input: json.RawMessage(`1`),
+		NotBefore: topics.FormatTime(time.Now().Add(2 * time.Hour))})
+	if ite, ok := errors.AsType[*topics.InvalidTaskError](err); !ok || ite.Reason != topics.ReasonNotBeforeTooFar ||
+		!strings.Contains(err.Error(), "1h0m0s") {
+		t.Errorf("Enqueue 2h ahead with a 1h horizon = %v, want not_before_too_far naming 1h0m0s", err)
+	}
+	for _, bb := range []*testBundle{b, short} {
+		if n := bb.r.Client.XLen(ctx, bb.ks.Tasks(stageA)).Val(); n != 0 {
+			t.Errorf("%d entries written for invalid tasks", n)
+		}
 	}
 	if _, err := client.New(client.Config{}); err == nil {
 		t.Error("New without a Redis client succeeded")

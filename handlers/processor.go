@@ -138,6 +138,12 @@ func (p *Processor) handle(msg *message.Message, retried bool) error {
 	}
 	t := &taskRun{p: p, msg: msg, task: task, key: key, ent: ent, corr: corr, received: time.Now(), retried: retried}
 	if nb, ok := task.NotBeforeTime(); ok && nb.After(t.received) {
+		// A task scheduled past the horizon would sit in the scheduled set for as long as it
+		// names (year 9999): it is refused, as producers refuse it before XADD.
+		if err := task.CheckNotBefore(t.received, p.stage.ScheduleHorizon); err != nil {
+			return p.deadLetter(ctx, log(), msg, string(topics.ReasonNotBeforeTooFar),
+				err.Error()+" (the stage's scheduleHorizon)", nil)
+		}
 		return t.wait(ctx, nb, "not_before")
 	}
 	// An enqueuedAt further than topics.MaxClockSkew from now (year 1, year 9999) counts as

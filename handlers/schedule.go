@@ -90,6 +90,13 @@ func (r RetryPolicy) validate() error {
 // acknowledged). why labels the metric: not_before or retry.
 func (t *taskRun) wait(ctx context.Context, at time.Time, why string) error {
 	d := time.Until(at)
+	h := t.p.stage.ScheduleHorizon
+	if h <= 0 {
+		h = topics.DefaultScheduleHorizon
+	}
+	if d > h { // a retry delay (handle refused a notBefore past the horizon)
+		d, at = h, time.Now().Add(h)
+	}
 	if d <= scheduleAfter {
 		stream.Delay(t.msg, max(d, 0))
 		return nil

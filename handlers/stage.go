@@ -87,6 +87,10 @@ type StageConfig struct {
 	// Retry-After longer than it wins). A delay over 2 s is waited in the stage's scheduled
 	// set, holding no handler; every task of the key waits for it.
 	Retry RetryPolicy `yaml:"retry"`
+	// ScheduleHorizon is how far ahead of the consumer's clock a task's notBefore may lie: a
+	// task scheduled further ahead is dead-lettered not_before_too_far (with a FAILED event),
+	// and a retry delay is cut to it. Defaults to 7 days (topics.DefaultScheduleHorizon).
+	ScheduleHorizon time.Duration `yaml:"scheduleHorizon"`
 	// ArchiveRetention is how long the durable archive (Config.Archive) keeps the stage's
 	// outcomes: a result answers its key from the archive this long after it was produced,
 	// whatever Redis still holds. Defaults to 30 days.
@@ -131,6 +135,9 @@ func (c StageConfig) WithDefaults() StageConfig {
 	}
 	if c.ArchiveRetention == 0 {
 		c.ArchiveRetention = archive.DefaultRetention
+	}
+	if c.ScheduleHorizon == 0 {
+		c.ScheduleHorizon = topics.DefaultScheduleHorizon
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = time.Second
@@ -202,6 +209,9 @@ func (c StageConfig) Validate() error {
 	}
 	if c.ArchiveRetention < 0 {
 		errs = append(errs, fmt.Errorf("archiveRetention %v must not be negative", c.ArchiveRetention))
+	}
+	if c.ScheduleHorizon < 0 {
+		errs = append(errs, fmt.Errorf("scheduleHorizon %v must not be negative", c.ScheduleHorizon))
 	}
 	if c.ParkCheck < 0 {
 		errs = append(errs, fmt.Errorf("parkCheck %v must not be negative", c.ParkCheck))

@@ -48,6 +48,10 @@ type Writer struct {
 	TaskMaxLen, ResultMaxLen, DLQMaxLen int64
 	// Limits bound the tasks EnqueueTasks accepts. Zero fields take their defaults.
 	Limits Limits
+	// ScheduleHorizon is how far ahead a task's NotBefore may lie (Task.CheckNotBefore): the
+	// consumers' stage setting, which a producer does not read. Zero means
+	// DefaultScheduleHorizon; a negative value turns the check off.
+	ScheduleHorizon time.Duration
 }
 
 func maxLen(v, def int64) int64 {
@@ -60,7 +64,7 @@ func maxLen(v, def int64) int64 {
 	return v
 }
 
-// EnqueueTask validates t under w.Limits and appends it to its stage's task stream; it
+// EnqueueTask validates t under w.Limits and w.ScheduleHorizon and appends it to its stage's task stream; it
 // returns the entry id.
 func (w Writer) EnqueueTask(ctx context.Context, t Task) (string, error) {
 	ids, err := w.EnqueueTasks(ctx, []Task{t})
@@ -70,13 +74,17 @@ func (w Writer) EnqueueTask(ctx context.Context, t Task) (string, error) {
 	return ids[0], nil
 }
 
-// EnqueueTasks validates every task under w.Limits, then appends them all in one pipeline.
-// An invalid task writes nothing. On a Redis error it returns the ids of the leading tasks
+// EnqueueTasks validates every task under w.Limits and w.ScheduleHorizon, then appends them
+// all in one pipeline. An invalid task writes nothing. On a Redis error it returns the ids of the leading tasks
 // known to be appended, with the error; later ones may have been appended too.
 func (w Writer) EnqueueTasks(ctx context.Context, tasks []Task) ([]string, error) {
 	payloads := make([][]byte, len(tasks))
+	now := time.Now()
 	for i, t := range tasks {
 		b, err := t.EncodeWith(w.Limits)
+		if err == nil {
+			err = t.CheckNotBefore(now, w.ScheduleHorizon)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("topics: enqueue %q: %w", t.TaskID, err)
 		}

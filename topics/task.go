@@ -123,6 +123,25 @@ func (t Task) CheckDeadline(now time.Time) error {
 	return invalid(ReasonDeadlinePassed, "deadline", fmt.Sprintf("%s is not after %s", t.Deadline, FormatTime(now)))
 }
 
+// DefaultScheduleHorizon is how far ahead of now a task's NotBefore may lie unless a stage
+// (handlers.StageConfig.ScheduleHorizon) or a producer (Writer.ScheduleHorizon) says otherwise.
+const DefaultScheduleHorizon = 7 * 24 * time.Hour
+
+// CheckNotBefore returns an *InvalidTaskError with ReasonNotBeforeTooFar when t's NotBefore
+// lies more than horizon after now (0 means DefaultScheduleHorizon, a negative horizon no
+// limit), and nil otherwise (no notBefore, or an unparsable one, which Validate reports).
+func (t Task) CheckNotBefore(now time.Time, horizon time.Duration) error {
+	if horizon == 0 {
+		horizon = DefaultScheduleHorizon
+	}
+	nb, ok := t.NotBeforeTime()
+	if !ok || horizon < 0 || nb.Sub(now) <= horizon {
+		return nil
+	}
+	return invalid(ReasonNotBeforeTooFar, "notBefore",
+		fmt.Sprintf("%s lies more than the schedule horizon %v after %s", t.NotBefore, horizon, FormatTime(now)))
+}
+
 // Encode validates t under the default Limits and returns its JSON payload. Input and
 // Params are compacted; no HTML escaping is applied. The error is an *InvalidTaskError,
 // or a json error when Input or Params cannot be marshalled.

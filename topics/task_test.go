@@ -205,6 +205,42 @@ func TestTaskCheckDeadline(t *testing.T) {
 	}
 }
 
+func TestTaskCheckNotBefore(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(d time.Duration) Task { return Task{NotBefore: FormatTime(now.Add(d))} }
+	for _, c := range []struct {
+		task    Task
+		horizon time.Duration
+		refused bool
+	}{
+		{at(DefaultScheduleHorizon), 0, false},
+		{at(DefaultScheduleHorizon + time.Millisecond), 0, true},
+		{Task{NotBefore: "9999-12-31T23:59:59Z"}, 0, true},
+		{at(time.Hour), time.Hour, false},
+		{at(time.Hour + time.Second), time.Hour, true},
+		{Task{NotBefore: "9999-12-31T23:59:59Z"}, -1, false}, // no limit
+		{at(-time.Hour), time.Minute, false},                 // in the past: due now
+		{Task{}, time.Minute, false},
+		{Task{NotBefore: "soon"}, time.Minute, false}, // Validate reports it
+	} {
+		err := c.task.CheckNotBefore(now, c.horizon)
+		if !c.refused {
+			if err != nil {
+				t.Errorf("notBefore %q, horizon %v: %v", c.task.NotBefore, c.horizon, err)
+			}
+			continue
+		}
+		wantReason(t, err, ReasonNotBeforeTooFar)
+		want := c.horizon
+		if want == 0 {
+			want = DefaultScheduleHorizon
+		}
+		if err == nil || !strings.Contains(err.Error(), want.String()) {
+			t.Errorf("notBefore %q: %v; want the limit %v named", c.task.NotBefore, err, want)
+		}
+	}
+}
+
 func TestTaskEncodeTooLarge(t *testing.T) {
 	// Input within its own cap, but params push the payload over 1 MiB.
 	big := `{"k":"` + strings.Repeat("x", 1<<20) + `"}`

@@ -51,6 +51,9 @@ const (
 	// ReasonDeadlinePassed: the deadline is not after now. Only Task.CheckDeadline
 	// returns it; DecodeTask and Validate never look at the clock.
 	ReasonDeadlinePassed Reason = "deadline_passed"
+	// ReasonNotBeforeTooFar: notBefore lies further ahead than the schedule horizon. Only
+	// Task.CheckNotBefore returns it; DecodeTask and Validate never look at the clock.
+	ReasonNotBeforeTooFar Reason = "not_before_too_far"
 	// ReasonBadAttempt: attempt is negative.
 	ReasonBadAttempt Reason = "bad_attempt"
 	// ReasonUnknownField: the payload object has a member that is not a task field, spelled

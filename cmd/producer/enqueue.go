@@ -63,6 +63,8 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	fs.StringVar(&t.Deadline, "deadline", "", "RFC 3339 `time` after which the result is no longer wanted")
 	fs.StringVar(&t.NotBefore, "not-before", "", "RFC 3339 `time` before which the task must not start (a scheduled task)")
 	in := fs.Duration("in", 0, "start the task no sooner than this `duration` from now (sets notBefore; with --wait the timeout grows by it)")
+	fs.DurationVar(&a.horizon, "schedule-horizon", topics.DefaultScheduleHorizon,
+		"refuse a notBefore further ahead than this `duration` (the consumers' stage setting scheduleHorizon)")
 	fs.StringVar(&file, "f", "", "JSONL `file` of tasks, one topics.Task JSON per line (\"-\" for stdin)")
 	fs.BoolVar(&anyStage, "any-stage", false, anyStageUsage)
 	wo.register(fs)
@@ -118,6 +120,9 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 		if err := check.Validate(topics.Limits{}); err != nil {
 			return usagef("%v", err) // a flag's value: --tenant, --stage, --id, --key, ...
 		}
+		if err := check.CheckNotBefore(time.Now(), a.horizon); err != nil {
+			return usagef("%v (--schedule-horizon)", err) // --in or --not-before
+		}
 		tasks = []topics.Task{t}
 	}
 	var stages []string
@@ -172,6 +177,9 @@ func (a *app) readTasks(name string, def topics.Task) ([]topics.Task, error) {
 		fill(&check.TaskID, "placeholder") // Enqueue generates missing ids
 		if err := check.Validate(topics.Limits{}); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		if err := check.CheckNotBefore(time.Now(), a.horizon); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w (--schedule-horizon)", name, line, err)
 		}
 		tasks = append(tasks, t)
 	}

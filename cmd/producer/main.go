@@ -40,6 +40,7 @@ Usage:
 Commands:
   enqueue   enqueue one task:  enqueue --stage S --tenant T --input JSON [--session ID] [--key K]
                                [--id ID] [--model-version V] [--prompt-version V] [--deadline RFC3339]
+                               [--in D | --not-before RFC3339] [--schedule-horizon 168h]
             or a JSONL file:   enqueue -f tasks.jsonl ("-" reads stdin; one topics.Task JSON per line,
                                --stage/--tenant/--session/--model-version/--prompt-version fill
                                empty fields) [--progress]
@@ -113,6 +114,7 @@ type app struct {
 	redisURL string
 	prefix   string
 	parts    int
+	horizon  time.Duration // enqueue --schedule-horizon (0: the topics default)
 	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
@@ -293,8 +295,9 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 		return nil, nil, err
 	}
 	c, err := client.New(client.Config{
-		Client:   rdb,
-		Keyspace: topics.Keyspace{Prefix: a.prefix, Partitions: map[string]int{"*": a.parts}},
+		Client:          rdb,
+		Keyspace:        topics.Keyspace{Prefix: a.prefix, Partitions: map[string]int{"*": a.parts}},
+		ScheduleHorizon: a.horizon,
 		Errors: func(err error) {
 			fmt.Fprintf(a.stderr, "producer: %v (retrying)\n", err)
 		},

@@ -21,7 +21,7 @@ func testScheduled(t *testing.T, c *cli) {
 	if res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", `1`, "--in", "90s"); res.code != 0 {
 		t.Fatalf("--in: exit %d: %s", res.code, res.stderr)
 	}
-	at := "2031-01-02T03:04:05Z"
+	at := time.Now().Add(72 * time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
 	if res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", `2`, "--not-before", at); res.code != 0 {
 		t.Fatalf("--not-before: exit %d: %s", res.code, res.stderr)
 	}
@@ -36,14 +36,35 @@ func testScheduled(t *testing.T, c *cli) {
 	if got[1].NotBefore != at {
 		t.Errorf("--not-before: notBefore %q, want %q", got[1].NotBefore, at)
 	}
-	for _, args := range [][]string{{"--in", "-5s"}, {"--in", "5s", "--not-before", at}, {"--not-before", "tomorrow"}} {
-		res := c.run("", append([]string{"enqueue", "--stage", stage, "--tenant", "acme", "--input", `3`}, args...)...)
+	for _, c2 := range []struct {
+		args []string
+		far  string // the horizon a refusal past it names
+	}{
+		{[]string{"--in", "-5s"}, ""}, {[]string{"--in", "5s", "--not-before", at}, ""}, {[]string{"--not-before", "tomorrow"}, ""},
+		{[]string{"--not-before", "9999-12-31T00:00:00Z"}, "168h0m0s"}, {[]string{"--in", "169h"}, "168h0m0s"},
+		{[]string{"--in", "2h", "--schedule-horizon", "1h"}, "1h0m0s"},
+	} {
+		res := c.run("", append([]string{"enqueue", "--stage", stage, "--tenant", "acme", "--input", `3`}, c2.args...)...)
 		if res.code != 2 || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
-			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, res.code, res.stderr)
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", c2.args, res.code, res.stderr)
 		}
+		if c2.far != "" && (!strings.Contains(res.stderr, string(topics.ReasonNotBeforeTooFar)) || !strings.Contains(res.stderr, c2.far)) {
+			t.Errorf("%v: stderr %q; want %s naming the %s horizon", c2.args, res.stderr, topics.ReasonNotBeforeTooFar, c2.far)
+		}
+	}
+	// A JSONL line past the horizon is refused with its line number, and nothing is enqueued.
+	far := `{"input":4,"notBefore":"9999-12-31T00:00:00Z"}` + "\n"
+	if res := c.run(far, "enqueue", "-f", "-", "--stage", stage, "--tenant", "acme"); res.code != 1 ||
+		!strings.Contains(res.stderr, "-:1:") || !strings.Contains(res.stderr, string(topics.ReasonNotBeforeTooFar)) {
+		t.Errorf("a far task in a file: exit %d, stderr %q", res.code, res.stderr)
 	}
 	if n := len(c.tasks(stage)); n != 2 {
 		t.Errorf("%d tasks after the refused ones, want 2", n)
+	}
+	// A consumer configured with a longer horizon: the producer is told with --schedule-horizon.
+	if res := c.run("", "enqueue", "--stage", stage, "--tenant", "acme", "--input", `5`, "--in", "200h",
+		"--schedule-horizon", "240h"); res.code != 0 {
+		t.Errorf("--in 200h --schedule-horizon 240h: exit %d: %s", res.code, res.stderr)
 	}
 	// A consumer keeps a far task in the stage's scheduled set: producer stages counts it.
 	if err := c.r.Client.ZAdd(context.Background(), c.ks.Scheduled(stage), redis.Z{Score: 1, Member: "x"}).Err(); err != nil {
