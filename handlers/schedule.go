@@ -27,6 +27,10 @@ const scheduleAfter = 2 * time.Second
 // scheduleBatch is the most due tasks one schedule call moves.
 const scheduleBatch = 100
 
+// horizonSlack: a task due this much past the stage's schedule horizon was not scheduled by a
+// consumer of this horizon (the consumers' clocks differ by about a second, NTP).
+const horizonSlack = time.Minute
+
 // movingStuck: a task taken for appending but still in the moving set this long later was
 // left by a consumer that died in between; it is appended again (at least once).
 const movingStuck = 30 * time.Second
@@ -102,9 +106,12 @@ func (t *taskRun) wait(ctx context.Context, at time.Time, why string) error {
 		return nil
 	}
 	p := t.p
-	z := redis.Z{Score: float64(at.UnixMilli()), Member: string(t.msg.Payload)}
-	if err := p.rdb.ZAdd(context.WithoutCancel(ctx), p.ks.Scheduled(t.task.Stage), z).Err(); err != nil {
-		return err // the middleware retries the message; nothing was acknowledged
+	stage := t.task.Stage
+	keys := []string{p.ks.Scheduled(stage), p.ks.ScheduledTasks(stage), p.ks.ScheduledIndex(stage, t.key)}
+	err := lua.ScheduleAdd.Run(context.WithoutCancel(ctx), p.rdb, keys, topics.ScheduledID(t.msg.Payload),
+		at.UnixMilli(), t.key, t.task.TaskID, string(t.msg.Payload)).Err()
+	if err != nil { // the middleware retries the message; nothing was acknowledged
+		return fmt.Errorf("handlers: schedule task %s: %w", t.task.TaskID, err)
 	}
 	p.metrics.scheduled.WithLabelValues(t.task.Stage, why).Inc()
 	if debugOn(p.log) {
@@ -127,7 +134,7 @@ func (c *Consumer) scheduleLoop(ctx context.Context, interval time.Duration) {
 		}
 		for _, s := range c.cfg.Stages {
 			for ctx.Err() == nil {
-				n, err := c.moveDue(ctx, s.Name)
+				n, err := c.moveDue(ctx, s.Name, s.ScheduleHorizon)
 				if err != nil {
 					c.log.Warn().Err(err).Str("stage", s.Name).Msg("moving due scheduled tasks failed")
 				}
@@ -140,16 +147,28 @@ func (c *Consumer) scheduleLoop(ctx context.Context, interval time.Duration) {
 }
 
 // moveDue appends up to scheduleBatch due tasks of stage to its task stream and returns how
-// many it took.
-func (c *Consumer) moveDue(ctx context.Context, stage string) (int, error) {
+// many it took: from the stage's scheduled set, and from the set versions without the index
+// filled (ScheduledLegacy). Tasks due past the stage's horizon (scheduled under a longer one,
+// or by a version without it) are taken too: the consumer that reads them refuses them.
+func (c *Consumer) moveDue(ctx context.Context, stage string, horizon time.Duration) (int, error) {
 	ks := c.cfg.Keyspace
-	keys := []string{ks.Scheduled(stage), ks.ScheduledMoving(stage)}
-	due, err := lua.ScheduleDue.Run(ctx, c.rdb, keys, scheduleBatch, movingStuck.Milliseconds()).StringSlice()
-	if err != nil || len(due) == 0 {
+	set, moving, tasks := ks.Scheduled(stage), ks.ScheduledMoving(stage), ks.ScheduledTasks(stage)
+	legacyMoving := ks.ScheduledLegacyMoving(stage)
+	if horizon <= 0 {
+		horizon = topics.DefaultScheduleHorizon
+	}
+	out, err := lua.ScheduleDue.Run(ctx, c.rdb, []string{set, moving, tasks, ks.ScheduledLegacy(stage), legacyMoving},
+		scheduleBatch, movingStuck.Milliseconds(), (horizon + horizonSlack).Milliseconds()).StringSlice()
+	if err != nil || len(out) == 0 {
 		return 0, err
 	}
+	n := len(out) / 3
 	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, payload := range due {
+		for i := 0; i < len(out); i += 3 {
+			payload := out[i+1]
+			if payload == "" {
+				continue // an id without its payload: nothing to append
+			}
 			// It was valid when it was scheduled; a payload a changed limit refuses is
 			// appended all the same, for the consumer to dead-letter with its reason.
 			task, _ := topics.DecodeTask([]byte(payload), c.cfg.Limits)
@@ -159,15 +178,26 @@ func (c *Consumer) moveDue(ctx context.Context, stage string) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err // the members stay in the moving set and are appended again later
+		return 0, err // the members stay in their moving sets and are appended again later
 	}
-	members := make([]any, len(due))
-	for i, m := range due {
-		members[i] = m
+	// The members leave their moving sets; the payloads and index entries go with them.
+	keys := []string{set, moving, tasks, legacyMoving}
+	index := map[string]int{}
+	args := make([]any, 0, 2*n)
+	for i := 0; i < len(out); i += 3 {
+		pos := 0
+		if key := out[i+2]; key != "" {
+			if pos = index[key]; pos == 0 {
+				keys = append(keys, ks.ScheduledIndex(stage, key))
+				pos = len(keys) - 4
+				index[key] = pos
+			}
+		}
+		args = append(args, out[i], pos)
 	}
-	if err := c.rdb.ZRem(ctx, ks.ScheduledMoving(stage), members...).Err(); err != nil {
-		return len(due), err
+	if err := lua.ScheduleDone.Run(ctx, c.rdb, keys, args...).Err(); err != nil {
+		return n, err
 	}
-	c.metrics.scheduled.WithLabelValues(stage, "due").Add(float64(len(due)))
-	return len(due), nil
+	c.metrics.scheduled.WithLabelValues(stage, "due").Add(float64(n))
+	return n, nil
 }

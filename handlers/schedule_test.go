@@ -130,8 +130,9 @@ func TestRetryAfterHoldsTheKey(t *testing.T) {
 	}
 }
 
-// TestScheduledTaskLeftMoving: a scheduled task that a consumer took for appending and then
-// died with (still in the moving set) is appended again and answered.
+// TestScheduledTaskLeftMoving: a scheduled task that a consumer of a version without the
+// index took for appending and then died with (still in its moving set) is appended again and
+// answered.
 func TestScheduledTaskLeftMoving(t *testing.T) {
 	r := redistest.New(t)
 	ks := topics.Keyspace{Prefix: r.Prefix}
@@ -145,7 +146,7 @@ func TestScheduledTaskLeftMoving(t *testing.T) {
 	}
 	ctx := context.Background()
 	taken := time.Now().Add(-time.Minute).UnixMilli()
-	if err := r.Client.ZAdd(ctx, ks.ScheduledMoving("later"), redis.Z{Score: float64(taken), Member: string(payload)}).Err(); err != nil {
+	if err := r.Client.ZAdd(ctx, ks.ScheduledLegacyMoving("later"), redis.Z{Score: float64(taken), Member: string(payload)}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	runMux(t, r, mux, testLog(t))

@@ -12,11 +12,13 @@
 // by tenants only an operator's credential may load it, and a consumer checks at start that
 // the library holds this build's code).
 //
-// The other scripts (stream_touch, liveness, session_lock, schedule_due) are plain scripts (EVALSHA with an
-// EVAL fallback). Every key a script touches arrives in KEYS, and the keys of one call share
-// one hash tag (a flight's {requestKey}, a session's {tenant:sessionId}) or are a single
-// stream, so every script runs unchanged on Redis Cluster; only answer mode "write" (see
-// lib.lua) reaches streams of other slots, and it is used on a single Redis node only.
+// The other scripts (stream_touch, liveness, session_lock and the scheduled set's
+// schedule_add, schedule_due, schedule_done, schedule_cancel) are plain scripts (EVALSHA with
+// an EVAL fallback). Every key a script touches arrives in KEYS, and the keys of one call
+// share one hash tag (a flight's {requestKey}, a session's {tenant:sessionId}, a stage's
+// {stage} of its scheduled set) or are a single stream, so every script runs unchanged on
+// Redis Cluster; only answer mode "write" (see lib.lua) reaches streams of other slots, and it
+// is used on a single Redis node only.
 package lua
 
 import (
@@ -55,6 +57,12 @@ var (
 	sessionLockSrc string
 	//go:embed schedule_due.lua
 	scheduleDueSrc string
+	//go:embed schedule_add.lua
+	scheduleAddSrc string
+	//go:embed schedule_done.lua
+	scheduleDoneSrc string
+	//go:embed schedule_cancel.lua
+	scheduleCancelSrc string
 )
 
 // library is the flight function library's source and prefix (set once by newLibrary).
@@ -148,11 +156,23 @@ var Liveness = redis.NewScript(livenessSrc)
 // SessionLock acquires, renews or releases the fenced, leased lock of one interview session.
 var SessionLock = redis.NewScript(sessionLockSrc)
 
+// ScheduleAdd keeps a task in its stage's scheduled set until it is due, indexed by its
+// request key.
+var ScheduleAdd = redis.NewScript(scheduleAddSrc)
+
 // ScheduleDue takes the due members of a stage's scheduled set for appending to its task
 // stream.
 var ScheduleDue = redis.NewScript(scheduleDueSrc)
 
+// ScheduleDone forgets the scheduled members that were appended to the task stream, with their
+// payloads and index entries.
+var ScheduleDone = redis.NewScript(scheduleDoneSrc)
+
+// ScheduleCancel removes one request key's tasks from its stage's scheduled set and returns
+// their payloads.
+var ScheduleCancel = redis.NewScript(scheduleCancelSrc)
+
 // Scripts lists the plain scripts, for loading them ahead of pipelines (SCRIPT LOAD).
 func Scripts() []*redis.Script {
-	return []*redis.Script{StreamTouch, Liveness, SessionLock, ScheduleDue}
+	return []*redis.Script{StreamTouch, Liveness, SessionLock, ScheduleAdd, ScheduleDue, ScheduleDone, ScheduleCancel}
 }

@@ -154,6 +154,9 @@ func runPipeline(t *testing.T, e *e2e, p *proc, uiToken string) {
 		Input: in(`{"r":1,"sim":{"fail":"retryable","failAttempts":1}}`)}, topics.StatusSucceeded)
 	add(topics.Task{TaskID: "final", Stage: handlers.StageEvaluation, Tenant: "acme",
 		Input: in(`{"f":1,"sim":{"fail":"final"}}`)}, topics.StatusFailed)
+	// Due in a few seconds: it waits in the scheduled set (schedule_add, _due and _done).
+	add(topics.Task{TaskID: "scheduled", Stage: handlers.StageEvaluation, Tenant: "acme", Input: in(`{"later":1}`),
+		NotBefore: topics.FormatTime(time.Now().Add(2500 * time.Millisecond))}, topics.StatusSucceeded)
 	for i := range 2 {
 		add(topics.Task{TaskID: fmt.Sprint("heavy", i), Stage: handlers.StageExtraction, Tenant: "acme", SessionID: "s-1",
 			Input: in(fmt.Sprintf(`{"resume":%d,"sim":{"latencyMs":200}}`, i))}, topics.StatusSucceeded)

@@ -136,11 +136,16 @@ func (a *app) stages(ctx context.Context, args []string) error {
 			}
 			rows[i].Pending += st.Pending
 		}
-		n, err := rdb.ZCard(ctx, c.Keyspace().Scheduled(s.Name)).Result()
+		// The scheduled set, and the one a version without its index kept (drained when due).
+		var set, legacy *redis.IntCmd
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			set, legacy = p.ZCard(ctx, c.Keyspace().Scheduled(s.Name)), p.ZCard(ctx, c.Keyspace().ScheduledLegacy(s.Name))
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("read the scheduled tasks of %s: %w", s.Name, err)
 		}
-		rows[i].Scheduled = n
+		rows[i].Scheduled = set.Val() + legacy.Val()
 		if p, ok := paused[s.Name]; ok {
 			rows[i].Paused = &p
 		}

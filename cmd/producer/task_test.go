@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -154,7 +155,7 @@ func testCancelScheduled(t *testing.T, c *cli) {
 		t.Fatal(err)
 	}
 	key, _ := flight.TaskKey(task)
-	if err := c.r.Client.ZAdd(ctx, c.ks.Scheduled(stage), redis.Z{Score: 1.9e12, Member: string(payload)}).Err(); err != nil {
+	if err := c.r.Client.ZAdd(ctx, c.ks.ScheduledLegacy(stage), redis.Z{Score: 1.9e12, Member: string(payload)}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// inspect shows a key whose only task waits in the scheduled set.
@@ -166,7 +167,7 @@ func testCancelScheduled(t *testing.T, c *cli) {
 	if res.code != 0 || !strings.Contains(res.stdout, "cancelled 1 scheduled task") {
 		t.Fatalf("cancel: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
-	if n, _ := c.r.Client.ZCard(ctx, c.ks.Scheduled(stage)).Result(); n != 0 {
+	if n, _ := c.r.Client.ZCard(ctx, c.ks.ScheduledLegacy(stage)).Result(); n != 0 {
 		t.Errorf("%d tasks left in the scheduled set", n)
 	}
 	msgs, err := c.r.Client.XRange(ctx, c.ks.Results(stage), "-", "+").Result()
@@ -180,5 +181,26 @@ func testCancelScheduled(t *testing.T, c *cli) {
 	}
 	if res := c.run("", "cancel", key); res.code != 1 || !strings.Contains(res.stderr, "no flight and no scheduled task") {
 		t.Errorf("a second cancel: exit %d, stderr %q", res.code, res.stderr)
+	}
+
+	// A task a consumer of this version scheduled: in the scheduled set, indexed by its key.
+	task.TaskID, task.Input = "later-2", json.RawMessage(`{"q":10}`)
+	payload, err = task.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ = flight.TaskKey(task)
+	keys := []string{c.ks.Scheduled(stage), c.ks.ScheduledTasks(stage), c.ks.ScheduledIndex(stage, key)}
+	if err := lua.ScheduleAdd.Run(ctx, c.r.Client, keys, topics.ScheduledID(payload), int64(1.9e12), key, task.TaskID, string(payload)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := c.run("", "inspect", key); res.code != 0 || !strings.Contains(res.stdout, `"taskId": "later-2"`) {
+		t.Errorf("inspect a key scheduled with its index: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	if res := c.run("", "cancel", key); res.code != 0 || !strings.Contains(res.stdout, "cancelled 1 scheduled task") {
+		t.Errorf("cancel a key scheduled with its index: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	if n := c.r.Client.Exists(ctx, keys...).Val(); n != 0 {
+		t.Errorf("%d of the scheduled set, its payloads and the key's index left after the cancel", n)
 	}
 }
