@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -146,9 +147,15 @@ func (p *Processor) handle(msg *message.Message, retried bool) error {
 		}
 		return t.wait(ctx, nb, "not_before")
 	}
-	// An enqueuedAt further than topics.MaxClockSkew from now (year 1, year 9999) counts as
-	// unknown: queued 0 in events and metrics, and no queue-wait sample.
-	if queued, ok := task.QueueWait(t.received); ok {
+	// The wait counts from the entry's id (Redis's clock), bounded by when the subscriber knew
+	// the stream drained (an id a producer gave may lie further back), and from the notBefore;
+	// never from the producer's enqueuedAt. A wait over topics.MaxClockSkew counts as unknown:
+	// queued 0 in events and metrics, and no queue-wait sample.
+	var after time.Time
+	if ms, err := strconv.ParseInt(msg.Metadata.Get(stream.MetaAddedAfter), 10, 64); err == nil {
+		after = time.UnixMilli(ms)
+	}
+	if queued, ok := task.EntryQueueWait(ent.id, after, t.received); ok {
 		t.queued = queued
 		if msg.Metadata.Get(stream.MetaHow) == "read" {
 			p.metrics.queueWait.WithLabelValues(task.Stage).Observe(t.queued.Seconds())

@@ -85,7 +85,7 @@ func (l *topicLoop) scan(ctx context.Context, cursors map[string]string) error {
 		if err := l.fill(ctx, mine); err != nil {
 			return err
 		}
-		if n := l.add(mine, "recovered", nil); n > 0 {
+		if n := l.add(mine, "recovered", nil, time.Time{}); n > 0 {
 			l.s.stat.recovered.Add(int64(n))
 			l.signal()
 		}
@@ -198,7 +198,7 @@ func (l *topicLoop) claim(n int) int {
 			l.s.log.Warn().Err(err).Str("stream", l.topic).Msg("claim failed")
 			continue
 		}
-		k := l.add(msgs, "claimed", deliveries)
+		k := l.add(msgs, "claimed", deliveries, time.Time{})
 		got += k
 		l.s.stat.claimed.Add(int64(k))
 		for _, m := range msgs {

@@ -27,6 +27,9 @@ type heldEntry struct {
 	values     map[string]any
 	deliveries int64
 	how        string
+	// addedAfter: the entry was added to the stream after this time (read entries only; zero:
+	// unknown). See MetaAddedAfter.
+	addedAfter time.Time
 	due        time.Time
 	state      int
 	index      int // position in the delayed heap
@@ -72,6 +75,9 @@ type topicLoop struct {
 	recovering bool
 	recoverAt  string
 	settled    *sync.Cond
+	// drained is when the last read of new entries that found no more than it returned was
+	// sent: every entry read later was added after it. Used by the loop's goroutine only.
+	drained time.Time
 }
 
 func newTopicLoop(s *Subscriber, topic string) *topicLoop {
@@ -212,8 +218,9 @@ func (l *topicLoop) sleep(d time.Duration) {
 	}
 }
 
-// add registers entries as held and ready.
-func (l *topicLoop) add(msgs []redis.XMessage, how string, deliveries map[string]int64) int {
+// add registers entries as held and ready; addedAfter is when they were added to the stream
+// after, at the latest (zero: unknown).
+func (l *topicLoop) add(msgs []redis.XMessage, how string, deliveries map[string]int64, addedAfter time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -225,7 +232,7 @@ func (l *topicLoop) add(msgs []redis.XMessage, how string, deliveries map[string
 		if d == 0 {
 			d = 1
 		}
-		e := &heldEntry{id: m.ID, values: m.Values, deliveries: d, how: how, index: -1}
+		e := &heldEntry{id: m.ID, values: m.Values, deliveries: d, how: how, addedAfter: addedAfter, index: -1}
 		l.held[m.ID] = e
 		l.ready = append(l.ready, e)
 		n++
@@ -233,19 +240,28 @@ func (l *topicLoop) add(msgs []redis.XMessage, how string, deliveries map[string
 	return n
 }
 
-// read reads up to n new entries, blocking up to block.
+// read reads up to n new entries, blocking up to block. A read that returns fewer than n
+// entries found the stream without more undelivered ones when Redis ran it: every entry a
+// later read returns was added after this read was sent (ids only grow), whatever its id says.
 func (l *topicLoop) read(n int, block time.Duration) error {
+	sent, after := time.Now(), l.drained
 	res, err := l.s.cfg.Client.XReadGroup(l.ctx, &redis.XReadGroupArgs{Group: l.s.cfg.Group,
 		Consumer: l.s.cfg.Consumer, Streams: []string{l.topic, ">"}, Count: int64(n), Block: block}).Result()
 	if err == redis.Nil {
+		l.drained = sent
 		return nil
 	}
 	if err != nil {
 		l.recreateGroup(err)
 		return err
 	}
+	got := 0
 	for _, xs := range res {
-		l.s.stat.read.Add(int64(l.add(xs.Messages, "read", nil)))
+		got += len(xs.Messages)
+		l.s.stat.read.Add(int64(l.add(xs.Messages, "read", nil, after)))
+	}
+	if got < n {
+		l.drained = sent
 	}
 	return nil
 }
@@ -269,7 +285,7 @@ func (l *topicLoop) recover(n int) error {
 			l.recoverAt = m.ID
 		}
 		got += len(xs.Messages)
-		if k := l.add(xs.Messages, "recovered", nil); k > 0 {
+		if k := l.add(xs.Messages, "recovered", nil, time.Time{}); k > 0 {
 			l.s.stat.recovered.Add(int64(k))
 			l.s.log.Info().Str("stream", l.topic).Int("entries", k).Msg("picked up this consumer's own pending entries")
 		}
@@ -305,6 +321,11 @@ func (l *topicLoop) emit(e *heldEntry) {
 	msg.Metadata.Set(MetaStream, l.topic)
 	msg.Metadata.Set(MetaDeliveries, strconv.FormatInt(e.deliveries, 10))
 	msg.Metadata.Set(MetaHow, e.how)
+	if e.addedAfter.IsZero() {
+		delete(msg.Metadata, MetaAddedAfter)
+	} else {
+		msg.Metadata.Set(MetaAddedAfter, strconv.FormatInt(e.addedAfter.UnixMilli(), 10))
+	}
 	msg.SetContext(context.WithValue(msg.Context(), handleKey{}, &msgHandle{l: l, e: e}))
 	select {
 	case l.out <- msg:

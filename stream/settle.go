@@ -20,6 +20,11 @@ const (
 	// MetaHow says how the entry reached this consumer: read, recovered (this consumer's own
 	// pending entry, after a restart under the same name), claimed, delayed or redelivered.
 	MetaHow = "_flightdeck_how"
+	// MetaAddedAfter holds, for an entry this consumer read as new, a Unix ms time (this
+	// process's clock) after which it was added to the stream: when the consumer sent its last
+	// read of the stream that found no more entries than it returned. An entry id given by a
+	// producer (XADD with an explicit id) may lie before it; absent when unknown.
+	MetaAddedAfter = "_flightdeck_added_after"
 )
 
 // metaSettle is where a handler leaves what became of the entry, for the subscriber to act on

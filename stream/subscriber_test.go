@@ -3,6 +3,8 @@ package stream_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -369,4 +371,34 @@ func TestFinishingFreesTheSlot(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Close did not return once every message was settled")
 	}
+}
+
+// TestAddedAfter: an entry read once the subscriber found its stream drained carries the time
+// that read was sent (MetaAddedAfter), even when its producer gave it an id far back; an entry
+// the first read of a backlog returns carries none.
+func TestAddedAfter(t *testing.T) {
+	b := newBench(t)
+	backlog := b.add("backlog")[0]
+	b.rdb.XGroupCreateMkStream(b.ctx, b.stream, topics.ConsumerGroup, "0")
+	_, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
+	first := next(t, ch, 5*time.Second)
+	if v := first.Metadata.Get(stream.MetaAddedAfter); v != "" {
+		t.Errorf("the backlog's entry, read first: added after %q, want unknown", v)
+	}
+	first.Ack()
+	time.Sleep(300 * time.Millisecond) // reads that find nothing
+	// Ids only have to grow: one just after the backlog's entry lies 300 ms in the past.
+	ms, _, _ := strings.Cut(backlog, "-")
+	if err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: b.stream, ID: ms + "-999", Values: []any{"id", "x", "payload", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	added := time.Now()
+	m := next(t, ch, 5*time.Second)
+	after, err := strconv.ParseInt(m.Metadata.Get(stream.MetaAddedAfter), 10, 64)
+	idMs, _ := strconv.ParseInt(ms, 10, 64)
+	if err != nil || after > added.UnixMilli() || after <= idMs {
+		t.Errorf("an entry read after the stream drained: added after %q; want a read sent just before it was added",
+			m.Metadata.Get(stream.MetaAddedAfter))
+	}
+	m.Ack()
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -54,8 +56,8 @@ type Task struct {
 	// >= 0.
 	Attempt int `json:"attempt,omitempty"`
 	// EnqueuedAt is the RFC 3339 time (written with FormatTime) at which the producer
-	// enqueued the task; consumers derive the queue wait from it. Optional; EnqueuedTime
-	// parses it.
+	// enqueued the task, for the producer's own use; consumers measure the queue wait from
+	// the stream entry instead (EntryQueueWait). Optional; EnqueuedTime parses it.
 	EnqueuedAt string `json:"enqueuedAt,omitempty"`
 	// Params holds the key params: a JSON object of extra values that enter the semantic
 	// key (irrelevant values such as request ids must stay out of it). Optional; null is
@@ -80,15 +82,17 @@ func (t Task) NotBeforeTime() (time.Time, bool) { return parseTime(t.NotBefore) 
 // EnqueuedAt is empty or not RFC 3339.
 func (t Task) EnqueuedTime() (time.Time, bool) { return parseTime(t.EnqueuedAt) }
 
-// MaxClockSkew bounds how far from now a task's EnqueuedAt may lie to count for metrics
-// and events: a producer's clock may be off, but a time of year 1 or 9999 would put ±9.2e9
-// seconds into the queue-wait histogram.
+// MaxClockSkew bounds the queue waits that count for metrics and events: a wait longer than
+// this (an entry id given by a producer on a stream idle since long, a time of year 1 or 9999)
+// would put up to ±9.2e9 seconds into the queue-wait histogram.
 const MaxClockSkew = 24 * time.Hour
 
 // QueueWait returns how long the task has waited since EnqueuedAt, as of now (0 when
 // EnqueuedAt lies ahead of now), and true; or 0 and false when EnqueuedAt is empty, not RFC
-// 3339, or more than MaxClockSkew before or after now, in which case it must not be used
-// for a metric or an event.
+// 3339, or more than MaxClockSkew before or after now.
+//
+// Deprecated: EnqueuedAt is the producer's claim, which any producer may set 23 hours back;
+// consumers measure the wait from the stream entry with EntryQueueWait.
 func (t Task) QueueWait(now time.Time) (time.Duration, bool) {
 	enq, ok := t.EnqueuedTime()
 	if !ok {
@@ -96,6 +100,40 @@ func (t Task) QueueWait(now time.Time) (time.Duration, bool) {
 	}
 	d := now.Sub(enq) // saturates: no overflow for any parsed time
 	if d > MaxClockSkew || d < -MaxClockSkew {
+		return 0, false
+	}
+	return max(d, 0), true
+}
+
+// EntryTime returns the time in a stream entry id "<ms>-<seq>" (Redis's clock when the entry
+// was added, unless its producer gave the id) and true, or false when id is not one.
+func EntryTime(id string) (time.Time, bool) {
+	ms, _, ok := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || n < 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
+}
+
+// EntryQueueWait returns how long the task of stream entry entryID has waited for a consumer
+// as of now, and true: since the latest of the entry's time (EntryTime), addedAfter (a time
+// the entry is known to be added after; zero when unknown) and the task's NotBefore, 0 when
+// that lies ahead. It returns 0 and false when entryID holds no time or the wait exceeds
+// MaxClockSkew; such a wait must not be used for a metric or an event.
+func (t Task) EntryQueueWait(entryID string, addedAfter, now time.Time) (time.Duration, bool) {
+	from, ok := EntryTime(entryID)
+	if !ok {
+		return 0, false
+	}
+	if addedAfter.After(from) {
+		from = addedAfter
+	}
+	if nb, ok := t.NotBeforeTime(); ok && nb.After(from) {
+		from = nb
+	}
+	d := now.Sub(from)
+	if d > MaxClockSkew {
 		return 0, false
 	}
 	return max(d, 0), true

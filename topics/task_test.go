@@ -370,3 +370,38 @@ func BenchmarkDecodeTask(b *testing.B) {
 		})
 	}
 }
+
+func TestEntryQueueWait(t *testing.T) {
+	now := time.Date(2030, 1, 2, 12, 0, 0, 0, time.UTC)
+	id := func(d time.Duration) string { return fmt.Sprintf("%d-3", now.Add(d).UnixMilli()) }
+	dayAgo := FormatTime(now.Add(-23 * time.Hour))
+	for _, c := range []struct {
+		name  string
+		task  Task
+		entry string
+		after time.Time
+		want  time.Duration
+		ok    bool
+	}{
+		{"entry", Task{}, id(-1500 * time.Millisecond), time.Time{}, 1500 * time.Millisecond, true},
+		{"enqueuedAt ignored", Task{EnqueuedAt: dayAgo}, id(-2 * time.Second), time.Time{}, 2 * time.Second, true},
+		{"entry ahead of the consumer's clock", Task{}, id(time.Second), time.Time{}, 0, true},
+		{"notBefore later than the entry", Task{NotBefore: FormatTime(now.Add(-time.Second))}, id(-time.Hour), time.Time{}, time.Second, true},
+		{"notBefore before the entry", Task{NotBefore: FormatTime(now.Add(-time.Hour))}, id(-time.Second), time.Time{}, time.Second, true},
+		{"an id given 23 h back, bounded by the drained read", Task{}, id(-23 * time.Hour), now.Add(-300 * time.Millisecond), 300 * time.Millisecond, true},
+		{"a later id than the drained read", Task{}, id(-time.Second), now.Add(-time.Minute), time.Second, true},
+		{"23 h without a bound", Task{}, id(-23 * time.Hour), time.Time{}, 23 * time.Hour, true},
+		{"over the skew", Task{}, id(-25 * time.Hour), time.Time{}, 0, false},
+		{"year 1970", Task{}, "1-0", time.Time{}, 0, false},
+		{"not an id", Task{}, "x", time.Time{}, 0, false},
+		{"no id", Task{}, "", time.Time{}, 0, false},
+	} {
+		got, ok := c.task.EntryQueueWait(c.entry, c.after, now)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: EntryQueueWait = %v, %v; want %v, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+	if at, ok := EntryTime("1796118174066-12"); !ok || at.UnixMilli() != 1796118174066 {
+		t.Errorf("EntryTime = %v, %v", at, ok)
+	}
+}
