@@ -29,11 +29,11 @@ func producerACL(t *testing.T, password, prefix, stage string) string {
 }
 
 // TestProducerACL: a producer service under the documented producer ACL enqueues tasks of its
-// stage and awaits their events through the client while a consumer runs, and Redis refuses
-// everything else a hostile producer would try: reading any task stream (other producers'
-// raw payloads), writing a result stream (forged events) or a dead-letter stream (forged dead
-// letters an operator might requeue), enqueueing to another stage, reading the consumer
-// group, and touching flight state.
+// stage, awaits their events and follows its result stream through the client while a
+// consumer runs, and Redis refuses everything else a hostile producer would try: reading any
+// task stream (other producers' raw payloads), writing a result stream (forged events) or a
+// dead-letter stream (forged dead letters an operator might requeue), enqueueing to another
+// stage, reading the consumer group, and touching flight state.
 func TestProducerACL(t *testing.T) {
 	prefix := redistest.Prefix()
 	stage := handlers.StageEvaluation
@@ -56,6 +56,26 @@ func TestProducerACL(t *testing.T) {
 	if err != nil || ev.Status != topics.StatusSucceeded {
 		t.Fatalf("await under the producer ACL: %+v, %v", ev, err)
 	}
+	// Following the result stream from now on ("$", as producer enqueue --wait and tail do).
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ch, err := cl.Subscribe(sctx, []string{stage}, "$")
+	if err != nil {
+		t.Fatalf("subscribe under the producer ACL: %v", err)
+	}
+	r2, err := cl.Enqueue(ctx, task("p2", stage, 2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for se := range ch {
+		if se.Err == nil && r2.Matches(se.Event) {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatal("no event for the task enqueued after subscribing")
+	}
+	stop()
 	if d := aclDenials(t, e.rdb, "producer"); len(d) > 0 {
 		t.Errorf("Redis refused the producer's own work (fix docs/SECURITY.md):\n%s", strings.Join(d, "\n"))
 	}

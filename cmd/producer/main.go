@@ -283,9 +283,12 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 		}
 		rdb = redisconn.NewClient(opt)
 	}
+	// HELLO without arguments (the connection's own properties) needs no permission: a
+	// producer under the documented ACL, which grants no PING, is told at once when Redis is
+	// unreachable or refuses its password, before any command of its own.
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
+	if err := rdb.Do(pctx, "hello").Err(); err != nil {
 		_ = rdb.Close()
 		return nil, nil, fmt.Errorf("cannot reach Redis: %w", err)
 	}

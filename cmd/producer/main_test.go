@@ -269,6 +269,18 @@ func TestCLI(t *testing.T) {
 		})
 	}
 
+	t.Run("Unreachable", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t)
+		for _, args := range [][]string{{"enqueue", "--any-stage", "--stage", stage, "--tenant", "acme", "--input", "1"},
+			{"tail", "--stages", stage}, {"inspect", "ai:interview-evaluation:v1:acme:k"}} {
+			res := c.run("", append([]string{"--redis", "redis://127.0.0.1:1/0"}, args...)...)
+			if res.code != 1 || !strings.Contains(res.stderr, "cannot reach Redis") || strings.Count(strings.TrimSpace(res.stderr), "\n") != 0 {
+				t.Errorf("%s with no Redis: exit %d, stderr %q; want 1 and one line saying it cannot reach Redis", args[0], res.code, res.stderr)
+			}
+		}
+	})
+
 	t.Run("InspectAndCancel", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
