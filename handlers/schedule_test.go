@@ -38,25 +38,29 @@ func TestNotBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	at := map[string]time.Time{"near": now.Add(800 * time.Millisecond), "far": now.Add(3500 * time.Millisecond)}
+	at := map[string]time.Time{"near": now.Add(800 * time.Millisecond), "far": now.Add(10 * time.Second)}
 	var tasks []topics.Task
 	for _, name := range []string{"near", "far"} {
 		tasks = append(tasks, topics.Task{TaskID: name, Stage: "later", Tenant: "acme", Input: json.RawMessage(`"` + name + `"`),
 			NotBefore: at[name].UTC().Format(time.RFC3339Nano)})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	rs, err := cl.EnqueueBatch(ctx, tasks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// While the far task waits, it is in the scheduled set and its entry is not pending.
-	time.Sleep(1500 * time.Millisecond)
-	if n, _ := r.Client.ZCard(ctx, ks.Scheduled("later")).Result(); n != 1 {
-		t.Errorf("scheduled set holds %d tasks, want the far one", n)
-	}
-	if p, _ := r.Client.XPending(ctx, ks.Tasks("later"), topics.ConsumerGroup).Result(); p != nil && p.Count != 0 {
-		t.Errorf("%d entries pending while the far task waits in the scheduled set", p.Count)
+	// While the far task waits, it is in the scheduled set and its entry is not pending (once
+	// the near one ran; the far one is due 10 s after the enqueue).
+	for deadline := time.Now().Add(8 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, _ := r.Client.ZCard(ctx, ks.Scheduled("later")).Result()
+		p, _ := r.Client.XPending(ctx, ks.Tasks("later"), topics.ConsumerGroup).Result()
+		if n == 1 && p != nil && p.Count == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scheduled set holds %d tasks, %v entries pending; want the far task in the set and no entry pending", n, p)
+		}
 	}
 	evs := map[string]topics.Event{}
 	if err := cl.Collect(ctx, rs, func(ev topics.Event) { evs[ev.TaskID] = ev }); err != nil {
