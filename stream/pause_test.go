@@ -34,7 +34,7 @@ func TestPaused(t *testing.T) {
 			return out
 		}
 	})
-	m := next(t, ch, 3*time.Second)
+	m := next(t, ch)
 	if string(m.Payload) != "parked-1" || m.Metadata.Get(stream.MetaEntry) != parked[0] {
 		t.Fatalf("paused: got %s (%s), want the parked entry", m.Payload, m.Metadata.Get(stream.MetaHow))
 	}
@@ -49,7 +49,7 @@ func TestPaused(t *testing.T) {
 	paused.Store(false)
 	got := map[string]bool{}
 	for range 2 {
-		m := next(t, ch, 3*time.Second)
+		m := next(t, ch)
 		got[string(m.Payload)] = true
 		m.Ack()
 	}

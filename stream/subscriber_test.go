@@ -90,13 +90,30 @@ func (b *bench) sub(name string, mod func(*stream.Config)) (*stream.Subscriber, 
 	return s, ch
 }
 
-func next(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
+// eventTimeout bounds the wait for something the code must do (hand a message out, claim an
+// entry, reach a state). It is no margin: the assertion is that it happens, so it is generous,
+// for a loaded machine.
+const eventTimeout = 15 * time.Second
+
+// eventually polls cond until it holds, failing the test after eventTimeout.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(eventTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", eventTimeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func next(t *testing.T, ch <-chan *message.Message) *message.Message {
 	t.Helper()
 	select {
 	case m := <-ch:
 		return m
-	case <-time.After(within):
-		t.Fatalf("no message within %v", within)
+	case <-time.After(eventTimeout):
+		t.Fatalf("no message within %v", eventTimeout)
 		return nil
 	}
 }
@@ -116,27 +133,21 @@ func TestNoReadAhead(t *testing.T) {
 	b := newBench(t)
 	_, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
 	b.add("1", "2", "3")
-	first := next(t, ch, 2*time.Second)
+	first := next(t, ch)
 	none(t, ch, 300*time.Millisecond)
 	if p := b.pending(); p["a"] != 1 {
 		t.Errorf("pending %v: a busy handler's consumer holds more than the entry it runs", p)
 	}
 	// Another consumer with a free handler gets the next entry at once.
 	_, ch2 := b.sub("b", func(c *stream.Config) { c.Capacity = 1 })
-	if m := next(t, ch2, time.Second); string(m.Payload) != "2" {
+	if m := next(t, ch2); string(m.Payload) != "2" {
 		t.Errorf("b got %s", m.Payload)
 	}
 	first.Ack()
-	if m := next(t, ch, time.Second); string(m.Payload) != "3" {
+	if m := next(t, ch); string(m.Payload) != "3" {
 		t.Errorf("a got %s", m.Payload)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for b.pending()["a"] != 1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if p := b.pending(); p["a"] != 1 {
-		t.Errorf("after the ack: pending %v", p)
-	}
+	eventually(t, "after the ack a holds one entry", func() bool { return b.pending()["a"] == 1 })
 }
 
 // TestRestartUnderSameName: a consumer restarted under its name picks up its own pending
@@ -148,7 +159,7 @@ func TestRestartUnderSameName(t *testing.T) {
 	b.add("new")
 	_, ch := b.sub("host-1", func(c *stream.Config) { c.Capacity = 3; c.ClaimIdle = time.Hour; c.ParkCheck = time.Hour })
 	for _, want := range []string{"old-1", "old-2", "new"} {
-		m := next(t, ch, 2*time.Second)
+		m := next(t, ch)
 		if string(m.Payload) != want {
 			t.Errorf("got %s (%s), want %s", m.Payload, m.Metadata.Get(stream.MetaHow), want)
 		}
@@ -167,13 +178,13 @@ func TestClaimBehindLiveEntries(t *testing.T) {
 	b.add(many...)
 	live, liveCh := b.sub("live", func(c *stream.Config) { c.Capacity = 200 })
 	for range many {
-		next(t, liveCh, 2*time.Second) // held, never acknowledged: a live, busy owner
+		next(t, liveCh) // held, never acknowledged: a live, busy owner
 	}
 	b.add("orphan")
 	b.readAs("dead", 1)
 	start := time.Now()
 	_, ch := b.sub("rescuer", nil)
-	m := next(t, ch, 3*time.Second)
+	m := next(t, ch)
 	if string(m.Payload) != "orphan" || m.Metadata.Get(stream.MetaHow) != "claimed" {
 		t.Fatalf("got %s (%s)", m.Payload, m.Metadata.Get(stream.MetaHow))
 	}
@@ -192,13 +203,13 @@ func TestClaimWhileBusy(t *testing.T) {
 	b := newBench(t)
 	_, ch := b.sub("busy", func(c *stream.Config) { c.Capacity = 1 })
 	b.add("long")
-	long := next(t, ch, time.Second)
+	long := next(t, ch)
 	b.add("orphan")
 	b.readAs("dead", 1)
 	b.add("later")
 	time.Sleep(900 * time.Millisecond) // the orphan becomes a candidate meanwhile
 	long.Ack()
-	if m := next(t, ch, 500*time.Millisecond); string(m.Payload) != "orphan" {
+	if m := next(t, ch); string(m.Payload) != "orphan" {
 		t.Errorf("first after the free slot: %s (%s), want the orphan", m.Payload, m.Metadata.Get(stream.MetaHow))
 	}
 }
@@ -209,18 +220,18 @@ func TestDelayKeepsCustody(t *testing.T) {
 	b := newBench(t)
 	s, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
 	b.add("wait")
-	m := next(t, ch, time.Second)
+	m := next(t, ch)
 	stream.Delay(m, 1500*time.Millisecond)
 	m.Ack()
 	b.add("meanwhile")
-	if got := next(t, ch, time.Second); string(got.Payload) != "meanwhile" {
+	if got := next(t, ch); string(got.Payload) != "meanwhile" {
 		t.Errorf("the freed handler got %s, want the next entry", got.Payload)
 	} else {
 		got.Ack()
 	}
 	_, other := b.sub("b", nil)
 	none(t, other, 900*time.Millisecond) // b never claims the delayed entry (idle < ClaimIdle)
-	back := next(t, ch, 2*time.Second)
+	back := next(t, ch)
 	if string(back.Payload) != "wait" || back.Metadata.Get(stream.MetaHow) != "delayed" {
 		t.Errorf("got %s (%s)", back.Payload, back.Metadata.Get(stream.MetaHow))
 	}
@@ -254,7 +265,7 @@ func TestParkedEntriesAreChecked(t *testing.T) {
 		}
 	})
 	b.add("parked")
-	m := next(t, ch, time.Second)
+	m := next(t, ch)
 	id := m.Metadata.Get(stream.MetaEntry)
 	if err := b.rdb.XClaim(b.ctx, &redis.XClaimArgs{Stream: b.stream, Group: topics.ConsumerGroup,
 		Consumer: topics.ParkingConsumer, Messages: []string{id}}).Err(); err != nil {
@@ -267,7 +278,7 @@ func TestParkedEntriesAreChecked(t *testing.T) {
 		t.Fatalf("checks %d, pending %v", checks.Load(), b.pending())
 	}
 	ended.Store(true)
-	back := next(t, ch, 2*time.Second)
+	back := next(t, ch)
 	if string(back.Payload) != "parked" || back.Metadata.Get(stream.MetaHow) != "claimed" {
 		t.Errorf("got %s (%s)", back.Payload, back.Metadata.Get(stream.MetaHow))
 	}
@@ -280,7 +291,7 @@ func TestCloseHandsOver(t *testing.T) {
 	b := newBench(t)
 	s, ch := b.sub("leaving", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Second })
 	b.add("delayed")
-	m := next(t, ch, time.Second)
+	m := next(t, ch)
 	stream.Delay(m, time.Hour)
 	m.Ack()
 	time.Sleep(50 * time.Millisecond)
@@ -288,7 +299,7 @@ func TestCloseHandsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, ch2 := b.sub("peer", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Second })
-	if got := next(t, ch2, 2*time.Second); string(got.Payload) != "delayed" {
+	if got := next(t, ch2); string(got.Payload) != "delayed" {
 		t.Errorf("peer got %s", got.Payload)
 	}
 }
@@ -298,9 +309,9 @@ func TestNackRedelivers(t *testing.T) {
 	b := newBench(t)
 	_, ch := b.sub("a", func(c *stream.Config) { c.NackDelay = 100 * time.Millisecond })
 	b.add("x")
-	m := next(t, ch, time.Second)
+	m := next(t, ch)
 	m.Nack()
-	again := next(t, ch, time.Second)
+	again := next(t, ch)
 	if string(again.Payload) != "x" || again.Metadata.Get(stream.MetaDeliveries) != "2" {
 		t.Errorf("got %s deliveries %s", again.Payload, again.Metadata.Get(stream.MetaDeliveries))
 	}
@@ -315,15 +326,9 @@ func TestSettleMetadataFromProducersIsIgnored(t *testing.T) {
 		c.Unmarshaller = smuggler{}
 	})
 	b.add("x")
-	m := next(t, ch, time.Second)
+	m := next(t, ch)
 	m.Ack()
-	deadline := time.Now().Add(2 * time.Second)
-	for len(b.pending()) != 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if p := b.pending(); len(p) != 0 {
-		t.Errorf("entry left pending: %v", p)
-	}
+	eventually(t, "the entry acknowledged", func() bool { return len(b.pending()) == 0 })
 }
 
 type smuggler struct{}
@@ -341,11 +346,11 @@ func TestFinishingFreesTheSlot(t *testing.T) {
 	b := newBench(t)
 	s, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
 	b.add("1", "2", "3")
-	first := next(t, ch, 2*time.Second)
+	first := next(t, ch)
 	none(t, ch, 200*time.Millisecond)
 	stream.Finishing(first)
 	stream.Finishing(first)
-	second := next(t, ch, time.Second)
+	second := next(t, ch)
 	if string(second.Payload) != "2" {
 		t.Fatalf("got %s after Finishing", second.Payload)
 	}
