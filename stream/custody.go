@@ -14,8 +14,8 @@ import (
 
 // touchLoop keeps custody of every entry the topic holds: each TouchInterval it resets their
 // idle time (only those still pending under this consumer), so that no other consumer claims
-// them while this process lives. Entries found taken over or acknowledged elsewhere are
-// dropped unless a handler has them.
+// them while this process lives, until Close hands them over. Entries found taken over or
+// acknowledged elsewhere are dropped unless a handler has them.
 func (l *topicLoop) touchLoop() {
 	t := time.NewTicker(l.s.cfg.TouchInterval)
 	defer t.Stop()
@@ -25,17 +25,27 @@ func (l *topicLoop) touchLoop() {
 			return
 		case <-t.C:
 		}
-		ids := l.heldIDs()
-		if len(ids) == 0 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(l.ctx, l.s.cfg.TouchInterval)
-		lost := l.touch(ctx, ids, 0)
-		cancel()
-		for _, id := range lost {
-			l.s.stat.lost.Add(1)
-			l.drop(id)
-		}
+		l.touchHeld()
+	}
+}
+
+// touchHeld touches the entries the topic holds, once. It holds touchMu from its list of ids
+// to Redis's answer, so that no hand-over runs in between.
+func (l *topicLoop) touchHeld() {
+	l.touchMu.Lock()
+	defer l.touchMu.Unlock()
+	if l.handedOver {
+		return
+	}
+	ids := l.heldIDs()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.s.cfg.TouchInterval)
+	defer cancel()
+	for _, id := range l.touch(ctx, ids, 0) {
+		l.s.stat.lost.Add(1)
+		l.drop(id)
 	}
 }
 
@@ -88,8 +98,12 @@ func (noGroupError) Error() string { return "NOGROUP the consumer group is gone"
 
 var errNoGroup error = noGroupError{}
 
-// releaseAll hands every entry the topic still holds over to the other consumers.
+// releaseAll hands every entry the topic still holds over to the other consumers; the touch
+// loop touches none of them afterwards.
 func (l *topicLoop) releaseAll(ctx context.Context) {
+	l.touchMu.Lock()
+	defer l.touchMu.Unlock()
+	l.handedOver = true
 	ids := l.heldIDs()
 	if len(ids) == 0 {
 		return

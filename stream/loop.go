@@ -78,6 +78,14 @@ type topicLoop struct {
 	// drained is when the last read of new entries that found no more than it returned was
 	// sent: every entry read later was added after it. Used by the loop's goroutine only.
 	drained time.Time
+
+	// touchMu orders touching against handing over: a touch pass holds it from its list of
+	// held ids to Redis's answer, and a hand-over (Release, Close) holds it while it makes its
+	// entries look idle and stops holding them, so that no touch in flight lands after a
+	// hand-over and makes the entry look fresh again (peers would claim it only after
+	// ClaimIdle). handedOver is set, under it, once Close handed the topic's entries over.
+	touchMu    sync.Mutex
+	handedOver bool
 }
 
 func newTopicLoop(s *Subscriber, topic string) *topicLoop {
@@ -358,6 +366,10 @@ func (l *topicLoop) settle(e *heldEntry, msg *message.Message) {
 		return
 	case "release":
 		l.s.stat.released.Add(1)
+		// Until the entry is forgotten below, no touch pass may list it: a touch landing after
+		// this hand-over would make it look fresh again.
+		l.touchMu.Lock()
+		defer l.touchMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		l.touch(ctx, []string{e.id}, l.s.cfg.ReleaseIdle)
 		cancel()

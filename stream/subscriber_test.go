@@ -107,6 +107,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// idleFor reports whether consumer holds an entry nobody touched for at least d (by Redis's
+// clock, which the claim loops judge by too).
+func (b *bench) idleFor(consumer string, d time.Duration) bool {
+	b.t.Helper()
+	p, err := b.rdb.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: b.stream, Group: topics.ConsumerGroup,
+		Idle: d, Start: "-", End: "+", Count: 1, Consumer: consumer}).Result()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return len(p) > 0
+}
+
 func next(t *testing.T, ch <-chan *message.Message) *message.Message {
 	t.Helper()
 	select {
@@ -289,21 +301,82 @@ func TestParkedEntriesAreChecked(t *testing.T) {
 }
 
 // TestCloseHandsOver: on Close the entries a consumer still holds look idle for long, so the
-// others claim them at once rather than after the lease.
+// others claim them at once rather than after the lease. A touch pass in flight or due while
+// Close hands over must not make them look fresh again: each round's consumer touches every
+// millisecond.
 func TestCloseHandsOver(t *testing.T) {
 	b := newBench(t)
-	s, ch := b.sub("leaving", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Second })
-	b.add("delayed")
-	m := next(t, ch)
-	stream.Delay(m, time.Hour)
-	m.Ack()
-	time.Sleep(50 * time.Millisecond)
+	base := b.stream
+	for i := range 10 {
+		b.stream = fmt.Sprint(base, "-", i)
+		s, ch := b.sub("leaving", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Millisecond })
+		b.add("delayed")
+		m := next(t, ch)
+		stream.Delay(m, time.Hour)
+		m.Ack()
+		eventually(t, "the delay settled", func() bool { return s.Stats().Delayed == 1 })
+		if err := s.CloseTimeout(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Closed, the subscriber touches nothing any more: the entry looks idle for long, or a
+		// touch undid the hand-over.
+		if !b.idleFor("leaving", time.Hour) {
+			t.Errorf("round %d: after Close the entry does not look handed over (pending %v)", i, b.pending())
+		}
+		_, ch2 := b.sub("peer", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Second })
+		got := next(t, ch2)
+		if string(got.Payload) != "delayed" || got.Metadata.Get(stream.MetaHow) != "claimed" {
+			t.Errorf("round %d: peer got %s (%s)", i, got.Payload, got.Metadata.Get(stream.MetaHow))
+		}
+		got.Ack()
+	}
+}
+
+// TestReleaseHandsOver: a released entry looks idle for long at once, so that another consumer
+// claims it rather than after the lease, even while the consumer touches its other entries
+// (here every millisecond).
+func TestReleaseHandsOver(t *testing.T) {
+	b := newBench(t)
+	const n = 20
+	s, ch := b.sub("leaving", func(c *stream.Config) {
+		c.Capacity = n
+		c.ClaimIdle = time.Minute
+		c.TouchInterval = time.Millisecond
+	})
+	for i := range n {
+		b.add(fmt.Sprint("r-", i))
+	}
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = next(t, ch)
+	}
+	for _, m := range msgs {
+		stream.Release(m)
+		m.Ack()
+	}
+	eventually(t, "every released entry forgotten", func() bool { return s.Held(b.stream) == 0 })
 	if err := s.CloseTimeout(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	_, ch2 := b.sub("peer", func(c *stream.Config) { c.ClaimIdle = time.Minute; c.TouchInterval = time.Second })
-	if got := next(t, ch2); string(got.Payload) != "delayed" {
-		t.Errorf("peer got %s", got.Payload)
+	// Closed, the subscriber touches nothing any more: an entry that looks fresh was touched
+	// after its release.
+	p, err := b.rdb.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: b.stream, Group: topics.ConsumerGroup,
+		Start: "-", End: "+", Count: 2 * n}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := 0
+	for _, e := range p {
+		if e.Idle < time.Hour {
+			fresh++
+		}
+	}
+	if len(p) != n || fresh != 0 {
+		t.Errorf("%d pending, %d of them looking fresh after their release", len(p), fresh)
+	}
+	_, ch2 := b.sub("peer", func(c *stream.Config) { c.Capacity = n; c.ClaimIdle = time.Minute })
+	for range n {
+		next(t, ch2).Ack()
 	}
 }
 
