@@ -31,7 +31,10 @@ func (l *topicLoop) claimLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, max(l.s.cfg.ClaimInterval, 2*time.Second))
-		if err := l.scan(ctx, cursors); err != nil && l.ctx.Err() == nil {
+		switch err := l.scan(ctx, cursors); {
+		case err == nil:
+			l.s.stat.passes.Add(1)
+		case l.ctx.Err() == nil:
 			l.recreateGroup(err)
 			l.s.log.Debug().Err(err).Str("stream", l.topic).Msg("claim scan failed")
 		}

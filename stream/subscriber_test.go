@@ -119,6 +119,14 @@ func (b *bench) idleFor(consumer string, d time.Duration) bool {
 	return len(p) > 0
 }
 
+// claimPasses waits until s has completed n more claim passes than it had when called: the
+// n-th of them began after the call.
+func claimPasses(t *testing.T, s *stream.Subscriber, n int64) {
+	t.Helper()
+	p0 := s.Stats().Passes
+	eventually(t, fmt.Sprintf("%d claim passes", n), func() bool { return s.Stats().Passes >= p0+n })
+}
+
 func next(t *testing.T, ch <-chan *message.Message) *message.Message {
 	t.Helper()
 	select {
@@ -179,8 +187,9 @@ func TestRestartUnderSameName(t *testing.T) {
 	}
 }
 
-// TestClaimBehindLiveEntries: a dead consumer's entry is claimed within ClaimIdle plus a claim
-// interval or two, while 200 older entries are held (and touched) by a live consumer.
+// TestClaimBehindLiveEntries: a dead consumer's entry is found by the first claim pass that
+// looks once it has been idle for ClaimIdle, while 200 older entries are held (and touched) by
+// a live consumer, and claimed; the live entries are not.
 func TestClaimBehindLiveEntries(t *testing.T) {
 	b := newBench(t)
 	many := make([]string, 200)
@@ -194,14 +203,55 @@ func TestClaimBehindLiveEntries(t *testing.T) {
 	}
 	b.add("orphan")
 	b.readAs("dead", 1)
-	start := time.Now()
-	_, ch := b.sub("rescuer", nil)
+	// The rescuer's ClaimIdle leaves the live consumer (touching every 100 ms) a wide margin, so
+	// that a loaded machine does not make its entries look abandoned. Its small ClaimBatch would
+	// make a scan that pages through the live entries (windows from "0", as watermill's) reach
+	// the orphan once in 41 passes, long after the first pass that must find it.
+	const claimIdle = 2 * time.Second
+	var (
+		rescuer atomic.Pointer[stream.Subscriber]
+		started = make(chan struct{})
+		foundIn atomic.Int64 // the rescuer's claim pass that first listed the orphan
+	)
+	s, ch := b.sub("rescuer", func(c *stream.Config) {
+		c.ClaimIdle = claimIdle
+		c.ClaimBatch = 5
+		c.Check = func(_ context.Context, cands []stream.Candidate) []stream.Verdict {
+			<-started
+			out := make([]stream.Verdict, len(cands))
+			for i, cd := range cands {
+				if cd.Consumer == "dead" {
+					foundIn.CompareAndSwap(0, rescuer.Load().Stats().Passes+1)
+				}
+				if !cd.Parked {
+					out[i] = stream.Claim
+				}
+			}
+			return out
+		}
+	})
+	rescuer.Store(s)
+	close(started)
+	// Passes that begin once the orphan has been idle for ClaimIdle must list it: the second
+	// pass completed after this point began after it.
+	var lookedBy int64
+	eventually(t, "the orphan idle for ClaimIdle, or found", func() bool {
+		if foundIn.Load() != 0 {
+			return true // found before this test saw it idle: in time
+		}
+		if b.idleFor("dead", claimIdle) {
+			lookedBy = s.Stats().Passes + 2
+			return true
+		}
+		return false
+	})
 	m := next(t, ch)
 	if string(m.Payload) != "orphan" || m.Metadata.Get(stream.MetaHow) != "claimed" {
 		t.Fatalf("got %s (%s)", m.Payload, m.Metadata.Get(stream.MetaHow))
 	}
-	if took := time.Since(start); took > 500*time.Millisecond+400*time.Millisecond {
-		t.Errorf("claimed after %v, want within ClaimIdle + claim intervals", took)
+	if lookedBy != 0 && foundIn.Load() > lookedBy {
+		t.Errorf("the orphan was first listed by claim pass %d; pass %d began after it was idle for ClaimIdle",
+			foundIn.Load(), lookedBy)
 	}
 	none(t, ch, 700*time.Millisecond) // the live consumer's touched entries are never claimed
 	if p := b.pending(); p["live"] != 200 || live.Held(b.stream) != 200 {
@@ -213,13 +263,16 @@ func TestClaimBehindLiveEntries(t *testing.T) {
 // over the moment one is free, before any new entry.
 func TestClaimWhileBusy(t *testing.T) {
 	b := newBench(t)
-	_, ch := b.sub("busy", func(c *stream.Config) { c.Capacity = 1 })
+	s, ch := b.sub("busy", func(c *stream.Config) { c.Capacity = 1 })
 	b.add("long")
 	long := next(t, ch)
 	b.add("orphan")
 	b.readAs("dead", 1)
 	b.add("later")
-	time.Sleep(900 * time.Millisecond) // the orphan becomes a candidate meanwhile
+	// The orphan becomes a candidate: a claim pass that began once it had been idle for
+	// ClaimIdle listed it, while the only handler was busy.
+	eventually(t, "the orphan idle for ClaimIdle", func() bool { return b.idleFor("dead", 500*time.Millisecond) })
+	claimPasses(t, s, 2)
 	long.Ack()
 	if m := next(t, ch); string(m.Payload) != "orphan" {
 		t.Errorf("first after the free slot: %s (%s), want the orphan", m.Payload, m.Metadata.Get(stream.MetaHow))
