@@ -487,9 +487,12 @@ func TestFinishingFreesTheSlot(t *testing.T) {
 	if p := b.pending(); p["a"] != 2 {
 		t.Errorf("pending %v: the finishing entry must stay held until settled", p)
 	}
-	// Close waits for the finishing message too.
+	// Close waits for the finishing message too. Reading stops first, so that the slot the
+	// second frees reads nothing: a message handed out then, which nobody takes here, would
+	// hold Close up as well.
+	s.StopReading()
 	closed := make(chan error, 1)
-	go func() { closed <- s.CloseTimeout(5 * time.Second) }()
+	go func() { closed <- s.CloseTimeout(time.Minute) }()
 	second.Ack()
 	select {
 	case err := <-closed:
@@ -502,7 +505,7 @@ func TestFinishingFreesTheSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(3 * time.Second):
+	case <-time.After(eventTimeout): // well before CloseTimeout
 		t.Fatal("Close did not return once every message was settled")
 	}
 }
