@@ -284,24 +284,38 @@ func TestClaimWhileBusy(t *testing.T) {
 func TestDelayKeepsCustody(t *testing.T) {
 	b := newBench(t)
 	s, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
-	b.add("wait")
+	b.add("wait", "meanwhile")
 	m := next(t, ch)
-	stream.Delay(m, 1500*time.Millisecond)
+	stream.Delay(m, time.Hour) // not due within the test: the freed handler must take the next entry
 	m.Ack()
-	b.add("meanwhile")
-	if got := next(t, ch); string(got.Payload) != "meanwhile" {
-		t.Errorf("the freed handler got %s, want the next entry", got.Payload)
-	} else {
-		got.Ack()
+	got := next(t, ch)
+	if string(got.Payload) != "meanwhile" {
+		t.Fatalf("the freed handler got %s (%s), want the next entry", got.Payload, got.Metadata.Get(stream.MetaHow))
 	}
-	_, other := b.sub("b", nil)
-	none(t, other, 900*time.Millisecond) // b never claims the delayed entry (idle < ClaimIdle)
+	// b never claims the delayed entry: a touches it every 100 ms, so it never looks idle for
+	// b's ClaimIdle (1 s, a wide margin on a loaded machine). The window outlasts that ClaimIdle
+	// and a few claim passes, so an entry a did not touch would be claimed in it.
+	_, other := b.sub("b", func(c *stream.Config) { c.ClaimIdle = time.Second })
+	none(t, other, 1500*time.Millisecond)
+	if p := b.pending(); p["a"] != 2 || s.Held(b.stream) != 2 {
+		t.Errorf("pending %v, held %d: a keeps both entries", p, s.Held(b.stream))
+	}
+	// Delayed briefly, a message comes back from custody once due.
+	delayed := time.Now()
+	stream.Delay(got, 200*time.Millisecond)
+	got.Ack()
 	back := next(t, ch)
-	if string(back.Payload) != "wait" || back.Metadata.Get(stream.MetaHow) != "delayed" {
-		t.Errorf("got %s (%s)", back.Payload, back.Metadata.Get(stream.MetaHow))
+	if string(back.Payload) != "meanwhile" || back.Metadata.Get(stream.MetaHow) != "delayed" ||
+		back.Metadata.Get(stream.MetaDeliveries) != "2" {
+		t.Errorf("got %s (%s, deliveries %s)", back.Payload, back.Metadata.Get(stream.MetaHow),
+			back.Metadata.Get(stream.MetaDeliveries))
+	}
+	// Delay keeps the due time in Unix milliseconds: it may round the delay down by up to 1 ms.
+	if took := time.Since(delayed); took < 199*time.Millisecond {
+		t.Errorf("back after %v, before its delay", took)
 	}
 	back.Ack()
-	if st := s.Stats(); st.Delayed != 1 || st.Claimed != 0 {
+	if st := s.Stats(); st.Delayed != 2 || st.Claimed != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
