@@ -532,7 +532,7 @@ func TestAddedAfter(t *testing.T) {
 	backlog := b.add("backlog")[0]
 	b.rdb.XGroupCreateMkStream(b.ctx, b.stream, topics.ConsumerGroup, "0")
 	_, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
-	first := next(t, ch, 5*time.Second)
+	first := next(t, ch)
 	if v := first.Metadata.Get(stream.MetaAddedAfter); v != "" {
 		t.Errorf("the backlog's entry, read first: added after %q, want unknown", v)
 	}
@@ -544,7 +544,7 @@ func TestAddedAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	added := time.Now()
-	m := next(t, ch, 5*time.Second)
+	m := next(t, ch)
 	after, err := strconv.ParseInt(m.Metadata.Get(stream.MetaAddedAfter), 10, 64)
 	idMs, _ := strconv.ParseInt(ms, 10, 64)
 	if err != nil || after > added.UnixMilli() || after <= idMs {
