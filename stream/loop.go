@@ -257,6 +257,7 @@ func (l *topicLoop) read(n int, block time.Duration) error {
 		Consumer: l.s.cfg.Consumer, Streams: []string{l.topic, ">"}, Count: int64(n), Block: block}).Result()
 	if err == redis.Nil {
 		l.drained = sent
+		l.s.stat.drained.Add(1)
 		return nil
 	}
 	if err != nil {
@@ -270,6 +271,7 @@ func (l *topicLoop) read(n int, block time.Duration) error {
 	}
 	if got < n {
 		l.drained = sent
+		l.s.stat.drained.Add(1)
 	}
 	return nil
 }

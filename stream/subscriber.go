@@ -225,10 +225,12 @@ type Stats struct {
 	// Passes counts the claim loops' completed passes over the group (one per topic and
 	// ClaimInterval while reading; a pass that failed does not count).
 	Passes int64
+	// Drained counts the reads of new entries that found no more than they returned.
+	Drained int64
 }
 
 type counters struct {
-	read, recovered, claimed, unparked, acked, parked, delayed, released, kept, lost, passes atomic.Int64
+	read, recovered, claimed, unparked, acked, parked, delayed, released, kept, lost, passes, drained atomic.Int64
 }
 
 // Subscriber is a watermill message.Subscriber over one consumer group. Subscribe once per
@@ -341,7 +343,8 @@ func (s *Subscriber) Stats() Stats {
 	c := &s.stat
 	return Stats{Read: c.read.Load(), Recovered: c.recovered.Load(), Claimed: c.claimed.Load(),
 		Unparked: c.unparked.Load(), Acked: c.acked.Load(), Parked: c.parked.Load(), Delayed: c.delayed.Load(),
-		Released: c.released.Load(), Kept: c.kept.Load(), Lost: c.lost.Load(), Passes: c.passes.Load()}
+		Released: c.released.Load(), Kept: c.kept.Load(), Lost: c.lost.Load(), Passes: c.passes.Load(),
+		Drained: c.drained.Load()}
 }
 
 // Held returns how many entries of topic the subscriber holds: handed out, ready or delayed.

@@ -531,25 +531,36 @@ func TestAddedAfter(t *testing.T) {
 	b := newBench(t)
 	backlog := b.add("backlog")[0]
 	b.rdb.XGroupCreateMkStream(b.ctx, b.stream, topics.ConsumerGroup, "0")
-	_, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
+	s, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
 	first := next(t, ch)
 	if v := first.Metadata.Get(stream.MetaAddedAfter); v != "" {
 		t.Errorf("the backlog's entry, read first: added after %q, want unknown", v)
 	}
 	first.Ack()
-	time.Sleep(300 * time.Millisecond) // reads that find nothing
-	// Ids only have to grow: one just after the backlog's entry lies 300 ms in the past.
+	// A read that finds nothing, sent after the millisecond of the backlog's id (the backlog's
+	// read returned as many as it asked for: it proved nothing).
 	ms, _, _ := strings.Cut(backlog, "-")
+	idMs, _ := strconv.ParseInt(ms, 10, 64)
+	for time.Now().UnixMilli() <= idMs {
+		time.Sleep(time.Millisecond)
+	}
+	// Two more drained reads: the second was sent after the first returned, so after now.
+	d0 := s.Stats().Drained
+	for deadline := time.Now().Add(eventTimeout); s.Stats().Drained < d0+2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscriber never found its stream drained")
+		}
+	}
+	// Ids only have to grow: one just after the backlog's entry lies in the past.
 	if err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: b.stream, ID: ms + "-999", Values: []any{"id", "x", "payload", "x"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	added := time.Now()
 	m := next(t, ch)
 	after, err := strconv.ParseInt(m.Metadata.Get(stream.MetaAddedAfter), 10, 64)
-	idMs, _ := strconv.ParseInt(ms, 10, 64)
 	if err != nil || after > added.UnixMilli() || after <= idMs {
-		t.Errorf("an entry read after the stream drained: added after %q; want a read sent just before it was added",
-			m.Metadata.Get(stream.MetaAddedAfter))
+		t.Errorf("an entry read after the stream drained: added after %q (its id's ms %d, added at %d); want a read sent just before it was added",
+			m.Metadata.Get(stream.MetaAddedAfter), idMs, added.UnixMilli())
 	}
 	m.Ack()
 }
