@@ -123,6 +123,9 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 	o := *d.Owner
 	o.Task = Task{ID: "exec-" + uuid.NewString()}
 	held, heldToken, isHeld := e.spool.Held(o.Key)
+	if isHeld && e.heldRunClosed(ctx, st, o.Key, heldToken) {
+		isHeld = false
+	}
 	if e.cfg.Archive != nil {
 		if !isHeld {
 			if res, done, again, err := e.rehydrate(ctx, st, o); done {
@@ -137,8 +140,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		e.log.Info().Str("requestKey", o.Key).Int64("token", o.Token).Int64("heldToken", heldToken).
 			Msg("answered from the outcome this process holds; no model call")
 		held = bytes.Clone(held) // the caller's own copy
-		defer e.spool.Hold(o.Key, o.Token, held)()
-		return e.settle(ctx, st, o, held, 0)
+		return e.settle(ctx, st, o, held, 0, e.spool.Hold(o.Key, o.Token, held))
 	}
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
@@ -152,9 +154,12 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 	}()
 	start := time.Now()
 	v, fnErr := fn(runCtx, func() { progress.Add(1) })
+	var release func(settled bool)
 	if fnErr == nil {
-		// Held from the moment it exists until Redis took or refused it (settle).
-		defer e.spool.Hold(o.Key, o.Token, v)()
+		// Held from the moment it exists until Redis took or refused it (settle releases it;
+		// this only when something panics before).
+		release = e.spool.Hold(o.Key, o.Token, v)
+		defer release(false)
 	}
 	run := time.Since(start)
 	cause := context.Cause(runCtx)
@@ -195,13 +200,34 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		}
 	}
 
-	return e.settle(ctx, st, o, v, run)
+	return e.settle(ctx, st, o, v, run, release)
+}
+
+// heldRunClosed asks, for an owner of key that found the outcome of heldToken held, whether
+// that run was closed for good (Coordinator.HeldRunClosed): its result is then not taken. An
+// unanswered question takes the held result (the function is not run twice).
+func (e *Executor) heldRunClosed(ctx context.Context, st *stageRuntime, key string, heldToken int64) bool {
+	cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
+	defer cancel()
+	closed, err := e.coord.HeldRunClosed(cctx, key, heldToken)
+	if err != nil {
+		e.log.Warn().Err(err).Str("requestKey", key).Int64("heldToken", heldToken).
+			Msg("cannot tell whether the held outcome's run was closed; taking it")
+		return false
+	}
+	if closed {
+		e.log.Info().Str("requestKey", key).Int64("heldToken", heldToken).
+			Msg("the held outcome's run was cancelled or expired for good; not taking its result")
+	}
+	return closed
 }
 
 // settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
-// returns: Redis took it or refused it, or it was spooled for the write-back. The results are
-// own's.
-func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v []byte, run time.Duration) (res Result, again bool, err error) {
+// returns and calls release: Redis took it or refused it, or it was spooled for the
+// write-back. The results are own's.
+func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v []byte, run time.Duration, release func(settled bool)) (res Result, again bool, err error) {
+	settled := false
+	defer func() { release(settled) }()
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
 	defer rcancel()
 	res = Result{Value: v, Shared: topics.SharedOwner, Token: o.Token}
@@ -209,12 +235,15 @@ func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v 
 	var se *StateError
 	switch {
 	case err == nil:
+		settled = true
 		e.record(st, o, StatusSucceeded, v, Failure{})
 		return res, false, nil
 	case errors.Is(err, ErrCancelled):
+		settled = true
 		return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled",
 			Message: "flight cancelled before the result was stored"}
 	case errors.Is(err, ErrExpired):
+		settled = true
 		return Result{}, false, &OutcomeError{Status: StatusExpired, Type: "expired", Code: "expired",
 			Message: "flight expired for good before the result was stored"}
 	case errors.Is(err, ErrStaleToken), errors.As(err, &se):
@@ -233,6 +262,7 @@ func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v 
 			e.log.Error().Err(serr).Str("requestKey", o.Key).Msg("uncertain outcome could not be spooled")
 			return res, false, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
 		}
+		settled = true // the spool holds it now
 		// The archive takes it now: the write-back to Redis may come much later (a larger
 		// token still wins there and in the archive).
 		e.record(st, o, StatusSucceeded, v, Failure{})

@@ -2,7 +2,14 @@ package flight
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Held outcomes (DESIGN.md section 6): a process never runs the model for a key whose outcome
@@ -10,15 +17,17 @@ import (
 // Redis took it or refused it (Hold); one whose write failed spools the outcome first (Add),
 // and the spool holds it until its write-back is taken or refused (Flush). Every owner asks
 // Held after its acquire and before it runs anything, and completes its flight with a held
-// result instead of a model call.
+// result instead of a model call, unless the held result's run was closed for good
+// (Coordinator.HeldRunClosed): such a result is never stored.
 //
 // What makes the rule hold under concurrency is the key's active count: a caller enters the
 // key (Enter) before it sends its acquire and leaves after its run, so it asks Held while it
-// is active. A hold released while any caller of the key is active (a write refused because
-// that very caller's acquire took the flight over, its reply still on the way) stays visible
-// to Held until the last of them leaves. Redis orders the acquire before the refused write,
-// and the caller entered before it sent the acquire: no refusal can hide a held outcome from
-// an owner whose token caused it.
+// is active. A hold released because another token owns the flight, while any caller of the
+// key is active (that very caller's acquire may have taken the flight over, its reply still
+// on the way), stays visible to Held until the last of them leaves. Redis orders the acquire
+// before the refused write, and the caller entered before it sent the acquire: no refusal can
+// hide a held outcome from an owner whose token caused it. A result Redis took, or refused
+// because its run was closed, is held no more.
 
 // keyHold is one key's held state. Guarded by Spool.mu.
 type keyHold struct {
@@ -37,12 +46,7 @@ type hold struct {
 func (s *Spool) Spooled(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, o := range s.pending {
-		if o.Key == key {
-			return true
-		}
-	}
-	return false
+	return s.spooled[key] > 0
 }
 
 // Enter marks a caller that is about to acquire key's flight and may own it; call leave once
@@ -71,19 +75,23 @@ func (s *Spool) Enter(key string) (leave func()) {
 }
 
 // Hold records that an owner of this process has result, produced under token for key, in
-// hand and has not seen it written: Held answers it until release is called (and, while a
-// caller of key is active, until the last one leaves). An owner holds its result from the
-// moment it has it until Redis took or refused it; one whose write failed spools the outcome
-// (Add) before it releases the hold, so that the outcome is held without a gap. result must
-// not be modified until release returns (a hold that outlives it keeps a copy). release may
-// be called more than once.
-func (s *Spool) Hold(key string, token int64, result []byte) (release func()) {
+// hand and has not seen it written: Held answers it until release is called. An owner holds
+// its result from the moment it has it until Redis took or refused it; one whose write failed
+// spools the outcome (Add) before it releases the hold, so that the outcome is held without a
+// gap. release's settled says what became of the result: Redis stored it, refused it for
+// good (its run was cancelled or expired for good: it may never be stored, under any token),
+// or the spool holds it now; the hold then ends at once. Otherwise (Redis refused it because
+// another token owns the flight, or it was not written at all) it stays visible to Held while
+// a caller of key is active, until the last one leaves: the refusal may be that caller's own
+// takeover. result must not be modified until release returns (a hold that outlives it keeps
+// a copy). release may be called more than once; the first call counts.
+func (s *Spool) Hold(key string, token int64, result []byte) (release func(settled bool)) {
 	h := &hold{token: token, result: result}
 	s.mu.Lock()
 	k := s.keyLocked(key)
 	k.holds = append(k.holds, h)
 	s.mu.Unlock()
-	return func() {
+	return func(settled bool) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if h.released {
@@ -91,7 +99,7 @@ func (s *Spool) Hold(key string, token int64, result []byte) (release func()) {
 		}
 		h.released = true
 		k := s.keys[key]
-		if k.active == 0 {
+		if settled || k.active == 0 {
 			k.holds = slices.DeleteFunc(k.holds, func(x *hold) bool { return x == h })
 		} else {
 			// It outlives its owner's hands: keep a copy of its own.
@@ -116,6 +124,9 @@ func (s *Spool) Held(key string) (result []byte, token int64, ok bool) {
 			}
 		}
 	}
+	if s.spooled[key] == 0 {
+		return result, token, ok
+	}
 	for _, o := range s.pending {
 		if o.Key == key && (!ok || o.Token > token) {
 			result, token, ok = o.Result, o.Token, true
@@ -124,9 +135,33 @@ func (s *Spool) Held(key string) (result []byte, token int64, ok bool) {
 	return result, token, ok
 }
 
-// orphanLocked keeps a spooled outcome whose write-back was refused visible to Held while a
-// caller of its key is active (the refusal may be that caller's own takeover, its reply still
-// on the way).
+// HeldRunClosed reports whether the run of token, whose outcome an owner of key found held
+// (Spool.Held), was closed for good: the key's fence records a cancelled or expired-for-good
+// run at token or above (DESIGN.md section 3). Such a result may never be stored, under its
+// own token or another's, so the owner runs the flight itself instead of completing it with
+// that result. The owner asks after its acquire made it owner: from then on no run of a token
+// below its own can be closed, so the answer cannot change. No fence (expired, or lost with
+// Redis's data) answers false.
+func (c *Coordinator) HeldRunClosed(ctx context.Context, key string, token int64) (bool, error) {
+	v, err := c.rdb.Get(ctx, c.ks.Fence(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("flight: fence of %q: %w", key, err)
+	}
+	tok, mark, _ := strings.Cut(v, ":")
+	fence, err := strconv.ParseInt(tok, 10, 64)
+	if err != nil {
+		return false, fmt.Errorf("flight: fence of %q: %w: %q", key, ErrProtocol, v)
+	}
+	return (mark == "c" || mark == "x") && fence >= token, nil
+}
+
+// orphanLocked keeps a spooled outcome whose write-back was refused because another token owns
+// the flight visible to Held while a caller of its key is active (the refusal may be that
+// caller's own takeover, its reply still on the way). One refused because its run was closed
+// is not kept: it may never be stored.
 func (s *Spool) orphanLocked(o Outcome) {
 	if k := s.keys[o.Key]; k != nil && k.active > 0 {
 		k.holds = append(k.holds, &hold{token: o.Token, result: o.Result, released: true})
@@ -143,6 +178,23 @@ func (s *Spool) keyLocked(key string) *keyHold {
 		s.keys[key] = k
 	}
 	return k
+}
+
+// setPendingLocked replaces the pending outcomes with outs and indexes them by key.
+func (s *Spool) setPendingLocked(outs []Outcome) {
+	s.pending = outs
+	clear(s.spooled)
+	for _, o := range outs {
+		s.countLocked(o.Key)
+	}
+}
+
+// countLocked counts one more pending outcome of key.
+func (s *Spool) countLocked(key string) {
+	if s.spooled == nil {
+		s.spooled = map[string]int{}
+	}
+	s.spooled[key]++
 }
 
 func (s *Spool) tidyLocked(key string, k *keyHold) {

@@ -30,16 +30,16 @@ func TestHeldOutcomes(t *testing.T) {
 		if got := held(sp, "other"); got != "" {
 			t.Fatalf("another key: held = %q", got)
 		}
-		release()
-		release() // idempotent
+		release(false)
+		release(false) // idempotent
 		if got := held(sp, "k"); got != "" {
 			t.Fatalf("after release: held = %q", got)
 		}
 	})
 	t.Run("LargestTokenWins", func(t *testing.T) {
 		sp := openSpool(t, filepath.Join(t.TempDir(), "s.jsonl"))
-		defer sp.Hold("k", 7, []byte(`"seven"`))()
-		defer sp.Hold("k", 9, []byte(`"nine"`))()
+		defer sp.Hold("k", 7, []byte(`"seven"`))(false)
+		defer sp.Hold("k", 9, []byte(`"nine"`))(false)
 		o := spoolOutcome(0, 0)
 		o.Key, o.Token, o.Result = "k", 8, []byte(`"eight"`)
 		if err := sp.Add(o); err != nil {
@@ -56,7 +56,7 @@ func TestHeldOutcomes(t *testing.T) {
 		if err := sp.Add(o); err != nil {
 			t.Fatal(err)
 		}
-		release()
+		release(true) // the spool holds it now
 		if got, want := held(sp, o.Key), string(o.Result)+"@"+itoa(o.Token); got != want {
 			t.Fatalf("held = %q, want %q: a spooled outcome is held without a gap", got, want)
 		}
@@ -70,7 +70,7 @@ func TestHeldOutcomes(t *testing.T) {
 		leave2 := sp.Enter("k")
 		result := []byte(`"r"`)
 		release := sp.Hold("k", 5, result)
-		release()
+		release(false)  // refused: another token owns the flight
 		result[1] = 'X' // the owner's slice may change once release returned: the hold kept a copy
 		if got := held(sp, "k"); got != `"r"@5` {
 			t.Fatalf("released while two callers are active: held = %q", got)
@@ -90,6 +90,20 @@ func TestHeldOutcomes(t *testing.T) {
 			t.Fatalf("a new caller: held = %q", got)
 		}
 	})
+	t.Run("SettledEndsAtOnce", func(t *testing.T) {
+		// A result Redis took (or refused for good: its run was closed) is held no more, even
+		// while callers of the key are active, its owner among them: nothing may take it from
+		// the hold, and the owner's release keeps no copy.
+		sp := openSpool(t, filepath.Join(t.TempDir(), "s.jsonl"))
+		defer sp.Enter("k")() // the owner itself
+		defer sp.Enter("k")() // a duplicate acquiring
+		release := sp.Hold("k", 5, []byte(`"r"`))
+		release(true)
+		release(false) // the first call counts
+		if got := held(sp, "k"); got != "" {
+			t.Fatalf("after a settled release: held = %q", got)
+		}
+	})
 	t.Run("HoldOutlivesItsOwnersRelease", func(t *testing.T) {
 		// A hold released while its key is inactive goes at once; one that is still held when
 		// another caller enters and leaves stays.
@@ -100,7 +114,7 @@ func TestHeldOutcomes(t *testing.T) {
 		if got := held(sp, "k"); got != `"r"@5` {
 			t.Fatalf("held = %q: a caller leaving must not drop a hold still in its owner's hands", got)
 		}
-		release()
+		release(false)
 		if got := held(sp, "k"); got != "" {
 			t.Fatalf("after release: held = %q", got)
 		}

@@ -175,6 +175,9 @@ type Spool struct {
 	lock     *os.File
 	lockPath string
 	adopted  int
+	// spooled counts the pending outcomes of each key that has any (held.go), so that a task
+	// of a key with none asks in constant time.
+	spooled map[string]int
 	// keys is the held state of each key this process works on or holds an outcome of
 	// (held.go): with pending, what Held answers.
 	keys map[string]*keyHold
@@ -217,6 +220,7 @@ func loadSpool(path string, f *os.File) (*Spool, error) {
 			continue
 		}
 		s.pending = append(s.pending, o)
+		s.countLocked(o.Key)
 	}
 	s.dirty = s.skipped > 0
 	// A torn last line: end it, so that the next Add starts a line of its own.
@@ -259,6 +263,7 @@ func (s *Spool) Add(o Outcome) error {
 		return fmt.Errorf("flight: spool add %q: %w", o.Key, err)
 	}
 	s.pending = append(s.pending, o)
+	s.countLocked(o.Key)
 	return nil
 }
 
@@ -320,8 +325,9 @@ type FlushReport struct {
 
 // Flush writes every pending outcome back with c.Restore, oldest first, one call each under
 // ctx (give the client or ctx a deadline: against a dead Redis every call waits for it).
-// Written and refused outcomes leave the spool; outcomes hit
-// by any other error stay, and so do the rest once ctx is done or Redis fails to answer. The file is then rewritten
+// Written and refused outcomes leave the spool (one refused because another token owns the
+// flight stays visible to Held while a caller of its key is active; one whose run was closed
+// does not, held.go); outcomes hit by any other error stay, and so do the rest once ctx is done or Redis fails to answer. The file is then rewritten
 // atomically (temp file, fsync, rename) with what stays. The error joins every outcome's error
 // and a failed rewrite; the report is valid either way. Concurrent Flush calls run one by one;
 // Add may run meanwhile.
@@ -355,8 +361,10 @@ loop:
 		switch {
 		case err == nil:
 			rep.Written++
-		case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
-			errors.As(err, &se):
+		case errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired):
+			// Its run was closed: the result may never be stored, and nobody takes it.
+			rep.Refused++
+		case errors.Is(err, ErrStaleToken), errors.As(err, &se):
 			rep.Refused++
 			refused = append(refused, o)
 		case IsCoordinationFailure(err):
@@ -379,7 +387,7 @@ loop:
 	}
 	// Only Flush removes entries, so s.pending still starts with snap.
 	next := append(kept, s.pending[len(snap):]...)
-	s.pending = next
+	s.setPendingLocked(next)
 	for _, o := range refused {
 		s.orphanLocked(o)
 	}

@@ -28,6 +28,9 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	p := t.p
 	o := *d.Owner
 	held, heldToken, isHeld := p.spool.Held(t.key)
+	if isHeld && t.heldRunClosed(ctx, heldToken) {
+		isHeld = false
+	}
 	if p.archive != nil {
 		if !isHeld {
 			if done, again, err := t.rehydrate(ctx, o); done {
@@ -43,8 +46,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		l := t.logger()
 		l.Info().Int64("heldToken", heldToken).Msg(msgHeldAnswer)
 		stream.Finishing(t.msg)
-		defer p.spool.Hold(t.key, o.Token, held)()
-		return t.settle(ctx, o, held)
+		return t.settle(ctx, o, held, p.spool.Hold(t.key, o.Token, held))
 	}
 	p.life.running.Add(1)
 	defer p.life.running.Add(-1)
@@ -65,9 +67,12 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		Tenant: t.task.Tenant, SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
 		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
 		RequestKey: t.key, Deadline: deadline}, func() { progress.Add(1) })
+	var release func(settled bool)
 	if callErr == nil {
-		// Held from the moment it exists until Redis took or refused it (settle).
-		defer p.spool.Hold(t.key, o.Token, out)()
+		// Held from the moment it exists until Redis took or refused it (settle releases it;
+		// this only when something panics before).
+		release = p.spool.Hold(t.key, o.Token, out)
+		defer release(false)
 	}
 	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
 	t.runTime = time.Since(start)
@@ -98,7 +103,26 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	if callErr != nil {
 		return t.fail(ctx, o, callErr)
 	}
-	return t.settle(ctx, o, out)
+	return t.settle(ctx, o, out, release)
+}
+
+// heldRunClosed asks, for the owner that found the outcome of heldToken held, whether that
+// run was closed for good (flight.Coordinator.HeldRunClosed): its result is then not taken and
+// the owner runs the model. An unanswered question takes the held result (the model is not
+// run twice).
+func (t *taskRun) heldRunClosed(ctx context.Context, heldToken int64) bool {
+	cctx, cancel := context.WithTimeout(ctx, t.p.stage.Lease)
+	defer cancel()
+	closed, err := t.p.coord.HeldRunClosed(cctx, t.key, heldToken)
+	l := t.logger()
+	switch {
+	case err != nil:
+		l.Warn().Err(err).Int64("heldToken", heldToken).Msg("cannot tell whether the held outcome's run was closed; taking it")
+		return false
+	case closed:
+		l.Info().Int64("heldToken", heldToken).Msg("the held outcome's run was cancelled or expired for good; not taking its result")
+	}
+	return closed
 }
 
 // msgHeldAnswer is logged by an owner that completes its flight with an outcome this process
@@ -106,10 +130,12 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 const msgHeldAnswer = "answered from the outcome this process holds; no model call"
 
 // settle completes the flight o owns with out, which the caller holds (flight.Spool.Hold)
-// until settle returns: Redis took it or refused it, or it was spooled and the task waits for
-// the write-back. again and err are own's results.
-func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte) (again bool, err error) {
+// until settle returns and calls release: Redis took it or refused it, or it was spooled and
+// the task waits for the write-back. again and err are own's results.
+func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte, release func(settled bool)) (again bool, err error) {
 	p := t.p
+	settled := false
+	defer func() { release(settled) }()
 	// A run that lost its session lock may not complete: another task of the session may have
 	// run meanwhile.
 	if t.checkLock != nil {
@@ -135,6 +161,7 @@ func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte) (a
 	var se *flight.StateError
 	switch {
 	case err == nil:
+		settled = true
 		if st.Restored {
 			t.warn().Msg("the flight was gone when the result arrived; written back")
 		}
@@ -147,6 +174,7 @@ func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte) (a
 		stream.Acked(t.msg)
 		return false, nil
 	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+		settled = true // it may never be stored: nobody takes it
 		t.warn().Err(err).Msg("result refused: the run was closed; the task is answered with the flight's outcome")
 		stream.Acked(t.msg)
 		return false, nil
@@ -162,7 +190,7 @@ func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte) (a
 		if serr := p.spool.Add(oc); serr != nil {
 			return false, fmt.Errorf("handlers: task %s: store result: %w (spool: %w)", t.task.TaskID, err, serr)
 		}
-		v = spooled
+		v, settled = spooled, true // the spool holds it now
 		p.metrics.spooled.WithLabelValues(t.task.Stage).Inc()
 		// The archive takes the result now: the write-back to Redis may come much later (a
 		// larger token still wins, there and in the archive).
