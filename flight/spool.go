@@ -181,7 +181,15 @@ type Spool struct {
 	// keys is the held state of each key this process works on or holds an outcome of
 	// (held.go): with pending, what Held answers.
 	keys map[string]*keyHold
+	// answered holds the entries ("<id> <stream>") of the tasks that write-backs answered (the
+	// outcomes' owner tasks and joined tasks), with when, until the tasks' own deliveries ask
+	// (WrittenBack) or answeredFor has passed.
+	answered map[string]time.Time
 }
+
+// answeredFor is how long the spool remembers the tasks a write-back answered: a task held
+// without a handler for the write-back comes back within its stage's heartbeat interval.
+const answeredFor = time.Minute
 
 // OpenSpool opens the spool file at path, creating it (mode 0600) and its directories (0700)
 // when missing; a symbolic link, or a file of another user or that others may write, is
@@ -345,8 +353,8 @@ func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) 
 	s.mu.Unlock()
 
 	var (
-		kept, refused []Outcome
-		errs          []error
+		kept, refused, written []Outcome
+		errs                   []error
 	)
 loop:
 	for i, o := range snap {
@@ -361,6 +369,7 @@ loop:
 		switch {
 		case err == nil:
 			rep.Written++
+			written = append(written, o)
 		case errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired):
 			// Its run was closed: the result may never be stored, and nobody takes it.
 			rep.Refused++
@@ -382,6 +391,7 @@ loop:
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.answeredLocked(written)
 	if rep.Written+rep.Refused == 0 && !s.dirty {
 		return rep, errors.Join(errs...)
 	}
@@ -401,6 +411,43 @@ loop:
 		errs = append(errs, fmt.Errorf("flight: spool flush: rewrite %s: %w", s.path, err))
 	}
 	return rep, errors.Join(errs...)
+}
+
+// answeredLocked remembers the tasks that the write-backs of written answered, and forgets
+// those remembered longer than answeredFor.
+func (s *Spool) answeredLocked(written []Outcome) {
+	now := time.Now()
+	for ref, at := range s.answered {
+		if now.Sub(at) > answeredFor {
+			delete(s.answered, ref)
+		}
+	}
+	for _, o := range written {
+		for _, t := range append([]Task{o.Task}, o.Joined...) {
+			if ref := t.ref(); ref != "" {
+				if s.answered == nil {
+					s.answered = map[string]time.Time{}
+				}
+				s.answered[ref] = now
+			}
+		}
+	}
+}
+
+// WrittenBack reports whether the write-back of a spooled outcome answered t (the outcome's
+// owner task, or one of its joined tasks) within the last minute, and forgets it. A task held
+// without a handler for its outcome's write-back asks it when it comes back: it is then
+// settled, and acquiring the flight would answer it a second time.
+func (s *Spool) WrittenBack(t Task) bool {
+	ref := t.ref()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.answered[ref]
+	if !ok {
+		return false
+	}
+	delete(s.answered, ref)
+	return time.Since(at) <= answeredFor
 }
 
 // rewriteLocked replaces the file with outs: a temp file in the same directory, fsynced, then

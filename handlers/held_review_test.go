@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,68 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
+
+// exactlyOnce waits for the events of ids, then a little longer, and checks that each task
+// got exactly one event, SUCCEEDED with the only run's result.
+func exactlyOnce(t *testing.T, b *bundle, ids []string, settle time.Duration) {
+	t.Helper()
+	b.eventsFor([]string{handlers.StageEvaluation}, ids, 20*time.Second)
+	time.Sleep(settle)
+	got := b.events([]string{handlers.StageEvaluation}, 1<<30, 500*time.Millisecond)
+	for _, id := range ids {
+		evs := got[id]
+		if len(evs) != 1 || evs[0].Status != topics.StatusSucceeded || string(evs[0].Result) != onlyRun {
+			var desc []string
+			for _, e := range evs {
+				desc = append(desc, fmt.Sprintf("%s/%s token %d at %s", e.Status, e.Shared, e.OwnerToken, e.FinishedAt.Format("15:04:05.000")))
+			}
+			t.Errorf("%s: %d events %v, want exactly one SUCCEEDED with the only run's result", id, len(evs), desc)
+		}
+	}
+}
+
+// TestSpooledTasksAnsweredOnce: the owner's result is spooled (Redis stopped past the lease,
+// its data lost) with three joined tasks riding in it. The write-back answers all four; the
+// delayed tasks must not be answered a second time when they are handed out again (they
+// acquired, and the flight the write-back restored answered each once more). With fast polls
+// the delayed tasks come back first, and one of them flushes the spool itself.
+func TestSpooledTasksAnsweredOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		loss bool
+		beat time.Duration
+	}{{"data lost", true, 200 * time.Millisecond}, {"data lost, fast polls", true, 50 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, srv := privateBundle(t)
+			gm := newGateModel()
+			c, _ := b.start("c1", evaluation(gm, func(s *handlers.StageConfig) {
+				s.Lease, s.HeartbeatInterval = time.Second, tc.beat
+				s.JoinWait, s.Concurrency = time.Second, 4
+			}))
+			ids := dupTasks(b, "s", 1, 4, 0)
+			wait(t, gm.started, "the owner's model call")
+			until(t, "the four tasks read", func() bool {
+				return b.r.Client.XPending(b.ctx, b.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count == 4
+			})
+			if tc.loss {
+				srv.Stop()
+			} else {
+				srv.Pause()
+			}
+			close(gm.release)
+			until(t, "the result in the spool", func() bool { return c.Status().Spooled == 1 })
+			if tc.loss {
+				srv.Restart()
+			} else {
+				srv.Resume()
+			}
+			exactlyOnce(t, b, ids, 2*time.Second)
+			if gm.runs.Load() != 1 {
+				t.Errorf("model ran %d times, want 1", gm.runs.Load())
+			}
+		})
+	}
+}
 
 // TestCancelledRunsHeldResultIsNotTaken: the flight is cancelled while its owner's model runs;
 // the model answers anyway, and the owner's complete waits (on the archive's fence: Redis lost

@@ -195,8 +195,8 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 		return false, j.taken
 	case spooled:
 		// Held without a handler until the write-back answers it (run checks the spool
-		// first, as for the leader's own task).
-		stream.Delay(t.msg, p.stage.HeartbeatInterval)
+		// first, and whether the write-back answered it, as for the leader's own task).
+		stream.DelayWith(t.msg, p.stage.HeartbeatInterval, noteWriteBack)
 		return true, false
 	}
 	// Counted like a parked follower: its event by the owner (a follower of its call), its

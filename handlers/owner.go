@@ -196,7 +196,7 @@ func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte, re
 		// larger token still wins, there and in the archive).
 		t.record(flight.StatusSucceeded, o, out, nil)
 		t.warn().Err(err).Msg("result write failed: uncertain outcome spooled; the task waits for the write-back")
-		stream.Delay(t.msg, p.stage.HeartbeatInterval)
+		stream.DelayWith(t.msg, p.stage.HeartbeatInterval, noteWriteBack)
 		return false, nil
 	}
 }

@@ -84,11 +84,21 @@ func (t *taskRun) run(ctx context.Context) error {
 	case string(flight.ModeBypass), string(flight.ModeLocalOnly):
 		return t.runUncoordinated(ctx)
 	}
+	// A task whose outcome was spooled (its own run's, or its leader's that it rode in) is
+	// answered by the write-back: it waits for it, and does not acquire once it answered it.
+	awaiting := t.msg.Metadata.Get(stream.MetaNote) == noteWriteBack
 	if !t.flushSpooled(ctx) {
 		// Its outcome is still spooled (Redis answers again, but not for writes yet): hold
 		// the task until the write-back answers it. (Were it to acquire and own the flight
 		// anyway, it would take the held outcome, never run the model: own.)
-		stream.Delay(t.msg, p.stage.HeartbeatInterval)
+		if awaiting {
+			stream.DelayWith(t.msg, p.stage.HeartbeatInterval, noteWriteBack)
+		} else {
+			stream.Delay(t.msg, p.stage.HeartbeatInterval)
+		}
+		return nil
+	}
+	if awaiting && t.writtenBack() {
 		return nil
 	}
 	if p.stage.SessionLock != nil && *p.stage.SessionLock && t.task.SessionID != "" {
@@ -122,6 +132,26 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 		l.Debug().Err(err).Msg("spool flush failed")
 	}
 	return !p.spool.Spooled(t.key)
+}
+
+// noteWriteBack is the stream note (stream.DelayWith) of a task whose outcome was spooled: the
+// owner's own task, and the tasks that rode in its failed complete. The write-back answers
+// them.
+const noteWriteBack = "write_back"
+
+// writtenBack reports whether the write-back of the spooled outcome that carried the task
+// answered it (flight.Spool.WrittenBack), and then settles the message: the task must not
+// acquire, which would answer it a second time.
+func (t *taskRun) writtenBack() bool {
+	if !t.p.spool.WrittenBack(t.flightTask()) {
+		return false
+	}
+	if debugOn(t.p.log) {
+		l := t.logger()
+		l.Debug().Msg("answered by the write-back of its spooled outcome")
+	}
+	stream.Acked(t.msg)
+	return true
 }
 
 // acquireLoop acquires the flight until the task is settled: owned and run, parked, delayed

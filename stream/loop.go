@@ -36,6 +36,8 @@ type heldEntry struct {
 	// finishing: handed out, and its handler said it is finishing (Finishing): its slot counts
 	// as free while the message is not yet settled.
 	finishing bool
+	// note is what the handler of its last delivery left with DelayWith (MetaNote).
+	note string
 }
 
 // delayHeap orders delayed entries by due time.
@@ -327,6 +329,12 @@ func (l *topicLoop) emit(e *heldEntry) {
 		msg.Metadata = message.Metadata{}
 	}
 	delete(msg.Metadata, metaSettle)
+	delete(msg.Metadata, metaNoteNext)
+	if e.note == "" {
+		delete(msg.Metadata, MetaNote)
+	} else {
+		msg.Metadata.Set(MetaNote, e.note)
+	}
 	msg.Metadata.Set(MetaEntry, e.id)
 	msg.Metadata.Set(MetaStream, l.topic)
 	msg.Metadata.Set(MetaDeliveries, strconv.FormatInt(e.deliveries, 10))
@@ -364,6 +372,9 @@ func (l *topicLoop) settle(e *heldEntry, msg *message.Message) {
 	switch kind {
 	case "delay":
 		l.s.stat.delayed.Add(1)
+		l.mu.Lock()
+		e.note = msg.Metadata.Get(metaNoteNext)
+		l.mu.Unlock()
 		l.redeliver(e, due, "delayed")
 		return
 	case "release":

@@ -25,7 +25,13 @@ const (
 	// read of the stream that found no more entries than it returned. An entry id given by a
 	// producer (XADD with an explicit id) may lie before it; absent when unknown.
 	MetaAddedAfter = "_flightdeck_added_after"
+	// MetaNote holds the note the handler of the entry's previous delivery left with
+	// DelayWith; absent when it left none.
+	MetaNote = "_flightdeck_note"
 )
+
+// metaNoteNext is where DelayWith leaves the note for the entry's next delivery.
+const metaNoteNext = "_flightdeck_note_next"
 
 // metaSettle is where a handler leaves what became of the entry, for the subscriber to act on
 // when the message is acknowledged.
@@ -46,6 +52,15 @@ func Acked(msg *message.Message) { msg.Metadata.Set(metaSettle, "acked") }
 // watermill's sense, not in Redis).
 func Delay(msg *message.Message, d time.Duration) {
 	msg.Metadata.Set(metaSettle, "delay:"+strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10))
+	delete(msg.Metadata, metaNoteNext)
+}
+
+// DelayWith is Delay, and the entry's next delivery carries note in MetaNote: what the handler
+// must remember about the entry while it holds no handler (the subscriber keeps the note with
+// the entry, and forgets it with the entry). A later Delay without a note drops it.
+func DelayWith(msg *message.Message, d time.Duration, note string) {
+	Delay(msg, d)
+	msg.Metadata.Set(metaNoteNext, note)
 }
 
 // Release tells the subscriber to give msg's entry up: on Ack it makes the entry look idle for
@@ -94,7 +109,10 @@ func StillHeld(ctx context.Context, msg *message.Message) (bool, error) {
 
 // Unsettle clears what a handler left on msg: a handler that runs again (a retry by the
 // middleware) starts from nothing.
-func Unsettle(msg *message.Message) { delete(msg.Metadata, metaSettle) }
+func Unsettle(msg *message.Message) {
+	delete(msg.Metadata, metaSettle)
+	delete(msg.Metadata, metaNoteNext)
+}
 
 // settleOf reads what the handler left on msg: "", parked, acked, release, or delay with its
 // due time.
