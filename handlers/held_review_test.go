@@ -34,17 +34,21 @@ func exactlyOnce(t *testing.T, b *bundle, ids []string, settle time.Duration) {
 	}
 }
 
-// TestSpooledTasksAnsweredOnce: the owner's result is spooled (Redis stopped past the lease,
-// its data lost) with three joined tasks riding in it. The write-back answers all four; the
-// delayed tasks must not be answered a second time when they are handed out again (they
-// acquired, and the flight the write-back restored answered each once more). With fast polls
-// the delayed tasks come back first, and one of them flushes the spool itself.
+// TestSpooledTasksAnsweredOnce: the owner's result is spooled with three joined tasks riding
+// in it: Redis stopped past the lease, its data lost, or paused (SIGSTOP) past the lease, its
+// data kept, and the complete sent before the pause then runs when Redis resumes, its reply
+// lost. Every task is answered exactly once: the delayed tasks must not be answered a second
+// time when they are handed out again (they acquired, and the flight the write-back restored
+// answered each once more), nor the owner's task by the write-back of a complete Redis took
+// (ALREADY answered it again). With fast polls the delayed tasks come back first, and one of
+// them flushes the spool itself.
 func TestSpooledTasksAnsweredOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		loss bool
 		beat time.Duration
-	}{{"data lost", true, 200 * time.Millisecond}, {"data lost, fast polls", true, 50 * time.Millisecond}} {
+	}{{"paused", false, 200 * time.Millisecond}, {"data lost", true, 200 * time.Millisecond},
+		{"data lost, fast polls", true, 50 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, srv := privateBundle(t)
 			gm := newGateModel()

@@ -25,6 +25,7 @@
 --   OK          the meta is FAILED (TTL failureTTL); final 1 when no attempt is left: then the
 --               caller (shared owner) and the parked tasks are answered
 --   ALREADY     this token's failure is recorded already (a retry): answered again when final
+--               (on one node, not the owner's task when its entry is no longer pending)
 --   CANCELLED / EXPIRED   the run was cancelled or expired for good: the caller is answered
 --   STALE_TOKEN another token owns the flight: the caller is answered from its outcome or
 --               parked on it ("" when a larger token's meta is gone too)
@@ -99,7 +100,10 @@ register('fail', function()
   if meta.ownerToken ~= fmt(tok) then
     return tail({ 'STALE_TOKEN', 0, settleCaller(meta) })
   end
-  if status == 'FAILED' then return done('ALREADY', meta) end
+  if status == 'FAILED' then
+    JAgain = true -- a retry after a lost reply: an owner's task answered then is not again
+    return done('ALREADY', meta)
+  end
   if status == 'CANCELLED' then
     answer(failureOf(meta), label)
     return tail({ status, 1, 'answered' })

@@ -63,7 +63,7 @@ local nowN, nowUsN = nil, nil -- the same as numbers, parsed on first use (nowMs
 local A = nil -- the answer block as a table, made by initAnswers on first use
 local out = nil -- what the call answered, made by answered() on first use
 local J = nil -- (complete) the index in V of the first joined task, nil for none
-local JAgain = false -- (complete) the joined tasks may have been answered before (a retry)
+local JAgain = false -- (complete, fail) the caller's and joined tasks may have been answered before (a retry)
 
 local PAD = { '00000', '0000', '000', '00', '0', '' } -- left padding of TIME's microseconds
 
@@ -288,7 +288,9 @@ local function answer(body, callerShared, ownerRef, others)
   local o = answered()
   local task, entry = V[7], V[8]
   others = others or body
-  if task ~= '' then
+  -- A retried owner call (ALREADY) whose task was answered by the first call (its entry is
+  -- acknowledged) answers it no more.
+  if task ~= '' and not (JAgain and entry ~= '' and answeredBefore(entry)) then
     emit(task, callerShared, V[9], body)
     o.caller = callerShared
   end
