@@ -354,8 +354,17 @@ func Check(h History) Report {
 			checkAccepted(k, token, what, epochs[k], add)
 			return
 		}
-		checkRan(k, ran, fmt.Sprintf("%s (token %d completed with the outcome of token %d its process held)",
-			what, token, ran), epochs[k], add)
+		what = fmt.Sprintf("%s (token %d completed with the outcome of token %d its process held)", what, token, ran)
+		checkRan(k, ran, what, epochs[k], add)
+		// The held answer's own token owned its flight like a run's: no larger token may have
+		// taken that flight over before its result was accepted.
+		if i := epochIndex(epochs[k], token); i >= 0 {
+			if last := epochs[k][i].last(); last.Token > token {
+				add(Violation{Rule: RuleNoStale, Key: k, Detail: fmt.Sprintf(
+					"%s carries token %d, but token %d (reason %s, %s, task %s) had taken the flight over: the stale owner's result was accepted",
+					what, token, last.Token, last.Reason, last.Consumer, last.TaskID)})
+			}
+		}
 	}
 
 	// Rule 3: no stale-token result accepted.
