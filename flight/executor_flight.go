@@ -123,7 +123,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 	o := *d.Owner
 	o.Task = Task{ID: "exec-" + uuid.NewString()}
 	held, heldToken, isHeld := e.spool.Held(o.Key)
-	if isHeld && e.heldRunClosed(ctx, st, o.Key, heldToken) {
+	if isHeld && e.runClosed(ctx, st, o.Key, heldToken, "held outcome") {
 		isHeld = false
 	}
 	if e.cfg.Archive != nil {
@@ -203,21 +203,22 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 	return e.settle(ctx, st, o, v, run, release)
 }
 
-// heldRunClosed asks, for an owner of key that found the outcome of heldToken held, whether
-// that run was closed for good (Coordinator.HeldRunClosed): its result is then not taken. An
-// unanswered question takes the held result (the function is not run twice).
-func (e *Executor) heldRunClosed(ctx context.Context, st *stageRuntime, key string, heldToken int64) bool {
+// runClosed asks, for an owner of key about to complete its flight with what (the outcome of
+// token's run: held by this process, or archived), whether that run was closed for good
+// (Coordinator.RunClosed): the function then runs instead. An unanswered question takes the
+// outcome (the function is not run twice).
+func (e *Executor) runClosed(ctx context.Context, st *stageRuntime, key string, token int64, what string) bool {
 	cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 	defer cancel()
-	closed, err := e.coord.HeldRunClosed(cctx, key, heldToken)
+	closed, err := e.coord.RunClosed(cctx, key, token)
 	if err != nil {
-		e.log.Warn().Err(err).Str("requestKey", key).Int64("heldToken", heldToken).
-			Msg("cannot tell whether the held outcome's run was closed; taking it")
+		e.log.Warn().Err(err).Str("requestKey", key).Int64("outcomeToken", token).
+			Msg("cannot tell whether the " + what + "'s run was closed; taking it")
 		return false
 	}
 	if closed {
-		e.log.Info().Str("requestKey", key).Int64("heldToken", heldToken).
-			Msg("the held outcome's run was cancelled or expired for good; not taking its result")
+		e.log.Info().Str("requestKey", key).Int64("outcomeToken", token).
+			Msg("the " + what + "'s run was cancelled or expired for good; not taking it")
 	}
 	return closed
 }
@@ -285,6 +286,11 @@ func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o Ownership)
 	cancel()
 	if lerr != nil || !ok || a.Status == StatusExpired ||
 		(a.Status != StatusSucceeded && time.Since(a.FinishedAt) > st.opt.Policy.FailureTTL) {
+		return Result{}, false, false, nil
+	}
+	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
+	// closed meanwhile: it may never be stored.
+	if a.Status != StatusCancelled && e.runClosed(ctx, st, o.Key, a.Token, "archived outcome") {
 		return Result{}, false, false, nil
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)

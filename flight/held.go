@@ -18,7 +18,7 @@ import (
 // and the spool holds it until its write-back is taken or refused (Flush). Every owner asks
 // Held after its acquire and before it runs anything, and completes its flight with a held
 // result instead of a model call, unless the held result's run was closed for good
-// (Coordinator.HeldRunClosed): such a result is never stored.
+// (Coordinator.RunClosed): such a result is never stored.
 //
 // What makes the rule hold under concurrency is the key's active count: a caller enters the
 // key (Enter) before it sends its acquire and leaves after its run, so it asks Held while it
@@ -135,14 +135,15 @@ func (s *Spool) Held(key string) (result []byte, token int64, ok bool) {
 	return result, token, ok
 }
 
-// HeldRunClosed reports whether the run of token, whose outcome an owner of key found held
-// (Spool.Held), was closed for good: the key's fence records a cancelled or expired-for-good
-// run at token or above (DESIGN.md section 3). Such a result may never be stored, under its
-// own token or another's, so the owner runs the flight itself instead of completing it with
-// that result. The owner asks after its acquire made it owner: from then on no run of a token
-// below its own can be closed, so the answer cannot change. No fence (expired, or lost with
-// Redis's data) answers false.
-func (c *Coordinator) HeldRunClosed(ctx context.Context, key string, token int64) (bool, error) {
+// RunClosed reports whether the run of token on key was closed for good: the key's fence
+// records that very token as cancelled or expired for good (DESIGN.md section 3). Such a run's
+// outcome may never be stored, under its own token or another's, so an owner about to complete
+// its own flight with another run's outcome (one its process holds, Spool.Held, or one the
+// archive holds) asks first, and runs the flight itself when it was. The owner asks after its
+// acquire made it owner: from then on no run of a token below its own can be closed, so the
+// answer cannot change. No fence (expired, or lost with Redis's data), or a fence of another
+// run (it records the last ended run only), answers false.
+func (c *Coordinator) RunClosed(ctx context.Context, key string, token int64) (bool, error) {
 	v, err := c.rdb.Get(ctx, c.ks.Fence(key)).Result()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
@@ -155,7 +156,7 @@ func (c *Coordinator) HeldRunClosed(ctx context.Context, key string, token int64
 	if err != nil {
 		return false, fmt.Errorf("flight: fence of %q: %w: %q", key, ErrProtocol, v)
 	}
-	return (mark == "c" || mark == "x") && fence >= token, nil
+	return (mark == "c" || mark == "x") && fence == token, nil
 }
 
 // orphanLocked keeps a spooled outcome whose write-back was refused because another token owns

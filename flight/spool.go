@@ -353,8 +353,9 @@ func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) 
 	s.mu.Unlock()
 
 	var (
-		kept, refused, written []Outcome
-		errs                   []error
+		kept, refused []Outcome
+		answered      []Task
+		errs          []error
 	)
 loop:
 	for i, o := range snap {
@@ -369,10 +370,12 @@ loop:
 		switch {
 		case err == nil:
 			rep.Written++
-			written = append(written, o)
+			answered = append(answered, answeredBy(o, st)...)
 		case errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired):
-			// Its run was closed: the result may never be stored, and nobody takes it.
+			// Its run was closed: the result may never be stored, and nobody takes it. The
+			// owner's task (and its joined ones) got that outcome.
 			rep.Refused++
+			answered = append(answered, answeredBy(o, st)...)
 		case errors.Is(err, ErrStaleToken), errors.As(err, &se):
 			rep.Refused++
 			refused = append(refused, o)
@@ -391,7 +394,7 @@ loop:
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.answeredLocked(written)
+	s.answeredLocked(answered)
 	if rep.Written+rep.Refused == 0 && !s.dirty {
 		return rep, errors.Join(errs...)
 	}
@@ -413,23 +416,36 @@ loop:
 	return rep, errors.Join(errs...)
 }
 
-// answeredLocked remembers the tasks that the write-backs of written answered, and forgets
-// those remembered longer than answeredFor.
-func (s *Spool) answeredLocked(written []Outcome) {
+// answeredBy returns the tasks of o that its write-back answered, as st says: the owner's
+// task, and its joined tasks. A refusal because another token owns the flight is not counted:
+// after a Redis data loss it reports an entry that is no longer pending as answered, although
+// nothing was written (the task acquires and is answered then).
+func answeredBy(o Outcome, st Settlement) []Task {
+	var out []Task
+	if st.Answered {
+		out = append(out, o.Task)
+	}
+	if st.JoinedAnswered {
+		out = append(out, o.Joined...)
+	}
+	return out
+}
+
+// answeredLocked remembers the tasks that write-backs answered, and forgets those remembered
+// longer than answeredFor.
+func (s *Spool) answeredLocked(answered []Task) {
 	now := time.Now()
 	for ref, at := range s.answered {
 		if now.Sub(at) > answeredFor {
 			delete(s.answered, ref)
 		}
 	}
-	for _, o := range written {
-		for _, t := range append([]Task{o.Task}, o.Joined...) {
-			if ref := t.ref(); ref != "" {
-				if s.answered == nil {
-					s.answered = map[string]time.Time{}
-				}
-				s.answered[ref] = now
+	for _, t := range answered {
+		if ref := t.ref(); ref != "" {
+			if s.answered == nil {
+				s.answered = map[string]time.Time{}
 			}
+			s.answered[ref] = now
 		}
 	}
 }

@@ -70,6 +70,11 @@ func (t *taskRun) rehydrate(ctx context.Context, o flight.Ownership) (done, agai
 		(a.Status != flight.StatusSucceeded && time.Since(a.FinishedAt) > p.stage.FailureTTL) {
 		return false, false, nil
 	}
+	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
+	// closed meanwhile: it may never be stored.
+	if a.Status != flight.StatusCancelled && t.runClosed(ctx, a.Token, "archived outcome") {
+		return false, false, nil
+	}
 	st, err := retryCoordination(ctx, p.stage.Lease, func(ctx context.Context) (flight.Settlement, error) {
 		return p.coord.Rehydrate(ctx, o, a)
 	})

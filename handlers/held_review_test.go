@@ -12,6 +12,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -149,4 +150,67 @@ func TestCancelledRunsHeldResultIsNotTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.eventsFor([]string{handlers.StageEvaluation}, []string{"first", "dup"}, 20*time.Second)
+}
+
+// TestCancelledRunsArchivedResultIsNotRehydrated: the flight is cancelled while its owner's
+// model runs; the model answers anyway, Redis goes away before the result's write (its data
+// kept: AOF), and the result is spooled and archived at once. Redis comes back: the write-back
+// is refused (the fence closes the cancelled run's token) and the CANCELLED record has ended.
+// A duplicate then owns a new flight: it must not rehydrate the cancelled run's archived
+// result (which may never be stored, DESIGN.md section 3), it runs the model.
+func TestCancelledRunsArchivedResultIsNotRehydrated(t *testing.T) {
+	store, err := archive.Open(context.Background(), archive.Config{URL: pgtest.New(t).URL, Deployment: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv := redistest.Start(t, &redistest.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+	b := &bundle{t: t, ctx: context.Background(), r: &redistest.Target{Client: srv.Client(), URL: srv.URL(),
+		Prefix: redistest.Prefix(), Server: srv}}
+	b.ks = topics.Keyspace{Prefix: b.r.Prefix}
+	b.w = topics.Writer{Client: b.r.Client, Keyspace: b.ks}
+	gm := newGateModel()
+	c, _ := b.start("c1", func(c *handlers.Config) {
+		evaluation(gm, func(s *handlers.StageConfig) {
+			s.Lease, s.HeartbeatInterval = time.Second, 500*time.Millisecond
+			s.JoinWait = -1
+		})(c)
+		c.Archive = store
+	})
+	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(9, 0)}
+	key, err := handlers.TaskKey(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(task)
+	wait(t, gm.started, "the owner's model call")
+	coord, err := flight.NewCoordinator(flight.Config{Client: b.r.Client, Keyspace: b.ks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coord.Cancel(b.ctx, key, "client", flight.CancelParams{TTL: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	close(gm.release)
+	until(t, "the result in the spool", func() bool { return c.Status().Spooled == 1 })
+	until(t, "the result in the archive", func() bool {
+		a, ok, _ := store.Get(context.Background(), key)
+		return ok && a.Status == flight.StatusSucceeded
+	})
+	srv.Restart()
+	until(t, "the write-back refused", func() bool { return c.Status().Spooled == 0 })
+	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(9, 0)})
+	got := b.eventsFor([]string{handlers.StageEvaluation}, []string{"first", "dup"}, 20*time.Second)
+	if gm.runs.Load() != 2 {
+		t.Errorf("model ran %d times, want 2; dup: %+v: the new flight took the cancelled run's result from the archive",
+			gm.runs.Load(), got["dup"])
+	}
+	// The refused write-back answered the owner's task with the cancellation, once: it does
+	// not acquire the new flight when it comes back.
+	time.Sleep(time.Second)
+	got = b.events([]string{handlers.StageEvaluation}, 1<<30, 500*time.Millisecond)
+	if evs := got["first"]; len(evs) != 1 || evs[0].Status != topics.StatusCancelled {
+		t.Errorf("first: events %+v, want one CANCELLED", evs)
+	}
 }

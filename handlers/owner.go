@@ -28,7 +28,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	p := t.p
 	o := *d.Owner
 	held, heldToken, isHeld := p.spool.Held(t.key)
-	if isHeld && t.heldRunClosed(ctx, heldToken) {
+	if isHeld && t.runClosed(ctx, heldToken, "held outcome") {
 		isHeld = false
 	}
 	if p.archive != nil {
@@ -106,21 +106,21 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	return t.settle(ctx, o, out, release)
 }
 
-// heldRunClosed asks, for the owner that found the outcome of heldToken held, whether that
-// run was closed for good (flight.Coordinator.HeldRunClosed): its result is then not taken and
-// the owner runs the model. An unanswered question takes the held result (the model is not
-// run twice).
-func (t *taskRun) heldRunClosed(ctx context.Context, heldToken int64) bool {
+// runClosed asks, for the owner about to complete its flight with what (the outcome of
+// token's run: held by this process, or archived), whether that run was closed for good
+// (flight.Coordinator.RunClosed): the owner then runs the model instead. An unanswered
+// question takes the outcome (the model is not run twice).
+func (t *taskRun) runClosed(ctx context.Context, token int64, what string) bool {
 	cctx, cancel := context.WithTimeout(ctx, t.p.stage.Lease)
 	defer cancel()
-	closed, err := t.p.coord.HeldRunClosed(cctx, t.key, heldToken)
+	closed, err := t.p.coord.RunClosed(cctx, t.key, token)
 	l := t.logger()
 	switch {
 	case err != nil:
-		l.Warn().Err(err).Int64("heldToken", heldToken).Msg("cannot tell whether the held outcome's run was closed; taking it")
+		l.Warn().Err(err).Int64("outcomeToken", token).Msg("cannot tell whether the " + what + "'s run was closed; taking it")
 		return false
 	case closed:
-		l.Info().Int64("heldToken", heldToken).Msg("the held outcome's run was cancelled or expired for good; not taking its result")
+		l.Info().Int64("outcomeToken", token).Msg("the " + what + "'s run was cancelled or expired for good; not taking it")
 	}
 	return closed
 }
