@@ -1,7 +1,6 @@
 package flight
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -377,7 +376,7 @@ func (e *Executor) runLocal(ctx context.Context, st *stageRuntime, fn Fn, degrad
 // mode: fn is not run again for it.
 func (e *Executor) fallback(ctx context.Context, st *stageRuntime, key string, fn Fn, cause error) (Result, error) {
 	if v, _, ok := e.spool.Held(key); ok {
-		return Result{Value: bytes.Clone(v), Shared: topics.SharedLocal, Uncertain: true}, nil
+		return Result{Value: v, Shared: topics.SharedLocal, Uncertain: true}, nil
 	}
 	kind := "unavailable"
 	var ce *CoordinationError

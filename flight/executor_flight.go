@@ -1,7 +1,6 @@
 package flight
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,7 +138,6 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		// owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
 		e.log.Info().Str("requestKey", o.Key).Int64("token", o.Token).Int64("heldToken", heldToken).
 			Msg("answered from the outcome this process holds; no model call")
-		held = bytes.Clone(held) // the caller's own copy
 		return e.settle(ctx, st, o, held, 0, e.spool.Hold(o.Key, o.Token, held))
 	}
 	runCtx, cancelRun := context.WithCancelCause(ctx)

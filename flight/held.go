@@ -113,10 +113,16 @@ func (s *Spool) Hold(key string, token int64, result []byte) (release func(settl
 // not seen written: in an owner's hand (Hold) or spooled (Add), the largest token's when there
 // are several. An owner asks it after its acquire, before it runs anything, and completes its
 // flight with the held result instead: a process never runs a key whose outcome it holds. The
-// result must not be modified.
+// result is the caller's own copy: the owner whose hold it is may hand its slice on once it
+// released it (an Executor caller's Result.Value).
 func (s *Spool) Held(key string) (result []byte, token int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if ok {
+			result = bytes.Clone(result)
+		}
+	}()
 	if k := s.keys[key]; k != nil {
 		for _, h := range k.holds {
 			if !ok || h.token > token {

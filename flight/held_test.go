@@ -104,6 +104,19 @@ func TestHeldOutcomes(t *testing.T) {
 			t.Fatalf("after a settled release: held = %q", got)
 		}
 	})
+	t.Run("HeldIsACopy", func(t *testing.T) {
+		// An owner that took a held result owns its copy: the holder may hand its own slice
+		// on (an Executor caller's Result.Value) and its receiver change it.
+		sp := openSpool(t, filepath.Join(t.TempDir(), "s.jsonl"))
+		result := []byte(`"r"`)
+		release := sp.Hold("k", 5, result)
+		got, _, _ := sp.Held("k")
+		release(true)
+		result[1] = 'X'
+		if string(got) != `"r"` {
+			t.Fatalf("held result = %s after its holder's slice changed, want its own copy", got)
+		}
+	})
 	t.Run("HoldOutlivesItsOwnersRelease", func(t *testing.T) {
 		// A hold released while its key is inactive goes at once; one that is still held when
 		// another caller enters and leaves stays.
