@@ -379,6 +379,12 @@ loop:
 		case errors.Is(err, ErrStaleToken), errors.As(err, &se):
 			rep.Refused++
 			refused = append(refused, o)
+			if st.Events > 0 {
+				// Answered from the flight's outcome. (An entry no longer pending counts as
+				// answered with nothing written: after a Redis data loss it may not have been;
+				// those tasks acquire.)
+				answered = append(answered, answeredBy(o, st)...)
+			}
 		case IsCoordinationFailure(err):
 			// Redis is still away: keep this and the rest for the next flush instead of
 			// paying a connection timeout per outcome.
@@ -417,9 +423,7 @@ loop:
 }
 
 // answeredBy returns the tasks of o that its write-back answered, as st says: the owner's
-// task, and its joined tasks. A refusal because another token owns the flight is not counted:
-// after a Redis data loss it reports an entry that is no longer pending as answered, although
-// nothing was written (the task acquires and is answered then).
+// task, and its joined tasks.
 func answeredBy(o Outcome, st Settlement) []Task {
 	var out []Task
 	if st.Answered {
