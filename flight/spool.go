@@ -335,10 +335,11 @@ type FlushReport struct {
 // ctx (give the client or ctx a deadline: against a dead Redis every call waits for it).
 // Written and refused outcomes leave the spool (one refused because another token owns the
 // flight stays visible to Held while a caller of its key is active; one whose run was closed
-// does not, held.go); outcomes hit by any other error stay, and so do the rest once ctx is done or Redis fails to answer. The file is then rewritten
-// atomically (temp file, fsync, rename) with what stays. The error joins every outcome's error
-// and a failed rewrite; the report is valid either way. Concurrent Flush calls run one by one;
-// Add may run meanwhile.
+// does not, held.go), and the tasks their write-backs answered are remembered for WrittenBack;
+// outcomes hit by any other error stay, and so do the rest once ctx is done or Redis fails to
+// answer. The file is then rewritten atomically (temp file, fsync, rename) with what stays.
+// The error joins every outcome's error and a failed rewrite; the report is valid either way.
+// Concurrent Flush calls run one by one; Add may run meanwhile.
 func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
