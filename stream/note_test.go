@@ -32,19 +32,19 @@ func TestDelayWithNote(t *testing.T) {
 	if _, err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: b.stream, Values: []any{"id", "n", "payload", "n", "note", "forged"}}).Result(); err != nil {
 		t.Fatal(err)
 	}
-	m := next(t, ch, time.Second)
+	m := next(t, ch)
 	if got := m.Metadata.Get(stream.MetaNote); got != "" {
 		t.Fatalf("first delivery: note %q, want none (the entry's own is not a handler's)", got)
 	}
 	stream.DelayWith(m, 50*time.Millisecond, "write_back")
 	m.Ack()
-	m = next(t, ch, time.Second)
+	m = next(t, ch)
 	if got := m.Metadata.Get(stream.MetaNote); got != "write_back" {
 		t.Fatalf("after DelayWith: note %q, want write_back", got)
 	}
 	stream.Delay(m, 50*time.Millisecond)
 	m.Ack()
-	m = next(t, ch, time.Second)
+	m = next(t, ch)
 	if got := m.Metadata.Get(stream.MetaNote); got != "" {
 		t.Fatalf("after a plain Delay: note %q, want none", got)
 	}
