@@ -2,7 +2,9 @@
 -- the process for a later attempt): it resets their idle time, so that no other consumer
 -- claims them while it is alive; or, on shutdown, it hands them over by making them look idle
 -- for long, so that the others claim them at once. Entries another consumer claimed meanwhile,
--- or that are no longer pending, are left alone and reported.
+-- or that are no longer pending while the stream still has them (acknowledged), are left alone
+-- and reported as lost. An entry the stream no longer has is not reported: Redis lost it with
+-- its data (or it was deleted), so nobody else holds it or answered it, and its holder keeps it.
 --
 -- KEYS[1] -> task stream ai:tasks:<stage>
 -- ARGV[1] -> consumer group, ARGV[2] -> consumer name
@@ -10,13 +12,17 @@
 -- ARGV[4..] -> entry ids
 --
 -- Output: { kept, lost ids... }: kept counts the entries touched; the lost ids are held by
--- another consumer or no longer pending. A missing group answers { -1 }.
+-- another consumer, or acknowledged. A missing group answers { -1 }.
 
 local keep, lost = {}, {}
 for i = 4, #ARGV do
   local ok, q = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
   if not ok then return { -1 } end
-  if q[1] and q[1][2] == ARGV[2] then keep[#keep + 1] = ARGV[i] else lost[#lost + 1] = ARGV[i] end
+  if q[1] and q[1][2] == ARGV[2] then
+    keep[#keep + 1] = ARGV[i]
+  elseif q[1] or #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i]) > 0 then
+    lost[#lost + 1] = ARGV[i]
+  end
 end
 for i = 1, #keep, 100 do
   local args = { 'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0 }

@@ -15,7 +15,8 @@ import (
 // touchLoop keeps custody of every entry the topic holds: each TouchInterval it resets their
 // idle time (only those still pending under this consumer), so that no other consumer claims
 // them while this process lives, until Close hands them over. Entries found taken over or
-// acknowledged elsewhere are dropped unless a handler has them.
+// acknowledged elsewhere are dropped unless a handler has them; entries Redis lost with its
+// data are kept (stream_touch.lua), since nobody else holds them.
 func (l *topicLoop) touchLoop() {
 	t := time.NewTicker(l.s.cfg.TouchInterval)
 	defer t.Stop()
@@ -47,6 +48,7 @@ func (l *topicLoop) touchHeld() {
 		l.s.stat.lost.Add(1)
 		l.drop(id)
 	}
+	l.s.stat.touches.Add(1)
 }
 
 func (l *topicLoop) heldIDs() []string {

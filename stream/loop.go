@@ -438,15 +438,28 @@ func (l *topicLoop) finish(e *heldEntry) {
 	l.signal()
 }
 
-// stillHeld reports whether id is still pending under this consumer (not acknowledged, not
-// claimed by another consumer).
+// stillHeld reports whether id is still this consumer's: pending under it, or gone from the
+// stream with Redis's data (nobody else can hold or have answered it). An entry that is in the
+// stream and not pending under this consumer was acknowledged or claimed by another consumer.
 func (l *topicLoop) stillHeld(ctx context.Context, id string) (bool, error) {
-	p, err := l.s.cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.topic, Group: l.s.cfg.Group,
-		Start: id, End: id, Count: 1}).Result()
+	var pend *redis.XPendingExtCmd
+	var entry *redis.XMessageSliceCmd
+	_, err := l.s.cfg.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		pend = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.topic, Group: l.s.cfg.Group,
+			Start: id, End: id, Count: 1})
+		entry = p.XRange(ctx, l.topic, id, id)
+		return nil
+	})
+	if err != nil && strings.Contains(err.Error(), "NOGROUP") {
+		return true, nil // the group is gone with Redis's data, and the entry with it
+	}
 	if err != nil {
 		return false, fmt.Errorf("stream: pending entry %s: %w", id, err)
 	}
-	return len(p) == 1 && p[0].Consumer == l.s.cfg.Consumer, nil
+	if p := pend.Val(); len(p) == 1 {
+		return p[0].Consumer == l.s.cfg.Consumer, nil
+	}
+	return len(entry.Val()) == 0, nil
 }
 
 // drop forgets an entry this process no longer holds (claimed by another consumer, or

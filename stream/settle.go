@@ -94,10 +94,11 @@ func Finishing(msg *message.Message) {
 	}
 }
 
-// StillHeld asks Redis whether msg's entry is still pending under this consumer. It is not
-// when the entry was acknowledged (its task answered) or claimed by another consumer while
-// this process could not touch it (paused, cut off): a handler then settles the message with
-// Acked, which forgets it, rather than work on a task that is no longer its own. A message this
+// StillHeld asks Redis whether msg's entry is still this consumer's. It is not when the entry
+// was acknowledged (its task answered) or claimed by another consumer while this process could
+// not touch it (paused, cut off): a handler then settles the message with Acked, which forgets
+// it, rather than work on a task that is no longer its own. An entry Redis lost with its data
+// (gone from the stream, or its group gone) is held: nobody else can have it. A message this
 // package did not hand out is held.
 func StillHeld(ctx context.Context, msg *message.Message) (bool, error) {
 	h := handleOf(msg)

@@ -227,10 +227,13 @@ type Stats struct {
 	Passes int64
 	// Drained counts the reads of new entries that found no more than they returned.
 	Drained int64
+	// Touches counts the touch passes over the held entries (one per topic and
+	// TouchInterval while any are held, whatever Redis answered).
+	Touches int64
 }
 
 type counters struct {
-	read, recovered, claimed, unparked, acked, parked, delayed, released, kept, lost, passes, drained atomic.Int64
+	read, recovered, claimed, unparked, acked, parked, delayed, released, kept, lost, passes, drained, touches atomic.Int64
 }
 
 // Subscriber is a watermill message.Subscriber over one consumer group. Subscribe once per
@@ -344,7 +347,7 @@ func (s *Subscriber) Stats() Stats {
 	return Stats{Read: c.read.Load(), Recovered: c.recovered.Load(), Claimed: c.claimed.Load(),
 		Unparked: c.unparked.Load(), Acked: c.acked.Load(), Parked: c.parked.Load(), Delayed: c.delayed.Load(),
 		Released: c.released.Load(), Kept: c.kept.Load(), Lost: c.lost.Load(), Passes: c.passes.Load(),
-		Drained: c.drained.Load()}
+		Drained: c.drained.Load(), Touches: c.touches.Load()}
 }
 
 // Held returns how many entries of topic the subscriber holds: handed out, ready or delayed.
