@@ -97,7 +97,9 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	}
 	for name, v := range beats {
 		ms, _ := strconv.ParseInt(v, 10, 64)
-		age := now.UnixMilli() - ms
+		// A beat written after the TIME above is fresh: its age is 0, never negative (-1 means
+		// no beat at all).
+		age := max(now.UnixMilli()-ms, 0)
 		consumers[name] = &ConsumerView{Name: name, LastBeatAgeMs: age,
 			Alive: age <= in.cfg.LivenessTimeout.Milliseconds(), Pending: map[string]int64{}}
 	}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"math"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
+	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // TestOverviewUnderAmplification: with one flight's 40 KB result inline in 5,000 hit events,
@@ -80,5 +84,33 @@ func TestOverviewUnderAmplification(t *testing.T) {
 	fs, err := l.in.Flights(ctx, admin.FlightFilter{})
 	if err != nil || len(fs) != 1 || fs[0].Key != l.key || fs[0].Status != "SUCCEEDED" {
 		t.Errorf("flights %+v %v, want the one SUCCEEDED flight %s", fs, err, l.key)
+	}
+}
+
+// TestBeatAfterTheOverviewsClock: a liveness beat written after the overview read Redis's
+// clock (its timestamp is ahead of the overview's) is fresh: age 0, alive, never a negative
+// age (-1 means no beat at all).
+func TestBeatAfterTheOverviewsClock(t *testing.T) {
+	r := redistest.New(t)
+	ctx := context.Background()
+	ks := topics.Keyspace{Prefix: r.Prefix}
+	in, err := admin.New(admin.Config{Client: r.Client, Keyspace: ks, Stages: []string{handlers.StageEvaluation}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := r.Client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := strconv.FormatInt(now.UnixMilli()+500, 10)
+	if err := r.Client.HSet(ctx, ks.Consumers(topics.ConsumerGroup), "node-a", ahead).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ov, err := in.Overview(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.Consumers) != 1 || ov.Consumers[0].LastBeatAgeMs != 0 || !ov.Consumers[0].Alive {
+		t.Errorf("consumers %+v, want node-a alive with age 0", ov.Consumers)
 	}
 }
