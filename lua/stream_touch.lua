@@ -2,19 +2,20 @@
 -- the process for a later attempt): it resets their idle time, so that no other consumer
 -- claims them while it is alive; or, on shutdown, it hands them over by making them look idle
 -- for long, so that the others claim them at once. Entries another consumer claimed meanwhile,
--- or that are no longer pending while the stream still has them (acknowledged), are left alone
--- and reported as lost. An entry the stream no longer has is not reported: Redis lost it with
--- its data (or it was deleted), so nobody else holds it or answered it, and its holder keeps it.
+-- or that are no longer pending, are left alone and reported: as lost when the stream still
+-- has them (acknowledged, or claimed), as gone when it does not (Redis lost them with its data,
+-- or they were acknowledged and trimmed since: the caller decides).
 --
 -- KEYS[1] -> task stream ai:tasks:<stage>
 -- ARGV[1] -> consumer group, ARGV[2] -> consumer name
 -- ARGV[3] -> idle time to set in ms: 0 touches, a large value hands over
 -- ARGV[4..] -> entry ids
 --
--- Output: { kept, lost ids... }: kept counts the entries touched; the lost ids are held by
--- another consumer, or acknowledged. A missing group answers { -1 }.
+-- Output: { kept, nLost, lost ids..., gone ids... }: kept counts the entries touched; the
+-- nLost lost ids are held by another consumer or acknowledged; the rest are gone from the
+-- stream. A missing group answers { -1 }.
 
-local keep, lost = {}, {}
+local keep, lost, gone = {}, {}, {}
 for i = 4, #ARGV do
   local ok, q = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
   if not ok then return { -1 } end
@@ -22,6 +23,8 @@ for i = 4, #ARGV do
     keep[#keep + 1] = ARGV[i]
   elseif q[1] or #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i]) > 0 then
     lost[#lost + 1] = ARGV[i]
+  else
+    gone[#gone + 1] = ARGV[i]
   end
 end
 for i = 1, #keep, 100 do
@@ -32,6 +35,7 @@ for i = 1, #keep, 100 do
   args[#args + 1] = 'JUSTID'
   redis.call(unpack(args))
 end
-local out = { #keep }
+local out = { #keep, #lost }
 for _, id in ipairs(lost) do out[#out + 1] = id end
+for _, id in ipairs(gone) do out[#out + 1] = id end
 return out

@@ -15,8 +15,8 @@ import (
 // touchLoop keeps custody of every entry the topic holds: each TouchInterval it resets their
 // idle time (only those still pending under this consumer), so that no other consumer claims
 // them while this process lives, until Close hands them over. Entries found taken over or
-// acknowledged elsewhere are dropped unless a handler has them; entries Redis lost with its
-// data are kept (stream_touch.lua), since nobody else holds them.
+// acknowledged elsewhere are dropped unless a handler has them (see forget for those gone from
+// the stream).
 func (l *topicLoop) touchLoop() {
 	t := time.NewTicker(l.s.cfg.TouchInterval)
 	defer t.Stop()
@@ -44,9 +44,15 @@ func (l *topicLoop) touchHeld() {
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.s.cfg.TouchInterval)
 	defer cancel()
-	for _, id := range l.touch(ctx, ids, 0) {
+	lost, gone := l.touch(ctx, ids, 0)
+	for _, id := range lost {
 		l.s.stat.lost.Add(1)
-		l.drop(id)
+		l.drop(id, false)
+	}
+	for _, id := range gone {
+		if l.drop(id, true) {
+			l.s.stat.lost.Add(1)
+		}
 	}
 	l.s.stat.touches.Add(1)
 }
@@ -62,9 +68,10 @@ func (l *topicLoop) heldIDs() []string {
 }
 
 // touch sets the idle time of the entries this consumer still holds (0: touch; large: hand
-// over) and returns the ids it no longer holds.
-func (l *topicLoop) touch(ctx context.Context, ids []string, idle time.Duration) []string {
-	var lost []string
+// over) and returns the ids it no longer holds: lost (the stream has them: acknowledged or
+// claimed) and gone (the stream does not: lost with Redis's data, or trimmed once
+// acknowledged).
+func (l *topicLoop) touch(ctx context.Context, ids []string, idle time.Duration) (lost, gone []string) {
 	for start := 0; start < len(ids); start += 500 {
 		chunk := ids[start:min(start+500, len(ids))]
 		argv := make([]any, 0, 3+len(chunk))
@@ -77,21 +84,29 @@ func (l *topicLoop) touch(ctx context.Context, ids []string, idle time.Duration)
 			if ctx.Err() == nil {
 				l.s.log.Warn().Err(err).Str("stream", l.topic).Msg("touching held entries failed")
 			}
-			return lost
+			return lost, gone
 		}
 		if len(res) > 0 {
 			if n, _ := res[0].(int64); n < 0 {
 				l.recreateGroup(errNoGroup)
-				return lost
+				return lost, gone
 			}
 		}
-		for _, v := range res[1:] {
+		if len(res) < 2 {
+			return lost, gone
+		}
+		nLost, _ := res[1].(int64)
+		for i, v := range res[2:] {
 			if id, ok := v.(string); ok {
-				lost = append(lost, id)
+				if int64(i) < nLost {
+					lost = append(lost, id)
+				} else {
+					gone = append(gone, id)
+				}
 			}
 		}
 	}
-	return lost
+	return lost, gone
 }
 
 type noGroupError struct{}

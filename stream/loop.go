@@ -438,38 +438,29 @@ func (l *topicLoop) finish(e *heldEntry) {
 	l.signal()
 }
 
-// stillHeld reports whether id is still this consumer's: pending under it, or gone from the
-// stream with Redis's data (nobody else can hold or have answered it). An entry that is in the
-// stream and not pending under this consumer was acknowledged or claimed by another consumer.
+// stillHeld reports whether id is still pending under this consumer (not acknowledged, not
+// claimed by another consumer).
 func (l *topicLoop) stillHeld(ctx context.Context, id string) (bool, error) {
-	var pend *redis.XPendingExtCmd
-	var entry *redis.XMessageSliceCmd
-	_, err := l.s.cfg.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		pend = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.topic, Group: l.s.cfg.Group,
-			Start: id, End: id, Count: 1})
-		entry = p.XRange(ctx, l.topic, id, id)
-		return nil
-	})
-	if err != nil && strings.Contains(err.Error(), "NOGROUP") {
-		return true, nil // the group is gone with Redis's data, and the entry with it
-	}
+	p, err := l.s.cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.topic, Group: l.s.cfg.Group,
+		Start: id, End: id, Count: 1}).Result()
 	if err != nil {
 		return false, fmt.Errorf("stream: pending entry %s: %w", id, err)
 	}
-	if p := pend.Val(); len(p) == 1 {
-		return p[0].Consumer == l.s.cfg.Consumer, nil
-	}
-	return len(entry.Val()) == 0, nil
+	return len(p) == 1 && p[0].Consumer == l.s.cfg.Consumer, nil
 }
 
 // drop forgets an entry this process no longer holds (claimed by another consumer, or
-// acknowledged elsewhere), unless a handler has it now.
-func (l *topicLoop) drop(id string) {
+// acknowledged elsewhere), unless a handler has it now, and reports whether it did. An entry
+// gone from the stream (gone) is forgotten too, unless it waits with a note (DelayWith): its
+// handler owes it an answer only this process can give (a spooled outcome's write-back, which
+// writes nothing for an entry that is no longer pending), and the stream cannot tell a loss of
+// Redis's data, after which nobody else has it, from a trim once it was answered.
+func (l *topicLoop) drop(id string, gone bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.held[id]
-	if e == nil || e.state == stateOut {
-		return
+	if e == nil || e.state == stateOut || (gone && e.note != "") {
+		return false
 	}
 	delete(l.held, id)
 	switch e.state {
@@ -485,6 +476,7 @@ func (l *topicLoop) drop(id string) {
 			}
 		}
 	}
+	return true
 }
 
 // waitSettled waits until no message of the topic is handed out, or until deadline.

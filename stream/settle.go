@@ -57,7 +57,9 @@ func Delay(msg *message.Message, d time.Duration) {
 
 // DelayWith is Delay, and the entry's next delivery carries note in MetaNote: what the handler
 // must remember about the entry while it holds no handler (the subscriber keeps the note with
-// the entry, and forgets it with the entry). A later Delay without a note drops it.
+// the entry, and forgets it with the entry). A later Delay without a note drops it. A noted
+// entry is kept even once it is gone from the stream (Redis lost its data): the note says the
+// handler owes it an answer.
 func DelayWith(msg *message.Message, d time.Duration, note string) {
 	Delay(msg, d)
 	msg.Metadata.Set(metaNoteNext, note)
@@ -94,11 +96,10 @@ func Finishing(msg *message.Message) {
 	}
 }
 
-// StillHeld asks Redis whether msg's entry is still this consumer's. It is not when the entry
-// was acknowledged (its task answered) or claimed by another consumer while this process could
-// not touch it (paused, cut off): a handler then settles the message with Acked, which forgets
-// it, rather than work on a task that is no longer its own. An entry Redis lost with its data
-// (gone from the stream, or its group gone) is held: nobody else can have it. A message this
+// StillHeld asks Redis whether msg's entry is still pending under this consumer. It is not
+// when the entry was acknowledged (its task answered) or claimed by another consumer while
+// this process could not touch it (paused, cut off): a handler then settles the message with
+// Acked, which forgets it, rather than work on a task that is no longer its own. A message this
 // package did not hand out is held.
 func StillHeld(ctx context.Context, msg *message.Message) (bool, error) {
 	h := handleOf(msg)

@@ -220,7 +220,7 @@ type Stats struct {
 	// parked); Acked the entries acknowledged; Parked, Delayed, Released the settlements.
 	Read, Recovered, Claimed, Unparked, Acked, Parked, Delayed, Released int64
 	// Kept counts parked entries checked and left parked; Lost the held entries found taken
-	// by another consumer or acknowledged elsewhere.
+	// by another consumer, acknowledged elsewhere, or gone from the stream (and not noted).
 	Kept, Lost int64
 	// Passes counts the claim loops' completed passes over the group (one per topic and
 	// ClaimInterval while reading; a pass that failed does not count).
