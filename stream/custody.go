@@ -15,7 +15,7 @@ import (
 // touchLoop keeps custody of every entry the topic holds: each TouchInterval it resets their
 // idle time (only those still pending under this consumer), so that no other consumer claims
 // them while this process lives, until Close hands them over. Entries found taken over or
-// acknowledged elsewhere are dropped unless a handler has them (see forget for those gone from
+// acknowledged elsewhere are dropped unless a handler has them (see drop for those gone from
 // the stream).
 func (l *topicLoop) touchLoop() {
 	t := time.NewTicker(l.s.cfg.TouchInterval)
