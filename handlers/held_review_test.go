@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
@@ -88,42 +86,8 @@ func TestSpooledTasksAnsweredOnce(t *testing.T) {
 // the owner holds is of a closed run, which may never be stored (DESIGN.md section 3): the
 // duplicate runs the model instead of completing its flight with it.
 func TestCancelledRunsHeldResultIsNotTaken(t *testing.T) {
-	pg := pgtest.New(t)
-	store, err := archive.Open(context.Background(), archive.Config{URL: pg.URL, Deployment: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	b := setup(t)
-	gm := newGateModel()
-	b.start("c1", func(c *handlers.Config) {
-		evaluation(gm, func(s *handlers.StageConfig) {
-			s.Lease, s.HeartbeatInterval = 20*time.Second, 10*time.Second
-			s.JoinWait = -1
-		})(c)
-		c.Archive = store
-	})
-	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(8, 0)}
-	key, err := handlers.TaskKey(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.enqueue(task)
-	wait(t, gm.started, "the owner's model call")
-
-	conn, err := pgx.Connect(b.ctx, pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	tx, err := conn.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(b.ctx, "LOCK TABLE flightdeck_outcomes, flightdeck_claims IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	o := startArchiveOwner(t, 8)
+	b, gm, key, tx := o.b, o.gm, o.key, o.tx
 	coord, err := flight.NewCoordinator(flight.Config{Client: b.r.Client, Keyspace: b.ks})
 	if err != nil {
 		t.Fatal(err)
@@ -135,12 +99,7 @@ func TestCancelledRunsHeldResultIsNotTaken(t *testing.T) {
 		return b.r.Client.Exists(b.ctx, b.ks.Meta(key)).Val() == 0
 	})
 	close(gm.release)
-	until(t, "the owner's complete asking the archive", func() bool {
-		var n int
-		err := tx.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n)
-		return err == nil && n > 0
-	})
+	o.waitOnTheLock(t, "the owner's complete asking the archive")
 	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(8, 0)})
 	b.eventsFor([]string{handlers.StageEvaluation}, []string{"dup"}, 20*time.Second)
 	if gm.runs.Load() != 2 {

@@ -181,57 +181,18 @@ func TestJoinedTasksWaitForTheSpool(t *testing.T) {
 // result instead of running the model; the owner's late write is refused and its task answered
 // from that flight. On a consumer without held outcomes the duplicate runs the model again.
 func TestDuplicateOwnerTakesTheHeldOutcome(t *testing.T) {
-	pg := pgtest.New(t)
-	store, err := archive.Open(context.Background(), archive.Config{URL: pg.URL, Deployment: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	b := setup(t)
-	gm := newGateModel()
-	b.start("c1", func(c *handlers.Config) {
-		evaluation(gm, func(s *handlers.StageConfig) {
-			// No heartbeat before the model returns: nothing writes the lost flight back but
-			// the owner's complete.
-			s.Lease, s.HeartbeatInterval = 20*time.Second, 10*time.Second
-			s.JoinWait = -1
-		})(c)
-		c.Archive = store
-	})
-	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(7, 0)}
-	key, err := handlers.TaskKey(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.enqueue(task)
-	wait(t, gm.started, "the owner's model call")
-
-	// The archive answers no one until the duplicate is answered: the owner's fence question
-	// (and, without held outcomes, the duplicate's lookup) wait on the lock.
-	conn, err := pgx.Connect(b.ctx, pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	tx, err := conn.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(b.ctx, "LOCK TABLE flightdeck_outcomes, flightdeck_claims IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	// No heartbeat before the model returns: nothing writes the lost flight back but the
+	// owner's complete. The archive answers no one until the duplicate is answered: the
+	// owner's fence question (and, without held outcomes, the duplicate's lookup) wait on the
+	// lock.
+	o := startArchiveOwner(t, 7)
+	b, gm, key, tx := o.b, o.gm, o.key, o.tx
 	// Redis loses the flight under its running owner.
 	if err := b.r.Client.Del(b.ctx, b.ks.FlightKeys(key)...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	close(gm.release)
-	until(t, "the owner's complete asking the archive", func() bool {
-		var n int
-		err := tx.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n)
-		return err == nil && n > 0
-	})
+	o.waitOnTheLock(t, "the owner's complete asking the archive")
 	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(7, 0)})
 	got := answeredOnce(t, b, []string{"dup"})
 	if e := got["dup"]; len(e) > 0 && e[0].Shared != topics.SharedOwner {
@@ -246,5 +207,66 @@ func TestDuplicateOwnerTakesTheHeldOutcome(t *testing.T) {
 	}
 	until(t, "no entry pending", func() bool {
 		return b.r.Client.XPending(b.ctx, b.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count == 0
+	})
+}
+
+// archiveOwner is a consumer with an archive whose only task ("first") has an owner in its
+// model call, and whose archive tables tx holds locked: whatever asks the archive waits until
+// tx ends. The lease (20 s, heartbeat 10 s) outlasts the test, and tasks do not join.
+type archiveOwner struct {
+	b   *bundle
+	gm  *gateModel
+	key string
+	tx  pgx.Tx
+}
+
+// startArchiveOwner starts the consumer and its owner, on the input simInput(input, 0), and
+// locks the archive once the owner's model call is under way.
+func startArchiveOwner(t *testing.T, input int) *archiveOwner {
+	t.Helper()
+	pg := pgtest.New(t)
+	store, err := archive.Open(context.Background(), archive.Config{URL: pg.URL, Deployment: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	o := &archiveOwner{b: setup(t), gm: newGateModel()}
+	o.b.start("c1", func(c *handlers.Config) {
+		evaluation(o.gm, func(s *handlers.StageConfig) {
+			s.Lease, s.HeartbeatInterval = 20*time.Second, 10*time.Second
+			s.JoinWait = -1
+		})(c)
+		c.Archive = store
+	})
+	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(input, 0)}
+	if o.key, err = handlers.TaskKey(task); err != nil {
+		t.Fatal(err)
+	}
+	o.b.enqueue(task)
+	wait(t, o.gm.started, "the owner's model call")
+
+	conn, err := pgx.Connect(o.b.ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if o.tx, err = conn.Begin(o.b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.tx.Rollback(context.Background()) })
+	if _, err := o.tx.Exec(o.b.ctx, "LOCK TABLE flightdeck_outcomes, flightdeck_claims IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// waitOnTheLock waits until another session waits on the archive's lock.
+func (o *archiveOwner) waitOnTheLock(t *testing.T, what string) {
+	t.Helper()
+	until(t, what, func() bool {
+		var n int
+		err := o.tx.QueryRow(o.b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n)
+		return err == nil && n > 0
 	})
 }
