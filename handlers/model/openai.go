@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
@@ -27,46 +26,7 @@ const (
 	maxErrorBodyBytes = 64 << 10
 	// maxErrorMessageBytes caps the provider's error message copied into an *Error.
 	maxErrorMessageBytes = 300
-	redacted             = "[REDACTED]"
 )
-
-// Secret holds a credential. fmt (every verb, %#v included, also when the Secret sits in
-// an unexported field), encoding/json and log/slog print it as "[REDACTED]", or as "" when
-// it is empty; only Reveal returns the value. The zero value is the empty Secret. A Secret is
-// immutable and safe for concurrent use.
-type Secret struct {
-	// p is a pointer so that fmt, which does not call methods on unexported fields, prints
-	// an address there instead of the value.
-	p *string
-}
-
-// NewSecret returns a Secret holding s.
-func NewSecret(s string) Secret { return Secret{p: &s} }
-
-// Reveal returns the secret value; "" for the zero Secret.
-func (s Secret) Reveal() string {
-	if s.p == nil {
-		return ""
-	}
-	return *s.p
-}
-
-// String returns "[REDACTED]", or "" when the secret is empty.
-func (s Secret) String() string {
-	if s.Reveal() == "" {
-		return ""
-	}
-	return redacted
-}
-
-// Format prints String for every verb.
-func (s Secret) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String()) }
-
-// MarshalJSON encodes String as a JSON string.
-func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
-
-// LogValue returns String, for log/slog.
-func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // OpenAIConfig configures an OpenAI adapter. Printing it with fmt, JSON or slog never shows
 // the API key.
