@@ -11,6 +11,7 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -247,17 +248,34 @@ func (s *Server) Restart() {
 }
 
 // Pause stops the server process with SIGSTOP: connections stay open but nothing answers.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+// It returns once the process is stopped (kill returns before the signal takes effect, and a
+// server still running then may answer a command the test meant it to miss).
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP, true) }
 
-// Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+// Resume continues a paused server with SIGCONT, and returns once it runs again.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT, false) }
 
-func (s *Server) signal(sig syscall.Signal) {
+func (s *Server) signal(sig syscall.Signal, stopped bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
-		_ = s.cmd.Process.Signal(sig)
+	if s.cmd == nil || s.cmd.Process.Signal(sig) != nil {
+		return
 	}
+	stat := filepath.Join("/proc", strconv.Itoa(s.cmd.Process.Pid), "stat")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return // no procfs: as good as the signal
+		}
+		// The state follows the command name, which is in parentheses: "pid (comm) S ...".
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 0 && (f[0] == "T" || f[0] == "t") == stopped {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.tb.Fatalf("redistest: the server did not %s within 10 s", map[bool]string{true: "stop", false: "continue"}[stopped])
 }
 
 // Target is a Redis for one test: a client and a key prefix unique to the test.
