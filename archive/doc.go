@@ -12,7 +12,7 @@
 // in. Consumers write outcomes off the owner's critical path (Writer: batched, spooled to
 // disk with fsync while PostgreSQL is away, written back when it answers) and read them
 // lazily (Store.Get): when Redis no longer knows a key, the archived outcome answers the key
-// again without a model call (lazy rehydrate, in the consumer and flight.Executor).
+// again without a model call (lazy rehydrate, in the consumer and executor.Executor).
 //
 // The schema is versioned and embedded: Open applies the migrations that are missing, under
 // an advisory lock, so consumers starting together apply each migration once.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
@@ -49,9 +50,9 @@ func TestExecutorRehydrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := flight.StageOptions{Mode: flight.ModeDistributedOnly, Policy: flight.Policy{Lease: time.Second, MaxAttempts: 1}}
-	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1", Archive: w,
-		Stages: map[string]flight.StageOptions{"s": opt}, SpoolDir: t.TempDir()})
+	opt := executor.StageOptions{Mode: executor.ModeDistributedOnly, Policy: flight.Policy{Lease: time.Second, MaxAttempts: 1}}
+	e, err := executor.New(executor.Config{Coordinator: coord, NodeID: "n1", Archive: w,
+		Stages: map[string]executor.StageOptions{"s": opt}, SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +124,8 @@ func TestExecutorArchivesFinalDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := flight.Policy{Lease: 50 * time.Millisecond, MaxAttempts: 1}
-	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1", Archive: w,
-		Stages: map[string]flight.StageOptions{"s": {Mode: flight.ModeDistributedOnly, Policy: pol}}, SpoolDir: t.TempDir()})
+	e, err := executor.New(executor.Config{Coordinator: coord, NodeID: "n1", Archive: w,
+		Stages: map[string]executor.StageOptions{"s": {Mode: executor.ModeDistributedOnly, Policy: pol}}, SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +177,8 @@ func TestExecutorTakeoverClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1", Archive: w,
-		Stages:   map[string]flight.StageOptions{"s": {Mode: flight.ModeDistributedOnly, Policy: flight.Policy{Lease: 2 * time.Second}}},
+	e, err := executor.New(executor.Config{Coordinator: coord, NodeID: "n1", Archive: w,
+		Stages:   map[string]executor.StageOptions{"s": {Mode: executor.ModeDistributedOnly, Policy: flight.Policy{Lease: 2 * time.Second}}},
 		SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

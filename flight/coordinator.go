@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -317,6 +318,10 @@ func (c *Coordinator) Keyspace() topics.Keyspace { return c.ks }
 // Client returns the coordinator's Redis client.
 func (c *Coordinator) Client() redis.UniversalClient { return c.rdb }
 
+// FencesWriteBacks reports whether the coordinator checks an archive fence before a spooled
+// outcome's write-back (Config.WriteBackFence).
+func (c *Coordinator) FencesWriteBacks() bool { return c.wbFence != nil }
+
 // Load checks that Redis holds this build's flight function library, loading it when it is
 // missing and the credential may (lua.EnsureLibrary: lua.ErrLibraryMissing,
 // lua.ErrLibraryTampered), and loads the plain scripts (on every master of a cluster). A
@@ -500,4 +505,11 @@ func CheckKey(key string) error {
 		}
 	}
 	return nil
+}
+
+// DefaultNodeID names this process "<hostname>-<pid>": the default owner id of executors and
+// the default consumer name.
+func DefaultNodeID() string {
+	host, _ := os.Hostname()
+	return host + "-" + strconv.Itoa(os.Getpid())
 }

@@ -1,8 +1,12 @@
 package flight
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/flightdeck-ai/flightdeck/topics"
+	"github.com/redis/go-redis/v9"
 )
 
 // Sentinel errors of the coordinator. Owner calls wrap them with the key:
@@ -76,7 +80,7 @@ var (
 	ErrFailed = errors.New("flight: failed")
 	// ErrUnknownStage: the executor has no options for the stage.
 	ErrUnknownStage = errors.New("flight: unknown stage")
-	// ErrTooManyWaiters: ExecutorConfig.MaxWaiters in-process followers already wait; the
+	// ErrTooManyWaiters: executor.Config.MaxWaiters in-process followers already wait; the
 	// call is refused rather than queued without bound (it never runs the function instead).
 	ErrTooManyWaiters = errors.New("flight: too many waiting followers")
 )
@@ -136,3 +140,21 @@ func (e *OutcomeError) Is(target error) bool {
 // own record in a state that lets another caller take the flight over; nothing was written,
 // and the coordinator asks the fence before it calls again.
 var errLapsed = errors.New("flight: lease lapsed")
+
+// IsCoordinationFailure reports whether err means Redis could not be used (connection
+// refused, timeout, script error), as opposed to an answer of the state machine (stale token,
+// cancelled, expired, a state conflict), a protocol error, or the caller giving up.
+func IsCoordinationFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *StateError
+	switch {
+	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
+		errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrProtocol),
+		errors.Is(err, ErrGone), errors.Is(err, ErrLockLost), errors.Is(err, topics.ErrInvalidKeyspace),
+		errors.Is(err, context.Canceled), errors.Is(err, redis.Nil), errors.As(err, &se):
+		return false
+	}
+	return true
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
@@ -68,7 +69,7 @@ type Config struct {
 	// (XTRIM MINID below every group's delivered and pending entries). Defaults to 30 s.
 	TrimInterval time.Duration
 	// Breaker configures the circuit breaker around the consumer's flight acquires.
-	Breaker flight.BreakerConfig
+	Breaker executor.BreakerConfig
 	// ResultRetention is how long terminal events stay on the result streams: every
 	// TrimInterval each consumer trims its stages' result streams by age (XTRIM MINID ~, by
 	// Redis's clock), as well as by count (ResultMaxLen). Clients whose start point was

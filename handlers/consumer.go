@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/warm"
 	"github.com/flightdeck-ai/flightdeck/lua"
@@ -46,7 +47,7 @@ type Consumer struct {
 	stop    context.CancelFunc
 	abandon context.CancelCauseFunc
 	started chan struct{}
-	breaker *flight.Breaker
+	breaker *executor.Breaker
 	stopped atomic.Bool
 }
 
@@ -64,7 +65,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: cfg.Logger.With().Str("consumer", cfg.Name).Logger(),
 		metrics: NewMetrics(cfg.Registry), procs: map[string]*Processor{}, subs: map[string]*stream.Subscriber{},
 		started: make(chan struct{})}
-	c.breaker = flight.NewBreaker(cfg.Breaker, func(from, to string) {
+	c.breaker = executor.NewBreaker(cfg.Breaker, func(from, to string) {
 		c.metrics.breaker.Set(map[string]float64{"closed": 0, "half-open": 1, "open": 2}[to])
 		c.log.Warn().Str("from", from).Str("to", to).Msg("coordination circuit breaker changed state")
 	})
@@ -145,7 +146,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		proc := &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb, joins: newJoins(),
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, runs: warm.New(time.Minute), sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
-			local: flight.NewLocal[[]byte](flight.LocalConfig{}), breaker: c.breaker, archive: c.archive}
+			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive}
 		c.procs[s.Name] = proc
 		sub, err := stream.NewSubscriber(stream.Config{Client: c.reads, Consumer: cfg.Name, Capacity: s.Concurrency,
 			TouchInterval: min(s.HeartbeatInterval, s.Lease/3), ClaimInterval: cfg.ClaimInterval, ClaimIdle: s.Lease,

@@ -1,9 +1,8 @@
 package handlers
 
 import (
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
 // Metrics are the consumer's Prometheus collectors. Label sets stay bounded: stage, outcome
@@ -51,14 +50,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"stage"}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flightdeck_breaker_state",
 			Help: "The consumer's coordination circuit breaker: 0 closed, 1 half-open, 2 open."}),
-		spooled: flight.ResultWriteFailures(nil),
+		spooled: executor.ResultWriteFailures(nil),
 		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_scheduled_tasks_total",
 			Help: "Tasks put in the stage's scheduled set (why: not_before, retry) and moved back to its stream (why: due)."},
 			[]string{"stage", "why"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled)
-		m.spooled = flight.ResultWriteFailures(reg) // shared with an Executor on reg
+		m.spooled = executor.ResultWriteFailures(reg) // shared with an Executor on reg
 	}
 	return m
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 )
 
@@ -23,13 +23,13 @@ func TestMetricsShareARegistry(t *testing.T) {
 			}()
 			if consumerFirst {
 				handlers.NewMetrics(reg)
-				flight.NewMetrics(reg)
+				executor.NewMetrics(reg)
 			} else {
-				flight.NewMetrics(reg)
+				executor.NewMetrics(reg)
 				handlers.NewMetrics(reg)
 			}
 		}()
-		if a, b := flight.ResultWriteFailures(reg), flight.ResultWriteFailures(reg); a != b {
+		if a, b := executor.ResultWriteFailures(reg), executor.ResultWriteFailures(reg); a != b {
 			t.Errorf("consumer first %v: two collectors for one counter", consumerFirst)
 		}
 	}

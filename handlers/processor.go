@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/warm"
@@ -67,8 +68,8 @@ type Processor struct {
 	life     *lifecycle
 	sessions *flight.SessionLock
 	spool    *flight.Spool
-	local    *flight.Local[[]byte] // LOCAL_ONLY stages
-	breaker  *flight.Breaker
+	local    *executor.Local[[]byte] // LOCAL_ONLY stages
+	breaker  *executor.Breaker
 	archive  *archive.Writer // nil without an archive
 	runs     *warm.Pool      // the goroutines that run handle
 	joins    *joins          // the keys' leaders among the running tasks (join.go)

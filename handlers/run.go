@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -81,7 +82,7 @@ func (t *taskRun) poll() time.Duration {
 func (t *taskRun) run(ctx context.Context) error {
 	p := t.p
 	switch p.stage.Mode {
-	case string(flight.ModeBypass), string(flight.ModeLocalOnly):
+	case string(executor.ModeBypass), string(executor.ModeLocalOnly):
 		return t.runUncoordinated(ctx)
 	}
 	// A task whose outcome was spooled (its own run's, or its leader's that it rode in) is
@@ -186,7 +187,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if dl, ok := t.task.DeadlineTime(); ok {
 			deadline = dl
 		}
-		d, err := flight.Guard(p.breaker, func() (flight.Decision, error) {
+		d, err := executor.Guard(p.breaker, func() (flight.Decision, error) {
 			return p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
 				Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
 				Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -27,8 +27,8 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 	start := time.Now()
 	var out []byte
 	var err error
-	if p.stage.Mode == string(flight.ModeLocalOnly) {
-		var lr flight.LocalResult[[]byte]
+	if p.stage.Mode == string(executor.ModeLocalOnly) {
+		var lr executor.LocalResult[[]byte]
 		lr, err = p.local.Do(ctx, t.key, call)
 		out = lr.Value
 	} else {

@@ -1,4 +1,4 @@
-package flight_test
+package executor_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
@@ -26,13 +27,13 @@ import (
 func TestExecutorNeverRunsAHeldOutcomeAgain(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		mode    flight.Mode
+		mode    executor.Mode
 		restart bool
 		shared  topics.Shared
 	}{
-		{"RedisBackWithoutItsData", flight.ModeHybrid, true, topics.SharedOwner},
-		{"RedisStillDownHybrid", flight.ModeHybrid, false, topics.SharedLocal},
-		{"RedisStillDownDistributedOnly", flight.ModeDistributedOnly, false, topics.SharedLocal},
+		{"RedisBackWithoutItsData", executor.ModeHybrid, true, topics.SharedOwner},
+		{"RedisStillDownHybrid", executor.ModeHybrid, false, topics.SharedLocal},
+		{"RedisStillDownDistributedOnly", executor.ModeDistributedOnly, false, topics.SharedLocal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, nil)
@@ -46,9 +47,9 @@ func TestExecutorNeverRunsAHeldOutcomeAgain(t *testing.T) {
 			opt := fastPolicy()
 			opt.Mode = tc.mode
 			log := zerolog.New(&syncBuf{})
-			e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1",
-				Stages:  map[string]flight.StageOptions{stage: opt},
-				Breaker: flight.BreakerConfig{FailureThreshold: 1000}, SpoolDir: filepath.Join(t.TempDir(), "spool"),
+			e, err := executor.New(executor.Config{Coordinator: coord, NodeID: "n1",
+				Stages:  map[string]executor.StageOptions{stage: opt},
+				Breaker: executor.BreakerConfig{FailureThreshold: 1000}, SpoolDir: filepath.Join(t.TempDir(), "spool"),
 				FlushInterval: time.Hour, // no write-back: only the held outcome can answer
 				Logger:        &log, Registry: prometheus.NewRegistry()})
 			if err != nil {

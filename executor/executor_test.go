@@ -1,4 +1,4 @@
-package flight_test
+package executor_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
@@ -55,13 +56,13 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 
 // node is one executor with its own client, log and metrics on a private Redis.
 type node struct {
-	e    *flight.Executor
+	e    *executor.Executor
 	cmds *counter
 	log  *syncBuf
 	reg  *prometheus.Registry
 }
 
-func newNode(t *testing.T, srv *redistest.Server, prefix, name string, opt flight.StageOptions) *node {
+func newNode(t *testing.T, srv *redistest.Server, prefix, name string, opt executor.StageOptions) *node {
 	t.Helper()
 	rdb := redisconn.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -72,9 +73,9 @@ func newNode(t *testing.T, srv *redistest.Server, prefix, name string, opt fligh
 		t.Fatal(err)
 	}
 	log := zerolog.New(n.log)
-	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: name,
-		Stages:        map[string]flight.StageOptions{stage: opt},
-		Breaker:       flight.BreakerConfig{FailureThreshold: 3, OpenTimeout: 300 * time.Millisecond, Jitter: time.Millisecond},
+	e, err := executor.New(executor.Config{Coordinator: coord, NodeID: name,
+		Stages:        map[string]executor.StageOptions{stage: opt},
+		Breaker:       executor.BreakerConfig{FailureThreshold: 3, OpenTimeout: 300 * time.Millisecond, Jitter: time.Millisecond},
 		SpoolDir:      filepath.Join(t.TempDir(), "spool"),
 		FlushInterval: 100 * time.Millisecond, Logger: &log, Registry: n.reg})
 	if err != nil {
@@ -110,15 +111,15 @@ func (n *node) metric(t *testing.T, name string) float64 {
 	return sum
 }
 
-func fastPolicy() flight.StageOptions {
-	return flight.StageOptions{Policy: flight.Policy{Lease: time.Second, RunningTTL: 10 * time.Second, MaxAttempts: 1},
-		HeartbeatInterval: 100 * time.Millisecond, Budget: flight.Budget{Coordination: 200 * time.Millisecond}}
+func fastPolicy() executor.StageOptions {
+	return executor.StageOptions{Policy: flight.Policy{Lease: time.Second, RunningTTL: 10 * time.Second, MaxAttempts: 1},
+		HeartbeatInterval: 100 * time.Millisecond, Budget: executor.Budget{Coordination: 200 * time.Millisecond}}
 }
 
 // burst runs n concurrent Do calls on key and returns their results; fn counts its runs.
-func burst(t *testing.T, e *flight.Executor, n int, key string, fn flight.Fn) []flight.Result {
+func burst(t *testing.T, e *executor.Executor, n int, key string, fn executor.Fn) []executor.Result {
 	t.Helper()
-	results := make([]flight.Result, n)
+	results := make([]executor.Result, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -134,7 +135,7 @@ func burst(t *testing.T, e *flight.Executor, n int, key string, fn flight.Fn) []
 	return results
 }
 
-func slowFn(runs *atomic.Int64, d time.Duration, v string) flight.Fn {
+func slowFn(runs *atomic.Int64, d time.Duration, v string) executor.Fn {
 	return func(ctx context.Context, progress func()) ([]byte, error) {
 		runs.Add(1)
 		select {
@@ -189,7 +190,7 @@ func TestDistributedOnlyFailsFast(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			srv := redistest.Start(t, nil)
 			opt := fastPolicy()
-			opt.Mode = flight.ModeDistributedOnly
+			opt.Mode = executor.ModeDistributedOnly
 			n := newNode(t, srv, redistest.Prefix(), "n1", opt)
 			var runs atomic.Int64
 			if _, err := n.e.Do(context.Background(), stage, "warm", slowFn(&runs, 0, "1")); err != nil {
@@ -220,7 +221,7 @@ func TestDistributedOnlyFailsFast(t *testing.T) {
 func TestBypassRunsEveryCall(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	opt := fastPolicy()
-	opt.Mode = flight.ModeBypass
+	opt.Mode = executor.ModeBypass
 	opt.DegradedConcurrency = 50
 	n := newNode(t, srv, redistest.Prefix(), "n1", opt)
 	var runs atomic.Int64
@@ -237,7 +238,7 @@ func TestBypassRunsEveryCall(t *testing.T) {
 func TestLocalOnly(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	opt := fastPolicy()
-	opt.Mode = flight.ModeLocalOnly
+	opt.Mode = executor.ModeLocalOnly
 	n := newNode(t, srv, redistest.Prefix(), "n1", opt)
 	var runs atomic.Int64
 	before := n.cmds.n.Load()
@@ -383,7 +384,7 @@ func TestStalledProgressIsTakenOver(t *testing.T) {
 	var later atomic.Int64
 	stuck := make(chan struct{})
 	aborted := make(chan time.Time, 1)
-	fn := func(name string) flight.Fn {
+	fn := func(name string) executor.Fn {
 		return func(ctx context.Context, progress func()) ([]byte, error) {
 			if first.CompareAndSwap(false, true) {
 				progress()
@@ -396,7 +397,7 @@ func TestStalledProgressIsTakenOver(t *testing.T) {
 			return []byte(`"` + name + `"`), nil
 		}
 	}
-	var aRes flight.Result
+	var aRes executor.Result
 	var aErr error
 	done := make(chan struct{})
 	go func() { defer close(done); aRes, aErr = a.e.Do(context.Background(), stage, "k", fn("a")) }()
@@ -474,7 +475,7 @@ func TestCrossNodeFollower(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := make(chan error, 1)
-	var r flight.Result
+	var r executor.Result
 	go func() {
 		var err error
 		r, err = b.e.Do(ctx, stage, "k", slowFn(&runs, 0, `"b"`))
@@ -504,8 +505,8 @@ func TestMaxWaiters(t *testing.T) {
 	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: prefix}})
 	opt := fastPolicy()
 	opt.WaitTimeout = 5 * time.Second
-	b, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "b", MaxWaiters: 2,
-		Stages: map[string]flight.StageOptions{stage: opt}, SpoolDir: t.TempDir()})
+	b, err := executor.New(executor.Config{Coordinator: coord, NodeID: "b", MaxWaiters: 2,
+		Stages: map[string]executor.StageOptions{stage: opt}, SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -753,8 +754,8 @@ func TestExecutorLostCompleteReply(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(&dropReply{fn: lua.Complete.Name()})
 	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: prefix}, AnswerAfterScript: true})
-	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: "n1",
-		Stages: map[string]flight.StageOptions{stage: fastPolicy()}, SpoolDir: t.TempDir(), FlushInterval: 50 * time.Millisecond})
+	e, err := executor.New(executor.Config{Coordinator: coord, NodeID: "n1",
+		Stages: map[string]executor.StageOptions{stage: fastPolicy()}, SpoolDir: t.TempDir(), FlushInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package flight
+package executor
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -49,7 +50,7 @@ func (d *dispatcher) register(ctx context.Context, stream, key string) (<-chan s
 	n := d.waiting
 	d.mu.Unlock()
 	if n >= d.max {
-		return nil, nil, fmt.Errorf("%w: %d followers already wait in this process", ErrTooManyWaiters, n)
+		return nil, nil, fmt.Errorf("%w: %d followers already wait in this process", flight.ErrTooManyWaiters, n)
 	}
 	if cur == nil {
 		// Fix the cursor before the caller re-reads the flight, so no event falls in between.

@@ -1,4 +1,4 @@
-package flight_test
+package executor_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/executor"
 )
 
 // localWaitFor polls cond until it holds, failing the test after 5 s.
@@ -56,7 +56,7 @@ func localCounted(calls *atomic.Int32, v string) func(context.Context) (string, 
 
 func TestLocalConcurrentCallersRunOnce(t *testing.T) {
 	const n = 50
-	l := flight.NewLocal[string](flight.LocalConfig{})
+	l := executor.NewLocal[string](executor.LocalConfig{})
 	var calls atomic.Int32
 	release := make(chan struct{})
 	fn := func(context.Context) (string, error) {
@@ -65,7 +65,7 @@ func TestLocalConcurrentCallersRunOnce(t *testing.T) {
 		return "v", nil
 	}
 
-	results := make([]flight.LocalResult[string], n)
+	results := make([]executor.LocalResult[string], n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -96,7 +96,7 @@ func TestLocalConcurrentCallersRunOnce(t *testing.T) {
 }
 
 func TestLocalZeroValue(t *testing.T) {
-	var l flight.Local[int]
+	var l executor.Local[int]
 	var calls atomic.Int32
 	for range 2 {
 		res, err := l.Do(context.Background(), "k", func(context.Context) (int, error) {
@@ -116,7 +116,7 @@ func TestLocalZeroValue(t *testing.T) {
 func TestLocalErrorSharedNotReplayed(t *testing.T) {
 	const n = 10
 	errBoom := errors.New("boom")
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Hour})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Hour})
 	var calls atomic.Int32
 	release := make(chan struct{})
 	fn := func(context.Context) (string, error) {
@@ -152,7 +152,7 @@ func TestLocalErrorSharedNotReplayed(t *testing.T) {
 
 func TestLocalReplayWithinWindow(t *testing.T) {
 	clk := newLocalClock()
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Minute, Now: clk.Now})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Minute, Now: clk.Now})
 	var calls atomic.Int32
 	if _, err := l.Do(context.Background(), "k", localCounted(&calls, "v1")); err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestLocalReplayWithinWindow(t *testing.T) {
 
 func TestLocalReplayExpires(t *testing.T) {
 	clk := newLocalClock()
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Minute, Now: clk.Now})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Minute, Now: clk.Now})
 	var calls atomic.Int32
 	if _, err := l.Do(context.Background(), "k", localCounted(&calls, "v1")); err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestLocalReplayExpires(t *testing.T) {
 }
 
 func TestLocalReplayRealClock(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: 200 * time.Millisecond})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: 200 * time.Millisecond})
 	var calls atomic.Int32
 	if _, err := l.Do(context.Background(), "k", localCounted(&calls, "v")); err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func TestLocalReplayRealClock(t *testing.T) {
 }
 
 func TestLocalForgetEndsReplay(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Hour})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Hour})
 	var calls atomic.Int32
 	if _, err := l.Do(context.Background(), "k", localCounted(&calls, "v1")); err != nil {
 		t.Fatal(err)
@@ -219,9 +219,9 @@ func TestLocalForgetEndsReplay(t *testing.T) {
 }
 
 func TestLocalForgetDuringFlight(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Hour})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Hour})
 	release := make(chan struct{})
-	old := make(chan flight.LocalResult[string], 1)
+	old := make(chan executor.LocalResult[string], 1)
 	go func() {
 		res, _ := l.Do(context.Background(), "k", func(context.Context) (string, error) {
 			<-release
@@ -248,7 +248,7 @@ func TestLocalForgetDuringFlight(t *testing.T) {
 }
 
 func TestLocalMaxReplayEvictsOldest(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Hour, MaxReplay: 2})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Hour, MaxReplay: 2})
 	var calls atomic.Int32
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := l.Do(context.Background(), k, localCounted(&calls, k)); err != nil {
@@ -269,7 +269,7 @@ func TestLocalMaxReplayEvictsOldest(t *testing.T) {
 }
 
 func TestLocalWaiterCancelled(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{})
+	l := executor.NewLocal[string](executor.LocalConfig{})
 	release := make(chan struct{})
 	fnErr := make(chan error, 1)
 	fn := func(ctx context.Context) (string, error) {
@@ -279,7 +279,7 @@ func TestLocalWaiterCancelled(t *testing.T) {
 	}
 
 	var wg sync.WaitGroup
-	var res [2]flight.LocalResult[string]
+	var res [2]executor.LocalResult[string]
 	var errs [2]error
 	for i := range 2 {
 		wg.Go(func() { res[i], errs[i] = l.Do(context.Background(), "k", fn) })
@@ -318,7 +318,7 @@ func TestLocalWaiterCancelled(t *testing.T) {
 type localCtxKey struct{}
 
 func TestLocalLeaderLeavingDoesNotCancelFn(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{})
+	l := executor.NewLocal[string](executor.LocalConfig{})
 	release := make(chan struct{})
 	started := make(chan struct{})
 	type seen struct {
@@ -343,7 +343,7 @@ func TestLocalLeaderLeavingDoesNotCancelFn(t *testing.T) {
 		leaderErr <- err
 	}()
 	<-started // the leader's call started the flight
-	waiter := make(chan flight.LocalResult[string], 1)
+	waiter := make(chan executor.LocalResult[string], 1)
 	go func() {
 		res, _ := l.Do(context.Background(), "k", fn)
 		waiter <- res
@@ -368,7 +368,7 @@ func TestLocalLeaderLeavingDoesNotCancelFn(t *testing.T) {
 }
 
 func TestLocalDoneContextDoesNotStartFlight(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{})
+	l := executor.NewLocal[string](executor.LocalConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var calls atomic.Int32
@@ -383,7 +383,7 @@ func TestLocalDoneContextDoesNotStartFlight(t *testing.T) {
 
 // localDoRecovering runs n concurrent callers of fn on one key once all have joined, and returns
 // what each recovered in its own goroutine (nil if it did not panic).
-func localDoRecovering(t *testing.T, l *flight.Local[string], n int, fn func(context.Context) (string, error)) []any {
+func localDoRecovering(t *testing.T, l *executor.Local[string], n int, fn func(context.Context) (string, error)) []any {
 	t.Helper()
 	release := make(chan struct{})
 	gated := func(ctx context.Context) (string, error) {
@@ -406,16 +406,16 @@ func localDoRecovering(t *testing.T, l *flight.Local[string], n int, fn func(con
 
 func TestLocalPanicDo(t *testing.T) {
 	const n = 10
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Hour})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Hour})
 	errOriginal := errors.New("original panic value")
 	recovered := localDoRecovering(t, l, n, func(context.Context) (string, error) {
 		localPanicInFn(errOriginal)
 		return "", nil
 	})
 	for i, r := range recovered {
-		pe, ok := r.(*flight.PanicError)
+		pe, ok := r.(*executor.PanicError)
 		if !ok {
-			t.Errorf("caller %d recovered %T %v, want *flight.PanicError", i, r, r)
+			t.Errorf("caller %d recovered %T %v, want *executor.PanicError", i, r, r)
 			continue
 		}
 		if pe.Value != errOriginal || !errors.Is(pe, errOriginal) {
@@ -436,14 +436,14 @@ func TestLocalPanicDo(t *testing.T) {
 func localPanicInFn(v any) { panic(v) }
 
 func TestLocalPanicNil(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{})
+	l := executor.NewLocal[string](executor.LocalConfig{})
 	recovered := localDoRecovering(t, l, 2, func(context.Context) (string, error) {
 		panic(nil)
 	})
 	for i, r := range recovered {
-		pe, ok := r.(*flight.PanicError)
+		pe, ok := r.(*executor.PanicError)
 		if !ok {
-			t.Fatalf("caller %d recovered %T %v, want *flight.PanicError", i, r, r)
+			t.Fatalf("caller %d recovered %T %v, want *executor.PanicError", i, r, r)
 		}
 		var pn *runtime.PanicNilError
 		if !errors.As(pe, &pn) {
@@ -454,19 +454,19 @@ func TestLocalPanicNil(t *testing.T) {
 
 func TestLocalGoexitDo(t *testing.T) {
 	const n = 10
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Hour})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Hour})
 	recovered := localDoRecovering(t, l, n, func(context.Context) (string, error) {
 		runtime.Goexit()
 		return "", nil
 	})
 	for i, r := range recovered {
-		pe, ok := r.(*flight.PanicError)
+		pe, ok := r.(*executor.PanicError)
 		if !ok {
-			t.Errorf("caller %d recovered %T %v, want *flight.PanicError", i, r, r)
+			t.Errorf("caller %d recovered %T %v, want *executor.PanicError", i, r, r)
 			continue
 		}
-		if !errors.Is(pe, flight.ErrGoexit) {
-			t.Errorf("caller %d: Value = %v, want flight.ErrGoexit", i, pe.Value)
+		if !errors.Is(pe, executor.ErrGoexit) {
+			t.Errorf("caller %d: Value = %v, want executor.ErrGoexit", i, pe.Value)
 		}
 		if !strings.Contains(pe.Error(), "runtime.Goexit") {
 			t.Errorf("caller %d: message lacks the Goexit stack:\n%s", i, pe.Error())
@@ -479,7 +479,7 @@ func TestLocalGoexitDo(t *testing.T) {
 }
 
 func TestLocalPanicAfterAllCallersLeft(t *testing.T) {
-	l := flight.NewLocal[string](flight.LocalConfig{})
+	l := executor.NewLocal[string](executor.LocalConfig{})
 	release := make(chan struct{})
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -513,7 +513,7 @@ func TestLocalPanicAfterAllCallersLeft(t *testing.T) {
 func TestLocalNoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 
-	l := flight.NewLocal[string](flight.LocalConfig{Replay: time.Hour, MaxReplay: 4})
+	l := executor.NewLocal[string](executor.LocalConfig{Replay: time.Hour, MaxReplay: 4})
 	errBoom := errors.New("boom")
 	var wg sync.WaitGroup
 	for i := range 20 {
@@ -558,14 +558,14 @@ func TestLocalNoGoroutineLeak(t *testing.T) {
 }
 
 func TestNewLocalRejectsNegativeConfig(t *testing.T) {
-	for _, cfg := range []flight.LocalConfig{{Replay: -time.Second}, {MaxReplay: -1}} {
+	for _, cfg := range []executor.LocalConfig{{Replay: -time.Second}, {MaxReplay: -1}} {
 		func() {
 			defer func() {
 				if recover() == nil {
 					t.Errorf("NewLocal(%+v) did not panic", cfg)
 				}
 			}()
-			flight.NewLocal[int](cfg)
+			executor.NewLocal[int](cfg)
 		}()
 	}
 }

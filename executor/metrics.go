@@ -1,4 +1,4 @@
-package flight
+package executor
 
 import (
 	"errors"
@@ -79,7 +79,7 @@ func ResultWriteFailures(reg prometheus.Registerer) *prometheus.CounterVec {
 				return existing
 			}
 		}
-		panic(fmt.Errorf("flight: register singleflight_result_write_failure_total: %w", err))
+		panic(fmt.Errorf("executor: register singleflight_result_write_failure_total: %w", err))
 	}
 	return c
 }

@@ -1,16 +1,15 @@
-package flight_test
+package executor_test
 
 import (
 	"context"
 	"strconv"
 	"testing"
 
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"golang.org/x/sync/singleflight"
-
-	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
-// BenchmarkLocal measures one Do on a small set of hot keys with a trivial fn, for flight.Local
+// BenchmarkLocal measures one Do on a small set of hot keys with a trivial fn, for executor.Local
 // (level 1) beside x/sync's singleflight.Group.Do (no context, no panic safety) and
 // singleflight.Group.DoChan (what Local builds on), in the same run, so that the ratio is the
 // overhead of level 1.
@@ -21,8 +20,8 @@ func BenchmarkLocal(b *testing.B) {
 	}
 	ctx := context.Background()
 
-	b.Run("flight.Local", func(b *testing.B) {
-		var l flight.Local[int]
+	b.Run("executor.Local", func(b *testing.B) {
+		var l executor.Local[int]
 		fn := func(context.Context) (int, error) { return 1, nil }
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {

@@ -1,4 +1,4 @@
-package flight
+package executor
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 )
 
 // ErrGoexit is the Value of the PanicError that Local.Do raises when fn called runtime.Goexit.
-var ErrGoexit = errors.New("flight: fn called runtime.Goexit")
+var ErrGoexit = errors.New("executor: fn called runtime.Goexit")
 
 // PanicError is the value Local.Do panics with, in the goroutine of every caller of a flight
 // whose fn panicked or called runtime.Goexit. Error() carries the stack of fn's goroutine at
@@ -29,7 +29,7 @@ type PanicError struct {
 
 // Error describes the panic with the stack of the goroutine that panicked.
 func (p *PanicError) Error() string {
-	return fmt.Sprintf("flight: fn panicked: %v\n\n%s", p.Value, p.Stack)
+	return fmt.Sprintf("executor: fn panicked: %v\n\n%s", p.Value, p.Stack)
 }
 
 // Unwrap returns Value if it is an error, so errors.Is(p, ErrGoexit) holds for a Goexit.
@@ -74,10 +74,10 @@ func (c *LocalConfig) setDefaults() {
 
 func (c *LocalConfig) validate() error {
 	if c.Replay < 0 {
-		return fmt.Errorf("flight: LocalConfig.Replay %v is negative", c.Replay)
+		return fmt.Errorf("executor: LocalConfig.Replay %v is negative", c.Replay)
 	}
 	if c.MaxReplay < 0 {
-		return fmt.Errorf("flight: LocalConfig.MaxReplay %d is negative", c.MaxReplay)
+		return fmt.Errorf("executor: LocalConfig.MaxReplay %d is negative", c.MaxReplay)
 	}
 	return nil
 }

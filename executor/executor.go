@@ -1,11 +1,13 @@
-package flight
+// Package executor runs expensive calls of in-process callers once across a fleet: a caller
+// leads in its process (L1, Local), then owns or follows the key's flight in Redis (L2), and
+// degrades per stage (Mode) behind a circuit breaker when Redis fails.
+package executor
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -53,7 +56,7 @@ type StageOptions struct {
 	// Mode defaults to ModeHybrid.
 	Mode Mode
 	// Policy is the flight policy; zero fields take their defaults.
-	Policy Policy
+	Policy flight.Policy
 	// HeartbeatInterval is how often an owner renews its lease. Defaults to Lease / 5.
 	HeartbeatInterval time.Duration
 	// WaitTimeout: a follower waiting this long without news re-acquires (the owner may be
@@ -73,7 +76,7 @@ type StageOptions struct {
 	DegradedRate float64
 	// DegradedBurst is the rate limiter's burst. Defaults to 1.
 	DegradedBurst int
-	// ArchiveRetention is how long ExecutorConfig.Archive keeps the stage's outcomes.
+	// ArchiveRetention is how long Config.Archive keeps the stage's outcomes.
 	// Defaults to the archive's default (30 days for package archive).
 	ArchiveRetention time.Duration
 }
@@ -107,10 +110,10 @@ func (o StageOptions) withDefaults() StageOptions {
 	return o
 }
 
-// ExecutorConfig configures an Executor.
-type ExecutorConfig struct {
+// Config configures an Executor.
+type Config struct {
 	// Coordinator is the L2 state machine. Required unless every stage is LOCAL_ONLY or BYPASS.
-	Coordinator *Coordinator
+	Coordinator *flight.Coordinator
 	// Client reads result streams for followers and publishes owners' events. Defaults to the
 	// coordinator's client.
 	Client redis.UniversalClient
@@ -136,9 +139,9 @@ type ExecutorConfig struct {
 	// every outcome an owner settles is recorded in it. When it is also a Fencer (package
 	// archive's Writer), an owner that takes a flight over claims the key in it before it
 	// runs the function; give the Coordinator ArchiveFence(<the archive>.Fence, ...) as its
-	// WriteBackFence (NewExecutor logs a warning when it has none) so
+	// WriteBackFence (New logs a warning when it has none) so
 	// that an older owner's write-back after a Redis data loss is refused. Defaults to none.
-	Archive Archive
+	Archive flight.Archive
 	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once;
 	// past it Do answers ErrTooManyWaiters. Defaults to 10000.
 	MaxWaiters int
@@ -168,15 +171,15 @@ type Result struct {
 // time budgets and a spool for uncertain outcomes. Safe for concurrent use; call Start before
 // Do and Close when done.
 type Executor struct {
-	cfg     ExecutorConfig
+	cfg     Config
 	log     zerolog.Logger
-	coord   *Coordinator
+	coord   *flight.Coordinator
 	rdb     redis.UniversalClient
 	writer  topics.Writer
 	cb      *Breaker
 	metrics *Metrics
 	disp    *dispatcher
-	spool   *Spool
+	spool   *flight.Spool
 	stages  map[string]*stageRuntime
 
 	cancel context.CancelFunc
@@ -192,17 +195,10 @@ type stageRuntime struct {
 	degraded atomic.Bool
 }
 
-// DefaultNodeID names this process "<hostname>-<pid>": the default owner id of executors and
-// the default consumer name.
-func DefaultNodeID() string {
-	host, _ := os.Hostname()
-	return host + "-" + strconv.Itoa(os.Getpid())
-}
-
-// NewExecutor validates cfg and opens the spool.
-func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
+// New validates cfg and opens the spool.
+func New(cfg Config) (*Executor, error) {
 	if cfg.NodeID == "" {
-		cfg.NodeID = DefaultNodeID()
+		cfg.NodeID = flight.DefaultNodeID()
 	}
 	if cfg.Logger == nil {
 		l := zerolog.Nop()
@@ -215,31 +211,31 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		cfg.MaxWaiters = 10000
 	}
 	if cfg.SpoolDir == "" {
-		cfg.SpoolDir = DefaultSpoolDir(os.Getenv)
+		cfg.SpoolDir = flight.DefaultSpoolDir(os.Getenv)
 	}
 	e := &Executor{cfg: cfg, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(), coord: cfg.Coordinator,
 		metrics: NewMetrics(cfg.Registry), stages: map[string]*stageRuntime{}}
-	if _, ok := cfg.Archive.(Fencer); ok && cfg.Coordinator != nil && cfg.Coordinator.wbFence == nil {
+	if _, ok := cfg.Archive.(flight.Fencer); ok && cfg.Coordinator != nil && !cfg.Coordinator.FencesWriteBacks() {
 		e.log.Warn().Msg("the archive keeps claims but the coordinator has no WriteBackFence: set " +
 			"flight.Config.WriteBackFence to flight.ArchiveFence(archive.Fence, ...) so that an older owner's " +
 			"write-back after a Redis data loss is refused")
 	}
 	for name, o := range cfg.Stages {
-		if !stageRe.MatchString(name) {
-			return nil, fmt.Errorf("flight: stage %q: want [a-z0-9-], at most 64", name)
+		if topics.CheckStage(name) != nil || name[0] == '-' {
+			return nil, fmt.Errorf("executor: stage %q: want [a-z0-9-], at most 64", name)
 		}
 		o = o.withDefaults()
 		switch o.Mode {
 		case ModeDistributedOnly, ModeHybrid:
 			if cfg.Coordinator == nil {
-				return nil, fmt.Errorf("flight: stage %s: mode %s needs a Coordinator", name, o.Mode)
+				return nil, fmt.Errorf("executor: stage %s: mode %s needs a flight.Coordinator", name, o.Mode)
 			}
 		case ModeLocalOnly, ModeBypass:
 		default:
-			return nil, fmt.Errorf("flight: stage %s: unknown mode %q", name, o.Mode)
+			return nil, fmt.Errorf("executor: stage %s: unknown mode %q", name, o.Mode)
 		}
 		if err := o.Policy.Validate(); err != nil {
-			return nil, fmt.Errorf("flight: stage %s: %w", name, err)
+			return nil, fmt.Errorf("executor: stage %s: %w", name, err)
 		}
 		lim := rate.Inf
 		if o.DegradedRate > 0 {
@@ -252,11 +248,11 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if cfg.Coordinator != nil {
 		e.rdb = cfg.Client
 		if e.rdb == nil {
-			e.rdb = cfg.Coordinator.rdb
+			e.rdb = cfg.Coordinator.Client()
 		}
-		e.writer = topics.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.ks}
+		e.writer = topics.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.Keyspace()}
 		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
-		sp, err := OpenSpoolDir(DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.ks.Prefix), cfg.NodeID)
+		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix), cfg.NodeID)
 		if err != nil {
 			return nil, err
 		}
@@ -324,9 +320,9 @@ func (e *Executor) breakerChanged(from, to string) {
 func (e *Executor) Do(ctx context.Context, stage, key string, fn Fn) (Result, error) {
 	st, ok := e.stages[stage]
 	if !ok {
-		return Result{}, fmt.Errorf("%w: %q", ErrUnknownStage, stage)
+		return Result{}, fmt.Errorf("%w: %q", flight.ErrUnknownStage, stage)
 	}
-	if err := CheckKey(key); err != nil {
+	if err := flight.CheckKey(key); err != nil {
 		return Result{}, err
 	}
 	if st.opt.Mode == ModeBypass {
@@ -379,9 +375,9 @@ func (e *Executor) fallback(ctx context.Context, st *stageRuntime, key string, f
 		return Result{Value: v, Shared: topics.SharedLocal, Uncertain: true}, nil
 	}
 	kind := "unavailable"
-	var ce *CoordinationError
+	var ce *flight.CoordinationError
 	switch {
-	case errors.Is(cause, ErrProtocol):
+	case errors.Is(cause, flight.ErrProtocol):
 		kind = "protocol"
 		e.metrics.unknownAction.WithLabelValues(st.name).Inc()
 		e.log.Error().Err(cause).Str("stage", st.name).Msg("coordination protocol error")
@@ -390,10 +386,10 @@ func (e *Executor) fallback(ctx context.Context, st *stageRuntime, key string, f
 	}
 	e.metrics.distributedFailure.WithLabelValues(st.name, kind).Inc()
 	if st.opt.Mode == ModeDistributedOnly {
-		if errors.Is(cause, ErrCoordinationUnavailable) {
+		if errors.Is(cause, flight.ErrCoordinationUnavailable) {
 			return Result{}, cause
 		}
-		return Result{}, &CoordinationError{Err: cause}
+		return Result{}, &flight.CoordinationError{Err: cause}
 	}
 	if st.degraded.CompareAndSwap(false, true) {
 		e.metrics.degraded.WithLabelValues(st.name).Set(1)

@@ -1,4 +1,4 @@
-package flight_test
+package executor_test
 
 // Benchmarks behind docs/BENCHMARKS.md: in-process follower notification through the Executor
 // and Redis memory per parked follower, each beside its bare Redis Streams / watermill twin in
@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/redistest"
@@ -47,7 +48,7 @@ func repMicros(b *testing.B, d []time.Duration, name string) {
 }
 
 // repExecutor is one node: an executor with its own client on srv.
-func repExecutor(b *testing.B, srv *redistest.Server, prefix, name string) *flight.Executor {
+func repExecutor(b *testing.B, srv *redistest.Server, prefix, name string) *executor.Executor {
 	rdb := redisconn.NewClient(&redis.Options{Addr: srv.Addr()})
 	b.Cleanup(func() { _ = rdb.Close() })
 	coord, err := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: topics.Keyspace{Prefix: prefix}})
@@ -57,8 +58,8 @@ func repExecutor(b *testing.B, srv *redistest.Server, prefix, name string) *flig
 	if err := coord.Load(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	e, err := flight.NewExecutor(flight.ExecutorConfig{Coordinator: coord, NodeID: name,
-		Stages:   map[string]flight.StageOptions{stage: {Policy: flight.Policy{Lease: 5 * time.Second}}},
+	e, err := executor.New(executor.Config{Coordinator: coord, NodeID: name,
+		Stages:   map[string]executor.StageOptions{stage: {Policy: flight.Policy{Lease: 5 * time.Second}}},
 		SpoolDir: filepath.Join(b.TempDir(), "spool")})
 	if err != nil {
 		b.Fatal(err)
@@ -90,7 +91,7 @@ func BenchmarkReportExecutorFollower(b *testing.B) {
 			started, release := make(chan struct{}), make(chan struct{})
 			var fnEnd, oEnd, fEnd time.Time
 			var oErr, fErr error
-			var fRes flight.Result
+			var fRes executor.Result
 			var wg sync.WaitGroup
 			wg.Add(2)
 			go func() {

@@ -1,4 +1,4 @@
-package flight
+package executor
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -28,10 +29,10 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 			return Result{}, err
 		}
 		e.metrics.distributedRequest.WithLabelValues(st.name).Inc()
-		d, err := Guard(e.cb, func() (Decision, error) {
+		d, err := Guard(e.cb, func() (flight.Decision, error) {
 			cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 			defer cancel()
-			return e.coord.Acquire(cctx, AcquireParams{Key: key, OwnerID: e.cfg.NodeID, Stage: st.name,
+			return e.coord.Acquire(cctx, flight.AcquireParams{Key: key, OwnerID: e.cfg.NodeID, Stage: st.name,
 				Tenant: tenantOf(key), Policy: pol, Start: true, WantResult: true})
 		})
 		if err != nil {
@@ -48,27 +49,27 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 		}
 		e.coordinated(st)
 		switch d.Action {
-		case ActionOwner:
+		case flight.ActionOwner:
 			res, again, err := e.own(ctx, st, d, fn)
 			if !again {
 				return res, err
 			}
-		case ActionFollowerWait:
+		case flight.ActionFollowerWait:
 			if err := e.follow(ctx, st, key); err != nil {
 				return Result{}, err
 			}
-		case ActionResultHit:
+		case flight.ActionResultHit:
 			return Result{Value: d.Result, Shared: topics.SharedHit, Token: d.Token}, nil
-		case ActionFailedFinal:
-			return Result{}, &OutcomeError{Status: StatusFailed, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
-		case ActionCancelled:
-			e.recordFinal(st, key, StatusCancelled, d)
-			return Result{}, &OutcomeError{Status: StatusCancelled, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
-		case ActionExpired:
-			e.recordFinal(st, key, StatusExpired, d)
-			return Result{}, &OutcomeError{Status: StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		case flight.ActionFailedFinal:
+			return Result{}, &flight.OutcomeError{Status: flight.StatusFailed, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		case flight.ActionCancelled:
+			e.recordFinal(st, key, flight.StatusCancelled, d)
+			return Result{}, &flight.OutcomeError{Status: flight.StatusCancelled, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
+		case flight.ActionExpired:
+			e.recordFinal(st, key, flight.StatusExpired, d)
+			return Result{}, &flight.OutcomeError{Status: flight.StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		default:
-			return e.fallback(ctx, st, key, fn, fmt.Errorf("%w: action %q", ErrProtocol, d.Action))
+			return e.fallback(ctx, st, key, fn, fmt.Errorf("%w: action %q", flight.ErrProtocol, d.Action))
 		}
 	}
 }
@@ -82,10 +83,10 @@ func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) err
 	reg, err := Guard(e.cb, func() (regResult, error) {
 		cctx, ccancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 		defer ccancel()
-		ch, un, err := e.disp.register(cctx, e.coord.ks.Results(st.name), key)
+		ch, un, err := e.disp.register(cctx, e.coord.Keyspace().Results(st.name), key)
 		return regResult{ch, un}, err
 	})
-	if errors.Is(err, ErrTooManyWaiters) {
+	if errors.Is(err, flight.ErrTooManyWaiters) {
 		return err
 	}
 	if err != nil {
@@ -95,9 +96,9 @@ func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) err
 	}
 	defer reg.unregister()
 	status, err := Guard(e.cb, func() (string, error) {
-		return e.rdb.HGet(wctx, e.coord.ks.Meta(key), "status").Result()
+		return e.rdb.HGet(wctx, e.coord.Keyspace().Meta(key), "status").Result()
 	})
-	if err == nil && status != string(StatusPending) && status != string(StatusRunning) {
+	if err == nil && status != string(flight.StatusPending) && status != string(flight.StatusRunning) {
 		return nil
 	}
 	select {
@@ -118,9 +119,9 @@ type regResult struct {
 
 // own runs fn as the flight's owner (acquire already started it). again asks the caller to
 // acquire again (the flight expired, was taken over, or a retryable failure left attempts).
-func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn) (res Result, again bool, err error) {
+func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision, fn Fn) (res Result, again bool, err error) {
 	o := *d.Owner
-	o.Task = Task{ID: "exec-" + uuid.NewString()}
+	o.Task = flight.Task{ID: "exec-" + uuid.NewString()}
 	held, heldToken, isHeld := e.spool.Held(o.Key)
 	if isHeld && e.runClosed(ctx, st, o.Key, heldToken, "held outcome") {
 		isHeld = false
@@ -168,10 +169,10 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
 		defer rcancel()
 		switch {
-		case errors.Is(cause, ErrStaleToken), errors.Is(cause, ErrExpired):
+		case errors.Is(cause, flight.ErrStaleToken), errors.Is(cause, flight.ErrExpired):
 			return Result{}, true, nil // another owner runs it now (or will): follow or take over
-		case errors.Is(cause, ErrCancelled):
-			return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+		case errors.Is(cause, flight.ErrCancelled):
+			return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
 		}
 		if ctx.Err() != nil {
 			// The caller gave up: hand the flight over without spending the attempt.
@@ -181,16 +182,16 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d Decision, fn Fn)
 			return Result{}, false, ctx.Err()
 		}
 		f := classify(fnErr)
-		out, err := Guard(e.cb, func() (Settlement, error) { return e.coord.Fail(rctx, o, f, run) })
+		out, err := Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Fail(rctx, o, f, run) })
 		switch {
 		case err == nil && out.Final:
-			e.record(st, o, StatusFailed, nil, f)
+			e.record(st, o, flight.StatusFailed, nil, f)
 			return Result{}, false, fnErr
 		case err == nil:
 			return Result{}, true, nil
-		case errors.Is(err, ErrCancelled):
-			return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
-		case errors.Is(err, ErrStaleToken), errors.Is(err, ErrExpired):
+		case errors.Is(err, flight.ErrCancelled):
+			return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+		case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrExpired):
 			return Result{}, true, nil
 		default:
 			// The failure could not be recorded; the model is still not re-run here.
@@ -224,32 +225,32 @@ func (e *Executor) runClosed(ctx context.Context, st *stageRuntime, key string, 
 // settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
 // returns and calls release: Redis took it or refused it, or it was spooled for the
 // write-back. The results are own's.
-func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v []byte, run time.Duration, release func(settled bool)) (res Result, again bool, err error) {
+func (e *Executor) settle(ctx context.Context, st *stageRuntime, o flight.Ownership, v []byte, run time.Duration, release func(settled bool)) (res Result, again bool, err error) {
 	settled := false
 	defer func() { release(settled) }()
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
 	defer rcancel()
 	res = Result{Value: v, Shared: topics.SharedOwner, Token: o.Token}
-	_, err = Guard(e.cb, func() (Settlement, error) { return e.coord.Complete(rctx, o, v, run) })
-	var se *StateError
+	_, err = Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Complete(rctx, o, v, run) })
+	var se *flight.StateError
 	switch {
 	case err == nil:
 		settled = true
-		e.record(st, o, StatusSucceeded, v, Failure{})
+		e.record(st, o, flight.StatusSucceeded, v, flight.Failure{})
 		return res, false, nil
-	case errors.Is(err, ErrCancelled):
+	case errors.Is(err, flight.ErrCancelled):
 		settled = true
-		return Result{}, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled",
+		return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled",
 			Message: "flight cancelled before the result was stored"}
-	case errors.Is(err, ErrExpired):
+	case errors.Is(err, flight.ErrExpired):
 		settled = true
-		return Result{}, false, &OutcomeError{Status: StatusExpired, Type: "expired", Code: "expired",
+		return Result{}, false, &flight.OutcomeError{Status: flight.StatusExpired, Type: "expired", Code: "expired",
 			Message: "flight expired for good before the result was stored"}
-	case errors.Is(err, ErrStaleToken), errors.As(err, &se):
+	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
 		// Another owner holds the flight: its outcome stands for everybody; follow it.
 		e.log.Info().Err(err).Str("requestKey", o.Key).Msg("result refused by the flight; following its owner")
 		return Result{}, true, nil
-	case IsCoordinationFailure(err) || errors.Is(err, ErrCoordinationUnavailable):
+	case flight.IsCoordinationFailure(err) || errors.Is(err, flight.ErrCoordinationUnavailable):
 		// The model answered, the write failed (or its reply was lost): hand the value over
 		// and spool it; the write-back answers everybody, and a retry of a stored result is
 		// accepted as the same outcome.
@@ -259,12 +260,12 @@ func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v 
 		out.Stage = st.name
 		if serr := e.spool.Add(out); serr != nil {
 			e.log.Error().Err(serr).Str("requestKey", o.Key).Msg("uncertain outcome could not be spooled")
-			return res, false, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
+			return res, false, fmt.Errorf("%w: %w (spool: %w)", flight.ErrUncertainOutcome, err, serr)
 		}
 		settled = true // the spool holds it now
 		// The archive takes it now: the write-back to Redis may come much later (a larger
 		// token still wins there and in the archive).
-		e.record(st, o, StatusSucceeded, v, Failure{})
+		e.record(st, o, flight.StatusSucceeded, v, flight.Failure{})
 		e.metrics.spooled.Set(float64(e.spool.Len()))
 		e.log.Warn().Err(err).Str("requestKey", o.Key).Int64("token", o.Token).
 			Msg("result write failed: uncertain outcome spooled for write-back")
@@ -278,32 +279,32 @@ func (e *Executor) settle(ctx context.Context, st *stageRuntime, o Ownership, v 
 // (a result within its retention; a failure or cancellation within the failureTTL): done
 // reports that it did, with own's results. A lookup that fails or finds nothing runs the
 // function.
-func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o Ownership) (res Result, done, again bool, err error) {
+func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o flight.Ownership) (res Result, done, again bool, err error) {
 	lctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 	a, ok, lerr := e.cfg.Archive.Lookup(lctx, o.Key)
 	cancel()
-	if lerr != nil || !ok || a.Status == StatusExpired ||
-		(a.Status != StatusSucceeded && time.Since(a.FinishedAt) > st.opt.Policy.FailureTTL) {
+	if lerr != nil || !ok || a.Status == flight.StatusExpired ||
+		(a.Status != flight.StatusSucceeded && time.Since(a.FinishedAt) > st.opt.Policy.FailureTTL) {
 		return Result{}, false, false, nil
 	}
 	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
 	// closed meanwhile: it may never be stored.
-	if a.Status != StatusCancelled && e.runClosed(ctx, st, o.Key, a.Token, "archived outcome") {
+	if a.Status != flight.StatusCancelled && e.runClosed(ctx, st, o.Key, a.Token, "archived outcome") {
 		return Result{}, false, false, nil
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
 	defer rcancel()
-	_, err = Guard(e.cb, func() (Settlement, error) { return e.coord.Rehydrate(rctx, o, a) })
+	_, err = Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Rehydrate(rctx, o, a) })
 	switch {
-	case err == nil && a.Status == StatusSucceeded:
+	case err == nil && a.Status == flight.StatusSucceeded:
 		return Result{Value: a.Result, Shared: topics.SharedArchive, Token: o.Token}, true, false, nil
 	case err == nil:
-		return Result{}, true, false, &OutcomeError{Status: a.Status, Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}
-	case errors.Is(err, ErrCancelled):
+		return Result{}, true, false, &flight.OutcomeError{Status: a.Status, Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}
+	case errors.Is(err, flight.ErrCancelled):
 		// The archived cancellation, or a cancel of this flight meanwhile: cancelled either way.
-		return Result{}, true, false, &OutcomeError{Status: StatusCancelled, Type: "cancelled", Code: "cancelled",
+		return Result{}, true, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled",
 			Message: "flight cancelled"}
-	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrExpired), errors.As(err, new(*StateError)):
+	case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrExpired), errors.As(err, new(*flight.StateError)):
 		return Result{}, true, true, nil
 	default:
 		// Redis could not take the archived outcome: run nothing, let the caller retry.
@@ -315,23 +316,23 @@ func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o Ownership)
 // from an owner that may still be running (NeedsClaim), before the function runs: after a
 // Redis data loss that owner's write-back is refused by it. A claim that fails is logged and
 // the run goes on (the archive's outage must not stop the flight).
-func (e *Executor) claim(ctx context.Context, st *stageRuntime, d Decision) {
-	f, ok := e.cfg.Archive.(Fencer)
+func (e *Executor) claim(ctx context.Context, st *stageRuntime, d flight.Decision) {
+	f, ok := e.cfg.Archive.(flight.Fencer)
 	if !ok {
 		return
 	}
-	if err := ClaimTakeover(ctx, f, d, st.opt.Budget.Coordination); err != nil {
+	if err := flight.ClaimTakeover(ctx, f, d, st.opt.Budget.Coordination); err != nil {
 		e.log.Warn().Err(err).Str("key", d.Owner.Key).Str("reason", string(d.Reason)).
 			Msg("archive claim failed: after a Redis data loss the previous owner could write its result back")
 	}
 }
 
 // record archives an outcome of the flight o owned.
-func (e *Executor) record(st *stageRuntime, o Ownership, status Status, result []byte, f Failure) {
+func (e *Executor) record(st *stageRuntime, o flight.Ownership, status flight.Status, result []byte, f flight.Failure) {
 	if e.cfg.Archive == nil {
 		return
 	}
-	e.cfg.Archive.Record(Archived{Key: o.Key, Stage: st.name, Tenant: o.Tenant, Status: status, Token: o.Token,
+	e.cfg.Archive.Record(flight.Archived{Key: o.Key, Stage: st.name, Tenant: o.Tenant, Status: status, Token: o.Token,
 		Attempts: max(o.Attempts, 1), Result: result, ErrorType: f.Type, ErrorCode: f.Code, Error: f.Message,
 		FinishedAt: time.Now(), Retention: st.opt.ArchiveRetention})
 }
@@ -339,19 +340,19 @@ func (e *Executor) record(st *stageRuntime, o Ownership, status Status, result [
 // recordFinal archives the outcome an acquire answered the caller with when it ends the
 // flight for good (CANCELLED, EXPIRED), under the flight's token, as a consumer does; a
 // caller's own deadline ends nothing.
-func (e *Executor) recordFinal(st *stageRuntime, key string, status Status, d Decision) {
-	if d.Token <= 0 || d.Reason == ReasonDeadlinePassed {
+func (e *Executor) recordFinal(st *stageRuntime, key string, status flight.Status, d flight.Decision) {
+	if d.Token <= 0 || d.Reason == flight.ReasonDeadlinePassed {
 		return
 	}
-	e.record(st, Ownership{Key: key, Token: d.Token, Attempts: d.Attempts, Tenant: tenantOf(key)}, status, nil,
-		Failure{Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error})
+	e.record(st, flight.Ownership{Key: key, Token: d.Token, Attempts: d.Attempts, Tenant: tenantOf(key)}, status, nil,
+		flight.Failure{Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error})
 }
 
 func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
 
 // heartbeat renews the lease with progress until ctx ends; it cancels the run when the flight
 // answers cancelled, expired or stale. Failed heartbeats are not fatal: the lease decides.
-func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, st *stageRuntime, o Ownership, progress *atomic.Int64) {
+func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, st *stageRuntime, o flight.Ownership, progress *atomic.Int64) {
 	t := time.NewTicker(st.opt.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -372,7 +373,7 @@ func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 		if restored {
 			e.log.Warn().Str("requestKey", o.Key).Int64("token", o.Token).Msg("flight meta was gone; written back by the owner")
 		}
-		if errors.Is(err, ErrCancelled) || errors.Is(err, ErrExpired) || errors.Is(err, ErrStaleToken) {
+		if errors.Is(err, flight.ErrCancelled) || errors.Is(err, flight.ErrExpired) || errors.Is(err, flight.ErrStaleToken) {
 			cancel(err)
 			return
 		}
@@ -392,8 +393,8 @@ func tenantOf(key string) string {
 // classify turns a function error into the flight failure it records. Errors that implement
 // Retryable() bool (the model adapters' errors do) say whether a retry may help; others are
 // retryable, except context cancellation.
-func classify(err error) Failure {
-	f := Failure{Retryable: true, Type: "error", Code: "error", Message: err.Error()}
+func classify(err error) flight.Failure {
+	f := flight.Failure{Retryable: true, Type: "error", Code: "error", Message: err.Error()}
 	var r interface{ Retryable() bool }
 	var typed interface {
 		ErrorType() string

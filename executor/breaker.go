@@ -1,4 +1,4 @@
-package flight
+package executor
 
 import (
 	"context"
@@ -6,10 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/sony/gobreaker/v2"
-
-	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // BreakerConfig configures the coordination circuit breaker.
@@ -44,24 +42,6 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	return c
 }
 
-// IsCoordinationFailure reports whether err means Redis could not be used (connection
-// refused, timeout, script error), as opposed to an answer of the state machine (stale token,
-// cancelled, expired, a state conflict), a protocol error, or the caller giving up.
-func IsCoordinationFailure(err error) bool {
-	if err == nil {
-		return false
-	}
-	var se *StateError
-	switch {
-	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
-		errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrProtocol),
-		errors.Is(err, ErrGone), errors.Is(err, ErrLockLost), errors.Is(err, topics.ErrInvalidKeyspace),
-		errors.Is(err, context.Canceled), errors.Is(err, redis.Nil), errors.As(err, &se):
-		return false
-	}
-	return true
-}
-
 // Breaker guards coordination calls with a circuit breaker (sony/gobreaker/v2): after
 // FailureThreshold consecutive coordination failures it opens and refuses calls without making
 // them; after OpenTimeout plus this node's jitter it lets HalfOpenProbes calls probe, which
@@ -85,7 +65,7 @@ func NewBreaker(cfg BreakerConfig, onChange func(from, to string)) *Breaker {
 		Timeout:     timeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.FailureThreshold },
 		IsSuccessful: func(err error) bool {
-			return !IsCoordinationFailure(err)
+			return !flight.IsCoordinationFailure(err)
 		},
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
@@ -110,11 +90,11 @@ func Guard[T any](b *Breaker, f func() (T, error)) (T, error) {
 	var zero T
 	v, err := b.cb.Execute(func() (any, error) { return f() })
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return zero, &CoordinationError{Err: err, BreakerOpen: true}
+		return zero, &flight.CoordinationError{Err: err, BreakerOpen: true}
 	}
 	if err != nil {
-		if IsCoordinationFailure(err) {
-			return zero, &CoordinationError{Err: err}
+		if flight.IsCoordinationFailure(err) {
+			return zero, &flight.CoordinationError{Err: err}
 		}
 		return zero, err
 	}
