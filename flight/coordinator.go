@@ -222,11 +222,6 @@ type Config struct {
 	// AnswerAfterScript writes answers (events, acknowledgements) after each script instead
 	// of inside it, as on Redis Cluster, whose clients always do. Defaults to false.
 	AnswerAfterScript bool
-	// AfterScript, when set, is called with the script's name (acquire, complete, fail,
-	// cancel) after every answering script returned and before the coordinator writes what
-	// it handed back: a fault-injection hook for tests and chaos runs (a process that dies
-	// there leaves the answers to the next caller of the flight). Defaults to nil.
-	AfterScript func(op string)
 	// WriteBackFence, when set, is asked before an owner writes a flight that Redis may not
 	// show as another owner's: its records are gone, or its own record lets another caller
 	// take it over (a rollback may have lost that takeover). Complete, fail and heartbeat
@@ -251,7 +246,6 @@ type Coordinator struct {
 	consumer string
 	maxLen   int64
 	mode     string // answer mode: "write" or "return"
-	after    func(op string)
 	wbFence  func(ctx context.Context, key string) (int64, bool) // Config.WriteBackFence
 	// consumerJSON is the consumer name as a JSON string, for the events.
 	consumerJSON []byte
@@ -288,7 +282,7 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("flight: %w", err)
 	}
 	c := &Coordinator{rdb: cfg.Client, ks: cfg.Keyspace, group: cfg.Group, consumer: cfg.Consumer,
-		maxLen: cfg.ResultMaxLen, mode: "write", after: cfg.AfterScript, calls: cfg.Calls, wbFence: cfg.WriteBackFence}
+		maxLen: cfg.ResultMaxLen, mode: "write", calls: cfg.Calls, wbFence: cfg.WriteBackFence}
 	if c.calls == nil {
 		c.calls = cfg.Client
 	}
@@ -380,7 +374,6 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
 	d.Answered, d.Waited = ans.n, ans.waited
-	c.afterScript("acquire")
 	if err := c.settle(ctx, p.Key, p.Stage, ans); err != nil {
 		return d, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
@@ -392,11 +385,6 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	return d, nil
 }
 
-func (c *Coordinator) afterScript(op string) {
-	if c.after != nil {
-		c.after(op)
-	}
-}
 
 // acquireFields is the number of fixed elements of acquire's reply, before the answer tail.
 const acquireFields = 16

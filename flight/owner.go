@@ -173,7 +173,6 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
 	st.Events, st.Waited = ans.n, ans.waited
-	c.afterScript(op)
 	if err := c.settle(ctx, o.Key, o.Stage, ans); err != nil {
 		st.Answered = false
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
@@ -362,7 +361,6 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 		return out, fmt.Errorf("flight: cancel %q: %w", key, err)
 	}
 	out.Answered, out.Waited = ans.n, ans.waited
-	c.afterScript("cancel")
 	if err := c.settle(ctx, key, p.Stage, ans); err != nil {
 		return out, fmt.Errorf("flight: cancel %q: %w", key, err)
 	}

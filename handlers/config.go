@@ -80,10 +80,10 @@ type Config struct {
 	// than this many newer ones find the task's outcome in its flight instead (client.Await).
 	// Zero means topics.DefaultResultMaxLen (1,000,000); negative turns the cap off.
 	ResultMaxLen int64
-	// Faults are fault-injection knobs for chaos runs and tests, handed to the flight
-	// coordinator: answers written after the scripts (as on Redis Cluster) and a hook called
-	// between a script and its answers. Defaults to none.
-	Faults Faults
+	// AnswerAfterScript writes a flight script's answers (events, acknowledgements) in a
+	// second call after the script, as on Redis Cluster, instead of inside it. Defaults to
+	// false on a single node.
+	AnswerAfterScript bool
 	// Archive is the durable archive of outcomes (package archive), or nil for none. With it,
 	// every outcome an owner settles is archived (batched, off the owner's path; spooled to
 	// SpoolDir while the archive does not answer), and a new owner answers its key from the
@@ -99,14 +99,6 @@ type Config struct {
 	// Defaults to flight.DefaultSpoolDir(os.Getenv), which has no shared fallback; give it a
 	// durable volume in production.
 	SpoolDir string
-}
-
-// Faults are the consumer's fault-injection knobs (see flight.Config).
-type Faults struct {
-	// AnswerAfterScript writes answers after the scripts, even on a single Redis node.
-	AnswerAfterScript bool
-	// AfterScript is called between an answering script and its answers.
-	AfterScript func(op string)
 }
 
 func (c *Config) setDefaults() error {

@@ -123,8 +123,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		calls = c.batch
 	}
 	coord, err := flight.NewCoordinator(flight.Config{Client: c.rdb, Calls: calls, Keyspace: cfg.Keyspace,
-		Consumer: cfg.Name, ResultMaxLen: cfg.ResultMaxLen, AnswerAfterScript: cfg.Faults.AnswerAfterScript,
-		AfterScript: cfg.Faults.AfterScript, WriteBackFence: c.archiveFence()})
+		Consumer: cfg.Name, ResultMaxLen: cfg.ResultMaxLen, AnswerAfterScript: cfg.AnswerAfterScript,
+		WriteBackFence: c.archiveFence()})
 	if err != nil {
 		c.closeClients()
 		return nil, err

@@ -15,7 +15,9 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/topics"
+	"github.com/redis/go-redis/v9"
 )
 
 // Process tests of the promises that depend on time (faults that last longer than a TTL or
@@ -430,8 +432,14 @@ func TestCancelledByACrashedCanceller(t *testing.T) {
 	e.waitOwned([]string{key}, "a", 10*time.Second)
 	e.enqueue(task("c1", handlers.StageEvaluation, 8, 30000))
 	e.waitParked(key, 1, 10*time.Second)
-	coord, err := flight.NewCoordinator(flight.Config{Client: e.rdb, Keyspace: e.ks, AnswerAfterScript: true,
-		AfterScript: func(string) { panic(errCrash) }})
+	opt, err := redis.ParseURL(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashing := redis.NewClient(opt)
+	defer crashing.Close()
+	crashing.AddHook(faults.AfterScripts(func(string) { panic(errCrash) }))
+	coord, err := flight.NewCoordinator(flight.Config{Client: crashing, Keyspace: e.ks, AnswerAfterScript: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,11 +186,11 @@ func run(args []string) (err error) {
 		defer store.Close()
 	}
 	c, err := handlers.NewConsumer(handlers.Config{Archive: store,
-		NewClient: newClient,
+		NewClient: knobs.Wrap(newClient),
 		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Handlers: mux,
 		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
 		SpoolDir: *spoolDir, ResultMaxLen: *resultCap, ResultRetention: *resultKeep, Limits: limits,
-		Faults: handlers.Faults{AnswerAfterScript: knobs.AnswerAfterScript, AfterScript: knobs.AfterScript()},
+		AnswerAfterScript: knobs.AnswerAfterScript,
 	})
 	if err != nil {
 		return err

@@ -297,6 +297,9 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 		_ = rdb.Close()
 		return nil, nil, err
 	}
+	if h := knobs.Hook(); h != nil {
+		rdb.AddHook(h)
+	}
 	c, err := client.New(client.Config{
 		Client:          rdb,
 		Keyspace:        topics.Keyspace{Prefix: a.prefix, Partitions: map[string]int{"*": a.parts}},
@@ -304,7 +307,7 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 		Errors: func(err error) {
 			fmt.Fprintf(a.stderr, "producer: %v (retrying)\n", err)
 		},
-		Flight: flight.Config{AnswerAfterScript: knobs.AnswerAfterScript, AfterScript: knobs.AfterScript()},
+		Flight: flight.Config{AnswerAfterScript: knobs.AnswerAfterScript},
 	})
 	if err != nil {
 		_ = rdb.Close()

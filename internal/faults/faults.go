@@ -11,11 +11,15 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/flightdeck-ai/flightdeck/lua"
+	"github.com/redis/go-redis/v9"
 )
 
 // CrashExitCode is the exit status of a process that a fault knob crashed.
@@ -45,16 +49,82 @@ func FromEnv(getenv func(string) string) (Knobs, error) {
 	return k, nil
 }
 
-// AfterScript returns the hook for flight.Config.AfterScript, or nil when no crash is set.
-// The hook writes one line to stderr and exits the process with CrashExitCode.
-func (k Knobs) AfterScript() func(op string) {
+// Hook returns the crash knob as a go-redis hook (AfterScripts), or nil when no crash is set.
+func (k Knobs) Hook() redis.Hook {
 	if k.CrashOp == "" || k.CrashP == 0 {
 		return nil
 	}
-	return func(op string) {
-		if (k.CrashOp == "*" || k.CrashOp == op) && rand.Float64() < k.CrashP {
-			fmt.Fprintf(os.Stderr, `{"level":"error","fault":"crash_after_script","op":%q,"message":"fault injection: exiting after the %s script, before its answers"}`+"\n", op, op)
-			os.Exit(CrashExitCode)
+	return AfterScripts(k.crash)
+}
+
+// Wrap adds Hook to every client newClient returns; newClient is returned as it is when no
+// crash is set.
+func (k Knobs) Wrap(newClient func() redis.UniversalClient) func() redis.UniversalClient {
+	h := k.Hook()
+	if h == nil {
+		return newClient
+	}
+	return func() redis.UniversalClient {
+		c := newClient()
+		c.AddHook(h)
+		return c
+	}
+}
+
+// crash writes one line to stderr and exits the process with CrashExitCode, with
+// probability CrashP, after the script op when CrashOp names it or is "*".
+func (k Knobs) crash(op string) {
+	if (k.CrashOp == "*" || k.CrashOp == op) && rand.Float64() < k.CrashP {
+		fmt.Fprintf(os.Stderr, `{"level":"error","fault":"crash_after_script","op":%q,"message":"fault injection: exiting after the %s script, before its answers"}`+"\n", op, op)
+		os.Exit(CrashExitCode)
+	}
+}
+
+// AfterScripts returns a go-redis hook that calls f with the script's name (acquire,
+// complete, fail, cancel) after Redis answered a call of that flight function, before the
+// caller sees the reply. A process that dies in f leaves the script's answers unwritten.
+func AfterScripts(f func(op string)) redis.Hook {
+	ops := map[string]string{}
+	for op, fn := range map[string]*lua.Function{"acquire": lua.Acquire, "complete": lua.Complete,
+		"fail": lua.Fail, "cancel": lua.Cancel} {
+		ops[fn.Name()] = op
+	}
+	return afterScripts{ops: ops, f: f}
+}
+
+type afterScripts struct {
+	ops map[string]string
+	f   func(op string)
+}
+
+func (h afterScripts) after(cmd redis.Cmder, err error) {
+	args := cmd.Args()
+	if err != nil || len(args) < 2 || !strings.EqualFold(cmd.Name(), "fcall") {
+		return
+	}
+	if name, ok := args[1].(string); ok {
+		if op, ok := h.ops[name]; ok {
+			h.f(op)
 		}
+	}
+}
+
+func (h afterScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h afterScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(cmd, err)
+		return err
+	}
+}
+
+func (h afterScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.after(cmd, cmd.Err())
+		}
+		return err
 	}
 }
