@@ -245,7 +245,7 @@ type Coordinator struct {
 	group    string
 	consumer string
 	maxLen   int64
-	mode     string // answer mode: "write" or "return"
+	mode     string                                              // answer mode: "write" or "return"
 	wbFence  func(ctx context.Context, key string) (int64, bool) // Config.WriteBackFence
 	// consumerJSON is the consumer name as a JSON string, for the events.
 	consumerJSON []byte
@@ -384,7 +384,6 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	}
 	return d, nil
 }
-
 
 // acquireFields is the number of fixed elements of acquire's reply, before the answer tail.
 const acquireFields = 16
