@@ -5,10 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"strings"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // scoreAnswer is the handler of the examples' "answer-score" stage: it counts an answer's
@@ -68,4 +74,57 @@ func ExampleMux_HandleFunc() {
 	// Output:
 	// {"words":4} <nil>
 	// bad_request bad_input retryable: false
+}
+
+// A Consumer runs the handlers of a Mux for the tasks that clients enqueue, once per
+// semantic key across every consumer of the same Redis.
+func ExampleConsumer() {
+	url := redisURL() // e.g. os.Getenv("REDIS_URL")
+	mux := handlers.NewMux()
+	mux.HandleFunc("answer-score", scoreAnswer)
+	c, err := handlers.NewConsumer(handlers.Config{RedisURL: url, Handlers: mux})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }() // until ctx ends, then a graceful stop
+	<-c.Started()                      // reading its stages; the stage is registered
+
+	// A service enqueues with the client and awaits the task's terminal event.
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	cl, err := client.New(client.Config{Client: rdb})
+	if err != nil {
+		log.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, input := range []string{`{"answer":"I led the migration"}`, `{"answer":""}`} {
+		r, err := cl.Enqueue(wait, topics.Task{Stage: "answer-score", Tenant: "acme", Input: json.RawMessage(input)})
+		if err != nil {
+			log.Fatal(err)
+		}
+		ev, err := cl.Await(wait, r)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if ev.Status == topics.StatusSucceeded {
+			fmt.Println(ev.Status, string(ev.Result))
+		} else {
+			fmt.Println(ev.Status, ev.ErrorType, ev.ErrorCode)
+		}
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// SUCCEEDED {"words":4}
+	// FAILED bad_request bad_input
 }
