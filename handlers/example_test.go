@@ -89,7 +89,11 @@ func ExampleConsumer() {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }() // until ctx ends, then a graceful stop
-	<-c.Started()                      // reading its stages; the stage is registered
+	select {
+	case <-c.Started(): // reading its stages; the stage is registered
+	case err := <-done:
+		log.Fatal(err)
+	}
 
 	// A service enqueues with the client and awaits the task's terminal event.
 	opt, err := redis.ParseURL(url)
