@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
@@ -37,77 +34,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "FLIGHTDECK_SPOOL_DIR:", err)
 		return 1
 	}
-	defer examples.cleanup()
+	defer examples.Stop()
 	return m.Run()
 }
 
-// examples holds the Redis server the examples share: an Example has no *testing.T to hand
-// redistest.Start, so they use this process-long stand-in.
-var examples exampleTB
+// examples is the Redis server the examples share (an Example has no *testing.T).
+var examples redistest.Shared
 
-// redisURL returns the URL of a private redis-server for the examples, started on first use
-// on a free loopback port (never the REDIS_URL server: the examples empty it) and emptied
-// with FLUSHALL on every call, so that each example starts from nothing: no stored result of
-// an earlier run (go test -count) answers its tasks, and no stream holds earlier events.
-// Examples run one at a time, each stopping its consumers before it returns.
-func redisURL() string {
-	examples.once.Do(func() {
-		examples.srv = redistest.Start(&examples, nil)
-		examples.rdb = examples.srv.Client()
-	})
-	if err := examples.rdb.FlushAll(context.Background()).Err(); err != nil {
-		panic(fmt.Sprintf("examples: FLUSHALL: %v", err))
-	}
-	return examples.srv.URL()
-}
-
-// exampleTB is the testing.TB of the examples' Redis server. It implements what
-// redistest.Start and its Server use (Helper, Fatalf, TempDir, Cleanup); any other method
-// panics on the embedded nil TB. Its cleanups run when TestMain calls cleanup.
-type exampleTB struct {
-	testing.TB
-
-	once sync.Once
-	srv  *redistest.Server
-	rdb  *redis.Client
-
-	mu       sync.Mutex
-	cleanups []func()
-}
-
-// Helper does nothing: there is no test to attribute lines to.
-func (*exampleTB) Helper() {}
-
-// Fatalf panics: the example that asked for Redis fails with the message.
-func (*exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
-// TempDir returns a new temporary directory, removed by cleanup.
-func (tb *exampleTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "flightdeck-example")
-	if err != nil {
-		tb.Fatalf("examples: temporary directory: %v", err)
-	}
-	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
-// Cleanup registers f to run in cleanup, last registered first.
-func (tb *exampleTB) Cleanup(f func()) {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	tb.cleanups = append(tb.cleanups, f)
-}
-
-// cleanup runs the registered functions, last registered first.
-func (tb *exampleTB) cleanup() {
-	tb.mu.Lock()
-	fs := tb.cleanups
-	tb.cleanups = nil
-	tb.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-}
+// redisURL returns the examples' private redis-server, emptied, so that each example starts
+// from nothing (never the REDIS_URL server: the examples empty it).
+func redisURL() string { return examples.URL() }
 
 // scorer is a running consumer of the examples' "answer-score" stage (startScorer).
 type scorer struct {
