@@ -7,7 +7,7 @@
 // the form back when its stored token is refused; it fails on any console error, uncaught
 // exception or failed request. Screenshots go to the test's artifact directory
 // (go test -artifacts keeps them; the test logs where they are) and, with
-// UPDATE_SCREENSHOTS=1, to docs/img/ for the README.
+// UPDATE_SCREENSHOTS=1, to docs/img/ for the README and docs/OPERATIONS.md.
 package admin_test
 
 import (
@@ -544,7 +544,7 @@ func TestBrowserDashboard(t *testing.T) {
 }
 
 // saveScreenshot writes png to the test's artifact directory and, with UPDATE_SCREENSHOTS=1,
-// the README's screenshots to docs/img/.
+// the screenshots of the README and docs/OPERATIONS.md to docs/img/.
 func saveScreenshot(t *testing.T, name string, png []byte) {
 	t.Helper()
 	dir := t.ArtifactDir()

@@ -284,7 +284,7 @@ func run600(t *testing.T, e *e2e) {
 			for i := burst * 100; i < (burst+1)*100; i++ {
 				k := i % 60
 				tk := task(fmt.Sprintf("t%03d", i), stages[k%2], k, 100)
-				if burst == 5 { // raw XADD, exactly as the README shows
+				if burst == 5 { // raw XADD, exactly as docs/OPERATIONS.md shows
 					payload, _ := json.Marshal(tk)
 					err := e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(tk.Stage),
 						Values: []any{"_watermill_message_uuid", "raw-" + tk.TaskID, "payload", payload}}).Err()

@@ -65,35 +65,72 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 // errUsagePrinted is a command-line error the flag package has already reported.
 var errUsagePrinted = cli.Usagef("bad command line")
 
-func run(args []string) (err error) {
+// options are the consumer's command-line flags, each parsed into the value it points to.
+type options struct {
+	redisURL    *string
+	prefix      *string
+	tenants     *string
+	config      *string
+	stages      *string
+	concurrency *int
+	name        *string
+	httpAddr    *string
+	healthAddr  *string
+	allowedHost *string
+	grace       *time.Duration
+	livenessInt *time.Duration
+	claimInt    *time.Duration
+	resultCap   *int64
+	resultKeep  *time.Duration
+	spoolDir    *string
+	logLevel    *string
+	logFormat   *string
+	archiveFlag *string
+	archiveDep  *string
+	adoptLegacy *bool
+	gcFlag      *string
+	redisWait   *time.Duration
+	loadFuncs   *bool
+	version     *bool
+}
+
+// newFlags returns the consumer's flag set and the options it parses into. getenv gives the
+// defaults some flags take from the environment (os.Getenv in main). The configuration
+// reference, docs/CONFIGURATION.md, is checked against this flag set.
+func newFlags(getenv func(string) string) (*flag.FlagSet, *options) {
 	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
-	var (
-		redisURL    = fs.String("redis", "", "Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379/0)")
-		prefix      = fs.String("prefix", topics.DefaultPrefix, "key and stream prefix")
-		tenants     = fs.String("tenants", os.Getenv("FLIGHTDECK_TENANTS"), "comma-separated tenants this consumer accepts; a task naming another is dead-lettered (unknown_tenant). With one key prefix per tenant and its producers' ACL on that prefix, the tenant comes from the credentials (docs/SECURITY.md) ($FLIGHTDECK_TENANTS; default: any)")
-		config      = fs.String("config", "", "stage config file (YAML); the four built-in stages apply without one")
-		stages      = fs.String("stages", "", "comma-separated stages to consume (default: every configured stage)")
-		concurrency = fs.Int("concurrency", 0, "subscribers per stage (default: the stage's concurrency, 4)")
-		name        = fs.String("name", "", "consumer name (default host-pid)")
-		httpAddr    = fs.String("http", os.Getenv("FLIGHTDECK_HTTP"), "serve the /ui dashboard (and /metrics, /healthz, /readyz) on this address; \":9090\" binds loopback, \"0.0.0.0:9090\" or \"[::]:9090\" every interface; requests must name it (or an --http-allowed-hosts entry) in Host ($FLIGHTDECK_HTTP)")
-		healthAddr  = fs.String("health", os.Getenv("FLIGHTDECK_HEALTH"), "serve only /healthz, /readyz and /metrics on this address, e.g. the pod IP for Kubernetes probes; same address rules as --http ($FLIGHTDECK_HEALTH)")
-		allowedHost = fs.String("http-allowed-hosts", os.Getenv("FLIGHTDECK_HTTP_ALLOWED_HOSTS"), "comma-separated names (host or host:port) the --http listener answers besides its own address; localhost, 127.0.0.1 and [::1] on its port are always allowed when it is bound to loopback ($FLIGHTDECK_HTTP_ALLOWED_HOSTS)")
-		grace       = fs.Duration("grace", 10*time.Second, "on SIGTERM, how long running owners may finish")
-		livenessInt = fs.Duration("liveness-interval", time.Second, "how often this consumer records it is alive")
-		claimInt    = fs.Duration("claim-interval", time.Second, "how often each task stream is scanned for entries to claim and parked tasks to check")
-		resultCap   = fs.Int64("result-maxlen", 0, "cap of each result stream, in events (approximate; 0: 1,000,000; -1: none); clients answer a task whose event was trimmed from its flight's stored outcome")
-		resultKeep  = fs.Duration("result-retention", time.Hour, "how long events stay on the result streams: older ones are trimmed (negative: no age trim)")
-		spoolDir    = fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)")
-		logLevel    = fs.String("log-level", "info", "trace, debug, info, warn or error")
-		logFormat   = fs.String("log-format", "json", "json or console")
-		archiveFlag = fs.String("archive", "", "PostgreSQL URL of the durable archive of outcomes, e.g. postgres://user@db:5432/flightdeck (default $FLIGHTDECK_ARCHIVE_URL, or the file named by $FLIGHTDECK_ARCHIVE_URL_FILE; none: Redis only)")
-		archiveDep  = fs.String("archive-deployment", os.Getenv("FLIGHTDECK_ARCHIVE_DEPLOYMENT"), "the deployment whose archived rows this consumer reads and writes: part of every row's identity, so deployments sharing a database never see each other's rows ($FLIGHTDECK_ARCHIVE_DEPLOYMENT; default: --prefix)")
-		adoptLegacy = fs.Bool("archive-adopt-legacy", false, "at start, move the archive's legacy rows (written before rows carried their deployment) of the --tenants (all without --tenants) into --archive-deployment, and log how many")
-		gcFlag      = fs.String("gc-percent", "", "the Go garbage collector's target, as GOGC: a percentage, or \"off\" (default $GOGC, else 400: a consumer's live heap is small and every task allocates)")
-		redisWait   = fs.Duration("redis-wait", time.Minute, "at start, how long to wait for Redis to answer, retrying with backoff, before giving up with exit 1 (0: one try)")
-		loadFuncs   = fs.Bool("load-functions", false, "load (or replace) the flight function library in Redis and exit: the operator's step where consumers' credentials may not load functions (docs/SECURITY.md); needs +function|load +function|list +ping")
-		version     = fs.Bool("version", false, "print the version and exit")
-	)
+	o := &options{
+		redisURL:    fs.String("redis", "", "Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379/0)"),
+		prefix:      fs.String("prefix", topics.DefaultPrefix, "key and stream prefix"),
+		tenants:     fs.String("tenants", getenv("FLIGHTDECK_TENANTS"), "comma-separated tenants this consumer accepts; a task naming another is dead-lettered (unknown_tenant). With one key prefix per tenant and its producers' ACL on that prefix, the tenant comes from the credentials (docs/SECURITY.md) ($FLIGHTDECK_TENANTS; default: any)"),
+		config:      fs.String("config", "", "stage config file (YAML); the four built-in stages apply without one"),
+		stages:      fs.String("stages", "", "comma-separated stages to consume (default: every configured stage)"),
+		concurrency: fs.Int("concurrency", 0, "subscribers per stage (default: the stage's concurrency, 4)"),
+		name:        fs.String("name", "", "consumer name (default host-pid)"),
+		httpAddr:    fs.String("http", getenv("FLIGHTDECK_HTTP"), "serve the /ui dashboard (and /metrics, /healthz, /readyz) on this address; \":9090\" binds loopback, \"0.0.0.0:9090\" or \"[::]:9090\" every interface; requests must name it (or an --http-allowed-hosts entry) in Host ($FLIGHTDECK_HTTP)"),
+		healthAddr:  fs.String("health", getenv("FLIGHTDECK_HEALTH"), "serve only /healthz, /readyz and /metrics on this address, e.g. the pod IP for Kubernetes probes; same address rules as --http ($FLIGHTDECK_HEALTH)"),
+		allowedHost: fs.String("http-allowed-hosts", getenv("FLIGHTDECK_HTTP_ALLOWED_HOSTS"), "comma-separated names (host or host:port) the --http listener answers besides its own address; localhost, 127.0.0.1 and [::1] on its port are always allowed when it is bound to loopback ($FLIGHTDECK_HTTP_ALLOWED_HOSTS)"),
+		grace:       fs.Duration("grace", 10*time.Second, "on SIGTERM, how long running owners may finish"),
+		livenessInt: fs.Duration("liveness-interval", time.Second, "how often this consumer records it is alive"),
+		claimInt:    fs.Duration("claim-interval", time.Second, "how often each task stream is scanned for entries to claim and parked tasks to check"),
+		resultCap:   fs.Int64("result-maxlen", 0, "cap of each result stream, in events (approximate; 0: 1,000,000; -1: none); clients answer a task whose event was trimmed from its flight's stored outcome"),
+		resultKeep:  fs.Duration("result-retention", time.Hour, "how long events stay on the result streams: older ones are trimmed (negative: no age trim)"),
+		spoolDir:    fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)"),
+		logLevel:    fs.String("log-level", "info", "trace, debug, info, warn or error"),
+		logFormat:   fs.String("log-format", "json", "json or console"),
+		archiveFlag: fs.String("archive", "", "PostgreSQL URL of the durable archive of outcomes, e.g. postgres://user@db:5432/flightdeck (default $FLIGHTDECK_ARCHIVE_URL, or the file named by $FLIGHTDECK_ARCHIVE_URL_FILE; none: Redis only)"),
+		archiveDep:  fs.String("archive-deployment", getenv("FLIGHTDECK_ARCHIVE_DEPLOYMENT"), "the deployment whose archived rows this consumer reads and writes: part of every row's identity, so deployments sharing a database never see each other's rows ($FLIGHTDECK_ARCHIVE_DEPLOYMENT; default: --prefix)"),
+		adoptLegacy: fs.Bool("archive-adopt-legacy", false, "at start, move the archive's legacy rows (written before rows carried their deployment) of the --tenants (all without --tenants) into --archive-deployment, and log how many"),
+		gcFlag:      fs.String("gc-percent", "", "the Go garbage collector's target, as GOGC: a percentage, or \"off\" (default $GOGC, else 400: a consumer's live heap is small and every task allocates)"),
+		redisWait:   fs.Duration("redis-wait", time.Minute, "at start, how long to wait for Redis to answer, retrying with backoff, before giving up with exit 1 (0: one try)"),
+		loadFuncs:   fs.Bool("load-functions", false, "load (or replace) the flight function library in Redis and exit: the operator's step where consumers' credentials may not load functions (docs/SECURITY.md); needs +function|load +function|list +ping"),
+		version:     fs.Bool("version", false, "print the version and exit"),
+	}
+	return fs, o
+}
+
+func run(args []string) (err error) {
+	fs, o := newFlags(os.Getenv)
 	if err := cli.Parse(fs, args, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -103,24 +140,24 @@ func run(args []string) (err error) {
 	if fs.NArg() > 0 {
 		return cli.Usagef("unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
-	if *version {
+	if *o.version {
 		fmt.Println(cli.Version("consumer"))
 		return nil
 	}
-	if err := setGCPercent(*gcFlag, os.Getenv("GOGC")); err != nil {
+	if err := setGCPercent(*o.gcFlag, os.Getenv("GOGC")); err != nil {
 		return &cli.UsageError{Err: err}
 	}
-	log, err := newLogger(*logLevel, *logFormat)
+	log, err := newLogger(*o.logLevel, *o.logFormat)
 	if err != nil {
 		return err
 	}
 	// Addresses and tokens are checked before anything connects: a bad one is an error at
 	// start, never a dashboard that is silently open.
-	web, err := newHTTPSettings(*httpAddr, *healthAddr, *allowedHost)
+	web, err := newHTTPSettings(*o.httpAddr, *o.healthAddr, *o.allowedHost)
 	if err != nil {
 		return &cli.UsageError{Err: err}
 	}
-	url, err := redisconn.URL(*redisURL, os.Getenv)
+	url, err := redisconn.URL(*o.redisURL, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -133,23 +170,23 @@ func run(args []string) (err error) {
 		// read, is a mistake in how the consumer was started (exit 2).
 		return &cli.UsageError{Err: err}
 	}
-	if *loadFuncs {
+	if *o.loadFuncs {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		return loadFunctions(ctx, &log, newClient, url, *redisWait)
+		return loadFunctions(ctx, &log, newClient, url, *o.redisWait)
 	}
 	var only []string
-	if *stages != "" {
-		only = strings.Split(*stages, ",")
+	if *o.stages != "" {
+		only = strings.Split(*o.stages, ",")
 	}
-	stageCfgs, err := handlers.LoadStages(*config, only)
+	stageCfgs, err := handlers.LoadStages(*o.config, only)
 	if err != nil {
 		if errors.Is(err, handlers.ErrUnknownStage) {
 			return &cli.UsageError{Err: fmt.Errorf("--stages: %w", err)}
 		}
 		return err
 	}
-	mux, err := stageModels(&log, stageCfgs, *concurrency, os.Getenv)
+	mux, err := stageModels(&log, stageCfgs, *o.concurrency, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -158,26 +195,26 @@ func run(args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	aURL, err := archiveURL(*archiveFlag, os.Getenv)
+	aURL, err := archiveURL(*o.archiveFlag, os.Getenv)
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var limits topics.Limits
-	for _, t := range cli.SplitList(*tenants) {
+	for _, t := range cli.SplitList(*o.tenants) {
 		if err := topics.CheckTenant(t); err != nil {
 			return cli.Usagef("--tenants: %w", err)
 		}
 		limits.Tenants = append(limits.Tenants, t)
 	}
-	if *adoptLegacy && aURL == "" {
+	if *o.adoptLegacy && aURL == "" {
 		return cli.Usagef("--archive-adopt-legacy needs an archive (--archive or $FLIGHTDECK_ARCHIVE_URL)")
 	}
-	acfg := archive.Config{URL: aURL, Deployment: archiveDeployment(*archiveDep, *prefix)}
+	acfg := archive.Config{URL: aURL, Deployment: archiveDeployment(*o.archiveDep, *o.prefix)}
 	var store *archive.Store
 	if aURL != "" {
-		if store, err = openArchive(context.Background(), &log, acfg, *adoptLegacy, limits.Tenants); err != nil {
+		if store, err = openArchive(context.Background(), &log, acfg, *o.adoptLegacy, limits.Tenants); err != nil {
 			if errors.Is(err, archive.ErrConfig) {
 				return &cli.UsageError{Err: err} // a malformed URL or --archive-deployment
 			}
@@ -187,9 +224,9 @@ func run(args []string) (err error) {
 	}
 	c, err := handlers.NewConsumer(handlers.Config{Archive: store,
 		NewClient: knobs.Wrap(newClient),
-		Keyspace:  topics.Keyspace{Prefix: *prefix}, Name: *name, Stages: stageCfgs, Handlers: mux,
-		Logger: &log, Registry: reg, LivenessInterval: *livenessInt, ClaimInterval: *claimInt, Grace: *grace,
-		SpoolDir: *spoolDir, ResultMaxLen: *resultCap, ResultRetention: *resultKeep, Limits: limits,
+		Keyspace:  topics.Keyspace{Prefix: *o.prefix}, Name: *o.name, Stages: stageCfgs, Handlers: mux,
+		Logger: &log, Registry: reg, LivenessInterval: *o.livenessInt, ClaimInterval: *o.claimInt, Grace: *o.grace,
+		SpoolDir: *o.spoolDir, ResultMaxLen: *o.resultCap, ResultRetention: *o.resultKeep, Limits: limits,
 		AnswerAfterScript: knobs.AnswerAfterScript,
 	})
 	if err != nil {
@@ -199,13 +236,13 @@ func run(args []string) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	stopHTTP, err := web.serve(&log, c, reg, newClient, handlers.Keyspace(topics.Keyspace{Prefix: *prefix}, stageCfgs),
-		stageCfgs, 3**livenessInt, store)
+	stopHTTP, err := web.serve(&log, c, reg, newClient, handlers.Keyspace(topics.Keyspace{Prefix: *o.prefix}, stageCfgs),
+		stageCfgs, 3**o.livenessInt, store)
 	if err != nil {
 		return err
 	}
 	defer stopHTTP()
-	if err := waitForRedis(ctx, &log, newClient, url, *redisWait); err != nil {
+	if err := waitForRedis(ctx, &log, newClient, url, *o.redisWait); err != nil {
 		return err
 	}
 	models := make([]string, len(stageCfgs))

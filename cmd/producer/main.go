@@ -118,20 +118,37 @@ type app struct {
 	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
+	// lastFlags is the flag set newFlagSet made last: the configuration doc test reads a
+	// subcommand's flags from it.
+	lastFlags *flag.FlagSet
+}
+
+// newApp returns the app of one run with the global options at their defaults: the Redis URL
+// from getenv ($REDIS_URL or $REDIS_URL_FILE), else redis://127.0.0.1:6379/0.
+func newApp(getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) (*app, error) {
+	u, err := redisconn.URL("", getenv)
+	if err != nil {
+		return nil, err // it names the variable; run prints it as before
+	}
+	return &app{redisURL: u, stdin: stdin, stdout: stdout, stderr: stderr, prefix: topics.DefaultPrefix}, nil
+}
+
+// mainFlags returns the flag set of the command line before the command: the global options
+// and --version, whose value it also returns.
+func (a *app) mainFlags() (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usageText) }
+	a.globalFlags(fs)
+	return fs, fs.Bool("version", false, "print the version and exit")
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, prefix: topics.DefaultPrefix}
-	u, err := redisconn.URL("", os.Getenv)
+	a, err := newApp(os.Getenv, stdin, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "producer:", err)
 		return 1
 	}
-	a.redisURL = u
-	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usageText) }
-	a.globalFlags(fs)
-	version := fs.Bool("version", false, "print the version and exit")
+	fs, version := a.mainFlags()
 	if err := fdcli.Parse(fs, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -241,6 +258,7 @@ func (a *app) newFlagSet(name, synopsis string) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	a.globalFlags(fs)
+	a.lastFlags = fs
 	return fs
 }
 
