@@ -18,9 +18,9 @@ const (
 	// MetaEntryID holds the message's stream entry id (the stream subscriber sets it).
 	MetaEntryID = stream.MetaEntry
 	// MetaBadEntry holds the reason an entry could not be read as a watermill message.
-	MetaBadEntry = "_flightdeck_bad_entry"
+	MetaBadEntry = stream.MetaBadEntry
 	// MetaBadDetail holds what was wrong with such an entry.
-	MetaBadDetail = "_flightdeck_bad_detail"
+	MetaBadDetail = stream.MetaBadDetail
 	// MetaRawMetadata keeps such an entry's raw metadata field for the dead-letter stream.
 	MetaRawMetadata = "_flightdeck_raw_metadata"
 )

@@ -320,9 +320,9 @@ func (l *topicLoop) emit(e *heldEntry) {
 	msg, err := l.s.cfg.Unmarshaller.Unmarshal(e.values)
 	if err != nil || msg == nil {
 		msg = message.NewMessage(watermill.NewUUID(), nil)
-		msg.Metadata.Set("_flightdeck_bad_entry", "bad_entry")
+		msg.Metadata.Set(MetaBadEntry, "bad_entry")
 		if err != nil {
-			msg.Metadata.Set("_flightdeck_bad_detail", err.Error())
+			msg.Metadata.Set(MetaBadDetail, err.Error())
 		}
 	}
 	if msg.Metadata == nil {

@@ -13,6 +13,11 @@ import (
 const (
 	// MetaEntry holds the message's stream entry id.
 	MetaEntry = "_flightdeck_xid"
+	// MetaBadEntry holds why an entry could not be read as a watermill message; the handler
+	// dead-letters such a message.
+	MetaBadEntry = "_flightdeck_bad_entry"
+	// MetaBadDetail holds what was wrong with such an entry.
+	MetaBadDetail = "_flightdeck_bad_detail"
 	// MetaStream holds the stream the entry belongs to.
 	MetaStream = "_flightdeck_stream"
 	// MetaDeliveries holds how many times the entry was delivered (1 for a first read).
