@@ -17,13 +17,10 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// StageOfKey returns the stage a flight key names ("ai:<stage>:v<n>:<tenant>:..."), or "".
-func StageOfKey(requestKey string) string {
-	parts := strings.SplitN(requestKey, ":", 4)
-	if len(parts) < 4 || parts[0] != "ai" || topics.CheckStage(parts[1]) != nil {
-		return ""
-	}
-	return parts[1]
+// stageOfKey returns the stage a flight key names, or "".
+func stageOfKey(requestKey string) string {
+	s, _ := flight.ParseKey(requestKey)
+	return s.Stage
 }
 
 // ScheduledTask is a task waiting in its stage's scheduled set.
@@ -45,7 +42,7 @@ type scheduledEntry struct {
 // (through its index), and looks through the set of a version without the index only while
 // that holds tasks.
 func (c *Client) Scheduled(ctx context.Context, requestKey string) ([]ScheduledTask, error) {
-	stage := StageOfKey(requestKey)
+	stage := stageOfKey(requestKey)
 	if stage == "" {
 		return nil, fmt.Errorf("client: scheduled %q: %w", requestKey, flight.ErrInvalidKey)
 	}
@@ -144,7 +141,7 @@ func (c *Client) CancelScheduled(ctx context.Context, requestKey, reason string)
 	if reason == "" {
 		reason = "cancelled"
 	}
-	stage := StageOfKey(requestKey)
+	stage := stageOfKey(requestKey)
 	if stage == "" {
 		return 0, fmt.Errorf("client: cancel scheduled %q: %w", requestKey, flight.ErrInvalidKey)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -380,14 +379,11 @@ func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 	}
 }
 
-// tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey
-// (ai:<stage>:v<n>:<tenant>:...); "" for other keys.
+// tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey; "" for other
+// keys.
 func tenantOf(key string) string {
-	parts := strings.SplitN(key, ":", 5)
-	if len(parts) == 5 && parts[0] == "ai" {
-		return parts[3]
-	}
-	return ""
+	s, _ := flight.ParseKey(key)
+	return s.Tenant
 }
 
 // classify turns a function error into the flight failure it records. Errors that implement

@@ -10,6 +10,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -64,7 +65,36 @@ func SemanticKey(p KeyParams) (string, error) {
 		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	sum := sha256.Sum256(doc)
-	return "ai:" + p.Stage + ":v" + strconv.Itoa(p.Version) + ":" + p.Tenant + ":" + hex.EncodeToString(sum[:]), nil
+	return scopedKey(KeyScope{Stage: p.Stage, Version: p.Version, Tenant: p.Tenant}, hex.EncodeToString(sum[:])), nil
+}
+
+// KeyScope is what a flight key built by SemanticKey or NamespacedKey names before its hash
+// or request key: ai:<stage>:v<version>:<tenant>:<rest>. The "ai" is the key scheme's name,
+// the same in every keyspace.
+type KeyScope struct {
+	Stage   string
+	Version int
+	Tenant  string
+}
+
+// scopedKey is the one place flight keys are built.
+func scopedKey(s KeyScope, rest string) string {
+	return "ai:" + s.Stage + ":v" + strconv.Itoa(s.Version) + ":" + s.Tenant + ":" + rest
+}
+
+// ParseKey returns the scope of a key built by SemanticKey or NamespacedKey; ok is false for
+// any other key (a Coordinator caller may run flights under keys of its own).
+func ParseKey(key string) (s KeyScope, ok bool) {
+	parts := strings.SplitN(key, ":", 5)
+	if len(parts) != 5 || parts[0] != "ai" || parts[4] == "" || !validStage(parts[1]) || !validTenant(parts[3]) {
+		return KeyScope{}, false
+	}
+	n, isV := strings.CutPrefix(parts[2], "v")
+	v, err := strconv.Atoi(n)
+	if !isV || err != nil || v < 1 || strings.TrimLeft(n, "0123456789") != "" {
+		return KeyScope{}, false
+	}
+	return KeyScope{Stage: parts[1], Version: v, Tenant: parts[3]}, true
 }
 
 // keyDocument is the document a semantic key hashes: json.Marshal of {input, modelVersion,
@@ -125,7 +155,7 @@ func NamespacedKey(stage, tenant, requestKey string, version int) (string, error
 	if version == 0 {
 		version = 1
 	}
-	return "ai:" + stage + ":v" + strconv.Itoa(version) + ":" + tenant + ":rk:" + requestKey, nil
+	return scopedKey(KeyScope{Stage: stage, Version: version, Tenant: tenant}, "rk:"+requestKey), nil
 }
 
 // validStage and validTenant are stageRe and tenantRe without the regexp engine (they run

@@ -228,7 +228,7 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 	}
 	if out == nil {
 		// No flight yet: its tasks may wait in the stage's scheduled set (--in, notBefore).
-		if sched, err := c.Scheduled(ctx, key); client.StageOfKey(key) != "" && err == nil && len(sched) > 0 {
+		if sched, err := c.Scheduled(ctx, key); isTaskKey(key) && err == nil && len(sched) > 0 {
 			return a.printIndented(struct {
 				RequestKey string                 `json:"requestKey"`
 				Scheduled  []client.ScheduledTask `json:"scheduled"`
@@ -349,7 +349,7 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 	// Tasks of the key still waiting in the scheduled set (a notBefore ahead, a long retry
 	// delay) are cancelled too: they have no flight to cancel yet, or would find it.
 	var scheduled int
-	if client.StageOfKey(key) != "" { // only a consumer's keys have tasks in a scheduled set
+	if isTaskKey(key) { // only a consumer's keys have tasks in a scheduled set
 		var serr error
 		if scheduled, serr = c.CancelScheduled(ctx, key, *reason); serr != nil {
 			return serr
@@ -384,4 +384,11 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stdout, "the owner's task %s is answered by its owner when its heartbeat sees the cancel\n", res.OwnerTaskID)
 	}
 	return nil
+}
+
+// isTaskKey reports whether key is one a consumer builds for a task (flight.TaskKey): only
+// those have tasks in a scheduled set.
+func isTaskKey(key string) bool {
+	_, ok := flight.ParseKey(key)
+	return ok
 }
