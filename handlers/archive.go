@@ -17,7 +17,7 @@ import (
 // lookupTimeout bounds the archive lookup an owner makes before running the model: an
 // archive that does not answer in time costs the model call it could have saved, never
 // more.
-func (p *Processor) lookupTimeout() time.Duration { return min(p.stage.Lease/4, time.Second) }
+func (p *processor) lookupTimeout() time.Duration { return min(p.stage.Lease/4, time.Second) }
 
 // archiveFence is the coordinator's WriteBackFence with an archive (nil without one): the
 // largest owner token the archive knows for the key, of its claim (made by an owner that took

@@ -107,7 +107,7 @@ func TestHostileBounds(t *testing.T) {
 				"metadata", metadata(t, message.Metadata{"correlation_id": strings.Repeat("c", 8<<20)})}},
 		{"valid msgpack metadata just over the bound", "b-mp2", "metadata_too_large",
 			[]any{redisstream.UUIDHeaderKey, "u-mp2", "payload", evalTask("b-mp2", `"input":1`),
-				"metadata", metadata(t, message.Metadata{"k": strings.Repeat("c", handlers.MaxMetadataBytes)})}},
+				"metadata", metadata(t, message.Metadata{"k": strings.Repeat("c", topics.MaxMetadataBytes)})}},
 		// Within the bounds, but payload and raw metadata together past 64 KiB.
 		{"bad metadata beside a 63 KiB payload", "b-sum", "bad_metadata",
 			[]any{redisstream.UUIDHeaderKey, "u-sum", "payload", evalTask("b-sum", `"input":"`+strings.Repeat("x", 63<<10)+`"`),
@@ -137,7 +137,7 @@ func TestHostileBounds(t *testing.T) {
 		b.xadd(stage, redisstream.UUIDHeaderKey, "u-"+id, "payload", evalTask(id, `"input":{"answer":"fine"},"enqueuedAt":"`+at+`"`))
 	}
 	// The bounds themselves pass: a uuid of 128 bytes, an escaped field name.
-	b.xadd(stage, redisstream.UUIDHeaderKey, strings.Repeat("u", handlers.MaxUUIDLen), "payload", evalTask("g-uuid", `"input":{"answer":"fine"}`))
+	b.xadd(stage, redisstream.UUIDHeaderKey, strings.Repeat("u", topics.MaxUUIDLen), "payload", evalTask("g-uuid", `"input":{"answer":"fine"}`))
 	b.xadd(stage, redisstream.UUIDHeaderKey, "u-g-esc", "payload", `{"taskId":"g-esc","stage":"interview-evaluation","\u0074enant":"acme","input":{"answer":"fine"}}`)
 
 	ids := []string{"g-past", "g-future", "g-recent", "g-uuid", "g-esc"}
@@ -195,7 +195,7 @@ func TestHostileBounds(t *testing.T) {
 				}
 				limit := 64 << 10
 				if name == redisstream.UUIDHeaderKey {
-					limit = handlers.MaxUUIDLen
+					limit = topics.MaxUUIDLen
 				}
 				if ok && len(s) > limit && !strings.Contains(detail, topics.Fingerprint(s)) {
 					t.Errorf("%s of %d bytes was cut without its size and sha256 in the detail: %.400q", name, len(s), detail)
@@ -230,7 +230,7 @@ func TestHostileBounds(t *testing.T) {
 	}
 	sawCorr := false
 	for _, id := range logs.ids {
-		if len(id) > handlers.MaxUUIDLen {
+		if len(id) > topics.MaxUUIDLen {
 			t.Errorf("an id of %d bytes logged", len(id))
 		}
 		sawCorr = sawCorr || id == bigCorr[:128]

@@ -26,7 +26,7 @@ var metaFields = []string{"status", "entry", "heartbeatAt", "policy", "handover"
 //     had no owner heartbeat for two leases (its owner's entry is gone too); otherwise it is
 //     kept parked until the next check.
 //   - Entries whose task cannot be read are claimed: the handler dead-letters them.
-func (p *Processor) claimCheck(ctx context.Context, cands []stream.Candidate) []stream.Verdict {
+func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []stream.Verdict {
 	out := make([]stream.Verdict, len(cands))
 	keys := make([]string, len(cands))
 	for i, c := range cands {
@@ -34,8 +34,8 @@ func (p *Processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		if c.Values == nil {
 			continue
 		}
-		msg, err := Unmarshaller{}.Unmarshal(c.Values)
-		if err != nil || msg.Metadata.Get(MetaBadEntry) != "" {
+		msg, err := unmarshaller{}.Unmarshal(c.Values)
+		if err != nil || msg.Metadata.Get(metaBadEntry) != "" {
 			continue
 		}
 		task, err := topics.DecodeTask(msg.Payload, p.limits)

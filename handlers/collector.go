@@ -79,7 +79,7 @@ func (c *redisCollector) read(ctx context.Context) []prometheus.Metric {
 			switch {
 			case err == nil:
 				for name, n := range p.Consumers {
-					perProc[ProcessOf(name)] += n
+					perProc[processOf(name)] += n
 				}
 				parked += p.Consumers[topics.ParkingConsumer]
 			case !noGroup(err):

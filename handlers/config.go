@@ -158,7 +158,7 @@ func withHandlerStages(stages []StageConfig, mux *Mux) []StageConfig {
 		return stages
 	}
 	out := slices.Clone(stages)
-	builtin := DefaultStages()
+	builtin := defaultStages()
 	for _, name := range mux.Stages() {
 		if !slices.ContainsFunc(out, func(s StageConfig) bool { return s.Name == name }) {
 			sc, ok := builtin[name]

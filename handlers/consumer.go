@@ -35,13 +35,13 @@ type Consumer struct {
 	rdb     redis.UniversalClient // handlers, scripts, events
 	reads   redis.UniversalClient // the stream subscribers' reads and claims
 	coord   *flight.Coordinator
-	live    *Liveness
-	metrics *Metrics
+	live    *liveness
+	metrics *metrics
 	spool   *flight.Spool
 	clients []redis.UniversalClient
 	batch   *lua.Batcher    // the handlers' flight calls on a single node (nil on a cluster)
 	archive *archive.Writer // nil without Config.Archive
-	procs   map[string]*Processor
+	procs   map[string]*processor
 	subs    map[string]*stream.Subscriber
 	life    *lifecycle
 	stop    context.CancelFunc
@@ -63,7 +63,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, log: cfg.Logger.With().Str("consumer", cfg.Name).Logger(),
-		metrics: NewMetrics(cfg.Registry), procs: map[string]*Processor{}, subs: map[string]*stream.Subscriber{},
+		metrics: newMetrics(cfg.Registry), procs: map[string]*processor{}, subs: map[string]*stream.Subscriber{},
 		started: make(chan struct{})}
 	c.breaker = executor.NewBreaker(cfg.Breaker, func(from, to string) {
 		c.metrics.breaker.Set(map[string]float64{"closed": 0, "half-open": 1, "open": 2}[to])
@@ -130,7 +130,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	c.coord = coord
-	c.live = &Liveness{rdb: c.rdb, key: cfg.Keyspace.Consumers(topics.ConsumerGroup), name: cfg.Name,
+	c.live = &liveness{rdb: c.rdb, key: cfg.Keyspace.Consumers(topics.ConsumerGroup), name: cfg.Name,
 		interval: cfg.LivenessInterval, timeout: cfg.LivenessTimeout, log: c.log,
 		stages: newStageRegistry(c.rdb, cfg.Keyspace, cfg.Name, cfg.Stages)}
 	stop, stopCancel := context.WithCancel(context.Background())
@@ -143,14 +143,14 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		if mdl.Name() == "sim" {
 			c.log.Warn().Str("stage", s.Name).Msg("stage runs the simulated model: its results are made up, no model is called (register a handler or set the stage's model)")
 		}
-		proc := &Processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb, joins: newJoins(),
+		proc := &processor{stage: s, pol: s.Policy(), coord: coord, writer: writer, rdb: c.rdb, joins: newJoins(),
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, runs: warm.New(time.Minute), sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive}
 		c.procs[s.Name] = proc
 		sub, err := stream.NewSubscriber(stream.Config{Client: c.reads, Consumer: cfg.Name, Capacity: s.Concurrency,
 			TouchInterval: min(s.HeartbeatInterval, s.Lease/3), ClaimInterval: cfg.ClaimInterval, ClaimIdle: s.Lease,
-			ParkCheck: s.ParkCheck, Check: proc.claimCheck, Unmarshaller: Unmarshaller{}, Logger: &c.log,
+			ParkCheck: s.ParkCheck, Check: proc.claimCheck, Unmarshaller: unmarshaller{}, Logger: &c.log,
 			CloseTimeout: cfg.Grace + 5*time.Second, Paused: pauseCheck(c.rdb, cfg.Keyspace, s.Name)})
 		if err != nil {
 			c.closeClients()
@@ -407,7 +407,7 @@ func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 // dlqPublisher lets watermill's PoisonQueue middleware dead-letter a message the way the
 // handler does itself: to the dead-letter stream with its reason, plus a FAILED event when
 // the task names itself.
-type dlqPublisher struct{ p *Processor }
+type dlqPublisher struct{ p *processor }
 
 func (d dlqPublisher) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {

@@ -15,6 +15,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -75,7 +76,7 @@ func TestHostileEntries(t *testing.T) {
 	stage := handlers.StageEvaluation
 	nested := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
 	deepObj := strings.Repeat(`{"a":`, 40) + "1" + strings.Repeat("}", 40)
-	forged := metadata(t, message.Metadata{handlers.MetaBadEntry: "", handlers.MetaEntryID: "0-1", "correlation_id": "c"})
+	forged := metadata(t, message.Metadata{stream.MetaBadEntry: "", stream.MetaEntry: "0-1", "correlation_id": "c"})
 	rows := []struct {
 		name   string
 		values []any // fields after the uuid; nil uuid rows set their own

@@ -13,12 +13,12 @@ import (
 	"github.com/flightdeck-ai/flightdeck/lua"
 )
 
-// Liveness keeps a consumer process's heartbeat in ai:consumers:<group> and answers whether
+// liveness keeps a consumer process's heartbeat in ai:consumers:<group> and answers whether
 // the process behind a consumer name is alive. The dashboard and inspect read it, and a
 // starting process reads it to refuse a name a live process holds (CheckName); claiming does
 // not (an entry's own idle time and its flight's lease decide that). Methods are safe
 // for concurrent use.
-type Liveness struct {
+type liveness struct {
 	rdb      redis.UniversalClient
 	key      string
 	name     string
@@ -34,8 +34,8 @@ type Liveness struct {
 	readAt time.Time        // local time when beats was read
 }
 
-// ProcessOf returns the process name of a stream consumer name "<process>/<n>".
-func ProcessOf(consumer string) string {
+// processOf returns the process name of a stream consumer name "<process>/<n>".
+func processOf(consumer string) string {
 	if i := strings.LastIndexByte(consumer, '/'); i >= 0 {
 		return consumer[:i]
 	}
@@ -44,7 +44,7 @@ func ProcessOf(consumer string) string {
 
 // Beat records one heartbeat now, and registers the process's stages (when it has any) with
 // the beat's Redis time.
-func (l *Liveness) Beat(ctx context.Context) error {
+func (l *liveness) Beat(ctx context.Context) error {
 	forget := (24 * time.Hour).Milliseconds()
 	now, err := lua.Liveness.Run(ctx, l.rdb, []string{l.key}, l.name, forget).Int64()
 	if err != nil {
@@ -55,7 +55,7 @@ func (l *Liveness) Beat(ctx context.Context) error {
 
 // Run beats every interval until ctx ends, then removes the process's entry so that its
 // pending stream entries can be claimed at once.
-func (l *Liveness) Run(ctx context.Context) {
+func (l *liveness) Run(ctx context.Context) {
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
@@ -73,15 +73,15 @@ func (l *Liveness) Run(ctx context.Context) {
 }
 
 // Forget removes the process's liveness entry (on shutdown).
-func (l *Liveness) Forget(ctx context.Context) error {
+func (l *liveness) Forget(ctx context.Context) error {
 	return l.rdb.HDel(ctx, l.key, l.name).Err()
 }
 
 // Alive reports whether the process behind the stream consumer name has beaten within the
 // timeout. It reads the liveness hash at most every 500 ms. On a Redis error it answers true:
 // not claiming is always safe, claiming a live consumer's entry is not.
-func (l *Liveness) Alive(ctx context.Context, consumer string) bool {
-	proc := ProcessOf(consumer)
+func (l *liveness) Alive(ctx context.Context, consumer string) bool {
+	proc := processOf(consumer)
 	if proc == l.name {
 		return true
 	}

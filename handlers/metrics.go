@@ -5,9 +5,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the consumer's Prometheus collectors. Label sets stay bounded: stage, outcome
+// metrics are the consumer's Prometheus collectors. Label sets stay bounded: stage, outcome
 // and reason only, never a key or a task id.
-type Metrics struct {
+type metrics struct {
 	tasks        *prometheus.CounterVec
 	modelCalls   *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
@@ -22,10 +22,10 @@ type Metrics struct {
 	scheduled    *prometheus.CounterVec
 }
 
-// NewMetrics creates the collectors and registers them with reg (nil: not registered).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// newMetrics creates the collectors and registers them with reg (nil: not registered).
+func newMetrics(reg prometheus.Registerer) *metrics {
 	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900}
-	m := &Metrics{
+	m := &metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_task_events_total",
 			Help: "Terminal events published and tasks parked, by stage and outcome (<shared>_<status> or parked)."},
 			[]string{"stage", "outcome"}),

@@ -1,4 +1,4 @@
-package handlers_test
+package handlers
 
 import (
 	"testing"
@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flightdeck-ai/flightdeck/executor"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 )
 
 // TestMetricsShareARegistry: a service that runs a consumer and an in-process Executor
@@ -22,11 +21,11 @@ func TestMetricsShareARegistry(t *testing.T) {
 				}
 			}()
 			if consumerFirst {
-				handlers.NewMetrics(reg)
+				newMetrics(reg)
 				executor.NewMetrics(reg)
 			} else {
 				executor.NewMetrics(reg)
-				handlers.NewMetrics(reg)
+				newMetrics(reg)
 			}
 		}()
 		if a, b := executor.ResultWriteFailures(reg), executor.ResultWriteFailures(reg); a != b {

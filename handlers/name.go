@@ -23,7 +23,7 @@ var ErrNameInUse = errors.New("handlers: consumer name in use")
 // timeout has passed since that beat: if the beat advances meanwhile another process is
 // alive under the name and CheckName returns an error matching ErrNameInUse; if it does
 // not, the process behind it is dead and the name is free.
-func (l *Liveness) CheckName(ctx context.Context) error {
+func (l *liveness) CheckName(ctx context.Context) error {
 	first, now, ok, err := l.lastBeat(ctx)
 	if err != nil || !ok || now-first > l.timeout.Milliseconds() {
 		return err
@@ -57,7 +57,7 @@ func (l *Liveness) CheckName(ctx context.Context) error {
 
 // lastBeat reads the name's last beat and the Redis clock (Unix ms); ok is false when the
 // name has no liveness entry.
-func (l *Liveness) lastBeat(ctx context.Context) (beat, now int64, ok bool, err error) {
+func (l *liveness) lastBeat(ctx context.Context) (beat, now int64, ok bool, err error) {
 	var (
 		got *redis.SliceCmd
 		tm  *redis.TimeCmd

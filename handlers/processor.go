@@ -48,12 +48,12 @@ type lifecycle struct {
 	running  atomic.Int64 // owner runs in progress
 }
 
-// Processor turns the task messages of one stage into flight runs: it decodes and validates
+// processor turns the task messages of one stage into flight runs: it decodes and validates
 // each message (dead-lettering what it cannot read, with a FAILED event when the task names
 // itself), acquires the flight, and as owner runs the model with a heartbeat; followers are
 // parked, final outcomes answered, by the flight scripts themselves. Every task gets one
 // terminal event (at least once). Safe for concurrent use.
-type Processor struct {
+type processor struct {
 	stage    StageConfig
 	pol      flight.Policy
 	coord    *flight.Coordinator
@@ -64,7 +64,7 @@ type Processor struct {
 	name     string
 	limits   topics.Limits
 	log      zerolog.Logger
-	metrics  *Metrics
+	metrics  *metrics
 	life     *lifecycle
 	sessions *flight.SessionLock
 	spool    *flight.Spool
@@ -82,7 +82,7 @@ type entry struct {
 }
 
 // HandlerFunc returns the watermill handler of the stage's messages.
-func (p *Processor) HandlerFunc() message.NoPublishHandlerFunc {
+func (p *processor) HandlerFunc() message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		stream.Unsettle(msg)
 		if p.life.draining.Load() {
@@ -103,7 +103,7 @@ func (p *Processor) HandlerFunc() message.NoPublishHandlerFunc {
 // cannot set it).
 const metaRan = "_flightdeck_ran"
 
-func (p *Processor) handle(msg *message.Message, retried bool) error {
+func (p *processor) handle(msg *message.Message, retried bool) error {
 	ctx := p.life.stop
 	ent := entry{stream: msg.Metadata.Get(stream.MetaStream), id: msg.Metadata.Get(stream.MetaEntry)}
 	corr := middleware.MessageCorrelationID(msg) // a producer's metadata: up to 16 KiB
@@ -114,12 +114,12 @@ func (p *Processor) handle(msg *message.Message, retried bool) error {
 	log := func() zerolog.Logger { // only a dead letter logs before the task is known
 		return p.log.With().Str("entry", ent.id).Str("correlationId", corr).Logger()
 	}
-	if reason := msg.Metadata.Get(MetaBadEntry); reason != "" {
+	if reason := msg.Metadata.Get(metaBadEntry); reason != "" {
 		var raw map[string]any
-		if md := msg.Metadata.Get(MetaRawMetadata); md != "" {
+		if md := msg.Metadata.Get(metaRawMetadata); md != "" {
 			raw = map[string]any{"metadata": md}
 		}
-		return p.deadLetter(ctx, log(), msg, reason, msg.Metadata.Get(MetaBadDetail), raw)
+		return p.deadLetter(ctx, log(), msg, reason, msg.Metadata.Get(metaBadDetail), raw)
 	}
 	task, err := topics.DecodeTask(msg.Payload, p.limits)
 	if err != nil {
@@ -185,7 +185,7 @@ func TaskKey(t topics.Task) (string, error) { return flight.TaskKey(t) }
 // id, a FAILED terminal event for that task (errorType invalid_task, errorCode the reason,
 // entry the message's stream entry, by which its client matches it), so that a client
 // waiting for it does not hang. The message is then acknowledged.
-func (p *Processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *message.Message, reason, detail string, raw map[string]any) error {
+func (p *processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *message.Message, reason, detail string, raw map[string]any) error {
 	dl := topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: msg.Payload,
 		Raw: raw, Reason: reason, Detail: detail, Consumer: p.name}.Bound()
 	ctx = context.WithoutCancel(ctx)

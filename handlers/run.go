@@ -23,7 +23,7 @@ import (
 // acknowledged (the task's event is written), parked on a running flight, delayed (held by
 // this consumer without a handler, handed out again later) or released to other consumers.
 type taskRun struct {
-	p        *Processor
+	p        *processor
 	msg      *message.Message
 	task     topics.Task
 	key      string

@@ -109,8 +109,8 @@ type StageConfig struct {
 
 func ptr(b bool) *bool { return &b }
 
-// DefaultStages returns the built-in policies of the four stages of DESIGN.md section 7.
-func DefaultStages() map[string]StageConfig {
+// defaultStages returns the built-in policies of the four stages of DESIGN.md section 7.
+func defaultStages() map[string]StageConfig {
 	light := func(name string) StageConfig {
 		return StageConfig{Name: name, HeartbeatInterval: time.Second, Lease: 5 * time.Second,
 			RunningTTL: 2 * time.Minute, ResultTTL: 10 * time.Minute, L1Replay: ptr(true), SessionLock: ptr(false)}
@@ -300,7 +300,7 @@ func decodeStageFile(raw []byte) (fileConfig, error) {
 // non-empty, just those stages are returned. Every returned stage has its defaults set and
 // is valid.
 func LoadStages(path string, only []string) ([]StageConfig, error) {
-	stages := DefaultStages()
+	stages := defaultStages()
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {

@@ -36,12 +36,12 @@ type statsCounts struct {
 type statsRecorder struct {
 	rdb     redis.UniversalClient
 	ks      topics.Keyspace
-	metrics *Metrics
+	metrics *metrics
 	now     func() time.Time
 	last    map[string]statsCounts // per stage, as of the last successful flush
 }
 
-func newStatsRecorder(rdb redis.UniversalClient, ks topics.Keyspace, m *Metrics) *statsRecorder {
+func newStatsRecorder(rdb redis.UniversalClient, ks topics.Keyspace, m *metrics) *statsRecorder {
 	return &statsRecorder{rdb: rdb, ks: ks, metrics: m, now: time.Now, last: map[string]statsCounts{}}
 }
 

@@ -21,7 +21,7 @@ func TestStatsRecorderFleetSum(t *testing.T) {
 	ks := topics.Keyspace{Prefix: r.Prefix}
 	clock := time.Unix(1_800_000_000, 0) // a minute boundary
 	now := func() time.Time { return clock }
-	ma, mb := NewMetrics(nil), NewMetrics(nil)
+	ma, mb := newMetrics(nil), newMetrics(nil)
 	ra, rb := newStatsRecorder(r.Client, ks, ma), newStatsRecorder(r.Client, ks, mb)
 	ra.now, rb.now = now, now
 

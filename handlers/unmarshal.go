@@ -15,39 +15,39 @@ import (
 // Metadata keys the consumer sets on every message it reads. They overwrite any value a
 // producer put there.
 const (
-	// MetaEntryID holds the message's stream entry id (the stream subscriber sets it).
-	MetaEntryID = stream.MetaEntry
-	// MetaBadEntry holds the reason an entry could not be read as a watermill message.
-	MetaBadEntry = stream.MetaBadEntry
-	// MetaBadDetail holds what was wrong with such an entry.
-	MetaBadDetail = stream.MetaBadDetail
-	// MetaRawMetadata keeps such an entry's raw metadata field for the dead-letter stream.
-	MetaRawMetadata = "_flightdeck_raw_metadata"
+	// metaEntryID holds the message's stream entry id (the stream subscriber sets it).
+	metaEntryID = stream.MetaEntry
+	// metaBadEntry holds the reason an entry could not be read as a watermill message.
+	metaBadEntry = stream.MetaBadEntry
+	// metaBadDetail holds what was wrong with such an entry.
+	metaBadDetail = stream.MetaBadDetail
+	// metaRawMetadata keeps such an entry's raw metadata field for the dead-letter stream.
+	metaRawMetadata = "_flightdeck_raw_metadata"
 )
 
 // Bounds the unmarshaller checks before it decodes anything of an entry. An entry past one
 // becomes a bad message (MetaBadEntry uuid_too_long or metadata_too_large) that carries a
 // short uuid and at most maxKeptMetadata bytes of the raw metadata.
 const (
-	// MaxUUIDLen bounds an entry's _watermill_message_uuid (topics.MaxUUIDLen): the uuid is
+	// maxUUIDLen bounds an entry's _watermill_message_uuid (topics.MaxUUIDLen): the uuid is
 	// on every log line about the message.
-	MaxUUIDLen = topics.MaxUUIDLen
-	// MaxMetadataBytes bounds an entry's raw metadata field (topics.MaxMetadataBytes),
+	maxUUIDLen = topics.MaxUUIDLen
+	// maxMetadataBytes bounds an entry's raw metadata field (topics.MaxMetadataBytes),
 	// checked before it is msgpack-decoded.
-	MaxMetadataBytes = topics.MaxMetadataBytes
+	maxMetadataBytes = topics.MaxMetadataBytes
 	// maxKeptMetadata bounds the raw metadata a bad message keeps for its dead letter.
 	maxKeptMetadata = 1 << 10
 )
 
-// Unmarshaller reads task stream entries in watermill-redisstream's wire format and never
+// unmarshaller reads task stream entries in watermill-redisstream's wire format and never
 // fails: an entry it cannot read (no uuid, metadata that is not msgpack, values of the wrong
 // type, a uuid over MaxUUIDLen or metadata over MaxMetadataBytes) becomes a message with
-// MetaBadEntry set, which the handler sends to the dead-letter stream and acknowledges,
+// metaBadEntry set, which the handler sends to the dead-letter stream and acknowledges,
 // instead of an error that would leave it pending to stop the next consumer that claims it.
-type Unmarshaller struct{}
+type unmarshaller struct{}
 
 // Unmarshal implements stream.Unmarshaller.
-func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err error) {
+func (unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err error) {
 	clean := values
 	defer func() {
 		if r := recover(); r != nil {
@@ -62,12 +62,12 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err 
 	if !ok {
 		return badMessage(clean, "missing_uuid", "entry has no "+redisstream.UUIDHeaderKey+" field"), nil
 	}
-	if len(id) > MaxUUIDLen {
+	if len(id) > maxUUIDLen {
 		return badMessage(clean, "uuid_too_long", fmt.Sprintf("%s of %s, limit %d",
-			redisstream.UUIDHeaderKey, topics.Fingerprint(id), MaxUUIDLen)), nil
+			redisstream.UUIDHeaderKey, topics.Fingerprint(id), maxUUIDLen)), nil
 	}
-	if n := rawLen(clean[topics.FieldMetadata]); n > MaxMetadataBytes {
-		return badMessage(clean, "metadata_too_large", fmt.Sprintf("metadata of %d bytes, limit %d", n, MaxMetadataBytes)), nil
+	if n := rawLen(clean[topics.FieldMetadata]); n > maxMetadataBytes {
+		return badMessage(clean, "metadata_too_large", fmt.Sprintf("metadata of %d bytes, limit %d", n, maxMetadataBytes)), nil
 	}
 	if _, ok := clean["payload"]; !ok {
 		return badMessage(clean, "missing_payload", "entry has no payload field"), nil
@@ -123,9 +123,9 @@ func badMessage(values map[string]any, reason, detail string) *message.Message {
 		default:
 			raw = fmt.Sprintf("(a %T)", v)
 		}
-		m.Metadata.Set(MetaRawMetadata, raw)
+		m.Metadata.Set(metaRawMetadata, raw)
 	}
-	m.Metadata.Set(MetaBadEntry, reason)
-	m.Metadata.Set(MetaBadDetail, detail)
+	m.Metadata.Set(metaBadEntry, reason)
+	m.Metadata.Set(metaBadDetail, detail)
 	return m
 }

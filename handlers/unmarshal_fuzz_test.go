@@ -33,7 +33,7 @@ func FuzzUnmarshal(f *testing.F) {
 	good, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("t", func() *message.Message {
 		m := message.NewMessage("u-1", []byte(`{"taskId":"t"}`))
 		m.Metadata.Set("correlation_id", "c-1")
-		m.Metadata.Set(MetaBadEntry, "forged")
+		m.Metadata.Set(metaBadEntry, "forged")
 		return m
 	}())
 	if err != nil {
@@ -42,14 +42,14 @@ func FuzzUnmarshal(f *testing.F) {
 	md := good["metadata"].([]byte)
 	huge, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("t", func() *message.Message {
 		m := message.NewMessage("u-1", nil)
-		m.Metadata.Set("correlation_id", strings.Repeat("c", MaxMetadataBytes))
+		m.Metadata.Set("correlation_id", strings.Repeat("c", maxMetadataBytes))
 		return m
 	}())
 	if err != nil {
 		f.Fatal(err)
 	}
 	hugeMD := huge["metadata"].([]byte) // valid msgpack, just over MaxMetadataBytes
-	longID := strings.Repeat("u", MaxUUIDLen+1)
+	longID := strings.Repeat("u", maxUUIDLen+1)
 	const all = fzUUID | fzPayload | fzMetadata | fzXID
 	for _, s := range []struct {
 		uuid     string
@@ -76,7 +76,7 @@ func FuzzUnmarshal(f *testing.F) {
 		{longID, `{"taskId":"t-1"}`, md, all},                                  // uuid over the bound
 		{longID[1:], `{"taskId":"t-1"}`, md, all},                              // uuid at the bound
 		{"u-1", `{"taskId":"t-1"}`, hugeMD, all},                               // metadata over the bound
-		{"u-1", `{"taskId":"t-1"}`, hugeMD[:MaxMetadataBytes], all},            // truncated, at the bound
+		{"u-1", `{"taskId":"t-1"}`, hugeMD[:maxMetadataBytes], all},            // truncated, at the bound
 		{longID, "", hugeMD, fzUUID | fzMetadata},                              // both, no payload
 	} {
 		f.Add(s.uuid, []byte(s.payload), s.metadata, s.shape)
@@ -104,14 +104,14 @@ func FuzzUnmarshal(f *testing.F) {
 		if shape&fzXID != 0 {
 			// A producer's field named like the entry id metadata must not become it: the
 			// stream subscriber sets that from the entry itself.
-			values[MetaEntryID] = "1-" + uuid
+			values[metaEntryID] = "1-" + uuid
 		}
 		if _, taken := values[string(payload)]; shape&fzExtraField != 0 && !taken {
 			values[string(payload)] = string(metadata)
 		}
 		before := len(values)
 
-		msg, err := Unmarshaller{}.Unmarshal(values)
+		msg, err := unmarshaller{}.Unmarshal(values)
 		if err != nil {
 			t.Fatalf("Unmarshal returned an error: %v", err)
 		}
@@ -121,16 +121,16 @@ func FuzzUnmarshal(f *testing.F) {
 		if len(values) != before {
 			t.Fatalf("Unmarshal changed the entry's values")
 		}
-		if got := msg.Metadata.Get(MetaEntryID); got != "" {
+		if got := msg.Metadata.Get(metaEntryID); got != "" {
 			t.Fatalf("entry id %q taken from the entry's own fields", got)
 		}
-		reason := msg.Metadata.Get(MetaBadEntry)
+		reason := msg.Metadata.Get(metaBadEntry)
 		uuidOK := shape&fzUUID != 0 && shape&fzUUIDBytes == 0
 		mdLen := -1
 		if md, ok := values["metadata"].(string); ok {
 			mdLen = len(md)
 		}
-		if len(msg.UUID) > MaxUUIDLen {
+		if len(msg.UUID) > maxUUIDLen {
 			t.Fatalf("message uuid of %d bytes", len(msg.UUID))
 		}
 		switch reason {
@@ -138,7 +138,7 @@ func FuzzUnmarshal(f *testing.F) {
 			if !uuidOK {
 				t.Fatalf("entry without a string uuid accepted: %v", values)
 			}
-			if len(uuid) > MaxUUIDLen || mdLen > MaxMetadataBytes {
+			if len(uuid) > maxUUIDLen || mdLen > maxMetadataBytes {
 				t.Fatalf("entry with a uuid of %d bytes and metadata of %d accepted", len(uuid), mdLen)
 			}
 			if shape&fzPayloadInt != 0 && shape&fzPayload != 0 {
@@ -150,7 +150,7 @@ func FuzzUnmarshal(f *testing.F) {
 			if want, _ := values["payload"].(string); string(msg.Payload) != want {
 				t.Fatalf("payload %q, want %q", msg.Payload, want)
 			}
-			if d := msg.Metadata.Get(MetaBadDetail); d != "" {
+			if d := msg.Metadata.Get(metaBadDetail); d != "" {
 				t.Fatalf("good entry carries a bad-entry detail %q", d)
 			}
 		case "missing_uuid":
@@ -158,14 +158,14 @@ func FuzzUnmarshal(f *testing.F) {
 				t.Fatalf("entry with uuid %q refused as missing_uuid", uuid)
 			}
 		case "uuid_too_long":
-			if !uuidOK || len(uuid) <= MaxUUIDLen {
+			if !uuidOK || len(uuid) <= maxUUIDLen {
 				t.Fatalf("uuid_too_long for a uuid of %d bytes", len(uuid))
 			}
 			if msg.UUID != topics.SafeUUID(uuid) || !strings.HasPrefix(msg.UUID, "sha256:") {
 				t.Fatalf("uuid %q, want the short form of the entry's", msg.UUID)
 			}
 		case "metadata_too_large":
-			if !uuidOK || len(uuid) > MaxUUIDLen || mdLen <= MaxMetadataBytes {
+			if !uuidOK || len(uuid) > maxUUIDLen || mdLen <= maxMetadataBytes {
 				t.Fatalf("metadata_too_large for metadata of %d bytes, uuid of %d", mdLen, len(uuid))
 			}
 		case "missing_payload":
@@ -176,7 +176,7 @@ func FuzzUnmarshal(f *testing.F) {
 			if !uuidOK {
 				t.Fatalf("entry without uuid refused as %s, want missing_uuid", reason)
 			}
-			if msg.Metadata.Get(MetaBadDetail) == "" {
+			if msg.Metadata.Get(metaBadDetail) == "" {
 				t.Fatalf("%s without detail", reason)
 			}
 		default:
@@ -189,11 +189,11 @@ func FuzzUnmarshal(f *testing.F) {
 			if msg.UUID == "" {
 				t.Fatalf("bad entry without a message uuid")
 			}
-			if raw := msg.Metadata.Get(MetaRawMetadata); len(raw) > maxKeptMetadata {
+			if raw := msg.Metadata.Get(metaRawMetadata); len(raw) > maxKeptMetadata {
 				t.Fatalf("bad entry keeps %d bytes of raw metadata", len(raw))
 			}
-			if mdLen > maxKeptMetadata && !strings.Contains(msg.Metadata.Get(MetaBadDetail), fmt.Sprintf("metadata of %d bytes, sha256 ", mdLen)) {
-				t.Fatalf("cut metadata not named in the detail: %q", msg.Metadata.Get(MetaBadDetail))
+			if mdLen > maxKeptMetadata && !strings.Contains(msg.Metadata.Get(metaBadDetail), fmt.Sprintf("metadata of %d bytes, sha256 ", mdLen)) {
+				t.Fatalf("cut metadata not named in the detail: %q", msg.Metadata.Get(metaBadDetail))
 			}
 		}
 	})
