@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
-	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // Enqueue appends a task to its stage's stream and returns a receipt for Await and
@@ -31,21 +30,21 @@ func ExampleClient_Enqueue() {
 	ctx := context.Background()
 
 	answer := json.RawMessage(`{"answer":"I led the migration"}`)
-	first, err := cl.Enqueue(ctx, topics.Task{TaskID: "candidate-1", Stage: "answer-score", Tenant: "acme", Input: answer})
+	first, err := cl.Enqueue(ctx, client.Task{TaskID: "candidate-1", Stage: "answer-score", Tenant: "acme", Input: answer})
 	if err != nil {
 		log.Fatal(err)
 	}
 	// No TaskID: Enqueue makes one (a UUID).
-	second, err := cl.Enqueue(ctx, topics.Task{Stage: "answer-score", Tenant: "acme", Input: answer})
+	second, err := cl.Enqueue(ctx, client.Task{Stage: "answer-score", Tenant: "acme", Input: answer})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(first.TaskID, first.Stage, first.Tenant)
 	fmt.Println("same request key:", first.RequestKey == second.RequestKey)
 
-	_, err = cl.Enqueue(ctx, topics.Task{Stage: "answer-score", Input: answer}) // no tenant
-	var invalid *topics.InvalidTaskError
-	if errors.Is(err, topics.ErrInvalidTask) && errors.As(err, &invalid) {
+	_, err = cl.Enqueue(ctx, client.Task{Stage: "answer-score", Input: answer}) // no tenant
+	var invalid *client.InvalidTaskError
+	if errors.Is(err, client.ErrInvalidTask) && errors.As(err, &invalid) {
 		fmt.Println("refused:", invalid.Reason, invalid.Field)
 	}
 	// Output:
@@ -76,7 +75,7 @@ func ExampleClient_Await() {
 
 	var receipts []client.Receipt
 	for range 3 {
-		r, err := cl.Enqueue(ctx, topics.Task{Stage: "answer-score", Tenant: "acme",
+		r, err := cl.Enqueue(ctx, client.Task{Stage: "answer-score", Tenant: "acme",
 			Input: json.RawMessage(`{"answer":"I led the migration"}`)})
 		if err != nil {
 			log.Fatal(err)
@@ -90,7 +89,7 @@ func ExampleClient_Await() {
 			log.Fatal(err)
 		}
 		fmt.Println(ev.Status, string(ev.Result))
-		if ev.Shared == topics.SharedOwner {
+		if ev.Shared == client.SharedOwner {
 			owners++
 		}
 	}
@@ -124,21 +123,21 @@ func ExampleClient_Collect() {
 	defer cancel()
 
 	answers := []string{"I led the migration", "I wrote the integration tests", "I led the migration", "I led the migration"}
-	var tasks []topics.Task
+	var tasks []client.Task
 	for i, a := range answers {
 		input, err := json.Marshal(map[string]string{"answer": a})
 		if err != nil {
 			log.Fatal(err)
 		}
-		tasks = append(tasks, topics.Task{TaskID: fmt.Sprint("candidate-", i+1), Stage: "answer-score",
+		tasks = append(tasks, client.Task{TaskID: fmt.Sprint("candidate-", i+1), Stage: "answer-score",
 			Tenant: "acme", Input: input})
 	}
 	receipts, err := cl.EnqueueBatch(ctx, tasks) // one round trip
 	if err != nil {
 		log.Fatal(err)
 	}
-	events := map[string]topics.Event{}
-	if err := cl.Collect(ctx, receipts, func(ev topics.Event) { events[ev.TaskID] = ev }); err != nil {
+	events := map[string]client.Event{}
+	if err := cl.Collect(ctx, receipts, func(ev client.Event) { events[ev.TaskID] = ev }); err != nil {
 		log.Fatal(err)
 	}
 	for _, r := range receipts {

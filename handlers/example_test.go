@@ -19,15 +19,15 @@ import (
 
 // scoreAnswer is the handler of the examples' "answer-score" stage: it counts an answer's
 // words, and fails for good when the input has no answer.
-func scoreAnswer(ctx context.Context, task model.Request, progress model.ProgressFunc) (json.RawMessage, error) {
+func scoreAnswer(ctx context.Context, task handlers.Request, progress handlers.ProgressFunc) (json.RawMessage, error) {
 	var in struct {
 		Answer string `json:"answer"`
 	}
 	if err := json.Unmarshal(task.Input, &in); err != nil {
-		return nil, model.Permanent("bad_input", err) // final: no other attempt runs
+		return nil, handlers.Permanent("bad_input", err) // final: no other attempt runs
 	}
 	if strings.TrimSpace(in.Answer) == "" {
-		return nil, model.Permanent("bad_input", errors.New(`"answer" is empty`))
+		return nil, handlers.Permanent("bad_input", errors.New(`"answer" is empty`))
 	}
 	progress() // a long model call reports progress as its output streams in
 	return json.Marshal(map[string]int{"words": len(strings.Fields(in.Answer))})
@@ -46,16 +46,16 @@ func ExampleMux() {
 // A handler is a plain function: register it for a stage, and test it without Redis by
 // calling it as a consumer would.
 func ExampleMux_HandleFunc() {
-	score := func(ctx context.Context, task model.Request, progress model.ProgressFunc) (json.RawMessage, error) {
+	score := func(ctx context.Context, task handlers.Request, progress handlers.ProgressFunc) (json.RawMessage, error) {
 		var in struct {
 			Answer string `json:"answer"`
 		}
 		if err := json.Unmarshal(task.Input, &in); err != nil || in.Answer == "" {
 			// Final: every task of the key fails with errorCode bad_input, without a retry.
-			return nil, model.Permanent("bad_input", errors.New(`no "answer"`))
+			return nil, handlers.Permanent("bad_input", errors.New(`no "answer"`))
 		}
 		// Any other error is retried by another attempt, up to the stage's maxAttempts;
-		// model.RetryLater(d, err) asks for that attempt no sooner than d.
+		// handlers.RetryLater(d, err) asks for that attempt no sooner than d.
 		return json.Marshal(map[string]int{"words": len(strings.Fields(in.Answer))})
 	}
 	mux := handlers.NewMux()
@@ -63,10 +63,10 @@ func ExampleMux_HandleFunc() {
 
 	ctx := context.Background()
 	noProgress := func() {}
-	out, err := score(ctx, model.Request{Stage: "answer-score", Attempt: 1,
+	out, err := score(ctx, handlers.Request{Stage: "answer-score", Attempt: 1,
 		Input: json.RawMessage(`{"answer":"I led the migration"}`)}, noProgress)
 	fmt.Println(string(out), err)
-	_, err = score(ctx, model.Request{Stage: "answer-score", Attempt: 1, Input: json.RawMessage(`{}`)}, noProgress)
+	_, err = score(ctx, handlers.Request{Stage: "answer-score", Attempt: 1, Input: json.RawMessage(`{}`)}, noProgress)
 	var merr *model.Error
 	if errors.As(err, &merr) {
 		fmt.Println(merr.Type, merr.Code, "retryable:", merr.Retryable)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -23,7 +24,23 @@ import (
 // Retryable failures are retried by another owner attempt, up to the stage's maxAttempts.
 // The function must return when ctx is done, and must not keep task.Input after it returns.
 // It runs on as many goroutines at once as the stage's concurrency.
-type HandlerFunc func(ctx context.Context, task model.Request, progress model.ProgressFunc) (json.RawMessage, error)
+type HandlerFunc func(ctx context.Context, task Request, progress ProgressFunc) (json.RawMessage, error)
+
+// Request is what a handler is given: the task's input, stage, tenant, session, task id,
+// versions and attempt (model.Request).
+type Request = model.Request
+
+// ProgressFunc reports that a handler's call made progress, such as a streamed chunk; it
+// keeps a long call from being taken over as stalled (model.ProgressFunc).
+type ProgressFunc = model.ProgressFunc
+
+// Permanent fails every task of the key for good with errorCode code, without a retry
+// (model.Permanent).
+func Permanent(code string, err error) error { return model.Permanent(code, err) }
+
+// RetryLater retries the task's key no sooner than d from now, as for a provider's
+// Retry-After (model.RetryLater).
+func RetryLater(d time.Duration, err error) error { return model.RetryLater(d, err) }
 
 // Mux routes each stage to the code that runs its tasks, as asynq's ServeMux routes task
 // types: HandleFunc registers a function, Handle a model adapter. A Consumer given a Mux

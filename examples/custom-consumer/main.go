@@ -25,7 +25,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
-	"github.com/flightdeck-ai/flightdeck/handlers/model"
 )
 
 // Stage is the stage this consumer serves: its tasks are read from ai:tasks:answer-score.
@@ -76,13 +75,13 @@ type score struct {
 // cancelled when the flight is cancelled or this consumer loses it) and calling progress
 // as output streams in. An input that can never be scored is a permanent failure: it is not
 // retried, and every task of its key gets a FAILED event with errorCode bad_input.
-func scoreAnswer(ctx context.Context, task model.Request, progress model.ProgressFunc) (json.RawMessage, error) {
+func scoreAnswer(ctx context.Context, task handlers.Request, progress handlers.ProgressFunc) (json.RawMessage, error) {
 	var in answer
 	if err := json.Unmarshal(task.Input, &in); err != nil {
-		return nil, model.Permanent("bad_input", fmt.Errorf("input: %w", err))
+		return nil, handlers.Permanent("bad_input", fmt.Errorf("input: %w", err))
 	}
 	if strings.TrimSpace(in.Answer) == "" {
-		return nil, model.Permanent("bad_input", errors.New(`input: "answer" is empty`))
+		return nil, handlers.Permanent("bad_input", errors.New(`input: "answer" is empty`))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

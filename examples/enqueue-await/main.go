@@ -20,8 +20,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
-	"github.com/flightdeck-ai/flightdeck/handlers"
-	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 func main() {
@@ -38,7 +36,7 @@ func main() {
 	}
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	if err := run(ctx, rdb, topics.Keyspace{}, os.Stdout); err != nil {
+	if err := run(ctx, rdb, client.Keyspace{}, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "enqueue-await:", err)
 		os.Exit(1)
 	}
@@ -46,14 +44,17 @@ func main() {
 
 // run enqueues the answers on the interview-evaluation stage of ks, waits up to 30 s for
 // every result and prints one line per task to out.
-func run(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, out io.Writer) error {
+// stage is the stage the example enqueues to: one of the stock consumer's built-in stages.
+const stage = "interview-evaluation"
+
+func run(ctx context.Context, rdb redis.UniversalClient, ks client.Keyspace, out io.Writer) error {
 	cl, err := client.New(client.Config{Client: rdb, Keyspace: ks})
 	if err != nil {
 		return err
 	}
 	// A stage no consumer has registered would leave the tasks waiting on a stream nobody
 	// reads: say so now rather than after the wait times out.
-	if err := cl.CheckStages(ctx, handlers.StageEvaluation); err != nil {
+	if err := cl.CheckStages(ctx, stage); err != nil {
 		return fmt.Errorf("%w: start a consumer of the stage first", err)
 	}
 	answers := []string{
@@ -63,7 +64,7 @@ func run(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, out
 		"I measured the latency before and after.",
 		"I led the migration of our billing database.",
 	}
-	tasks := make([]topics.Task, len(answers))
+	tasks := make([]client.Task, len(answers))
 	for i, a := range answers {
 		input, err := json.Marshal(map[string]string{"question": "Tell me about a project", "answer": a})
 		if err != nil {
@@ -71,7 +72,7 @@ func run(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, out
 		}
 		// No TaskID: Enqueue makes one. The request key is derived from stage, tenant and
 		// input (and modelVersion, promptVersion, params when set), exactly as consumers do.
-		tasks[i] = topics.Task{Stage: handlers.StageEvaluation, Tenant: "acme", Input: input,
+		tasks[i] = client.Task{Stage: stage, Tenant: "acme", Input: input,
 			SessionID: fmt.Sprintf("candidate-%d", i)}
 	}
 	receipts, err := cl.EnqueueBatch(ctx, tasks)
@@ -90,8 +91,8 @@ func run(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, out
 		return fmt.Errorf("await: %w", err)
 	}
 	fmt.Fprintf(out, "first: %s %s\n", first.Status, first.Result)
-	return cl.Collect(ctx, receipts, func(ev topics.Event) {
-		if ev.Status == topics.StatusSucceeded {
+	return cl.Collect(ctx, receipts, func(ev client.Event) {
+		if ev.Status == client.StatusSucceeded {
 			fmt.Fprintf(out, "%s %s shared=%s result=%s\n", ev.TaskID, ev.Status, ev.Shared, ev.Result)
 		} else {
 			fmt.Fprintf(out, "%s %s %s/%s: %s\n", ev.TaskID, ev.Status, ev.ErrorType, ev.ErrorCode, ev.Error)

@@ -1,0 +1,45 @@
+package client
+
+import "github.com/flightdeck-ai/flightdeck/topics"
+
+// The task and event types of package topics, so that a service needs only this package.
+
+// Task is one task to enqueue: its stage, tenant and input (topics.Task).
+type Task = topics.Task
+
+// Event is a task's terminal event (topics.Event).
+type Event = topics.Event
+
+// Keyspace names the streams and keys of one deployment; the zero value is the default "ai"
+// prefix (topics.Keyspace).
+type Keyspace = topics.Keyspace
+
+// Status is how a task ended (topics.Status).
+type Status = topics.Status
+
+// How a task ends.
+const (
+	StatusSucceeded = topics.StatusSucceeded
+	StatusFailed    = topics.StatusFailed
+	StatusCancelled = topics.StatusCancelled
+	StatusExpired   = topics.StatusExpired
+)
+
+// Shared tells how a task got its outcome (topics.Shared).
+type Shared = topics.Shared
+
+// Ways a task gets its outcome: its own model call, another task's, a stored result, an
+// in-process run while Redis was down, or the durable archive.
+const (
+	SharedOwner    = topics.SharedOwner
+	SharedFollower = topics.SharedFollower
+	SharedHit      = topics.SharedHit
+	SharedLocal    = topics.SharedLocal
+	SharedArchive  = topics.SharedArchive
+)
+
+// ErrInvalidTask is wrapped by the error of a task refused before anything is written.
+var ErrInvalidTask = topics.ErrInvalidTask
+
+// InvalidTaskError names the field of a refused task and the reason (topics.InvalidTaskError).
+type InvalidTaskError = topics.InvalidTaskError
