@@ -167,11 +167,11 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 	if fnErr != nil {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
 		defer rcancel()
-		switch {
-		case errors.Is(cause, flight.ErrStaleToken), errors.Is(cause, flight.ErrExpired):
+		switch flight.Judge(cause) {
+		case flight.VerdictStale, flight.VerdictExpired:
 			return Result{}, true, nil // another owner runs it now (or will): follow or take over
-		case errors.Is(cause, flight.ErrCancelled):
-			return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+		case flight.VerdictCancelled:
+			return Result{}, false, errCancelled()
 		}
 		if ctx.Err() != nil {
 			// The caller gave up: hand the flight over without spending the attempt.
@@ -180,17 +180,19 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 			hcancel()
 			return Result{}, false, ctx.Err()
 		}
-		f := classify(fnErr)
+		f := flight.FailureOf(fnErr)
+		f.RetryIn = 0 // the policy retries at once; a provider hint does not delay in-process callers
 		out, err := Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Fail(rctx, o, f, run) })
-		switch {
-		case err == nil && out.Final:
+		switch flight.Judge(err) {
+		case flight.VerdictTaken:
+			if !out.Final {
+				return Result{}, true, nil
+			}
 			e.record(st, o, flight.StatusFailed, nil, f)
 			return Result{}, false, fnErr
-		case err == nil:
-			return Result{}, true, nil
-		case errors.Is(err, flight.ErrCancelled):
-			return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
-		case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrExpired):
+		case flight.VerdictCancelled:
+			return Result{}, false, errCancelled()
+		case flight.VerdictStale, flight.VerdictExpired:
 			return Result{}, true, nil
 		default:
 			// The failure could not be recorded; the model is still not re-run here.
@@ -231,25 +233,24 @@ func (e *Executor) settle(ctx context.Context, st *stageRuntime, o flight.Owners
 	defer rcancel()
 	res = Result{Value: v, Shared: topics.SharedOwner, Token: o.Token}
 	_, err = Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Complete(rctx, o, v, run) })
-	var se *flight.StateError
-	switch {
-	case err == nil:
+	switch verdict := flight.Judge(err); {
+	case verdict == flight.VerdictTaken:
 		settled = true
 		e.record(st, o, flight.StatusSucceeded, v, flight.Failure{})
 		return res, false, nil
-	case errors.Is(err, flight.ErrCancelled):
+	case verdict == flight.VerdictCancelled:
 		settled = true
 		return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled",
 			Message: "flight cancelled before the result was stored"}
-	case errors.Is(err, flight.ErrExpired):
+	case verdict == flight.VerdictExpired:
 		settled = true
 		return Result{}, false, &flight.OutcomeError{Status: flight.StatusExpired, Type: "expired", Code: "expired",
 			Message: "flight expired for good before the result was stored"}
-	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
+	case verdict.Refused():
 		// Another owner holds the flight: its outcome stands for everybody; follow it.
 		e.log.Info().Err(err).Str("requestKey", o.Key).Msg("result refused by the flight; following its owner")
 		return Result{}, true, nil
-	case flight.IsCoordinationFailure(err) || errors.Is(err, flight.ErrCoordinationUnavailable):
+	case verdict == flight.VerdictUnavailable:
 		// The model answered, the write failed (or its reply was lost): hand the value over
 		// and spool it; the write-back answers everybody, and a retry of a stored result is
 		// accepted as the same outcome.
@@ -294,16 +295,15 @@ func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o flight.Own
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
 	defer rcancel()
 	_, err = Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Rehydrate(rctx, o, a) })
-	switch {
-	case err == nil && a.Status == flight.StatusSucceeded:
+	switch v := flight.Judge(err); {
+	case v == flight.VerdictTaken && a.Status == flight.StatusSucceeded:
 		return Result{Value: a.Result, Shared: topics.SharedArchive, Token: o.Token}, true, false, nil
-	case err == nil:
+	case v == flight.VerdictTaken:
 		return Result{}, true, false, &flight.OutcomeError{Status: a.Status, Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}
-	case errors.Is(err, flight.ErrCancelled):
+	case v == flight.VerdictCancelled:
 		// The archived cancellation, or a cancel of this flight meanwhile: cancelled either way.
-		return Result{}, true, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled",
-			Message: "flight cancelled"}
-	case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrExpired), errors.As(err, new(*flight.StateError)):
+		return Result{}, true, false, errCancelled()
+	case v.Refused() || v == flight.VerdictExpired:
 		return Result{}, true, true, nil
 	default:
 		// Redis could not take the archived outcome: run nothing, let the caller retry.
@@ -347,6 +347,11 @@ func (e *Executor) recordFinal(st *stageRuntime, key string, status flight.Statu
 		flight.Failure{Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error})
 }
 
+// errCancelled is what a caller gets whose flight was cancelled under it.
+func errCancelled() error {
+	return &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled", Message: "flight cancelled"}
+}
+
 func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
 
 // heartbeat renews the lease with progress until ctx ends; it cancels the run when the flight
@@ -372,7 +377,7 @@ func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 		if restored {
 			e.log.Warn().Str("requestKey", o.Key).Int64("token", o.Token).Msg("flight meta was gone; written back by the owner")
 		}
-		if errors.Is(err, flight.ErrCancelled) || errors.Is(err, flight.ErrExpired) || errors.Is(err, flight.ErrStaleToken) {
+		if v := flight.Judge(err); v == flight.VerdictStale || v.Closed() {
 			cancel(err)
 			return
 		}
@@ -384,31 +389,6 @@ func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 func tenantOf(key string) string {
 	s, _ := flight.ParseKey(key)
 	return s.Tenant
-}
-
-// classify turns a function error into the flight failure it records. Errors that implement
-// Retryable() bool (the model adapters' errors do) say whether a retry may help; others are
-// retryable, except context cancellation.
-func classify(err error) flight.Failure {
-	f := flight.Failure{Retryable: true, Type: "error", Code: "error", Message: err.Error()}
-	var r interface{ Retryable() bool }
-	var typed interface {
-		ErrorType() string
-		ErrorCode() string
-	}
-	switch {
-	case errors.As(err, &r):
-		f.Retryable = r.Retryable()
-	case errors.Is(err, context.Canceled):
-		f.Retryable = false
-	}
-	if errors.As(err, &typed) {
-		f.Type, f.Code = typed.ErrorType(), typed.ErrorCode()
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		f.Type, f.Code = "timeout", "deadline_exceeded"
-	}
-	return f
 }
 
 // flushLoop writes spooled uncertain outcomes back while coordination works; each write-back

@@ -151,7 +151,7 @@ func IsCoordinationFailure(err error) bool {
 	var se *StateError
 	switch {
 	case errors.Is(err, ErrStaleToken), errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired),
-		errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrProtocol),
+		errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidToken), errors.Is(err, ErrProtocol),
 		errors.Is(err, ErrGone), errors.Is(err, ErrLockLost), errors.Is(err, topics.ErrInvalidKeyspace),
 		errors.Is(err, context.Canceled), errors.Is(err, redis.Nil), errors.As(err, &se):
 		return false

@@ -367,17 +367,16 @@ loop:
 		}
 		st, err := c.Restore(ctx, o)
 		rep.Answered += st.Events
-		var se *StateError
-		switch {
-		case err == nil:
+		switch v := Judge(err); {
+		case v == VerdictTaken:
 			rep.Written++
 			answered = append(answered, answeredBy(o, st)...)
-		case errors.Is(err, ErrCancelled), errors.Is(err, ErrExpired):
+		case v.Closed():
 			// Its run was closed: the result may never be stored, and nobody takes it. The
 			// owner's task (and its joined ones) got that outcome.
 			rep.Refused++
 			answered = append(answered, answeredBy(o, st)...)
-		case errors.Is(err, ErrStaleToken), errors.As(err, &se):
+		case v.Refused():
 			rep.Refused++
 			refused = append(refused, o)
 			if st.Events > 0 {
@@ -386,7 +385,7 @@ loop:
 				// those tasks acquire.)
 				answered = append(answered, answeredBy(o, st)...)
 			}
-		case IsCoordinationFailure(err):
+		case v == VerdictUnavailable:
 			// Redis is still away: keep this and the rest for the next flush instead of
 			// paying a connection timeout per outcome.
 			kept = append(kept, snap[i:]...)

@@ -78,9 +78,8 @@ func (t *taskRun) rehydrate(ctx context.Context, o flight.Ownership) (done, agai
 	st, err := retryCoordination(ctx, p.stage.Lease, func(ctx context.Context) (flight.Settlement, error) {
 		return p.coord.Rehydrate(ctx, o, a)
 	})
-	var se *flight.StateError
-	switch {
-	case err == nil, errors.Is(err, flight.ErrCancelled):
+	switch flight.Judge(err) {
+	case flight.VerdictTaken, flight.VerdictCancelled:
 		// Done: the task and the parked ones are answered (an archived cancellation, or a
 		// cancel meanwhile, answers the owner's own complete with ErrCancelled).
 		status := a.Status
@@ -93,10 +92,10 @@ func (t *taskRun) rehydrate(ctx context.Context, o flight.Ownership) (done, agai
 		t.observeSettled(topics.SharedArchive, topics.Status(status), st)
 		stream.Acked(t.msg)
 		return true, false, nil
-	case errors.Is(err, flight.ErrExpired):
+	case flight.VerdictExpired:
 		stream.Acked(t.msg)
 		return true, false, nil
-	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
+	case flight.VerdictStale, flight.VerdictConflict:
 		return true, t.settled(st), nil
 	default:
 		return true, false, err

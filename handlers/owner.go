@@ -83,8 +83,8 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 
 	// A call that failed after its run was cancelled failed because of that cancellation.
 	if callErr != nil && cause != nil {
-		switch {
-		case errors.Is(cause, flight.ErrStaleToken), errors.Is(cause, flight.ErrCancelled), errors.Is(cause, flight.ErrExpired):
+		switch v := flight.Judge(cause); {
+		case v == flight.VerdictStale || v.Closed():
 			t.warn().Err(cause).Msg("run aborted by the flight; acquiring again")
 			return true, nil
 		case errors.Is(cause, ErrShuttingDown):
@@ -158,9 +158,8 @@ func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte, re
 	if st.JoinedAnswered {
 		v = answered
 	}
-	var se *flight.StateError
-	switch {
-	case err == nil:
+	switch verdict := flight.Judge(err); {
+	case verdict == flight.VerdictTaken:
 		settled = true
 		if st.Restored {
 			t.warn().Msg("the flight was gone when the result arrived; written back")
@@ -173,12 +172,12 @@ func (t *taskRun) settle(ctx context.Context, o flight.Ownership, out []byte, re
 		t.record(flight.StatusSucceeded, o, out, nil)
 		stream.Acked(t.msg)
 		return false, nil
-	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+	case verdict.Closed():
 		settled = true // it may never be stored: nobody takes it
 		t.warn().Err(err).Msg("result refused: the run was closed; the task is answered with the flight's outcome")
 		stream.Acked(t.msg)
 		return false, nil
-	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
+	case verdict.Refused():
 		t.warn().Err(err).Msg("result refused: another owner holds the flight")
 		return t.settled(st), nil
 	default:
@@ -249,26 +248,25 @@ func (t *taskRun) fail(ctx context.Context, o flight.Ownership, callErr error) (
 	// The delay before the next attempt holds for every task of the key (the flight records
 	// it); a long one is waited in the scheduled set, this entry given up.
 	back := p.stage.Retry.Delay(o.Attempts, me.RetryAfter)
-	f := flight.Failure{Retryable: me.Retryable, Type: me.Type, Code: me.Code, Message: me.Error(),
-		RetryIn: back, EntryReleased: back > scheduleAfter}
+	f := me.Failure()
+	f.RetryIn, f.EntryReleased = back, back > scheduleAfter
 	st, err := retryCoordination(ctx, p.stage.Lease, func(ctx context.Context) (flight.Settlement, error) {
 		return p.coord.Fail(ctx, o, f, t.runTime)
 	})
-	var se *flight.StateError
-	switch {
-	case err == nil && st.Final:
+	switch v := flight.Judge(err); {
+	case v == flight.VerdictTaken && st.Final:
 		t.warn().Err(me).Msg("model call failed for good")
 		t.observeOwner(topics.StatusFailed, st)
 		t.record(flight.StatusFailed, o, nil, &f)
 		stream.Acked(t.msg)
 		return false, nil
-	case err == nil:
+	case v == flight.VerdictTaken:
 		t.warn().Err(me).Dur("retryIn", back).Msg("model call failed; the flight retries")
 		return false, t.wait(ctx, time.Now().Add(back), "retry")
-	case errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+	case v.Closed():
 		stream.Acked(t.msg)
 		return false, nil
-	case errors.Is(err, flight.ErrStaleToken), errors.As(err, &se):
+	case v.Refused():
 		return t.settled(st), nil
 	default:
 		return false, fmt.Errorf("handlers: task %s: record failure: %w", t.task.TaskID, err)
@@ -312,7 +310,7 @@ func retryCoordination(ctx context.Context, budget time.Duration, call func(cont
 		cctx, cancel := context.WithTimeout(ctx, budget)
 		st, err := call(cctx)
 		cancel()
-		if err == nil || !flight.IsCoordinationFailure(err) || time.Now().Add(wait).After(deadline) {
+		if flight.Judge(err) != flight.VerdictUnavailable || time.Now().Add(wait).After(deadline) {
 			return st, err
 		}
 		time.Sleep(wait)
@@ -395,9 +393,9 @@ func (t *taskRun) beat(ctx context.Context, cancel context.CancelCauseFunc, o fl
 		l := t.logger()
 		l.Warn().Msg("the flight's meta was gone; written back by its owner")
 	}
-	switch {
-	case err == nil:
-	case errors.Is(err, flight.ErrStaleToken), errors.Is(err, flight.ErrCancelled), errors.Is(err, flight.ErrExpired):
+	switch v := flight.Judge(err); {
+	case v == flight.VerdictTaken:
+	case v == flight.VerdictStale || v.Closed():
 		cancel(err)
 		return false
 	case ctx.Err() == nil:

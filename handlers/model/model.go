@@ -14,8 +14,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"time"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
 // Request is one model call.
@@ -154,16 +155,14 @@ func Classify(err error) *Error {
 	if e, ok := errors.AsType[*Error](err); ok {
 		return e
 	}
-	if errors.Is(err, context.Canceled) {
-		return &Error{Type: TypeCancelled, Code: "canceled", Err: err}
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Retryable: true, Type: TypeTimeout, Code: "deadline_exceeded", Err: err}
-	}
-	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		return &Error{Retryable: true, Type: TypeTimeout, Code: "net_timeout", Err: err}
-	}
-	return &Error{Retryable: true, Type: TypeUpstream, Code: "unclassified", Err: err}
+	f := flight.FailureOf(err)
+	return &Error{Retryable: f.Retryable, Type: f.Type, Code: f.Code, Err: err}
+}
+
+// Failure is the flight failure an owner records for e (flight.FailureOf): its class, and
+// the provider's retry hint as RetryIn.
+func (e *Error) Failure() flight.Failure {
+	return flight.Failure{Retryable: e.Retryable, Type: e.Type, Code: e.Code, Message: e.Error(), RetryIn: e.RetryAfter}
 }
 
 // contextError classifies why ctx is done, keeping its cause (context.Cause) in the chain.
