@@ -62,10 +62,10 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 		case flight.ActionFailedFinal:
 			return Result{}, &flight.OutcomeError{Status: flight.StatusFailed, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		case flight.ActionCancelled:
-			e.recordFinal(st, key, flight.StatusCancelled, d)
+			e.recordFinal(st, key, d)
 			return Result{}, &flight.OutcomeError{Status: flight.StatusCancelled, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		case flight.ActionExpired:
-			e.recordFinal(st, key, flight.StatusExpired, d)
+			e.recordFinal(st, key, d)
 			return Result{}, &flight.OutcomeError{Status: flight.StatusExpired, Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}
 		default:
 			return e.fallback(ctx, st, key, fn, fmt.Errorf("%w: action %q", flight.ErrProtocol, d.Action))
@@ -283,8 +283,7 @@ func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o flight.Own
 	lctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
 	a, ok, lerr := e.cfg.Archive.Lookup(lctx, o.Key)
 	cancel()
-	if lerr != nil || !ok || a.Status == flight.StatusExpired ||
-		(a.Status != flight.StatusSucceeded && time.Since(a.FinishedAt) > st.opt.Policy.FailureTTL) {
+	if lerr != nil || !ok || !a.Answers(st.opt.Policy.FailureTTL) {
 		return Result{}, false, false, nil
 	}
 	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
@@ -331,20 +330,19 @@ func (e *Executor) record(st *stageRuntime, o flight.Ownership, status flight.St
 	if e.cfg.Archive == nil {
 		return
 	}
-	e.cfg.Archive.Record(flight.Archived{Key: o.Key, Stage: st.name, Tenant: o.Tenant, Status: status, Token: o.Token,
-		Attempts: max(o.Attempts, 1), Result: result, ErrorType: f.Type, ErrorCode: f.Code, Error: f.Message,
-		FinishedAt: time.Now(), Retention: st.opt.ArchiveRetention})
+	o.Stage = st.name
+	e.cfg.Archive.Record(o.Archived(status, result, f, st.opt.ArchiveRetention))
 }
 
-// recordFinal archives the outcome an acquire answered the caller with when it ends the
-// flight for good (CANCELLED, EXPIRED), under the flight's token, as a consumer does; a
-// caller's own deadline ends nothing.
-func (e *Executor) recordFinal(st *stageRuntime, key string, status flight.Status, d flight.Decision) {
-	if d.Token <= 0 || d.Reason == flight.ReasonDeadlinePassed {
+// recordFinal archives the outcome an acquire answered the caller with when it ended the
+// flight for good (flight.Decision.Final), as a consumer does.
+func (e *Executor) recordFinal(st *stageRuntime, key string, d flight.Decision) {
+	if e.cfg.Archive == nil {
 		return
 	}
-	e.record(st, flight.Ownership{Key: key, Token: d.Token, Attempts: d.Attempts, Tenant: tenantOf(key)}, status, nil,
-		flight.Failure{Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error})
+	if a, ok := d.Final(key, st.name, tenantOf(key), st.opt.ArchiveRetention); ok {
+		e.cfg.Archive.Record(a)
+	}
 }
 
 // errCancelled is what a caller gets whose flight was cancelled under it.

@@ -29,6 +29,46 @@ type Archived struct {
 	Retention time.Duration
 }
 
+// Answers reports whether the archived outcome answers a new owner of its key without a run:
+// a result, or a failure or cancellation that ended less than failureTTL ago, as Redis would
+// have kept it. An expired flight never does.
+func (a Archived) Answers(failureTTL time.Duration) bool {
+	switch a.Status {
+	case StatusSucceeded:
+		return true
+	case StatusExpired:
+		return false
+	}
+	return time.Since(a.FinishedAt) <= failureTTL
+}
+
+// Archived returns the outcome status of the flight o owned, as the archive keeps it; f
+// describes a failure.
+func (o Ownership) Archived(status Status, result []byte, f Failure, retention time.Duration) Archived {
+	return Archived{Key: o.Key, Stage: o.Stage, Tenant: o.Tenant, Status: status, Token: o.Token,
+		Attempts: max(o.Attempts, 1), Result: result, ErrorType: f.Type, ErrorCode: f.Code, Error: f.Message,
+		FinishedAt: time.Now(), Retention: retention}
+}
+
+// Final returns the outcome an acquire of key answered its caller with when it ended the
+// flight for good there: CANCELLED, or EXPIRED for the flight and not only for the caller's
+// deadline. ok is false for any other decision.
+func (d Decision) Final(key, stage, tenant string, retention time.Duration) (a Archived, ok bool) {
+	var status Status
+	switch {
+	case d.Token <= 0:
+		return Archived{}, false
+	case d.Action == ActionCancelled:
+		status = StatusCancelled
+	case d.Action == ActionExpired && d.Reason != ReasonDeadlinePassed:
+		status = StatusExpired
+	default:
+		return Archived{}, false
+	}
+	o := Ownership{Key: key, Stage: stage, Tenant: tenant, Token: d.Token, Attempts: d.Attempts}
+	return o.Archived(status, nil, Failure{Type: d.ErrorType, Code: d.ErrorCode, Message: d.Error}, retention), true
+}
+
 // Archive is a durable store of terminal outcomes, consulted before a new owner runs a model
 // (lazy rehydrate) and fed with every outcome an owner settles. package archive implements
 // it on PostgreSQL.

@@ -66,8 +66,7 @@ func (t *taskRun) rehydrate(ctx context.Context, o flight.Ownership) (done, agai
 		}
 		return false, false, nil
 	}
-	if !ok || a.Status == flight.StatusExpired ||
-		(a.Status != flight.StatusSucceeded && time.Since(a.FinishedAt) > p.stage.FailureTTL) {
+	if !ok || !a.Answers(p.stage.FailureTTL) {
 		return false, false, nil
 	}
 	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
@@ -108,35 +107,23 @@ func (t *taskRun) record(status flight.Status, o flight.Ownership, result []byte
 	if p.archive == nil {
 		return
 	}
-	a := flight.Archived{Key: t.key, Stage: t.task.Stage, Tenant: t.task.Tenant, Status: status, Token: o.Token,
-		Attempts: max(o.Attempts, 1), Result: result, FinishedAt: time.Now(), Retention: p.stage.ArchiveRetention}
+	o.Key, o.Stage, o.Tenant = t.key, t.task.Stage, t.task.Tenant
+	var fail flight.Failure
 	if f != nil {
-		a.ErrorType, a.ErrorCode, a.Error = f.Type, f.Code, f.Message
+		fail = *f
 	}
-	p.archive.Record(a)
+	p.archive.Record(o.Archived(status, result, fail, p.stage.ArchiveRetention))
 }
 
 // recordDecision archives the outcome an acquire answered the task with when it ended the
-// flight for good there (EXPIRED, or a cancelled or failed flight the archive may not have
-// yet): the token fence makes a repeated record a no-op.
+// flight for good there (flight.Decision.Final): the token fence makes a repeated record a
+// no-op.
 func (t *taskRun) recordDecision(d flight.Decision) {
 	p := t.p
-	if p.archive == nil || d.Token <= 0 {
+	if p.archive == nil {
 		return
 	}
-	var status flight.Status
-	switch d.Action {
-	case flight.ActionExpired:
-		if d.Reason == flight.ReasonDeadlinePassed {
-			return // only this task's deadline passed; the flight goes on
-		}
-		status = flight.StatusExpired
-	case flight.ActionCancelled:
-		status = flight.StatusCancelled
-	default:
-		return
+	if a, ok := d.Final(t.key, t.task.Stage, t.task.Tenant, p.stage.ArchiveRetention); ok {
+		p.archive.Record(a)
 	}
-	p.archive.Record(flight.Archived{Key: t.key, Stage: t.task.Stage, Tenant: t.task.Tenant, Status: status,
-		Token: d.Token, Attempts: max(d.Attempts, 1), ErrorType: d.ErrorType, ErrorCode: d.ErrorCode, Error: d.Error,
-		FinishedAt: time.Now(), Retention: p.stage.ArchiveRetention})
 }
