@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,7 +134,7 @@ func TestStoreEdges(t *testing.T) {
 // TestSpoolTornTail: a line torn by a crash does not swallow the next outcome.
 func TestSpoolTornTail(t *testing.T) {
 	dir := t.TempDir()
-	data, _ := spoolPaths(dir, "c1")
+	data := filepath.Join(dir, "archive-c1.jsonl")
 	if err := os.WriteFile(data, []byte(`{"Key":"a","Stage":"s","Ten`), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/filelock"
+	"github.com/flightdeck-ai/flightdeck/internal/journal"
 )
 
 // Outcome is one uncertain outcome (DESIGN.md section 6): the owner's model answered, but the
@@ -109,23 +107,22 @@ type spoolTask struct {
 	QueuedMs int64  `json:"queuedMs,omitempty"`
 }
 
-func encodeOutcome(o Outcome) ([]byte, error) {
+// outcomeCodec is the spool's journal.Codec: an Outcome as a spoolLine.
+type outcomeCodec struct{}
+
+func (outcomeCodec) Encode(o Outcome) ([]byte, error) {
 	var joined []spoolTask
 	for _, t := range o.Joined {
 		joined = append(joined, spoolTask{TaskID: t.ID, Stream: t.Stream, Entry: t.Entry, QueuedMs: t.Queued.Milliseconds()})
 	}
-	b, err := json.Marshal(spoolLine{V: spoolVersion, Stage: o.Stage, Tenant: o.Tenant, Key: o.Key,
+	return json.Marshal(spoolLine{V: spoolVersion, Stage: o.Stage, Tenant: o.Tenant, Key: o.Key,
 		Token: o.Token, OwnerID: o.OwnerID, Attempts: o.Attempts, TaskID: o.Task.ID, Stream: o.Task.Stream,
 		Entry: o.Task.Entry, QueuedMs: o.Task.Queued.Milliseconds(), Joined: joined, Result: o.Result,
 		ResultTTLMs: o.ResultTTL.Milliseconds(), RunningTTLMs: o.RunningTTL.Milliseconds(),
 		FailureTTLMs: o.FailureTTL.Milliseconds(), At: o.At})
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
 }
 
-func decodeOutcome(line []byte) (Outcome, error) {
+func (outcomeCodec) Decode(line []byte) (Outcome, error) {
 	var l spoolLine
 	if err := json.Unmarshal(line, &l); err != nil {
 		return Outcome{}, err
@@ -151,17 +148,16 @@ func decodeOutcome(line []byte) (Outcome, error) {
 // process until Flush writes it back. It is safe for concurrent use. One Spool owns its file:
 // do not open the same path twice at once (in one process or several).
 type Spool struct {
-	path string
+	// j is the spool's file.
+	j *journal.Journal[Outcome]
 
 	// flushMu serialises Flush calls. It is taken before mu, never after.
 	flushMu sync.Mutex
 
 	// mu guards every field below.
 	mu sync.Mutex
-	// f is the file that Add appends to; nil after Close.
-	f *os.File
-	// size is the length of f's valid content: a failed Add truncates back to it.
-	size int64
+	// closed is set by Close.
+	closed bool
 	// pending holds the outcomes in file order. Only Flush removes entries, from a prefix it
 	// snapshot, so entries added during a Flush stay behind that prefix.
 	pending []Outcome
@@ -170,11 +166,8 @@ type Spool struct {
 	// dirty is set while the file holds lines that pending does not (skipped ones): the next
 	// Flush rewrites it.
 	dirty bool
-	// lock is the flock'ed lock file of a spool opened by OpenSpoolDir (nil otherwise),
-	// lockPath its path; adopted counts outcomes taken over from dead processes' spools.
-	lock     *os.File
-	lockPath string
-	adopted  int
+	// adopted counts outcomes OpenSpoolDir took over from dead processes' spools.
+	adopted int
 	// spooled counts the pending outcomes of each key that has any (held.go), so that a task
 	// of a key with none asks in constant time.
 	spooled map[string]int
@@ -197,59 +190,26 @@ const answeredFor = time.Minute
 // (a crash in the middle of a write) are skipped and counted in Skipped, never an error. They
 // leave the file at the next Flush. The caller closes the spool.
 func OpenSpool(path string) (*Spool, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("flight: open spool: %w", err)
-	}
-	f, err := filelock.OpenOwned(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	j, err := journal.Open[Outcome](path, outcomeCodec{})
 	if err != nil {
 		return nil, fmt.Errorf("flight: open spool: %w", err)
 	}
-	s, err := loadSpool(path, f)
-	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("flight: open spool %s: %w", path, err)
-	}
-	return s, nil
+	return loadSpool(j)
 }
 
-func loadSpool(path string, f *os.File) (*Spool, error) {
-	data, err := io.ReadAll(f)
+// loadSpool returns the spool of j, holding the outcomes j's file holds.
+func loadSpool(j *journal.Journal[Outcome]) (*Spool, error) {
+	b, err := j.Read(0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("flight: open spool: %w", err)
 	}
-	s := &Spool{path: path, f: f, size: int64(len(data))}
-	for line := range bytes.SplitSeq(data, []byte{'\n'}) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		o, err := decodeOutcome(line)
-		if err != nil {
-			s.skipped++
-			continue
-		}
-		s.pending = append(s.pending, o)
-		s.countLocked(o.Key)
-	}
-	s.dirty = s.skipped > 0
-	// A torn last line: end it, so that the next Add starts a line of its own.
-	if len(data) > 0 && data[len(data)-1] != '\n' {
-		if _, err := f.Write([]byte{'\n'}); err != nil {
-			return nil, err
-		}
-		if err := f.Sync(); err != nil {
-			return nil, err
-		}
-		s.size++
-	}
-	// Make the file's creation durable too.
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return nil, err
-	}
+	s := &Spool{j: j, skipped: b.Skipped, dirty: b.Skipped > 0}
+	s.setPendingLocked(b.Records)
 	return s, nil
 }
 
 // Path is the spool file's path.
-func (s *Spool) Path() string { return s.path }
+func (s *Spool) Path() string { return s.j.Path() }
 
 // Add appends o to the spool and fsyncs the file before it returns. On error nothing was
 // added. o.Result is copied.
@@ -258,37 +218,16 @@ func (s *Spool) Add(o Outcome) error {
 		return err
 	}
 	o = o.clone()
-	line, err := encodeOutcome(o)
-	if err != nil {
-		return fmt.Errorf("flight: spool add %q: %w", o.Key, err)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.f == nil {
+	if s.closed {
 		return fmt.Errorf("flight: spool add %q: %w", o.Key, os.ErrClosed)
 	}
-	if err := s.appendLocked(line); err != nil {
+	if err := s.j.Append(o); err != nil {
 		return fmt.Errorf("flight: spool add %q: %w", o.Key, err)
 	}
 	s.pending = append(s.pending, o)
 	s.countLocked(o.Key)
-	return nil
-}
-
-// appendLocked writes and fsyncs line; on failure it cuts the file back to its valid length so
-// that a partial line cannot glue onto the next one.
-func (s *Spool) appendLocked(line []byte) error {
-	_, err := s.f.Write(line)
-	if err == nil {
-		err = s.f.Sync()
-	}
-	if err != nil {
-		if terr := s.f.Truncate(s.size); terr == nil {
-			_, _ = s.f.Seek(s.size, io.SeekStart)
-		}
-		return err
-	}
-	s.size += int64(len(line))
 	return nil
 }
 
@@ -346,7 +285,7 @@ func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) 
 
 	rep := FlushReport{}
 	s.mu.Lock()
-	if s.f == nil {
+	if s.closed {
 		s.mu.Unlock()
 		return rep, fmt.Errorf("flight: spool flush: %w", os.ErrClosed)
 	}
@@ -410,14 +349,16 @@ loop:
 	for _, o := range refused {
 		s.orphanLocked(o)
 	}
-	if s.f == nil { // closed meanwhile: the next OpenSpool and Flush settle the file
+	if s.closed { // closed meanwhile: the next OpenSpool and Flush settle the file
 		errs = append(errs, fmt.Errorf("flight: spool flush: %w", os.ErrClosed))
 		return rep, errors.Join(errs...)
 	}
-	if err := s.rewriteLocked(next); err != nil {
+	if err := s.j.Rewrite(next); err != nil {
 		// The old file still holds every line: nothing is lost, settled ones come back after a
 		// restart and are refused then.
-		errs = append(errs, fmt.Errorf("flight: spool flush: rewrite %s: %w", s.path, err))
+		errs = append(errs, fmt.Errorf("flight: spool flush: %w", err))
+	} else {
+		s.dirty = false
 	}
 	return rep, errors.Join(errs...)
 }
@@ -470,38 +411,6 @@ func (s *Spool) WrittenBack(t Task) bool {
 	return time.Since(at) <= answeredFor
 }
 
-// rewriteLocked replaces the file with outs: a temp file in the same directory, fsynced, then
-// renamed over the spool. The temp file's handle becomes the one Add appends to.
-func (s *Spool) rewriteLocked(outs []Outcome) error {
-	var buf bytes.Buffer
-	for _, o := range outs {
-		line, err := encodeOutcome(o)
-		if err != nil {
-			return err
-		}
-		buf.Write(line)
-	}
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*") // mode 0600
-	if err != nil {
-		return err
-	}
-	if _, err = tmp.Write(buf.Bytes()); err == nil {
-		if err = tmp.Sync(); err == nil {
-			err = os.Rename(tmp.Name(), s.path)
-		}
-	}
-	if err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	old := s.f
-	s.f, s.size, s.dirty = tmp, int64(buf.Len()), false
-	_ = old.Close()
-	return syncDir(dir)
-}
-
 // Close closes the spool file. Pending outcomes stay in the file for the next OpenSpool (or
 // OpenSpoolDir of any process); Len and Pending keep answering, Add and Flush fail. A spool
 // opened by OpenSpoolDir releases its lock, and removes its files when nothing is pending.
@@ -509,31 +418,12 @@ func (s *Spool) rewriteLocked(outs []Outcome) error {
 func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.f == nil {
+	if s.closed {
 		return nil
 	}
-	err := s.f.Close()
-	s.f = nil
-	if s.lock != nil {
-		if len(s.pending) == 0 && !s.dirty {
-			_ = os.Remove(s.path)
-			_ = os.Remove(s.lockPath)
-		}
-		_ = s.lock.Close()
-		s.lock = nil
-	}
-	if err != nil {
+	s.closed = true
+	if err := s.j.Close(len(s.pending) == 0 && !s.dirty); err != nil {
 		return fmt.Errorf("flight: spool close: %w", err)
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory so that a file created or renamed in it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -3,20 +3,17 @@ package flight
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/filelock"
+	"github.com/flightdeck-ai/flightdeck/internal/journal"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // ErrSpoolInUse: another live process holds the spool of this name (two processes were given
-// the same name).
-var ErrSpoolInUse = errors.New("flight: spool in use by another process")
+// the same name). It is journal.ErrInUse, as archive.ErrSpoolInUse is.
+var ErrSpoolInUse = journal.ErrInUse
 
 // ErrNoSpoolDir: no spool directory is configured and none can be derived ($HOME and
 // $XDG_STATE_HOME are unset). There is no shared fallback such as /tmp: another user could
@@ -61,15 +58,6 @@ func DeploymentSpoolDir(base, prefix string) string {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
-// spoolFiles returns the data and lock file of name in dir.
-func spoolFiles(dir, name string) (data, lock string) {
-	base := "spool-" + unsafeName.ReplaceAllString(name, "_")
-	return filepath.Join(dir, base+".jsonl"), filepath.Join(dir, base+".lock")
-}
-
-// lockFile takes the spool lock at path (filelock.TryLock).
-func lockFile(path string) (*os.File, error) { return filelock.TryLock(path) }
-
 // OpenSpoolDir opens (creating) the spool of the process called name in dir: the file
 // spool-<name>.jsonl, guarded by an exclusive lock on spool-<name>.lock that the spool holds
 // until Close. dir is created (0700) when missing, and must be this process's user's own,
@@ -87,103 +75,22 @@ func OpenSpoolDir(dir, name string) (*Spool, error) {
 	if dir == "" {
 		return nil, ErrNoSpoolDir
 	}
-	if err := filelock.SecureDir(dir); err != nil {
+	j, err := journal.OpenDir[Outcome](dir, "spool", name, outcomeCodec{})
+	if err != nil {
 		return nil, fmt.Errorf("flight: open spool: %w", err)
 	}
-	data, lockPath := spoolFiles(dir, name)
-	var lock *os.File
-	// An adopting process holds a dead name's lock for a moment: wait that out.
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		l, err := lockFile(lockPath)
-		if err != nil {
-			return nil, fmt.Errorf("flight: open spool: %w", err)
-		}
-		if l != nil {
-			lock = l
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: %s (name %q)", ErrSpoolInUse, lockPath, name)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s, err := OpenSpool(data)
+	adopted, aerr := j.Adopt()
+	s, err := loadSpool(j) // the adopted outcomes too, even after an error: Close keeps them
 	if err != nil {
-		_ = lock.Close()
+		_ = j.Close(false)
 		return nil, err
 	}
-	s.lock, s.lockPath = lock, lockPath
-	if err := s.adopt(dir, data); err != nil {
+	s.adopted = adopted
+	if aerr != nil {
 		_ = s.Close()
-		return nil, err
+		return nil, fmt.Errorf("flight: open spool: %w", aerr)
 	}
 	return s, nil
-}
-
-// adopt appends the outcomes of every unheld spool file in dir (but own) to s.
-func (s *Spool) adopt(dir, own string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "spool-*.jsonl"))
-	if err != nil {
-		return fmt.Errorf("flight: adopt spools: %w", err)
-	}
-	for _, data := range files {
-		if data == own {
-			continue
-		}
-		lockPath := strings.TrimSuffix(data, ".jsonl") + ".lock"
-		l, err := lockFile(lockPath)
-		if err != nil {
-			return fmt.Errorf("flight: adopt spool %s: %w", data, err)
-		}
-		if l == nil {
-			continue // a live process holds it
-		}
-		err = s.adoptFile(data)
-		if err == nil {
-			err = os.Remove(data)
-		}
-		if err == nil || errors.Is(err, os.ErrNotExist) {
-			_ = os.Remove(lockPath)
-			err = nil
-		}
-		_ = l.Close()
-		if err != nil {
-			return fmt.Errorf("flight: adopt spool %s: %w", data, err)
-		}
-	}
-	return syncDir(dir)
-}
-
-// adoptFile appends the valid outcomes of the spool file at path to s.
-func (s *Spool) adoptFile(path string) error {
-	f, err := filelock.OpenOwned(path, os.O_RDONLY, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	b, err := io.ReadAll(f)
-	_ = f.Close()
-	if err != nil {
-		return err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		o, err := decodeOutcome([]byte(line))
-		if err != nil {
-			continue
-		}
-		if err := s.Add(o); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.adopted++
-		s.mu.Unlock()
-	}
-	return nil
 }
 
 // Adopted is the number of outcomes OpenSpoolDir took over from spools of dead processes.
