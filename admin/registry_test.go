@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
-	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
 
 func outcome(key string, token int64, result string) flight.Archived {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
 
 // TestClaims: a claim is replaced only by a larger token; the fence is the larger of a key's

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
 
 func row(key string, token int64, result string) flight.Archived {

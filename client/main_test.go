@@ -11,7 +11,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
-	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 )
 
 // TestMain runs the package's tests and examples with the spool directory default

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flightdeck-ai/flightdeck/internal/configdoc"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/configdoc"
 )
 
 // TestConfigurationDocStageFile: the stage file table of docs/CONFIGURATION.md has one row per

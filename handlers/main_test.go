@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 )
 
 // TestMain runs the package's tests and examples with the spool directory default

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
-	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flightdeck-ai/flightdeck/internal/configdoc"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/configdoc"
 )
 
 // configDocPath is the configuration reference, from this package's directory.

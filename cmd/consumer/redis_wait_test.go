@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 )
 
 // TestWaitsForRedisAtStart: a consumer started while its Redis is down logs one clear line

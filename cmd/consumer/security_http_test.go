@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/redistest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 )
 
 // failAtStart runs a consumer that must refuse to start and returns what it wrote.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/internal/pgtest"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
 
 // testInspectArchive (TestCLI/InspectArchive): inspect --archive shows the archive's row of

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flightdeck-ai/flightdeck/internal/configdoc"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/configdoc"
 )
 
 // TestConfigurationDocProducerFlags: docs/CONFIGURATION.md has a table for the global options

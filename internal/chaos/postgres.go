@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flightdeck-ai/flightdeck/internal/pgbin"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgbin"
 )
 
 // ErrNoPostgres is returned when the archive is asked for but PostgreSQL's server programs
@@ -31,8 +31,8 @@ const archiveDB = "flightdeck"
 // pgServer is the run's own PostgreSQL child, the durable archive of the consumers
 // (Config.Archive). Its data lives in a directory of its own (owned by the "postgres" OS
 // user when the run is root: initdb refuses root), its log in the run's directory. Like
-// internal/pgtest it trades durability against a machine crash for speed (fsync off); the
-// chaos faults never touch it. (internal/pgtest takes a testing.TB, hence this small twin.)
+// internal/testkit/pgtest it trades durability against a machine crash for speed (fsync off); the
+// chaos faults never touch it. (internal/testkit/pgtest takes a testing.TB, hence this small twin.)
 type pgServer struct {
 	bin  string // directory of initdb and postgres
 	dir  string // data/ and the socket

@@ -18,7 +18,7 @@ import (
 
 // redisServer is the run's own redis-server child, with AOF on (appendfsync always) in its
 // own directory, so that a restart on the same port keeps the data, as production would.
-// (internal/redistest takes a testing.TB and keeps nothing on disk, hence this small twin.)
+// (internal/testkit/redistest takes a testing.TB and keeps nothing on disk, hence this small twin.)
 type redisServer struct {
 	bin  string
 	port int

@@ -32,7 +32,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flightdeck-ai/flightdeck/internal/pgbin"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgbin"
 )
 
 // EnvURL names the variable that points tests at an existing server instead of a private
