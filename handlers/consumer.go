@@ -199,7 +199,7 @@ func (c *Consumer) Status() Status {
 	default:
 	}
 	for _, s := range c.cfg.Stages {
-		st.Stages[s.Name] = s.Mode
+		st.Stages[s.Name] = string(s.Mode)
 		st.Streams[s.Name] = c.subs[s.Name].Stats()
 	}
 	return st

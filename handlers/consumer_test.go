@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
@@ -333,10 +334,10 @@ func TestSessionLockNoOverlap(t *testing.T) {
 // task; every task still gets its event, marked shared "local".
 func TestUncoordinatedModes(t *testing.T) {
 	for _, tc := range []struct {
-		mode     string
+		mode     executor.Mode
 		wantRuns int64
 	}{{"LOCAL_ONLY", 1}, {"BYPASS", 6}} {
-		t.Run(tc.mode, func(t *testing.T) {
+		t.Run(string(tc.mode), func(t *testing.T) {
 			b := setup(t)
 			b.consumer("c1", func(c *handlers.Config) {
 				for i := range c.Stages {

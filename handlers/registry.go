@@ -24,7 +24,7 @@ func newStageRegistry(rdb redis.UniversalClient, ks topics.Keyspace, name string
 	r := &stageRegistry{rdb: rdb, ks: ks}
 	for _, s := range stages {
 		r.stages = append(r.stages, topics.StageInfo{Name: s.Name, Partitions: max(s.Partitions, 1),
-			Mode: s.Mode, Model: s.Model, Consumer: name})
+			Mode: string(s.Mode), Model: s.Model, Consumer: name})
 	}
 	return r
 }

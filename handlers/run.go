@@ -82,7 +82,7 @@ func (t *taskRun) poll() time.Duration {
 func (t *taskRun) run(ctx context.Context) error {
 	p := t.p
 	switch p.stage.Mode {
-	case string(executor.ModeBypass), string(executor.ModeLocalOnly):
+	case executor.ModeBypass, executor.ModeLocalOnly:
 		return t.runUncoordinated(ctx)
 	}
 	// A task whose outcome was spooled (its own run's, or its leader's that it rode in) is

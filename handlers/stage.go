@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -41,7 +42,7 @@ type StageConfig struct {
 	// redelivered). LOCAL_ONLY runs each key once per consumer process (in-process
 	// single-flight) and BYPASS runs every task; both still publish one event per task.
 	// Defaults to HYBRID.
-	Mode string `yaml:"mode"`
+	Mode executor.Mode `yaml:"mode"`
 	// HeartbeatInterval is how often an owner renews its lease. Defaults to 1 s.
 	HeartbeatInterval time.Duration `yaml:"heartbeatInterval"`
 	// Lease: an owner silent this long is taken over. Defaults to 5 s.
@@ -131,7 +132,7 @@ func (c StageConfig) WithDefaults() StageConfig {
 		c.Model = "sim"
 	}
 	if c.Mode == "" {
-		c.Mode = "HYBRID"
+		c.Mode = executor.ModeHybrid
 	}
 	if c.ArchiveRetention == 0 {
 		c.ArchiveRetention = archive.DefaultRetention
@@ -197,7 +198,7 @@ func (c StageConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("name: %w", err))
 	}
 	switch c.Mode {
-	case "DISTRIBUTED_ONLY", "LOCAL_ONLY", "HYBRID", "BYPASS":
+	case executor.ModeDistributedOnly, executor.ModeLocalOnly, executor.ModeHybrid, executor.ModeBypass:
 	default:
 		errs = append(errs, fmt.Errorf("mode %q: want DISTRIBUTED_ONLY, LOCAL_ONLY, HYBRID or BYPASS", c.Mode))
 	}

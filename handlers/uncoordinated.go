@@ -27,7 +27,7 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 	start := time.Now()
 	var out []byte
 	var err error
-	if p.stage.Mode == string(executor.ModeLocalOnly) {
+	if p.stage.Mode == executor.ModeLocalOnly {
 		var lr executor.LocalResult[[]byte]
 		lr, err = p.local.Do(ctx, t.key, call)
 		out = lr.Value
