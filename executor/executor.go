@@ -190,6 +190,7 @@ type stageRuntime struct {
 	name     string
 	opt      StageOptions
 	l1       *Local[Result]
+	owner    *flight.Owner // the owner lifecycle of the stage's flights (coordinated stages)
 	sem      *semaphore.Weighted
 	limiter  *rate.Limiter
 	degraded atomic.Bool
@@ -258,6 +259,19 @@ func New(cfg Config) (*Executor, error) {
 		}
 		e.spool = sp
 		e.metrics.spooled.Set(float64(sp.Len()))
+		guard := func(call func() error) error {
+			_, err := Guard(e.cb, func() (struct{}, error) { return struct{}{}, call() })
+			return err
+		}
+		for _, st := range e.stages {
+			o := st.opt
+			st.owner = &flight.Owner{Coord: cfg.Coordinator, Spool: sp, Guard: guard, Heartbeat: o.HeartbeatInterval,
+				HeartbeatTimeout: o.Budget.Coordination, Timeout: o.Budget.Coordination, WriteTimeout: o.Budget.Result,
+				FailureTTL: o.Policy.FailureTTL, Retention: o.ArchiveRetention}
+			if cfg.Archive != nil {
+				st.owner.Archive = cfg.Archive
+			}
+		}
 	}
 	return e, nil
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync/atomic"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -116,222 +116,103 @@ type regResult struct {
 	unregister func()
 }
 
-// own runs fn as the flight's owner (acquire already started it). again asks the caller to
-// acquire again (the flight expired, was taken over, or a retryable failure left attempts).
+// own runs fn as the flight's owner (acquire already started it) through the one owner
+// lifecycle (flight.Owner) and turns how the run ended into the caller's result. again asks
+// the caller to acquire again (the flight expired, was taken over, or a retryable failure
+// left attempts).
 func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision, fn Fn) (res Result, again bool, err error) {
 	o := *d.Owner
 	o.Task = flight.Task{ID: "exec-" + uuid.NewString()}
-	held, heldToken, isHeld := e.spool.Held(o.Key)
-	if isHeld && e.runClosed(ctx, st, o.Key, heldToken, "held outcome") {
-		isHeld = false
-	}
-	if e.cfg.Archive != nil {
-		if !isHeld {
-			if res, done, again, err := e.rehydrate(ctx, st, o); done {
-				return res, again, err
+	d.Owner = &o
+	log := e.log.With().Str("requestKey", o.Key).Int64("token", o.Token).Logger()
+	end := st.owner.Run(ctx, d, flight.Run{
+		Context: ctx,
+		Call: func(ctx context.Context, progress func()) ([]byte, error) {
+			ctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Execution)
+			defer cancel()
+			return fn(ctx, progress)
+		},
+		Log: func(level slog.Level, msg string, err error, kv ...any) {
+			ev := log.WithLevel(zerologLevel(level))
+			if err != nil {
+				ev = ev.Err(err)
 			}
-		}
-		e.claim(ctx, st, d)
-	}
-	if isHeld {
-		// This process holds the key's outcome unwritten: fn is not run again for it; this
-		// owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
-		e.log.Info().Str("requestKey", o.Key).Int64("token", o.Token).Int64("heldToken", heldToken).
-			Msg("answered from the outcome this process holds; no model call")
-		return e.settle(ctx, st, o, held, 0, e.spool.Hold(o.Key, o.Token, held))
-	}
-	runCtx, cancelRun := context.WithCancelCause(ctx)
-	defer cancelRun(nil)
-	runCtx, cancelBudget := context.WithTimeout(runCtx, st.opt.Budget.Execution)
-	defer cancelBudget()
-	var progress atomic.Int64
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		e.heartbeat(runCtx, cancelRun, st, o, &progress)
-	}()
-	start := time.Now()
-	v, fnErr := fn(runCtx, func() { progress.Add(1) })
-	var release func(settled bool)
-	if fnErr == nil {
-		// Held from the moment it exists until Redis took or refused it (settle releases it;
-		// this only when something panics before).
-		release = e.spool.Hold(o.Key, o.Token, v)
-		defer release(false)
-	}
-	run := time.Since(start)
-	cause := context.Cause(runCtx)
-	cancelRun(nil)
-	<-hbDone
-
-	if fnErr != nil {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
-		defer rcancel()
-		switch flight.Judge(cause) {
-		case flight.VerdictStale, flight.VerdictExpired:
-			return Result{}, true, nil // another owner runs it now (or will): follow or take over
-		case flight.VerdictCancelled:
-			return Result{}, false, errCancelled()
-		}
-		if ctx.Err() != nil {
-			// The caller gave up: hand the flight over without spending the attempt.
-			hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Coordination)
-			_ = e.coord.Handover(hctx, o)
-			hcancel()
-			return Result{}, false, ctx.Err()
-		}
-		f := flight.FailureOf(fnErr)
-		f.RetryIn = 0 // the policy retries at once; a provider hint does not delay in-process callers
-		out, err := Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Fail(rctx, o, f, run) })
-		switch flight.Judge(err) {
-		case flight.VerdictTaken:
-			if !out.Final {
-				return Result{}, true, nil
-			}
-			e.record(st, o, flight.StatusFailed, nil, f)
-			return Result{}, false, fnErr
-		case flight.VerdictCancelled:
-			return Result{}, false, errCancelled()
-		case flight.VerdictStale, flight.VerdictExpired:
-			return Result{}, true, nil
-		default:
-			// The failure could not be recorded; the model is still not re-run here.
-			return Result{}, false, fnErr
-		}
-	}
-
-	return e.settle(ctx, st, o, v, run, release)
-}
-
-// runClosed asks, for an owner of key about to complete its flight with what (the outcome of
-// token's run: held by this process, or archived), whether that run was closed for good
-// (Coordinator.RunClosed): the function then runs instead. An unanswered question takes the
-// outcome (the function is not run twice).
-func (e *Executor) runClosed(ctx context.Context, st *stageRuntime, key string, token int64, what string) bool {
-	cctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-	defer cancel()
-	closed, err := e.coord.RunClosed(cctx, key, token)
-	if err != nil {
-		e.log.Warn().Err(err).Str("requestKey", key).Int64("outcomeToken", token).
-			Msg("cannot tell whether the " + what + "'s run was closed; taking it")
-		return false
-	}
-	if closed {
-		e.log.Info().Str("requestKey", key).Int64("outcomeToken", token).
-			Msg("the " + what + "'s run was cancelled or expired for good; not taking it")
-	}
-	return closed
-}
-
-// settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
-// returns and calls release: Redis took it or refused it, or it was spooled for the
-// write-back. The results are own's.
-func (e *Executor) settle(ctx context.Context, st *stageRuntime, o flight.Ownership, v []byte, run time.Duration, release func(settled bool)) (res Result, again bool, err error) {
-	settled := false
-	defer func() { release(settled) }()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
-	defer rcancel()
-	res = Result{Value: v, Shared: topics.SharedOwner, Token: o.Token}
-	_, err = Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Complete(rctx, o, v, run) })
-	switch verdict := flight.Judge(err); {
-	case verdict == flight.VerdictTaken:
-		settled = true
-		e.record(st, o, flight.StatusSucceeded, v, flight.Failure{})
+			ev.Fields(kv).Msg(msg)
+		},
+	})
+	res = Result{Value: end.Value, Shared: topics.SharedOwner, Token: o.Token}
+	switch end.How {
+	case flight.EndCompleted:
 		return res, false, nil
-	case verdict == flight.VerdictCancelled:
-		settled = true
-		return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled",
-			Message: "flight cancelled before the result was stored"}
-	case verdict == flight.VerdictExpired:
-		settled = true
-		return Result{}, false, &flight.OutcomeError{Status: flight.StatusExpired, Type: "expired", Code: "expired",
-			Message: "flight expired for good before the result was stored"}
-	case verdict.Refused():
-		// Another owner holds the flight: its outcome stands for everybody; follow it.
-		e.log.Info().Err(err).Str("requestKey", o.Key).Msg("result refused by the flight; following its owner")
-		return Result{}, true, nil
-	case verdict == flight.VerdictUnavailable:
-		// The model answered, the write failed (or its reply was lost): hand the value over
-		// and spool it; the write-back answers everybody, and a retry of a stored result is
-		// accepted as the same outcome.
+	case flight.EndArchived:
+		switch {
+		case end.Verdict == flight.VerdictCancelled:
+			return Result{}, false, errCancelled()
+		case end.Archived.Status == flight.StatusSucceeded:
+			return Result{Value: end.Archived.Result, Shared: topics.SharedArchive, Token: o.Token}, false, nil
+		}
+		a := end.Archived
+		return Result{}, false, &flight.OutcomeError{Status: a.Status, Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}
+	case flight.EndFailed:
+		return Result{}, false, end.CallErr
+	case flight.EndRetry, flight.EndRefused:
+		if end.How == flight.EndRefused && end.Op == "complete" {
+			log.Info().Err(end.Err).Msg("result refused by the flight; following its owner")
+		}
+		return Result{}, true, nil // another owner runs it now (or will): follow or take over
+	case flight.EndClosed:
+		switch {
+		case end.Verdict == flight.VerdictCancelled && end.Op == "complete":
+			return Result{}, false, &flight.OutcomeError{Status: flight.StatusCancelled, Type: "cancelled", Code: "cancelled",
+				Message: "flight cancelled before the result was stored"}
+		case end.Verdict == flight.VerdictCancelled:
+			return Result{}, false, errCancelled()
+		case end.Op == "complete":
+			return Result{}, false, &flight.OutcomeError{Status: flight.StatusExpired, Type: "expired", Code: "expired",
+				Message: "flight expired for good before the result was stored"}
+		}
+		return Result{}, true, nil // the next acquire answers the expiry
+	case flight.EndSpooled:
+		// The model answered, the write failed (or its reply was lost): the value is handed
+		// over and spooled; the write-back answers everybody.
 		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
-		res.Uncertain = true
-		out := o.Outcome(v)
-		out.Stage = st.name
-		if serr := e.spool.Add(out); serr != nil {
-			e.log.Error().Err(serr).Str("requestKey", o.Key).Msg("uncertain outcome could not be spooled")
-			return res, false, fmt.Errorf("%w: %w (spool: %w)", flight.ErrUncertainOutcome, err, serr)
-		}
-		settled = true // the spool holds it now
-		// The archive takes it now: the write-back to Redis may come much later (a larger
-		// token still wins there and in the archive).
-		e.record(st, o, flight.StatusSucceeded, v, flight.Failure{})
 		e.metrics.spooled.Set(float64(e.spool.Len()))
-		e.log.Warn().Err(err).Str("requestKey", o.Key).Int64("token", o.Token).
-			Msg("result write failed: uncertain outcome spooled for write-back")
+		log.Warn().Err(end.Err).Msg("result write failed: uncertain outcome spooled for write-back")
+		res.Uncertain = true
 		return res, false, nil
-	default:
-		return res, false, err
+	case flight.EndAborted:
+		if end.Verdict == flight.VerdictCancelled {
+			return Result{}, false, errCancelled()
+		}
+		if end.Handed {
+			return Result{}, false, ctx.Err() // the caller gave up; the flight was handed over
+		}
+		return Result{}, true, nil
 	}
+	// EndError (EndHanded needs a BeforeComplete, which the executor has none of).
+	if end.Op == "complete" && end.Value != nil {
+		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
+		log.Error().Err(end.Err).Msg("uncertain outcome could not be spooled")
+		res.Uncertain = true
+		return res, false, end.Err
+	}
+	if end.Op == "fail" {
+		return Result{}, false, end.CallErr // the failure could not be recorded; fn is not run again here
+	}
+	return Result{}, false, end.Err
 }
 
-// rehydrate answers the flight o owns from the archive when it holds the key's final outcome
-// (a result within its retention; a failure or cancellation within the failureTTL): done
-// reports that it did, with own's results. A lookup that fails or finds nothing runs the
-// function.
-func (e *Executor) rehydrate(ctx context.Context, st *stageRuntime, o flight.Ownership) (res Result, done, again bool, err error) {
-	lctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-	a, ok, lerr := e.cfg.Archive.Lookup(lctx, o.Key)
-	cancel()
-	if lerr != nil || !ok || !a.Answers(st.opt.Policy.FailureTTL) {
-		return Result{}, false, false, nil
+// zerologLevel is the zerolog level of an owner run's note.
+func zerologLevel(l slog.Level) zerolog.Level {
+	switch {
+	case l >= slog.LevelError:
+		return zerolog.ErrorLevel
+	case l >= slog.LevelWarn:
+		return zerolog.WarnLevel
+	case l >= slog.LevelInfo:
+		return zerolog.InfoLevel
 	}
-	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
-	// closed meanwhile: it may never be stored.
-	if a.Status != flight.StatusCancelled && e.runClosed(ctx, st, o.Key, a.Token, "archived outcome") {
-		return Result{}, false, false, nil
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), st.opt.Budget.Result)
-	defer rcancel()
-	_, err = Guard(e.cb, func() (flight.Settlement, error) { return e.coord.Rehydrate(rctx, o, a) })
-	switch v := flight.Judge(err); {
-	case v == flight.VerdictTaken && a.Status == flight.StatusSucceeded:
-		return Result{Value: a.Result, Shared: topics.SharedArchive, Token: o.Token}, true, false, nil
-	case v == flight.VerdictTaken:
-		return Result{}, true, false, &flight.OutcomeError{Status: a.Status, Type: a.ErrorType, Code: a.ErrorCode, Message: a.Error}
-	case v == flight.VerdictCancelled:
-		// The archived cancellation, or a cancel of this flight meanwhile: cancelled either way.
-		return Result{}, true, false, errCancelled()
-	case v.Refused() || v == flight.VerdictExpired:
-		return Result{}, true, true, nil
-	default:
-		// Redis could not take the archived outcome: run nothing, let the caller retry.
-		return Result{}, true, false, err
-	}
-}
-
-// claim records in the archive, when it is a Fencer, that d's owner took the flight over
-// from an owner that may still be running (NeedsClaim), before the function runs: after a
-// Redis data loss that owner's write-back is refused by it. A claim that fails is logged and
-// the run goes on (the archive's outage must not stop the flight).
-func (e *Executor) claim(ctx context.Context, st *stageRuntime, d flight.Decision) {
-	f, ok := e.cfg.Archive.(flight.Fencer)
-	if !ok {
-		return
-	}
-	if err := flight.ClaimTakeover(ctx, f, d, st.opt.Budget.Coordination); err != nil {
-		e.log.Warn().Err(err).Str("key", d.Owner.Key).Str("reason", string(d.Reason)).
-			Msg("archive claim failed: after a Redis data loss the previous owner could write its result back")
-	}
-}
-
-// record archives an outcome of the flight o owned.
-func (e *Executor) record(st *stageRuntime, o flight.Ownership, status flight.Status, result []byte, f flight.Failure) {
-	if e.cfg.Archive == nil {
-		return
-	}
-	o.Stage = st.name
-	e.cfg.Archive.Record(o.Archived(status, result, f, st.opt.ArchiveRetention))
+	return zerolog.DebugLevel
 }
 
 // recordFinal archives the outcome an acquire answered the caller with when it ended the
@@ -351,36 +232,6 @@ func errCancelled() error {
 }
 
 func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
-
-// heartbeat renews the lease with progress until ctx ends; it cancels the run when the flight
-// answers cancelled, expired or stale. Failed heartbeats are not fatal: the lease decides.
-func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, st *stageRuntime, o flight.Ownership, progress *atomic.Int64) {
-	t := time.NewTicker(st.opt.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		prog := ""
-		if n := progress.Load(); n > 0 {
-			prog = strconv.FormatInt(n, 10)
-		}
-		restored, err := Guard(e.cb, func() (bool, error) {
-			hctx, hcancel := context.WithTimeout(ctx, st.opt.Budget.Coordination)
-			defer hcancel()
-			return e.coord.Heartbeat(hctx, o, prog)
-		})
-		if restored {
-			e.log.Warn().Str("requestKey", o.Key).Int64("token", o.Token).Msg("flight meta was gone; written back by the owner")
-		}
-		if v := flight.Judge(err); v == flight.VerdictStale || v.Closed() {
-			cancel(err)
-			return
-		}
-	}
-}
 
 // tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey; "" for other
 // keys.

@@ -147,6 +147,12 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, runs: warm.New(time.Minute), sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive}
+		proc.owner = &flight.Owner{Coord: coord, Spool: sp, Heartbeat: s.HeartbeatInterval, HeartbeatTimeout: s.HeartbeatInterval,
+			Timeout: proc.lookupTimeout(), WriteTimeout: s.Lease, WriteFor: s.Lease, FailureTTL: s.FailureTTL,
+			Retention: s.ArchiveRetention}
+		if c.archive != nil {
+			proc.owner.Archive = c.archive
+		}
 		c.procs[s.Name] = proc
 		sub, err := stream.NewSubscriber(stream.Config{Client: c.reads, Consumer: cfg.Name, Capacity: s.Concurrency,
 			TouchInterval: min(s.HeartbeatInterval, s.Lease/3), ClaimInterval: cfg.ClaimInterval, ClaimIdle: s.Lease,

@@ -71,6 +71,7 @@ type processor struct {
 	local    *executor.Local[[]byte] // LOCAL_ONLY stages
 	breaker  *executor.Breaker
 	archive  *archive.Writer // nil without an archive
+	owner    *flight.Owner   // the owner lifecycle of the stage's flights
 	runs     *warm.Pool      // the goroutines that run handle
 	joins    *joins          // the keys' leaders among the running tasks (join.go)
 }

@@ -1,0 +1,469 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Owner is the one owner lifecycle, shared by the stream consumer and the in-process executor
+// (DESIGN.md section 6): Run takes the flight an acquire made its caller own, answers it from
+// an outcome the process holds or the archive keeps, or runs the call under a heartbeat lease
+// and completes or fails the flight, spooling a result Redis cannot take. One Owner serves one
+// stage.
+type Owner struct {
+	Coord *Coordinator
+	Spool *Spool
+	// Archive is the durable archive, or nil for none.
+	Archive Archive
+	// Guard runs each coordination call, such as through a circuit breaker; nil calls directly.
+	Guard func(call func() error) error
+	// Heartbeat is how often the lease is renewed; HeartbeatTimeout bounds each renewal.
+	Heartbeat, HeartbeatTimeout time.Duration
+	// Timeout bounds each archive lookup and claim and each question about a run's fence.
+	Timeout time.Duration
+	// WriteTimeout bounds each complete, fail and rehydrate; WriteFor is how long one is tried
+	// again while Redis is unavailable (zero: once).
+	WriteTimeout, WriteFor time.Duration
+	// FailureTTL is the stage's: an archived failure older than it answers nobody.
+	FailureTTL time.Duration
+	// Retention is how long the archive keeps the outcomes this owner records.
+	Retention time.Duration
+}
+
+// Run is the caller's side of one owner run.
+type Run struct {
+	// Call runs the model; progress moves the flight's progressAt.
+	Call func(ctx context.Context, progress func()) ([]byte, error)
+	// Context is what the call runs under. When it ends with the call failed, the run hands
+	// the flight over without spending the attempt (EndAborted, Handed).
+	Context context.Context
+	// Abort, when it is closed, ends the call with AbortCause and hands the flight over (a
+	// lost session lock). Nil: never.
+	Abort      <-chan struct{}
+	AbortCause error
+	// Failure classifies the call's error for its Fail; nil is FailureOf.
+	Failure func(err error, o Ownership) Failure
+	// Finishing is called once what is left is a short write; nil: nothing.
+	Finishing func()
+	// BeforeComplete, when set, is called with the ownership about to be completed: it may add
+	// joined tasks, and returns the function told the complete's settlement and whether the
+	// result was spooled, or ok false to hand the flight over instead (EndHanded).
+	BeforeComplete func(ctx context.Context, o *Ownership) (after func(st Settlement, spooled bool), ok bool)
+	// Log receives the run's notes: level, message, error (nil: none) and key-value pairs.
+	Log func(level slog.Level, msg string, err error, kv ...any)
+}
+
+// Ending is how an owner run ended.
+type Ending uint8
+
+// The endings. The caller settles its task from End, switching on its Ending once.
+const (
+	// EndCompleted: the result is stored (End.Value); End.Held when it was the outcome this
+	// process held, with no call.
+	EndCompleted Ending = iota
+	// EndArchived: the archive's outcome (End.Archived) answered the flight, with no call;
+	// End.Verdict is VerdictCancelled when the flight turned out cancelled.
+	EndArchived
+	// EndFailed: the call failed for good; the failure (End.Failure) is the flight's outcome.
+	EndFailed
+	// EndRetry: the call failed and the flight retries after End.Failure.RetryIn.
+	EndRetry
+	// EndClosed: the flight was cancelled or expired for good (End.Verdict); a result may never
+	// be stored.
+	EndClosed
+	// EndRefused: another owner holds the flight (End.Verdict stale or conflict); End.Settlement
+	// says whether the caller's task was answered or parked.
+	EndRefused
+	// EndSpooled: Redis could not take the result; it is spooled for the write-back, which
+	// answers the flight's tasks. End.Err is Redis's error.
+	EndSpooled
+	// EndAborted: the call was ended before it answered, by the flight (End.Verdict stale,
+	// cancelled or expired: acquire again) or by the caller (End.Handed).
+	EndAborted
+	// EndHanded: BeforeComplete refused; the flight was handed over, its attempt not spent.
+	EndHanded
+	// EndError: Redis refused or lost a call that leaves the outcome unknown: the failure's
+	// record (End.CallErr is the call's error), an archived outcome's write, or a spool that
+	// could not take the result (End.Value).
+	EndError
+)
+
+// End is the end of an owner run.
+type End struct {
+	How Ending
+	// Op is the last coordination call: "complete", "fail" or "rehydrate" ("" for none).
+	Op      string
+	Verdict Verdict
+	// Settlement is what the last call settled.
+	Settlement Settlement
+	// Value is the result (EndCompleted, EndSpooled, an unspooled EndError).
+	Value []byte
+	// Held is true when the value was the outcome this process held.
+	Held bool
+	// Archived is the outcome an EndArchived run was answered with.
+	Archived Archived
+	// Failure is what EndFailed and EndRetry recorded.
+	Failure Failure
+	// Handed is true when the run gave the flight up without spending its attempt.
+	Handed bool
+	// Cause is why an EndAborted call ended.
+	Cause error
+	// CallErr is the call's own error; Err the one the run ended with.
+	CallErr, Err error
+	// RunTime is how long the call took.
+	RunTime time.Duration
+}
+
+// MsgHeldAnswer is logged by an owner that completes its flight with an outcome its process
+// holds instead of a call; MsgArchiveAnswer by one answered from the archive.
+const (
+	MsgHeldAnswer    = "answered from the outcome this process holds; no model call"
+	MsgArchiveAnswer = "answered from the archive; no model call"
+)
+
+// Run runs the flight d made its caller own.
+func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
+	o := *d.Owner
+	held, heldToken, isHeld := w.Spool.Held(o.Key)
+	if isHeld && w.runClosed(ctx, r, o.Key, heldToken, "held outcome") {
+		isHeld = false
+	}
+	if w.Archive != nil {
+		if !isHeld {
+			if e, done := w.rehydrate(ctx, r, o); done {
+				return e
+			}
+		}
+		w.claim(ctx, r, d)
+	}
+	if isHeld {
+		// This process has the key's outcome in hand, unwritten: the call is not run again for
+		// it; this owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
+		r.log(slog.LevelInfo, MsgHeldAnswer, nil, "heldToken", heldToken)
+		r.finishing()
+		e := w.settle(ctx, r, o, held, 0, w.Spool.Hold(o.Key, o.Token, held))
+		e.Held = true
+		return e
+	}
+
+	runCtx, cancel := context.WithCancelCause(r.Context)
+	defer cancel(nil)
+	var progress atomic.Int64
+	stopHeartbeat := w.startHeartbeat(runCtx, cancel, r, o, &progress)
+	start := time.Now()
+	out, callErr := r.Call(runCtx, func() { progress.Add(1) })
+	var release func(settled bool)
+	if callErr == nil {
+		// Held from the moment it exists until Redis took or refused it (settle releases it;
+		// this only when something panics before).
+		release = w.Spool.Hold(o.Key, o.Token, out)
+		defer release(false)
+	}
+	run := time.Since(start)
+	cause := context.Cause(runCtx)
+	cancel(nil)
+	stopHeartbeat()
+	if callErr != nil && cause != nil {
+		if v := Judge(cause); v == VerdictStale || v.Closed() {
+			return End{How: EndAborted, Verdict: v, Cause: cause, CallErr: callErr, RunTime: run}
+		}
+		w.handover(r, o)
+		return End{How: EndAborted, Verdict: VerdictInvalid, Handed: true, Cause: cause, CallErr: callErr, RunTime: run}
+	}
+	r.finishing()
+	if callErr != nil {
+		return w.fail(ctx, r, o, callErr, run)
+	}
+	return w.settle(ctx, r, o, out, run, release)
+}
+
+// settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
+// returns and calls release: Redis took it or refused it, or it was spooled.
+func (w *Owner) settle(ctx context.Context, r Run, o Ownership, v []byte, run time.Duration, release func(settled bool)) End {
+	settled, spooled := false, false
+	defer func() { release(settled) }()
+	if r.BeforeComplete != nil {
+		after, ok := r.BeforeComplete(ctx, &o)
+		if !ok {
+			w.handover(r, o)
+			return End{How: EndHanded, Handed: true, RunTime: run}
+		}
+		var st Settlement
+		defer func() { after(st, spooled) }()
+		e := w.complete(ctx, o, v, run, &settled, &spooled)
+		st = e.Settlement
+		return e
+	}
+	return w.complete(ctx, o, v, run, &settled, &spooled)
+}
+
+// complete is settle's write; it sets settled once nobody else takes the result.
+func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Duration, settled, spooled *bool) End {
+	st, err := w.write(ctx, func(ctx context.Context) (Settlement, error) { return w.Coord.Complete(ctx, o, v, run) })
+	e := End{Op: "complete", Verdict: Judge(err), Settlement: st, Value: v, Err: err, RunTime: run}
+	switch {
+	case e.Verdict == VerdictTaken:
+		*settled = true
+		w.record(o, StatusSucceeded, v, Failure{})
+		e.How = EndCompleted
+	case e.Verdict.Closed():
+		*settled = true // it may never be stored: nobody takes it
+		e.How = EndClosed
+	case e.Verdict.Refused():
+		e.How = EndRefused
+	default:
+		// The call answered but the result cannot be stored: an uncertain outcome. The spool
+		// keeps it until the write-back, which answers the flight's tasks; the call is not run
+		// again for it.
+		if serr := w.Spool.Add(o.Outcome(v)); serr != nil {
+			e.How, e.Err = EndError, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
+			return e
+		}
+		*settled, *spooled = true, true
+		// The archive takes the result now: the write-back to Redis may come much later (a
+		// larger token still wins, there and in the archive).
+		w.record(o, StatusSucceeded, v, Failure{})
+		e.How = EndSpooled
+	}
+	return e
+}
+
+// fail records the call's failure: final, or retried after its RetryIn.
+func (w *Owner) fail(ctx context.Context, r Run, o Ownership, callErr error, run time.Duration) End {
+	var f Failure
+	if r.Failure != nil {
+		f = r.Failure(callErr, o)
+	} else {
+		f = FailureOf(callErr)
+	}
+	st, err := w.write(ctx, func(ctx context.Context) (Settlement, error) { return w.Coord.Fail(ctx, o, f, run) })
+	e := End{Op: "fail", Verdict: Judge(err), Settlement: st, Failure: f, CallErr: callErr, Err: err, RunTime: run}
+	switch {
+	case e.Verdict == VerdictTaken && st.Final:
+		w.record(o, StatusFailed, nil, f)
+		e.How = EndFailed
+	case e.Verdict == VerdictTaken:
+		e.How = EndRetry
+	case e.Verdict.Closed():
+		e.How = EndClosed
+	case e.Verdict.Refused():
+		e.How = EndRefused
+	default:
+		e.How = EndError
+	}
+	return e
+}
+
+// rehydrate answers the flight o owns from the archive when it holds the key's final
+// outcome (Archived.Answers): done reports that the run ended there. A lookup that fails or
+// finds nothing runs the call.
+func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done bool) {
+	lctx, cancel := context.WithTimeout(ctx, w.Timeout)
+	a, ok, err := w.Archive.Lookup(lctx, o.Key)
+	cancel()
+	if err != nil {
+		r.log(slog.LevelDebug, "archive lookup failed; running the model", err)
+		return End{}, false
+	}
+	if !ok || !a.Answers(w.FailureTTL) {
+		return End{}, false
+	}
+	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
+	// closed meanwhile: it may never be stored.
+	if a.Status != StatusCancelled && w.runClosed(ctx, r, o.Key, a.Token, "archived outcome") {
+		return End{}, false
+	}
+	st, err := w.write(ctx, func(ctx context.Context) (Settlement, error) { return w.Coord.Rehydrate(ctx, o, a) })
+	e = End{Op: "rehydrate", Verdict: Judge(err), Settlement: st, Archived: a, Err: err}
+	switch {
+	case e.Verdict == VerdictTaken || e.Verdict == VerdictCancelled:
+		// Answered: an archived cancellation, or a cancel meanwhile, answers it cancelled.
+		status := a.Status
+		if e.Verdict == VerdictCancelled {
+			status = StatusCancelled
+		}
+		r.log(slog.LevelInfo, MsgArchiveAnswer, nil, "status", string(status), "archivedToken", a.Token)
+		e.How = EndArchived
+	case e.Verdict == VerdictExpired:
+		e.How = EndClosed
+	case e.Verdict.Refused():
+		e.How = EndRefused
+	default:
+		e.How = EndError
+	}
+	return e, true
+}
+
+// claim records in the archive, when it keeps a fence (Fencer), that d's owner took the
+// flight over from an owner that may still be running (NeedsClaim), before the call: after a
+// Redis data loss that owner's write-back is refused by it. A claim that fails is logged and
+// the run goes on.
+func (w *Owner) claim(ctx context.Context, r Run, d Decision) {
+	f, ok := w.Archive.(Fencer)
+	if !ok {
+		return
+	}
+	if err := ClaimTakeover(ctx, f, d, w.Timeout); err != nil {
+		r.log(slog.LevelWarn, "archive claim failed: after a Redis data loss the previous owner could write its result back",
+			err, "reason", string(d.Reason))
+	}
+}
+
+// runClosed asks, for an owner about to complete its flight with what (the outcome of
+// token's run: held by this process, or archived), whether that run was closed for good
+// (Coordinator.RunClosed): the owner then runs the call instead. An unanswered question takes
+// the outcome (the call is not run twice).
+func (w *Owner) runClosed(ctx context.Context, r Run, key string, token int64, what string) bool {
+	cctx, cancel := context.WithTimeout(ctx, w.Timeout)
+	defer cancel()
+	closed, err := w.Coord.RunClosed(cctx, key, token)
+	switch {
+	case err != nil:
+		r.log(slog.LevelWarn, "cannot tell whether the "+what+"'s run was closed; taking it", err, "outcomeToken", token)
+		return false
+	case closed:
+		r.log(slog.LevelInfo, "the "+what+"'s run was cancelled or expired for good; not taking it", nil, "outcomeToken", token)
+	}
+	return closed
+}
+
+// write runs a settling call (complete, fail, rehydrate) through Guard, each try bounded by
+// WriteTimeout, again while Redis is unavailable for up to WriteFor: the call already ran,
+// and giving up would make the next owner run it again. A retry after a lost reply is
+// accepted as the same outcome.
+func (w *Owner) write(ctx context.Context, call func(context.Context) (Settlement, error)) (st Settlement, err error) {
+	deadline := time.Now().Add(w.WriteFor)
+	ctx = context.WithoutCancel(ctx)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, w.WriteTimeout)
+		err = w.guard(func() error {
+			var cerr error
+			st, cerr = call(cctx)
+			return cerr
+		})
+		cancel()
+		if Judge(err) != VerdictUnavailable || time.Now().Add(wait).After(deadline) {
+			return st, err
+		}
+		time.Sleep(wait)
+	}
+}
+
+// record archives an outcome of the flight o owned; f describes a failure.
+func (w *Owner) record(o Ownership, status Status, result []byte, f Failure) {
+	if w.Archive != nil {
+		w.Archive.Record(o.Archived(status, result, f, w.Retention))
+	}
+}
+
+func (w *Owner) guard(call func() error) error {
+	if w.Guard == nil {
+		return call()
+	}
+	return w.Guard(call)
+}
+
+// handover gives the running flight up without spending its attempt: the next acquire takes
+// it over at once.
+func (w *Owner) handover(r Run, o Ownership) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.Timeout)
+	defer cancel()
+	if err := w.guard(func() error { return w.Coord.Handover(ctx, o) }); err != nil && !errors.Is(err, ErrGone) {
+		r.log(slog.LevelWarn, "handing the flight over failed; its lease lapses by itself", err)
+		return
+	}
+	r.log(slog.LevelInfo, "flight handed over; the attempt is not spent", nil)
+}
+
+// startHeartbeat starts the owner's heartbeat and returns the function that waits for it to
+// stop once ctx is done. The first beat is due one Heartbeat after the start, so a call that
+// returns sooner starts no goroutine at all; a run with an Abort channel starts it at once, to
+// watch the channel.
+func (w *Owner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, progress *atomic.Int64) (wait func()) {
+	done := make(chan struct{})
+	if r.Abort != nil {
+		go func() {
+			defer close(done)
+			w.heartbeat(ctx, cancel, r, o, progress)
+		}()
+		return func() { <-done }
+	}
+	timer := time.AfterFunc(w.Heartbeat, func() {
+		defer close(done)
+		if ctx.Err() == nil && w.beat(ctx, cancel, r, o, progress) {
+			w.heartbeat(ctx, cancel, r, o, progress)
+		}
+	})
+	return func() {
+		if !timer.Stop() {
+			<-done
+		}
+	}
+}
+
+// heartbeat renews the lease every Heartbeat until ctx ends; it cancels the run when the
+// flight refuses it and when Abort is closed.
+func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, progress *atomic.Int64) {
+	tick := time.NewTicker(w.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.Abort: // nil (never ready) without one
+			cancel(r.AbortCause)
+			return
+		case <-tick.C:
+		}
+		if !w.beat(ctx, cancel, r, o, progress) {
+			return
+		}
+	}
+}
+
+// beat renews the lease once; it answers false, having cancelled the run, when the flight
+// refused it (stale token, cancelled, expired). A meta that vanished is written back by the
+// heartbeat itself; a failed beat is not fatal: the lease decides.
+func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, progress *atomic.Int64) bool {
+	prog := ""
+	if n := progress.Load(); n > 0 {
+		prog = strconv.FormatInt(n, 10)
+	}
+	var restored bool
+	err := w.guard(func() error {
+		hctx, hcancel := context.WithTimeout(ctx, w.HeartbeatTimeout)
+		defer hcancel()
+		var herr error
+		restored, herr = w.Coord.Heartbeat(hctx, o, prog)
+		return herr
+	})
+	if restored {
+		r.log(slog.LevelWarn, "the flight's meta was gone; written back by its owner", nil)
+	}
+	switch v := Judge(err); {
+	case v == VerdictTaken:
+	case v == VerdictStale || v.Closed():
+		cancel(err)
+		return false
+	case ctx.Err() == nil:
+		r.log(slog.LevelWarn, "heartbeat failed", err)
+	}
+	return true
+}
+
+func (r Run) log(level slog.Level, msg string, err error, kv ...any) {
+	if r.Log != nil {
+		r.Log(level, msg, err, kv...)
+	}
+}
+
+func (r Run) finishing() {
+	if r.Finishing != nil {
+		r.Finishing()
+	}
+}
