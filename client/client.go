@@ -57,8 +57,7 @@ type Config struct {
 	// Now is the clock for Task.EnqueuedAt and Receipt.EnqueuedAt. Defaults to time.Now.
 	Now func() time.Time
 	// Flight is handed to the flight coordinator Cancel uses (Client and Keyspace are set
-	// from this Config); set its fault-injection fields in chaos runs. Defaults to the zero
-	// flight.Config.
+	// from this Config). Defaults to the zero flight.Config.
 	Flight flight.Config
 }
 

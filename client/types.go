@@ -4,10 +4,13 @@ import "github.com/flightdeck-ai/flightdeck/topics"
 
 // The task and event types of package topics, so that a service needs only this package.
 
-// Task is one task to enqueue: its stage, tenant and input (topics.Task).
+// Task is one task to enqueue (topics.Task): Stage, Tenant and Input are required; TaskID
+// (default a UUID), SessionID, RequestKey, ModelVersion, PromptVersion, Params, Deadline and
+// NotBefore are optional.
 type Task = topics.Task
 
-// Event is a task's terminal event (topics.Event).
+// Event is a task's terminal event (topics.Event): TaskID, RequestKey, Status, Shared, Result
+// (or ErrorType, ErrorCode and Error), OwnerToken, Attempts, QueuedMs and RunMs.
 type Event = topics.Event
 
 // Keyspace names the streams and keys of one deployment; the zero value is the default "ai"

@@ -83,7 +83,7 @@ func (b *Breaker) State() string { return b.cb.State().String() }
 func (b *Breaker) Open() bool { return b.cb.State() == gobreaker.StateOpen }
 
 // Guard runs one coordination call through the breaker. While the breaker is open it returns a
-// *CoordinationError (errors.Is ErrCoordinationUnavailable) without calling f, so no command
+// *CoordinationError (errors.Is flight.ErrCoordinationUnavailable) without calling f, so no command
 // reaches Redis; a coordination failure of f is wrapped the same way; other errors (state
 // machine answers) pass through unchanged.
 func Guard[T any](b *Breaker, f func() (T, error)) (T, error) {

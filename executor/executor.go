@@ -28,7 +28,7 @@ type Mode string
 // The four modes.
 const (
 	// ModeDistributedOnly coordinates through Redis (L1 + L2) and fails fast with
-	// ErrCoordinationUnavailable when Redis cannot be used.
+	// flight.ErrCoordinationUnavailable when Redis cannot be used.
 	ModeDistributedOnly Mode = "DISTRIBUTED_ONLY"
 	// ModeLocalOnly uses in-process single-flight (L1) only.
 	ModeLocalOnly Mode = "LOCAL_ONLY"
@@ -119,14 +119,14 @@ type Config struct {
 	Client redis.UniversalClient
 	// NodeID names this process as flight owner. Defaults to "<hostname>-<pid>".
 	NodeID string
-	// Stages are the per-stage options; Do refuses other stages with ErrUnknownStage.
+	// Stages are the per-stage options; Do refuses other stages with flight.ErrUnknownStage.
 	Stages map[string]StageOptions
 	// Breaker configures the coordination circuit breaker.
 	Breaker BreakerConfig
 	// SpoolDir is the base directory of the spool of uncertain outcomes: this executor's file
-	// is in its deployment's subdirectory (DeploymentSpoolDir) and named after NodeID, and the
-	// spools of dead processes found there are adopted and written back (OpenSpoolDir: the
-	// directory must be this user's own). Defaults to DefaultSpoolDir(os.Getenv).
+	// is in its deployment's subdirectory (flight.DeploymentSpoolDir) and named after NodeID, and the
+	// spools of dead processes found there are adopted and written back (flight.OpenSpoolDir: the
+	// directory must be this user's own). Defaults to flight.DefaultSpoolDir(os.Getenv).
 	SpoolDir string
 	// FlushInterval is how often spooled outcomes are written back. Defaults to 1 s.
 	FlushInterval time.Duration
@@ -138,12 +138,12 @@ type Config struct {
 	// outcome it holds is answered from it (lazy rehydrate, Result.Shared "archive"), and
 	// every outcome an owner settles is recorded in it. When it is also a Fencer (package
 	// archive's Writer), an owner that takes a flight over claims the key in it before it
-	// runs the function; give the Coordinator ArchiveFence(<the archive>.Fence, ...) as its
+	// runs the function; give the Coordinator flight.ArchiveFence(<the archive>.Fence, ...) as its
 	// WriteBackFence (New logs a warning when it has none) so
 	// that an older owner's write-back after a Redis data loss is refused. Defaults to none.
 	Archive flight.Archive
 	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once;
-	// past it Do answers ErrTooManyWaiters. Defaults to 10000.
+	// past it Do answers flight.ErrTooManyWaiters. Defaults to 10000.
 	MaxWaiters int
 }
 

@@ -95,7 +95,7 @@ type Config struct {
 	// the subdirectory of its deployment (flight.DeploymentSpoolDir: named after the keyspace
 	// prefix), named after Name, and adopts and writes back at start the spools that stopped
 	// processes of its deployment left there. The directory must be this process's user's own
-	// and writable by nobody else, or the consumer refuses to start (filelock.SecureDir).
+	// and writable by nobody else, or the consumer refuses to start.
 	// Defaults to flight.DefaultSpoolDir(os.Getenv), which has no shared fallback; give it a
 	// durable volume in production.
 	SpoolDir string

@@ -26,8 +26,8 @@ import (
 // It runs on as many goroutines at once as the stage's concurrency.
 type HandlerFunc func(ctx context.Context, task Request, progress ProgressFunc) (json.RawMessage, error)
 
-// Request is what a handler is given: the task's input, stage, tenant, session, task id,
-// versions and attempt (model.Request).
+// Request is what a handler is given (model.Request): Input, Stage, Tenant, SessionID, TaskID,
+// RequestKey, ModelVersion, PromptVersion, Params, Attempt and Deadline.
 type Request = model.Request
 
 // ProgressFunc reports that a handler's call made progress, such as a streamed chunk; it

@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,11 +43,11 @@ func main() {
 	}
 }
 
-// run enqueues the answers on the interview-evaluation stage of ks, waits up to 30 s for
-// every result and prints one line per task to out.
 // stage is the stage the example enqueues to: one of the stock consumer's built-in stages.
 const stage = "interview-evaluation"
 
+// run enqueues the answers on the interview-evaluation stage of ks, waits up to 30 s for
+// every result and prints one line per task to out.
 func run(ctx context.Context, rdb redis.UniversalClient, ks client.Keyspace, out io.Writer) error {
 	cl, err := client.New(client.Config{Client: rdb, Keyspace: ks})
 	if err != nil {
@@ -54,8 +55,10 @@ func run(ctx context.Context, rdb redis.UniversalClient, ks client.Keyspace, out
 	}
 	// A stage no consumer has registered would leave the tasks waiting on a stream nobody
 	// reads: say so now rather than after the wait times out.
-	if err := cl.CheckStages(ctx, stage); err != nil {
+	if err := cl.CheckStages(ctx, stage); errors.Is(err, client.ErrUnknownStage) {
 		return fmt.Errorf("%w: start a consumer of the stage first", err)
+	} else if err != nil {
+		return err
 	}
 	answers := []string{
 		"I led the migration of our billing database.",
