@@ -99,20 +99,20 @@ type Fencer interface {
 	Fence(ctx context.Context, key string) (int64, bool, error)
 }
 
-// NeedsClaim reports whether an ownership acquired for reason must be claimed in a Fencer
+// needsClaim reports whether an ownership acquired for reason must be claimed in a Fencer
 // before its run: its previous owner may still be running (its lease lapsed, or its attempt
 // expired). A retry after a failure, a handover and a lost result follow an owner that
 // ended; a new flight follows none that Redis still knows of (an owner paused for longer
 // than its flight's records live is refused by Redis's fence rule, by token age, not by a
 // claim).
-func NeedsClaim(reason Reason) bool { return reason == ReasonTakeover || reason == ReasonExpired }
+func needsClaim(reason Reason) bool { return reason == ReasonTakeover || reason == ReasonExpired }
 
-// ClaimTakeover claims d's flight in f, within bound, when d made its caller owner by taking
+// claimTakeover claims d's flight in f, within bound, when d made its caller owner by taking
 // the flight over from an owner that may still be running (NeedsClaim): the claim lives as
 // long as Redis's fence would have (the owner policy's fence TTL). It does nothing for any
 // other decision.
-func ClaimTakeover(ctx context.Context, f Fencer, d Decision, bound time.Duration) error {
-	if d.Owner == nil || !NeedsClaim(d.Reason) {
+func claimTakeover(ctx context.Context, f Fencer, d Decision, bound time.Duration) error {
+	if d.Owner == nil || !needsClaim(d.Reason) {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, bound)

@@ -460,15 +460,15 @@ const MaxKeyLen = 512
 // says otherwise.
 const DefaultMaxInline = 64 << 10
 
-// DefaultMaxSharedInline is the largest result inlined in the events of tasks answered by
+// defaultMaxSharedInline is the largest result inlined in the events of tasks answered by
 // another task's run (followers, joined tasks, hits) unless a caller says otherwise.
-const DefaultMaxSharedInline = 1 << 10
+const defaultMaxSharedInline = 1 << 10
 
 // sharedInline returns the shared cap: shared, else DefaultMaxSharedInline, never above own
 // (a caller whose own events inline less inlines no more in others').
 func sharedInline(shared, own int) int {
 	if shared <= 0 {
-		shared = DefaultMaxSharedInline
+		shared = defaultMaxSharedInline
 	}
 	if own > 0 && shared > own {
 		shared = own

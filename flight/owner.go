@@ -341,7 +341,7 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: TTL %v is below 1ms", key, p.TTL)
 	}
 	fence := Policy{FailureTTL: p.TTL}.WithDefaults().FenceTTL()
-	argv := c.answerArgv(Task{}, 0, DefaultMaxSharedInline, "")
+	argv := c.answerArgv(Task{}, 0, defaultMaxSharedInline, "")
 	argv = append(argv, reason, ms(p.TTL), ms(fence))
 	res, err := lua.Cancel.Run(ctx, c.rdb, c.answerKeys(key, p.Stage), argv...).Slice()
 	if err != nil {

@@ -119,11 +119,12 @@ type End struct {
 	RunTime time.Duration
 }
 
-// MsgHeldAnswer is logged by an owner that completes its flight with an outcome its process
-// holds instead of a call; MsgArchiveAnswer by one answered from the archive.
+// msgHeldAnswer is logged by an owner that completes its flight with an outcome its process
+// holds instead of a call; msgArchiveAnswer by one answered from the archive. cmd/chaos
+// reads both.
 const (
-	MsgHeldAnswer    = "answered from the outcome this process holds; no model call"
-	MsgArchiveAnswer = "answered from the archive; no model call"
+	msgHeldAnswer    = "answered from the outcome this process holds; no model call"
+	msgArchiveAnswer = "answered from the archive; no model call"
 )
 
 // Run runs the flight d made its caller own.
@@ -144,7 +145,7 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	if isHeld {
 		// This process has the key's outcome in hand, unwritten: the call is not run again for
 		// it; this owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
-		r.log(slog.LevelInfo, MsgHeldAnswer, nil, "heldToken", heldToken)
+		r.log(slog.LevelInfo, msgHeldAnswer, nil, "heldToken", heldToken)
 		r.finishing()
 		e := w.settle(ctx, r, o, held, 0, w.Spool.Hold(o.Key, o.Token, held))
 		e.Held = true
@@ -287,7 +288,7 @@ func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done 
 		if e.Verdict == VerdictCancelled {
 			status = StatusCancelled
 		}
-		r.log(slog.LevelInfo, MsgArchiveAnswer, nil, "status", string(status), "archivedToken", a.Token)
+		r.log(slog.LevelInfo, msgArchiveAnswer, nil, "status", string(status), "archivedToken", a.Token)
 		e.How = EndArchived
 	case e.Verdict == VerdictExpired:
 		e.How = EndClosed
@@ -308,7 +309,7 @@ func (w *Owner) claim(ctx context.Context, r Run, d Decision) {
 	if !ok {
 		return
 	}
-	if err := ClaimTakeover(ctx, f, d, w.Timeout); err != nil {
+	if err := claimTakeover(ctx, f, d, w.Timeout); err != nil {
 		r.log(slog.LevelWarn, "archive claim failed: after a Redis data loss the previous owner could write its result back",
 			err, "reason", string(d.Reason))
 	}
