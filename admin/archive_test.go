@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
@@ -19,7 +19,7 @@ import (
 func TestFlightShowsArchivedRow(t *testing.T) {
 	r := redistest.New(t)
 	ctx := context.Background()
-	store, err := archive.Open(ctx, archive.Config{URL: pgtest.New(t).URL, Deployment: "test"})
+	store, err := postgres.Open(ctx, postgres.Config{URL: pgtest.New(t).URL, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -36,7 +36,7 @@ type Config struct {
 	MaxFlights int
 	// Archive, when set, is the durable archive: a flight's detail shows the key's archived
 	// row beside its Redis state, also when Redis no longer knows the key.
-	Archive *archive.Store
+	Archive *postgres.Store
 }
 
 // Inspector reads Flightdeck's state from Redis for the dashboard and the CLI. Safe for

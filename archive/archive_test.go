@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
@@ -23,11 +24,11 @@ func outcome(key string, token int64, result string) flight.Archived {
 		Attempts: 1, Result: []byte(result), FinishedAt: time.Now()}
 }
 
-func open(t *testing.T, url string) *archive.Store {
+func open(t *testing.T, url string) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := archive.Open(ctx, archive.Config{URL: url, Deployment: "test"})
+	s, err := postgres.Open(ctx, postgres.Config{URL: url, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestStore(t *testing.T) {
 		if _, err := s.Put(ctx, []flight.Archived{bad}); err == nil {
 			t.Error("a RUNNING outcome was accepted")
 		}
-		if _, err := archive.Open(ctx, archive.Config{URL: "postgres://u:topsecret@127.0.0.1:1/x?connect_timeout=1", Deployment: "test"}); err == nil ||
+		if _, err := postgres.Open(ctx, postgres.Config{URL: "postgres://u:topsecret@127.0.0.1:1/x?connect_timeout=1", Deployment: "test"}); err == nil ||
 			strings.Contains(err.Error(), "topsecret") {
 			t.Errorf("open of an unreachable archive: %v", err)
 		}

@@ -3,68 +3,13 @@ package archive
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
 // Claims: the fence that outlives Redis (DESIGN.md section 9). An owner that takes a flight
 // over from an owner that may still be running claims the key with its token before it runs
 // the model; after a Redis data loss, which takes the flight's fence with it, the older
 // owner's write-back is refused by the claim (or by a newer archived outcome).
-
-// Claim records durably that token owns key's flight in the store's deployment, until ttl from now (DefaultRetention
-// when ttl <= 0). A claim is replaced only by a larger token (an older or repeated claim
-// changes nothing) and never shortened.
-func (s *Store) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
-	if key == "" || flight.CheckToken(token) != nil {
-		return fmt.Errorf("archive: claim %q token %d: %w", key, token, ErrInvalid)
-	}
-	if ttl <= 0 {
-		ttl = DefaultRetention
-	}
-	if err := s.Migrate(ctx); err != nil {
-		return err
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO flightdeck_claims AS c (deployment, request_key, owner_token, expires_at)
-        VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
-        ON CONFLICT (deployment, request_key) DO UPDATE SET owner_token = EXCLUDED.owner_token, claimed_at = now(),
-            expires_at = GREATEST(c.expires_at, EXCLUDED.expires_at)
-        WHERE c.owner_token < EXCLUDED.owner_token`, s.deployment, key, token, ttl.Milliseconds())
-	if err != nil {
-		return fmt.Errorf("archive: claim %s: %w", key, err)
-	}
-	return nil
-}
-
-// Fence returns the largest owner token the store's deployment knows for key: of its claim and of its
-// archived outcome, expired or not (a token once issued stays issued); false when it knows
-// none.
-func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
-	if err := s.Migrate(ctx); err != nil {
-		return 0, false, err
-	}
-	var tok *int64 // NULL: neither table has the key
-	err := s.pool.QueryRow(ctx, `SELECT GREATEST(
-        (SELECT owner_token FROM flightdeck_claims WHERE deployment = $1 AND request_key = $2),
-        (SELECT owner_token FROM flightdeck_outcomes WHERE deployment = $1 AND request_key = $2))`,
-		s.deployment, key).Scan(&tok)
-	if err != nil {
-		return 0, false, fmt.Errorf("archive: fence %s: %w", key, err)
-	}
-	if tok == nil {
-		return 0, false, nil
-	}
-	return *tok, true, nil
-}
-
-// purgeClaims deletes at most limit claims of the store's deployment past their expiry, oldest first.
-func (s *Store) purgeClaims(ctx context.Context, limit int) (int64, error) {
-	return s.purgeTable(ctx, "flightdeck_claims", limit)
-}
 
 // Claim records durably, before the model call, that token owns key's flight (Store.Claim),
 // within ctx. While the archive is away it fails at once (ErrUnavailable), like Lookup; it
@@ -123,31 +68,4 @@ func (w *Writer) failed(ctx context.Context, short bool, op string, err error) {
 	default:
 		w.markDown(err)
 	}
-}
-
-// ClaimRow is a key's claim, as InspectClaim shows it.
-type ClaimRow struct {
-	// Token is the owner token that claimed the key; ClaimedAt when.
-	Token     int64
-	ClaimedAt time.Time
-	// ExpiresAt is when the purge job may delete it; Expired is true once it passed.
-	ExpiresAt time.Time
-	Expired   bool
-}
-
-// InspectClaim returns key's claim in the store's deployment, expired or not; false when there is none (also on a
-// database no consumer has migrated yet). It needs SELECT on flightdeck_claims and never
-// migrates.
-func (s *Store) InspectClaim(ctx context.Context, key string) (ClaimRow, bool, error) {
-	var r ClaimRow
-	err := s.pool.QueryRow(ctx, `SELECT owner_token, claimed_at, expires_at FROM flightdeck_claims
-        WHERE deployment = $1 AND request_key = $2`, s.deployment, key).Scan(&r.Token, &r.ClaimedAt, &r.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) || noTable(err) {
-		return ClaimRow{}, false, nil
-	}
-	if err != nil {
-		return ClaimRow{}, false, fmt.Errorf("archive: inspect claim %s: %w", key, err)
-	}
-	r.Expired = !r.ExpiresAt.After(time.Now())
-	return r, true, nil
 }

@@ -1,19 +1,8 @@
-// Package archive keeps the terminal outcomes of flights in PostgreSQL, the durable store
-// behind Redis's short-lived flight state: one row per request key with its status, result
-// or error, owner token and times, kept for a per-stage retention.
-//
-// Every row belongs to a deployment (Config.Deployment; a consumer's is its key prefix unless
-// told otherwise), and a Store reads and writes only its own deployment's rows: deployments
-// that share a database, such as two tenants' fleets or staging and production, never answer
-// each other's keys.
-//
-// Writes are fenced in SQL: a row is replaced only by an outcome with a larger owner token,
-// so a zombie owner's late write is refused by PostgreSQL too, whatever order writes arrive
-// in. Consumers write outcomes off the owner's critical path (Writer: batched, spooled to
-// disk with fsync while PostgreSQL is away, written back when it answers) and read them
-// lazily (Store.Get): when Redis no longer knows a key, the archived outcome answers the key
-// again without a model call (lazy rehydrate, in the consumer and executor.Executor).
-//
-// The schema is versioned and embedded: Open applies the migrations that are missing, under
-// an advisory lock, so consumers starting together apply each migration once.
+// Package archive keeps the terminal outcomes of flights in a durable store behind Redis's
+// short-lived flight state (Store; package archive/postgres is the PostgreSQL one).
+// Consumers write outcomes off the owner's critical path (Writer: batched, spooled to disk
+// with fsync while the store is away, written back when it answers) and read them lazily:
+// when Redis no longer knows a key, the archived outcome answers the key again without a
+// model call (lazy rehydrate, in the consumer and executor.Executor). The package links no
+// database driver.
 package archive

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
@@ -19,7 +20,7 @@ import (
 // execArchive starts what the executor tests share: a private Redis (skipping when REDIS_URL
 // is set: the tests wipe it), a private PostgreSQL with the archive, and its running writer,
 // stopped and closed at the end of the test. ctx ends then too.
-func execArchive(t *testing.T) (context.Context, *redistest.Target, *archive.Store, *archive.Writer) {
+func execArchive(t *testing.T) (context.Context, *redistest.Target, *postgres.Store, *archive.Writer) {
 	t.Helper()
 	pg := pgtest.New(t)
 	r := redistest.New(t)

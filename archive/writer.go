@@ -16,8 +16,8 @@ import (
 
 // WriterConfig configures a Writer.
 type WriterConfig struct {
-	// Store is the archive. Required.
-	Store *Store
+	// Store is the archive (archive/postgres). Required.
+	Store Store
 	// SpoolDir and Name place the spool of outcomes the archive could not take yet:
 	// <SpoolDir>/archive-<Name>.jsonl. Required. Spools of stopped processes found in
 	// SpoolDir are adopted and written back.
@@ -49,7 +49,7 @@ type WriterConfig struct {
 // with Run, and Close it after Run returned.
 type Writer struct {
 	cfg     WriterConfig
-	store   *Store
+	store   Store
 	spool   *spool
 	metrics *Metrics
 	log     zerolog.Logger
@@ -332,7 +332,7 @@ func (w *Writer) put(ctx context.Context, batch []flight.Archived) error {
 		w.log.Error().Err(err).Msg("archive: outcome dropped")
 		var ok []flight.Archived
 		for _, a := range batch {
-			if check(a) == nil {
+			if Check(a) == nil {
 				ok = append(ok, a)
 			}
 		}
@@ -345,7 +345,7 @@ func (w *Writer) put(ctx context.Context, batch []flight.Archived) error {
 	}
 	w.metrics.writeTime.Observe(time.Since(start).Seconds())
 	w.metrics.writes.WithLabelValues("written").Add(float64(n))
-	w.metrics.writes.WithLabelValues("refused").Add(float64(len(newestPerKey(batch)) - n))
+	w.metrics.writes.WithLabelValues("refused").Add(float64(len(NewestPerKey(batch)) - n))
 	return nil
 }
 
@@ -402,7 +402,7 @@ func (w *Writer) up() {
 
 // purge deletes outcomes and claims past their retention in bounded rounds.
 func (w *Writer) purge(ctx context.Context) {
-	for _, del := range []func(context.Context, int) (int64, error){w.store.Purge, w.store.purgeClaims} {
+	for _, del := range []func(context.Context, int) (int64, error){w.store.Purge, w.store.PurgeClaims} {
 		for range 10 {
 			pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 			n, err := del(pctx, w.cfg.PurgeBatch)

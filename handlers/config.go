@@ -89,7 +89,7 @@ type Config struct {
 	// SpoolDir while the archive does not answer), and a new owner answers its key from the
 	// archive when it holds the key's final outcome, without a model call. The consumer
 	// does not close it.
-	Archive *archive.Store
+	Archive archive.Store
 	// SpoolDir is the base directory of the spools of uncertain outcomes (results the model
 	// produced but Redis could not store) and of the archive: the consumer keeps its files in
 	// the subdirectory of its deployment (flight.DeploymentSpoolDir: named after the keyspace

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
@@ -47,7 +47,7 @@ func (z *zombieModel) Call(ctx context.Context, _ model.Request, _ model.Progres
 // call, so the old owner's write-back is refused (ErrStaleToken) and the task gets the new
 // owner's result and token.
 func TestTakeoverClaimOutlivesRedis(t *testing.T) {
-	store, err := archive.Open(context.Background(), archive.Config{URL: pgtest.New(t).URL, Deployment: "test"})
+	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgtest.New(t).URL, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

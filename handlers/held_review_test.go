@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
@@ -118,7 +118,7 @@ func TestCancelledRunsHeldResultIsNotTaken(t *testing.T) {
 // A duplicate then owns a new flight: it must not rehydrate the cancelled run's archived
 // result (which may never be stored, DESIGN.md section 3), it runs the model.
 func TestCancelledRunsArchivedResultIsNotRehydrated(t *testing.T) {
-	store, err := archive.Open(context.Background(), archive.Config{URL: pgtest.New(t).URL, Deployment: "test"})
+	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgtest.New(t).URL, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
@@ -111,10 +111,10 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 		archive bool // the result, spooled for Redis, must reach the archive at once
 	}{{"short outage", false, false}, {"outage past the lease, with the archive", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var store *archive.Store
+			var store *postgres.Store
 			if tc.archive {
 				var err error
-				if store, err = archive.Open(context.Background(), archive.Config{URL: pgtest.New(t).URL, Deployment: "test"}); err != nil {
+				if store, err = postgres.Open(context.Background(), postgres.Config{URL: pgtest.New(t).URL, Deployment: "test"}); err != nil {
 					t.Fatal(err)
 				}
 				defer store.Close()
@@ -125,7 +125,9 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 				evaluation(gm, func(s *handlers.StageConfig) {
 					s.Lease, s.HeartbeatInterval = time.Second, 200*time.Millisecond
 				})(c)
-				c.Archive = store
+				if store != nil {
+					c.Archive = store
+				}
 			})
 			b.enqueue(topics.Task{TaskID: "u1", Stage: handlers.StageEvaluation, Input: simInput(1, 0)})
 			wait(t, gm.started, "the model call")
@@ -225,7 +227,7 @@ type archiveOwner struct {
 func startArchiveOwner(t *testing.T, input int) *archiveOwner {
 	t.Helper()
 	pg := pgtest.New(t)
-	store, err := archive.Open(context.Background(), archive.Config{URL: pg.URL, Deployment: "test"})
+	store, err := postgres.Open(context.Background(), postgres.Config{URL: pg.URL, Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

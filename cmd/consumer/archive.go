@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -55,9 +55,9 @@ func archiveDeployment(flagValue, prefix string) string {
 // answer at start is no reason not to start (outcomes are spooled until it answers, and the
 // schema is applied then), so that is a warning, not an error. With adopt, it moves the
 // legacy rows of tenants (all without tenants) into the deployment once the schema is
-// applied (archive.Store.AdoptLegacy), and logs how many.
-func openArchive(ctx context.Context, log *zerolog.Logger, cfg archive.Config, adopt bool, tenants []string) (*archive.Store, error) {
-	s, err := archive.New(cfg)
+// applied (postgres.Store.AdoptLegacy), and logs how many.
+func openArchive(ctx context.Context, log *zerolog.Logger, cfg postgres.Config, adopt bool, tenants []string) (*postgres.Store, error) {
+	s, err := postgres.New(cfg)
 	if err != nil {
 		return nil, err
 	}

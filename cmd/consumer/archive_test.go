@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -61,7 +61,7 @@ func TestRedisDataLossCostsNoModelCall(t *testing.T) {
 		t.Fatalf("%d model calls for 20 keys", n)
 	}
 	// Every outcome is in the archive before Redis goes.
-	store, err := archive.Open(context.Background(), archive.Config{URL: pg.URL, Deployment: e.prefix})
+	store, err := postgres.Open(context.Background(), postgres.Config{URL: pg.URL, Deployment: e.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -89,7 +89,7 @@ func (s httpSettings) describe() string {
 // so an address in use is an error at start. stop shuts them down.
 func (s httpSettings) serve(log *zerolog.Logger, c *handlers.Consumer, reg *prometheus.Registry,
 	newClient func() redis.UniversalClient, ks topics.Keyspace, stages []handlers.StageConfig,
-	livenessTimeout time.Duration, store *archive.Store) (stop func(), err error) {
+	livenessTimeout time.Duration, store *postgres.Store) (stop func(), err error) {
 	var (
 		servers []*http.Server
 		closers []func() error

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
@@ -44,11 +44,11 @@ func documentedSQL(t *testing.T, lang string) []string {
 }
 
 // openArchiveOf opens the archive of deployment at dbURL.
-func openArchiveOf(t *testing.T, dbURL, deployment string) *archive.Store {
+func openArchiveOf(t *testing.T, dbURL, deployment string) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := archive.Open(ctx, archive.Config{URL: dbURL, Deployment: deployment})
+	s, err := postgres.Open(ctx, postgres.Config{URL: dbURL, Deployment: deployment})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestArchiveAdoptLegacyAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, f := range []string{"0001_outcomes", "0002_claims"} {
-		sql, err := os.ReadFile(filepath.Join("..", "..", "archive", "migrations", f+".sql"))
+		sql, err := os.ReadFile(filepath.Join("..", "..", "archive", "postgres", "migrations", f+".sql"))
 		if err != nil {
 			t.Fatal(err)
 		}

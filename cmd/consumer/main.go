@@ -37,6 +37,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/cli"
@@ -211,18 +212,22 @@ func run(args []string) (err error) {
 	if *o.adoptLegacy && aURL == "" {
 		return cli.Usagef("--archive-adopt-legacy needs an archive (--archive or $FLIGHTDECK_ARCHIVE_URL)")
 	}
-	acfg := archive.Config{URL: aURL, Deployment: archiveDeployment(*o.archiveDep, *o.prefix)}
-	var store *archive.Store
+	acfg := postgres.Config{URL: aURL, Deployment: archiveDeployment(*o.archiveDep, *o.prefix)}
+	var store *postgres.Store
 	if aURL != "" {
 		if store, err = openArchive(context.Background(), &log, acfg, *o.adoptLegacy, limits.Tenants); err != nil {
-			if errors.Is(err, archive.ErrConfig) {
+			if errors.Is(err, postgres.ErrConfig) {
 				return &cli.UsageError{Err: err} // a malformed URL or --archive-deployment
 			}
 			return err
 		}
 		defer store.Close()
 	}
-	c, err := handlers.NewConsumer(handlers.Config{Archive: store,
+	var arch archive.Store // nil unless there is an archive (a nil *postgres.Store is not)
+	if store != nil {
+		arch = store
+	}
+	c, err := handlers.NewConsumer(handlers.Config{Archive: arch,
 		NewClient: knobs.Wrap(newClient),
 		Keyspace:  topics.Keyspace{Prefix: *o.prefix}, Name: *o.name, Stages: stageCfgs, Handlers: mux,
 		Logger: &log, Registry: reg, LivenessInterval: *o.livenessInt, ClaimInterval: *o.claimInt, Grace: *o.grace,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
@@ -18,7 +18,7 @@ import (
 func testInspectArchive(t *testing.T, c *cli) {
 	pg := pgtest.New(t)
 	ctx := context.Background()
-	store, err := archive.Open(ctx, archive.Config{URL: pg.URL, Deployment: c.prefix})
+	store, err := postgres.Open(ctx, postgres.Config{URL: pg.URL, Deployment: c.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
@@ -197,7 +197,7 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	acfg := archive.Config{URL: *archiveURL, Deployment: *deployment}
+	acfg := postgres.Config{URL: *archiveURL, Deployment: *deployment}
 	if acfg.Deployment == "" {
 		acfg.Deployment = a.prefix
 	}
@@ -252,14 +252,14 @@ func (a *app) printIndented(v any) error {
 // flightInspection reads the flight of key (and its archived row in the deployment of acfg,
 // when acfg names a URL); nil when neither Redis nor the archive knows the key.
 func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, key string,
-	acfg archive.Config) (*inspection, error) {
+	acfg postgres.Config) (*inspection, error) {
 	archiveURL := acfg.URL
 	// The dashboard's read model: the same record /ui/api/flight serves, with the archived row
 	// when an archive is named.
-	var store *archive.Store
+	var store *postgres.Store
 	if archiveURL != "" {
 		var err error
-		if store, err = archive.New(acfg); err != nil {
+		if store, err = postgres.New(acfg); err != nil {
 			return nil, err
 		}
 		defer store.Close()

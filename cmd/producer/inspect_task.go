@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -42,7 +42,7 @@ type pendingEntry struct {
 
 // inspectTask finds task id among the newest scan entries of the task and result streams of
 // stage (every registered stage when ""), then prints it with its flight.
-func (a *app) inspectTask(ctx context.Context, id, stage string, scan int, acfg archive.Config) error {
+func (a *app) inspectTask(ctx context.Context, id, stage string, scan int, acfg postgres.Config) error {
 	if err := topics.CheckID(id, topics.Limits{}); err != nil {
 		return usagef("--task: %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -22,7 +22,7 @@ const lossPauseLimit = 30 * time.Second
 // lossRecorder keeps, for the history, what Redis held before each redis-data-loss fault
 // (its result and dead-letter streams are lost with it) and what the archive held then.
 type lossRecorder struct {
-	store *archive.Store // the run's archive, read-only here
+	store *postgres.Store // the run's archive, read-only here
 
 	mu     sync.Mutex
 	losses []DataLoss
@@ -155,7 +155,7 @@ func (in *injector) someSucceeded(rows map[string]ArchivedRow, n int) []string {
 
 // readBeforeLoss reads the result streams, the dead letters and the archive's row of every
 // key the run sent.
-func (in *injector) readBeforeLoss(ctx context.Context, store *archive.Store) ([]topics.Event, []DeadLetter, map[string]ArchivedRow, error) {
+func (in *injector) readBeforeLoss(ctx context.Context, store *postgres.Store) ([]topics.Event, []DeadLetter, map[string]ArchivedRow, error) {
 	evs, err := readAllEvents(ctx, in.rdb, in.ks)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: events: %w", ErrLossSnapshot, err)

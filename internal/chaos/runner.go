@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -152,7 +152,7 @@ type env struct {
 	// archiveURL and archive are the run's PostgreSQL archive (Config.Archive); empty, nil
 	// without it.
 	archiveURL string
-	archive    *archive.Store
+	archive    *postgres.Store
 	closers    []func()
 }
 
@@ -308,7 +308,7 @@ func (e *env) startArchive(ctx context.Context) error {
 		return err
 	}
 	e.closers = append(e.closers, pg.stop)
-	store, err := archive.Open(ctx, archive.Config{URL: pg.URL(), Deployment: topics.DefaultPrefix})
+	store, err := postgres.Open(ctx, postgres.Config{URL: pg.URL(), Deployment: topics.DefaultPrefix})
 	if err != nil {
 		return fmt.Errorf("chaos: open the archive: %w", err)
 	}

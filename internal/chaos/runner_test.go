@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/archive"
+	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -160,7 +160,7 @@ func TestPostgresArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pg.stop()
-	store, err := archive.Open(ctx, archive.Config{URL: pg.URL(), Deployment: "test"})
+	store, err := postgres.Open(ctx, postgres.Config{URL: pg.URL(), Deployment: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

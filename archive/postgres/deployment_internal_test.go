@@ -1,4 +1,4 @@
-package archive
+package postgres
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
@@ -154,7 +155,7 @@ func TestDeployments(t *testing.T) {
 	if n, err := acme.Purge(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("acme's purge: %d %v, want its one expired row", n, err)
 	}
-	if n, err := acme.purgeClaims(ctx, 100); err != nil || n != 1 {
+	if n, err := acme.PurgeClaims(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("acme's claim purge: %d %v, want its one expired claim", n, err)
 	}
 	if r, ok, _ := beta.Inspect(ctx, old.Key); !ok || !r.Expired {
@@ -169,7 +170,7 @@ func TestDeployments(t *testing.T) {
 	if n, err := beta.Purge(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("beta's purge: %d %v", n, err)
 	}
-	if n, err := beta.purgeClaims(ctx, 100); err != nil || n != 2 { // old's and k's 1 ms claim
+	if n, err := beta.PurgeClaims(ctx, 100); err != nil || n != 2 { // old's and k's 1 ms claim
 		t.Fatalf("beta's claim purge: %d %v, want 2", n, err)
 	}
 	if a, ok, _ := acme.Get(ctx, k); !ok || string(a.Result) != `"forged"` {
@@ -332,11 +333,11 @@ func TestTokensAboveTwoToThe53(t *testing.T) {
 	huge := int64(9e18)
 	_, err := s.Put(ctx, []flight.Archived{{Key: "k", Stage: "s", Tenant: "acme", Status: flight.StatusSucceeded,
 		Token: huge, Attempts: 1, Result: []byte(`1`), FinishedAt: time.Now()}})
-	if !errors.Is(err, ErrInvalid) {
-		t.Errorf("Put with token 9e18: %v, want ErrInvalid", err)
+	if !errors.Is(err, archive.ErrInvalid) {
+		t.Errorf("Put with token 9e18: %v, want archive.ErrInvalid", err)
 	}
-	if err := s.Claim(ctx, "k", huge, time.Hour); !errors.Is(err, ErrInvalid) {
-		t.Errorf("Claim with token 9e18: %v, want ErrInvalid", err)
+	if err := s.Claim(ctx, "k", huge, time.Hour); !errors.Is(err, archive.ErrInvalid) {
+		t.Errorf("Claim with token 9e18: %v, want archive.ErrInvalid", err)
 	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {

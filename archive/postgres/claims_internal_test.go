@@ -1,4 +1,4 @@
-package archive
+package postgres
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 )
@@ -56,7 +57,7 @@ func TestClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(10 * time.Millisecond)
-	if n, err := s.purgeClaims(ctx, 100); err != nil || n != 1 {
+	if n, err := s.PurgeClaims(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("purge: %d %v, want the expired claim only", n, err)
 	}
 	fence("short", 0)
@@ -79,7 +80,7 @@ func TestClaims(t *testing.T) {
 
 	// The writer answers Fence and Claim before Run (a consumer writes its spool back first),
 	// and a call its caller cancelled does not mark the archive away.
-	w, err := NewWriter(WriterConfig{Store: s, SpoolDir: t.TempDir(), Name: "w"})
+	w, err := archive.NewWriter(archive.WriterConfig{Store: s, SpoolDir: t.TempDir(), Name: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,8 +110,8 @@ func TestClaims(t *testing.T) {
 		key string
 		tok int64
 	}{{"", 1}, {"k", 0}, {"k", -1}} {
-		if err := s.Claim(ctx, bad.key, bad.tok, time.Hour); !errors.Is(err, ErrInvalid) {
-			t.Errorf("claim %q %d: %v, want ErrInvalid", bad.key, bad.tok, err)
+		if err := s.Claim(ctx, bad.key, bad.tok, time.Hour); !errors.Is(err, archive.ErrInvalid) {
+			t.Errorf("claim %q %d: %v, want archive.ErrInvalid", bad.key, bad.tok, err)
 		}
 	}
 }
