@@ -124,7 +124,7 @@ func TestStore(t *testing.T) {
 		}
 		defer conn.Close(ctx)
 		var n int
-		files, _ := filepath.Glob("migrations/*.sql")
+		files, _ := filepath.Glob("postgres/migrations/*.sql")
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM flightdeck_schema_migrations`).Scan(&n); err != nil || n != len(files) {
 			t.Errorf("migrations recorded: %d %v, want one per file (%d)", n, err, len(files))
 		}
