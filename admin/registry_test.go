@@ -19,7 +19,7 @@ func TestRegistryStagesShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := topics.RegisterStages(ctx, r.Client, ks, now.UnixMilli(),
+	if _, err := topics.RegisterStages(ctx, r.Client, ks, now.UnixMilli(),
 		[]topics.StageInfo{{Name: "summarize", Partitions: 1, Mode: "HYBRID", Model: "handler", Consumer: "w1"}}); err != nil {
 		t.Fatal(err)
 	}

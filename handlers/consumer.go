@@ -132,7 +132,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	c.coord = coord
 	c.live = &liveness{rdb: c.rdb, key: cfg.Keyspace.Consumers(topics.ConsumerGroup), name: cfg.Name,
 		interval: cfg.LivenessInterval, timeout: cfg.LivenessTimeout, log: c.log,
-		stages: newStageRegistry(c.rdb, cfg.Keyspace, cfg.Name, cfg.Stages)}
+		stages: newStageRegistry(c.rdb, cfg.Keyspace, cfg.Name, cfg.Stages, c.log)}
 	stop, stopCancel := context.WithCancel(context.Background())
 	owners, abandon := context.WithCancelCause(stop)
 	c.life = &lifecycle{stop: stop, owners: owners}

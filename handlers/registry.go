@@ -2,8 +2,11 @@ package handlers
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -17,11 +20,19 @@ type stageRegistry struct {
 	rdb    redis.UniversalClient
 	ks     topics.Keyspace
 	stages []topics.StageInfo
+	log    zerolog.Logger
+
+	mu     sync.Mutex
+	warned map[string]bool // "<stage> <consumer> <model>" of the other consumers warned about
 }
 
+// otherModelFor is how recent another consumer's entry of a stage must be to count as a live
+// consumer of the stage.
+const otherModelFor = 10 * time.Second
+
 // newStageRegistry returns the registry entries of a consumer named name that consumes stages.
-func newStageRegistry(rdb redis.UniversalClient, ks topics.Keyspace, name string, stages []StageConfig) *stageRegistry {
-	r := &stageRegistry{rdb: rdb, ks: ks}
+func newStageRegistry(rdb redis.UniversalClient, ks topics.Keyspace, name string, stages []StageConfig, log zerolog.Logger) *stageRegistry {
+	r := &stageRegistry{rdb: rdb, ks: ks, log: log, warned: map[string]bool{}}
 	for _, s := range stages {
 		r.stages = append(r.stages, topics.StageInfo{Name: s.Name, Partitions: max(s.Partitions, 1),
 			Mode: string(s.Mode), Model: s.Model, Consumer: name})
@@ -30,10 +41,30 @@ func newStageRegistry(rdb redis.UniversalClient, ks topics.Keyspace, name string
 }
 
 // register writes the consumer's stages as seen at now (Unix ms, the Redis clock of the
-// liveness beat). A nil registry registers nothing.
+// liveness beat). A nil registry registers nothing. When another consumer registered one of
+// the stages lately with another model, it warns, once per consumer and model: the stage's
+// tasks are split between them, and some get the other model's results.
 func (r *stageRegistry) register(ctx context.Context, now int64) error {
 	if r == nil {
 		return nil
 	}
-	return topics.RegisterStages(ctx, r.rdb, r.ks, now, r.stages)
+	prev, err := topics.RegisterStages(ctx, r.rdb, r.ks, now, r.stages)
+	for _, p := range prev {
+		for _, s := range r.stages {
+			if p.Name != s.Name || p.Consumer == s.Consumer || p.Model == s.Model || now-p.LastSeen > otherModelFor.Milliseconds() {
+				continue
+			}
+			r.mu.Lock()
+			k := p.Name + " " + p.Consumer + " " + p.Model
+			first := !r.warned[k]
+			r.warned[k] = true
+			r.mu.Unlock()
+			if first {
+				r.log.Warn().Str("stage", s.Name).Str("model", s.Model).Str("otherConsumer", p.Consumer).
+					Str("otherModel", p.Model).Msg("another consumer serves this stage with another model: " +
+					"the stage's tasks are split between them, and each key gets the result of whichever model runs it")
+			}
+		}
+	}
+	return err
 }

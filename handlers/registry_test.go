@@ -2,7 +2,10 @@ package handlers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,4 +126,61 @@ func (b *bundle) run(name string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
 	return c.Run(ctx)
+}
+
+// logSink is a goroutine-safe log writer a test reads back.
+type logSink struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *logSink) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+
+func (s *logSink) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestOtherModelOnAStageIsNamed: a consumer that serves a stage with a handler, beside a
+// consumer that serves it with the simulated model, splits the stage's tasks with it; each
+// says so once in a warning naming the other consumer and its model. Consumers of one model
+// say nothing.
+func TestOtherModelOnAStageIsNamed(t *testing.T) {
+	b := setup(t)
+	logs := map[string]*logSink{}
+	start := func(name string, handler bool) {
+		sink := &logSink{}
+		logs[name] = sink
+		b.consumer(name, func(c *handlers.Config) {
+			log := zerolog.New(sink).Level(zerolog.WarnLevel)
+			c.Logger = &log
+			if handler {
+				mux := handlers.NewMux()
+				mux.HandleFunc(handlers.StageEvaluation, func(context.Context, handlers.Request, handlers.ProgressFunc) (json.RawMessage, error) {
+					return json.RawMessage(`1`), nil
+				})
+				c.Handlers = mux
+			}
+		})
+	}
+	start("sim-1", false)
+	start("sim-2", false)
+	start("custom", true)
+	const msg = "another consumer serves this stage with another model"
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && !(strings.Contains(logs["custom"].String(), msg) && strings.Contains(logs["sim-1"].String()+logs["sim-2"].String(), msg)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := logs["custom"].String(); strings.Count(got, msg) == 0 || !strings.Contains(got, `"otherModel":"sim"`) {
+		t.Errorf("the custom consumer did not name the sim consumers: %s", got)
+	}
+	if got := logs["sim-1"].String() + logs["sim-2"].String(); !strings.Contains(got, `"otherModel":"handler"`) || !strings.Contains(got, `"otherConsumer":"custom"`) {
+		t.Errorf("the sim consumers did not name the custom one: %s", got)
+	}
+	time.Sleep(time.Second) // five more beats: the warning is not repeated
+	if n := strings.Count(logs["custom"].String(), msg); n > 2 {
+		t.Errorf("the custom consumer warned %d times, want once per other consumer", n)
+	}
+	for _, name := range []string{"sim-1", "sim-2"} {
+		if strings.Contains(logs[name].String(), `"otherConsumer":"sim-`) {
+			t.Errorf("%s warned about a consumer of its own model: %s", name, logs[name].String())
+		}
+	}
 }

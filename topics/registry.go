@@ -36,25 +36,43 @@ func (s StageInfo) LastSeenTime() time.Time {
 	return time.UnixMilli(s.LastSeen)
 }
 
-// RegisterStages writes stages into the stage registry of ks, in one HSET. Each stage's
-// LastSeen is set to now (Unix ms; pass the Redis clock).
-func RegisterStages(ctx context.Context, rdb redis.Cmdable, ks Keyspace, now int64, stages []StageInfo) error {
+// RegisterStages writes stages into the stage registry of ks, in one round trip, and returns
+// the entries they replaced (one per stage that had one). Each stage's LastSeen is set to now
+// (Unix ms; pass the Redis clock).
+func RegisterStages(ctx context.Context, rdb redis.Cmdable, ks Keyspace, now int64, stages []StageInfo) ([]StageInfo, error) {
 	if len(stages) == 0 {
-		return nil
+		return nil, nil
 	}
+	names := make([]string, 0, len(stages))
 	args := make([]any, 0, 2*len(stages))
 	for _, s := range stages {
 		s.LastSeen = now
 		b, err := json.Marshal(s)
 		if err != nil {
-			return fmt.Errorf("topics: stage %s: %w", s.Name, err)
+			return nil, fmt.Errorf("topics: stage %s: %w", s.Name, err)
 		}
+		names = append(names, s.Name)
 		args = append(args, s.Name, b)
 	}
-	if err := rdb.HSet(ctx, ks.Stages(), args...).Err(); err != nil {
-		return fmt.Errorf("topics: register stages: %w", err)
+	var old *redis.SliceCmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		old = p.HMGet(ctx, ks.Stages(), names...)
+		p.HSet(ctx, ks.Stages(), args...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("topics: register stages: %w", err)
 	}
-	return nil
+	var prev []StageInfo
+	for i, v := range old.Val() {
+		if js, ok := v.(string); ok {
+			var s StageInfo
+			_ = json.Unmarshal([]byte(js), &s)
+			s.Name = names[i]
+			prev = append(prev, s)
+		}
+	}
+	return prev, nil
 }
 
 // ReadStages returns the stage registry of ks sorted by name, and the Redis clock
