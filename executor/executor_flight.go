@@ -125,21 +125,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 	o.Task = flight.Task{ID: "exec-" + uuid.NewString()}
 	d.Owner = &o
 	log := e.log.With().Str("requestKey", o.Key).Int64("token", o.Token).Logger()
-	end := st.owner.Run(ctx, d, flight.Run{
-		Context: ctx,
-		Call: func(ctx context.Context, progress func()) ([]byte, error) {
-			ctx, cancel := context.WithTimeout(ctx, st.opt.Budget.Execution)
-			defer cancel()
-			return fn(ctx, progress)
-		},
-		Log: func(level slog.Level, msg string, err error, kv ...any) {
-			ev := log.WithLevel(zerologLevel(level))
-			if err != nil {
-				ev = ev.Err(err)
-			}
-			ev.Fields(kv).Msg(msg)
-		},
-	})
+	end := st.owner.Run(ctx, d, flight.Run{Context: ctx, Caller: &caller{fn: fn, budget: st.opt.Budget.Execution, log: &log}})
 	res = Result{Value: end.Value, Shared: topics.SharedOwner, Token: o.Token}
 	switch end.How {
 	case flight.EndCompleted:
@@ -200,6 +186,47 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 		return Result{}, false, end.CallErr // the failure could not be recorded; fn is not run again here
 	}
 	return Result{}, false, end.Err
+}
+
+// caller is an in-process caller's side of an owner run (flight.Caller).
+type caller struct {
+	fn     Fn
+	budget time.Duration // Budget.Execution
+	log    *zerolog.Logger
+}
+
+// Call runs fn within the execution budget.
+func (c *caller) Call(ctx context.Context, progress func()) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.budget)
+	defer cancel()
+	return c.fn(ctx, progress)
+}
+
+// Failure is flight.FailureOf, retried at once: a provider's retry hint does not delay an
+// in-process caller's next attempt.
+func (c *caller) Failure(err error, _ flight.Ownership) flight.Failure {
+	f := flight.FailureOf(err)
+	f.RetryIn = 0
+	return f
+}
+
+// Finishing does nothing: no subscriber waits for the slot.
+func (c *caller) Finishing() {}
+
+// BeforeComplete lets every complete go ahead: an in-process owner has no joined tasks and no
+// session lock.
+func (c *caller) BeforeComplete(context.Context) ([]flight.Task, bool) { return nil, true }
+
+// AfterComplete does nothing.
+func (c *caller) AfterComplete(flight.Settlement, bool) {}
+
+// Log writes the run's notes to the executor's logger.
+func (c *caller) Log(level slog.Level, msg string, err error, kv ...any) {
+	ev := c.log.WithLevel(zerologLevel(level))
+	if err != nil {
+		ev = ev.Err(err)
+	}
+	ev.Fields(kv).Msg(msg)
 }
 
 // zerologLevel is the zerolog level of an owner run's note.

@@ -35,10 +35,8 @@ type Owner struct {
 	Retention time.Duration
 }
 
-// Run is the caller's side of one owner run.
+// Run is one owner run's context and caller.
 type Run struct {
-	// Call runs the model; progress moves the flight's progressAt.
-	Call func(ctx context.Context, progress func()) ([]byte, error)
 	// Context is what the call runs under. When it ends with the call failed, the run hands
 	// the flight over without spending the attempt (EndAborted, Handed).
 	Context context.Context
@@ -46,16 +44,26 @@ type Run struct {
 	// lost session lock). Nil: never.
 	Abort      <-chan struct{}
 	AbortCause error
-	// Failure classifies the call's error for its Fail; nil is FailureOf.
-	Failure func(err error, o Ownership) Failure
-	// Finishing is called once what is left is a short write; nil: nothing.
-	Finishing func()
-	// BeforeComplete, when set, is called with the ownership about to be completed: it may add
-	// joined tasks, and returns the function told the complete's settlement and whether the
-	// result was spooled, or ok false to hand the flight over instead (EndHanded).
-	BeforeComplete func(ctx context.Context, o *Ownership) (after func(st Settlement, spooled bool), ok bool)
+	Caller     Caller
+}
+
+// Caller is the caller's side of an owner run. Its methods run on the goroutine that called
+// Owner.Run, except Log, which the heartbeat calls too.
+type Caller interface {
+	// Call runs the model; progress moves the flight's progressAt.
+	Call(ctx context.Context, progress func()) ([]byte, error)
+	// Failure classifies the call's error for its Fail (FailureOf, or more).
+	Failure(err error, o Ownership) Failure
+	// Finishing is told that what is left is a short write.
+	Finishing()
+	// BeforeComplete is called before the complete: it returns the joined tasks that ride in
+	// it (Ownership.Joined), or ok false to hand the flight over instead (EndHanded). After a
+	// true answer AfterComplete is told the complete's settlement and whether the result was
+	// spooled, whatever happens, a panic included.
+	BeforeComplete(ctx context.Context) (joined []Task, ok bool)
+	AfterComplete(st Settlement, spooled bool)
 	// Log receives the run's notes: level, message, error (nil: none) and key-value pairs.
-	Log func(level slog.Level, msg string, err error, kv ...any)
+	Log(level slog.Level, msg string, err error, kv ...any)
 }
 
 // Ending is how an owner run ended.
@@ -145,8 +153,8 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	if isHeld {
 		// This process has the key's outcome in hand, unwritten: the call is not run again for
 		// it; this owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
-		r.log(slog.LevelInfo, msgHeldAnswer, nil, "heldToken", heldToken)
-		r.finishing()
+		r.Caller.Log(slog.LevelInfo, msgHeldAnswer, nil, "heldToken", heldToken)
+		r.Caller.Finishing()
 		e := w.settle(ctx, r, o, held, 0, w.Spool.Hold(o.Key, o.Token, held))
 		e.Held = true
 		return e
@@ -157,7 +165,7 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	var progress atomic.Int64
 	stopHeartbeat := w.startHeartbeat(runCtx, cancel, r, o, &progress)
 	start := time.Now()
-	out, callErr := r.Call(runCtx, func() { progress.Add(1) })
+	out, callErr := r.Caller.Call(runCtx, func() { progress.Add(1) })
 	var release func(settled bool)
 	if callErr == nil {
 		// Held from the moment it exists until Redis took or refused it (settle releases it;
@@ -176,7 +184,7 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 		w.handover(r, o)
 		return End{How: EndAborted, Verdict: VerdictInvalid, Handed: true, Cause: cause, CallErr: callErr, RunTime: run}
 	}
-	r.finishing()
+	r.Caller.Finishing()
 	if callErr != nil {
 		return w.fail(ctx, r, o, callErr, run)
 	}
@@ -188,24 +196,22 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 func (w *Owner) settle(ctx context.Context, r Run, o Ownership, v []byte, run time.Duration, release func(settled bool)) End {
 	settled, spooled := false, false
 	defer func() { release(settled) }()
-	if r.BeforeComplete != nil {
-		after, ok := r.BeforeComplete(ctx, &o)
-		if !ok {
-			w.handover(r, o)
-			return End{How: EndHanded, Handed: true, RunTime: run}
-		}
-		var st Settlement
-		defer func() { after(st, spooled) }()
-		e := w.complete(ctx, o, v, run, &settled, &spooled)
-		st = e.Settlement
-		return e
+	joined, ok := r.Caller.BeforeComplete(ctx)
+	if !ok {
+		w.handover(r, o)
+		return End{How: EndHanded, Handed: true, RunTime: run}
 	}
-	return w.complete(ctx, o, v, run, &settled, &spooled)
+	o.Joined = joined
+	var st Settlement
+	defer func() { r.Caller.AfterComplete(st, spooled) }()
+	e := w.complete(ctx, o, v, run, &settled, &spooled)
+	st = e.Settlement
+	return e
 }
 
 // complete is settle's write; it sets settled once nobody else takes the result.
 func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Duration, settled, spooled *bool) End {
-	st, err := w.write(ctx, func(ctx context.Context) (Settlement, error) { return w.Coord.Complete(ctx, o, v, run) })
+	st, err := w.write(ctx, writing{op: "complete", o: o, v: v, run: run})
 	e := End{Op: "complete", Verdict: Judge(err), Settlement: st, Value: v, Err: err, RunTime: run}
 	switch {
 	case e.Verdict == VerdictTaken:
@@ -236,13 +242,8 @@ func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Du
 
 // fail records the call's failure: final, or retried after its RetryIn.
 func (w *Owner) fail(ctx context.Context, r Run, o Ownership, callErr error, run time.Duration) End {
-	var f Failure
-	if r.Failure != nil {
-		f = r.Failure(callErr, o)
-	} else {
-		f = FailureOf(callErr)
-	}
-	st, err := w.write(ctx, func(ctx context.Context) (Settlement, error) { return w.Coord.Fail(ctx, o, f, run) })
+	f := r.Caller.Failure(callErr, o)
+	st, err := w.write(ctx, writing{op: "fail", o: o, f: f, run: run})
 	e := End{Op: "fail", Verdict: Judge(err), Settlement: st, Failure: f, CallErr: callErr, Err: err, RunTime: run}
 	switch {
 	case e.Verdict == VerdictTaken && st.Final:
@@ -268,7 +269,7 @@ func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done 
 	a, ok, err := w.Archive.Lookup(lctx, o.Key)
 	cancel()
 	if err != nil {
-		r.log(slog.LevelDebug, "archive lookup failed; running the model", err)
+		r.Caller.Log(slog.LevelDebug, "archive lookup failed; running the model", err)
 		return End{}, false
 	}
 	if !ok || !a.Answers(w.FailureTTL) {
@@ -279,7 +280,7 @@ func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done 
 	if a.Status != StatusCancelled && w.runClosed(ctx, r, o.Key, a.Token, "archived outcome") {
 		return End{}, false
 	}
-	st, err := w.write(ctx, func(ctx context.Context) (Settlement, error) { return w.Coord.Rehydrate(ctx, o, a) })
+	st, err := w.write(ctx, writing{op: "rehydrate", o: o, a: a})
 	e = End{Op: "rehydrate", Verdict: Judge(err), Settlement: st, Archived: a, Err: err}
 	switch {
 	case e.Verdict == VerdictTaken || e.Verdict == VerdictCancelled:
@@ -288,7 +289,7 @@ func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done 
 		if e.Verdict == VerdictCancelled {
 			status = StatusCancelled
 		}
-		r.log(slog.LevelInfo, msgArchiveAnswer, nil, "status", string(status), "archivedToken", a.Token)
+		r.Caller.Log(slog.LevelInfo, msgArchiveAnswer, nil, "status", string(status), "archivedToken", a.Token)
 		e.How = EndArchived
 	case e.Verdict == VerdictExpired:
 		e.How = EndClosed
@@ -310,7 +311,7 @@ func (w *Owner) claim(ctx context.Context, r Run, d Decision) {
 		return
 	}
 	if err := claimTakeover(ctx, f, d, w.Timeout); err != nil {
-		r.log(slog.LevelWarn, "archive claim failed: after a Redis data loss the previous owner could write its result back",
+		r.Caller.Log(slog.LevelWarn, "archive claim failed: after a Redis data loss the previous owner could write its result back",
 			err, "reason", string(d.Reason))
 	}
 }
@@ -325,28 +326,54 @@ func (w *Owner) runClosed(ctx context.Context, r Run, key string, token int64, w
 	closed, err := w.Coord.RunClosed(cctx, key, token)
 	switch {
 	case err != nil:
-		r.log(slog.LevelWarn, "cannot tell whether the "+what+"'s run was closed; taking it", err, "outcomeToken", token)
+		r.Caller.Log(slog.LevelWarn, "cannot tell whether the "+what+"'s run was closed; taking it", err, "outcomeToken", token)
 		return false
 	case closed:
-		r.log(slog.LevelInfo, "the "+what+"'s run was cancelled or expired for good; not taking it", nil, "outcomeToken", token)
+		r.Caller.Log(slog.LevelInfo, "the "+what+"'s run was cancelled or expired for good; not taking it", nil, "outcomeToken", token)
 	}
 	return closed
 }
 
-// write runs a settling call (complete, fail, rehydrate) through Guard, each try bounded by
-// WriteTimeout, again while Redis is unavailable for up to WriteFor: the call already ran,
-// and giving up would make the next owner run it again. A retry after a lost reply is
-// accepted as the same outcome.
-func (w *Owner) write(ctx context.Context, call func(context.Context) (Settlement, error)) (st Settlement, err error) {
+// writing is one settling call: complete (v), fail (f) or rehydrate (a) of o's flight. It is
+// a value, not a closure, so that an owner without a Guard writes without an allocation.
+type writing struct {
+	op  string
+	o   Ownership
+	v   []byte
+	f   Failure
+	a   Archived
+	run time.Duration
+}
+
+func (c *writing) call(ctx context.Context, coord *Coordinator) (Settlement, error) {
+	switch c.op {
+	case "complete":
+		return coord.Complete(ctx, c.o, c.v, c.run)
+	case "fail":
+		return coord.Fail(ctx, c.o, c.f, c.run)
+	}
+	return coord.Rehydrate(ctx, c.o, c.a)
+}
+
+// write runs a settling call through Guard, each try bounded by WriteTimeout, again while
+// Redis is unavailable for up to WriteFor: the call already ran, and giving up would make the
+// next owner run it again. A retry after a lost reply is accepted as the same outcome.
+func (w *Owner) write(ctx context.Context, c writing) (st Settlement, err error) {
 	deadline := time.Now().Add(w.WriteFor)
 	ctx = context.WithoutCancel(ctx)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		cctx, cancel := context.WithTimeout(ctx, w.WriteTimeout)
-		err = w.guard(func() error {
-			var cerr error
-			st, cerr = call(cctx)
-			return cerr
-		})
+		if w.Guard == nil {
+			st, err = c.call(cctx, w.Coord)
+		} else {
+			g, gst := c, Settlement{} // only a guarded call moves these to the heap
+			err = w.Guard(func() error {
+				var cerr error
+				gst, cerr = g.call(cctx, w.Coord)
+				return cerr
+			})
+			st = gst
+		}
 		cancel()
 		if Judge(err) != VerdictUnavailable || time.Now().Add(wait).After(deadline) {
 			return st, err
@@ -375,10 +402,10 @@ func (w *Owner) handover(r Run, o Ownership) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.Timeout)
 	defer cancel()
 	if err := w.guard(func() error { return w.Coord.Handover(ctx, o) }); err != nil && !errors.Is(err, ErrGone) {
-		r.log(slog.LevelWarn, "handing the flight over failed; its lease lapses by itself", err)
+		r.Caller.Log(slog.LevelWarn, "handing the flight over failed; its lease lapses by itself", err)
 		return
 	}
-	r.log(slog.LevelInfo, "flight handed over; the attempt is not spent", nil)
+	r.Caller.Log(slog.LevelInfo, "flight handed over; the attempt is not spent", nil)
 }
 
 // startHeartbeat starts the owner's heartbeat and returns the function that waits for it to
@@ -444,7 +471,7 @@ func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run,
 		return herr
 	})
 	if restored {
-		r.log(slog.LevelWarn, "the flight's meta was gone; written back by its owner", nil)
+		r.Caller.Log(slog.LevelWarn, "the flight's meta was gone; written back by its owner", nil)
 	}
 	switch v := Judge(err); {
 	case v == VerdictTaken:
@@ -452,19 +479,7 @@ func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run,
 		cancel(err)
 		return false
 	case ctx.Err() == nil:
-		r.log(slog.LevelWarn, "heartbeat failed", err)
+		r.Caller.Log(slog.LevelWarn, "heartbeat failed", err)
 	}
 	return true
-}
-
-func (r Run) log(level slog.Level, msg string, err error, kv ...any) {
-	if r.Log != nil {
-		r.Log(level, msg, err, kv...)
-	}
-}
-
-func (r Run) finishing() {
-	if r.Finishing != nil {
-		r.Finishing()
-	}
 }

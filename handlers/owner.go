@@ -21,72 +21,15 @@ import (
 var errSessionLockLost = errors.New("handlers: session lock lost")
 
 // own runs the flight as its owner (acquire started it) through the one owner lifecycle
-// (flight.Owner) and settles the message from how the run ended. again asks acquireLoop to
-// acquire again: the flight answers the task (cancelled, expired, another owner) or makes it
-// owner once more (a retry left to this consumer).
+// (flight.Owner; taskRun is its flight.Caller) and settles the message from how the run
+// ended. again asks acquireLoop to acquire again: the flight answers the task (cancelled,
+// expired, another owner) or makes it owner once more (a retry left to this consumer).
 func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err error) {
 	p := t.p
 	p.life.running.Add(1)
 	defer p.life.running.Add(-1)
-	deadline, _ := t.task.DeadlineTime()
-	req := model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant, SessionID: t.task.SessionID,
-		Input: t.task.Input, ModelVersion: t.task.ModelVersion, PromptVersion: t.task.PromptVersion, Attempt: d.Attempts,
-		Consumer: p.name, Params: t.task.Params, RequestKey: t.key, Deadline: deadline}
-	var joined []*joiner
-	r := flight.Run{
-		Context: p.life.owners,
-		Call: func(ctx context.Context, progress func()) ([]byte, error) {
-			if debugOn(p.log) {
-				l := t.logger()
-				l.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("model call")
-			}
-			p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
-			p.metrics.running.WithLabelValues(t.task.Stage).Inc()
-			start := time.Now()
-			out, err := t.callModel(ctx, req, progress)
-			p.metrics.running.WithLabelValues(t.task.Stage).Dec()
-			p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
-			return out, err
-		},
-		Failure: func(err error, o flight.Ownership) flight.Failure {
-			me := model.Classify(err)
-			// The delay before the next attempt holds for every task of the key (the flight
-			// records it); a long one is waited in the scheduled set, this entry given up.
-			back := p.stage.Retry.Delay(o.Attempts, me.RetryAfter)
-			f := me.Failure()
-			f.RetryIn, f.EntryReleased = back, back > scheduleAfter
-			return f
-		},
-		// What is left is a short write: the subscriber may read this slot's next task meanwhile.
-		Finishing: func() { stream.Finishing(t.msg) },
-		BeforeComplete: func(ctx context.Context, o *flight.Ownership) (func(flight.Settlement, bool), bool) {
-			// A run that lost its session lock may not complete: another task of the session
-			// may have run meanwhile.
-			if t.checkLock != nil {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.stage.Lease)
-				held := t.checkLock(cctx)
-				cancel()
-				if !held {
-					return nil, false
-				}
-			}
-			// The tasks of the key that wait for this one ride in its complete, and each gets
-			// its verdict whatever happens, a panic included.
-			joined = t.takeJoined()
-			o.Joined = joinedTasks(joined)
-			return func(st flight.Settlement, wasSpooled bool) {
-				v := notAnswered
-				switch {
-				case wasSpooled:
-					v = spooled
-				case st.JoinedAnswered:
-					v = answered
-				}
-				giveVerdict(joined, v)
-			}, true
-		},
-		Log: t.note,
-	}
+	t.owned = d
+	r := flight.Run{Context: p.life.owners, Caller: t}
 	if t.lockLost != nil {
 		r.Abort, r.AbortCause = t.lockLost, errSessionLockLost
 	}
@@ -95,6 +38,69 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 		t.runTime = e.RunTime
 	}
 	return t.ended(ctx, e)
+}
+
+// Call runs the stage's model for the owned flight (flight.Caller).
+func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
+	p, d := t.p, t.owned
+	if debugOn(p.log) {
+		l := t.logger()
+		l.Debug().Str("reason", string(d.Reason)).Int("attempt", d.Attempts).Msg("model call")
+	}
+	p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
+	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
+	start := time.Now()
+	deadline, _ := t.task.DeadlineTime()
+	out, err := t.callModel(ctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
+		SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
+		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
+		RequestKey: t.key, Deadline: deadline}, progress)
+	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
+	p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
+	return out, err
+}
+
+// Failure classifies the model's error (flight.Caller). The delay before the next attempt
+// holds for every task of the key (the flight records it); a long one is waited in the
+// scheduled set, this entry given up.
+func (t *taskRun) Failure(err error, o flight.Ownership) flight.Failure {
+	me := model.Classify(err)
+	back := t.p.stage.Retry.Delay(o.Attempts, me.RetryAfter)
+	f := me.Failure()
+	f.RetryIn, f.EntryReleased = back, back > scheduleAfter
+	return f
+}
+
+// Finishing lets the subscriber read this slot's next task while the short write that is
+// left goes on (flight.Caller).
+func (t *taskRun) Finishing() { stream.Finishing(t.msg) }
+
+// BeforeComplete checks the session lock, which a run that lost it may not complete, and
+// puts the tasks of the key that wait for this one in the complete (flight.Caller).
+func (t *taskRun) BeforeComplete(ctx context.Context) ([]flight.Task, bool) {
+	if t.checkLock != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.p.stage.Lease)
+		held := t.checkLock(cctx)
+		cancel()
+		if !held {
+			return nil, false
+		}
+	}
+	t.joined = t.takeJoined()
+	return joinedTasks(t.joined), true
+}
+
+// AfterComplete gives each joined task its verdict (flight.Caller).
+func (t *taskRun) AfterComplete(st flight.Settlement, wasSpooled bool) {
+	v := notAnswered
+	switch {
+	case wasSpooled:
+		v = spooled
+	case st.JoinedAnswered:
+		v = answered
+	}
+	giveVerdict(t.joined, v)
+	t.joined = nil
 }
 
 // ended settles the message from how the owner's run ended; again and err are own's.
@@ -158,9 +164,9 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 	return false, nil
 }
 
-// note is the owner run's log (flight.Run.Log): the task's logger, with the last model
-// call's duration on warnings.
-func (t *taskRun) note(level slog.Level, msg string, err error, kv ...any) {
+// Log is the owner run's log (flight.Caller): the task's logger, with the last model call's
+// duration on warnings.
+func (t *taskRun) Log(level slog.Level, msg string, err error, kv ...any) {
 	if level < slog.LevelInfo && !debugOn(t.p.log) {
 		return
 	}

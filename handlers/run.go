@@ -43,6 +43,10 @@ type taskRun struct {
 	// lead is the group of tasks of the key that wait for this one (join.go); nil when it
 	// does not lead.
 	lead *joinGroup
+	// owned is the decision that made the task owner of its flight (own); joined are the
+	// tasks that ride in its complete.
+	owned  flight.Decision
+	joined []*joiner
 
 	logMu    sync.Mutex
 	log      zerolog.Logger // built by logger on first use
