@@ -157,7 +157,8 @@ type Result struct {
 	// Value is the function's result.
 	Value []byte
 	// Shared tells how this call got it: owner (ran the function under coordination),
-	// follower (another owner's run), hit (a stored result), local (degraded or local mode).
+	// follower (another owner's run), hit (a stored result), local (degraded or local mode),
+	// archive (the durable archive's outcome, with no run).
 	Shared topics.Shared
 	// Token is the flight's fencing token (0 for local runs).
 	Token int64
