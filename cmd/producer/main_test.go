@@ -71,7 +71,7 @@ func (c *cli) register(stages ...string) {
 	for i, s := range stages {
 		infos[i] = topics.StageInfo{Name: s, Partitions: 1, Mode: "HYBRID", Model: "sim", Consumer: "test-consumer"}
 	}
-	if err := topics.RegisterStages(ctx, c.r.Client, c.ks, now.UnixMilli(), infos); err != nil {
+	if _, err := topics.RegisterStages(ctx, c.r.Client, c.ks, now.UnixMilli(), infos); err != nil {
 		c.t.Fatal(err)
 	}
 }
