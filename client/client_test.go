@@ -189,6 +189,17 @@ func TestAwaitContextEnds(t *testing.T) {
 			t.Errorf("Await took %v after a 300ms deadline", d)
 		}
 	})
+	t.Run("NobodyServesTheStage", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := b.c.Await(ctx, r)
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrUnknownStage) {
+			t.Fatalf("Await = %v, want DeadlineExceeded and ErrUnknownStage", err)
+		}
+		if err := b.c.CheckStages(context.Background(), stageA); err == nil {
+			t.Fatal("the stage is registered: the test proves nothing")
+		}
+	})
 	t.Run("Cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel)

@@ -174,7 +174,8 @@ func checkReceipt(r Receipt) error {
 // large to inline in a follower's or a hit's event) gets its Result read from the flight
 // while the flight keeps it. It blocks in XREAD for at most 500 ms at a time, so a cancelled
 // ctx ends it promptly. Redis errors are retried with backoff (and reported to
-// Config.Errors) until ctx ends; the error then wraps ctx.Err().
+// Config.Errors) until ctx ends; the error then wraps ctx.Err(), and ErrUnknownStage too when
+// no consumer has registered the task's stage.
 func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	if err := checkReceipt(r); err != nil {
 		return topics.Event{}, err
@@ -192,6 +193,15 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 		return false
 	}, tick)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Say so when the wait was for a stage no consumer serves.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			serr := c.CheckStages(cctx, r.Stage)
+			cancel()
+			if errors.Is(serr, ErrUnknownStage) {
+				return topics.Event{}, fmt.Errorf("client: await %s: %w (%w)", r.TaskID, err, serr)
+			}
+		}
 		return topics.Event{}, fmt.Errorf("client: await %s: %w", r.TaskID, err)
 	}
 	res := results{c: c}
