@@ -6,20 +6,23 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps build vet test stress race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui compose-check
+.PHONY: all deps deps-redis build vet test stress race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui compose-check
 
 all: build
 
-# deps installs redis-server and PostgreSQL's server binaries when they are missing
-# (Debian/Ubuntu), so a fresh machine works. Tests start private servers of both on free
-# loopback ports; they never use a machine's own PostgreSQL or Redis.
-deps:
+# deps-redis installs redis-server when it is missing: all `make demo` needs.
+deps-redis:
 	@command -v redis-server >/dev/null 2>&1 || { \
 		echo "redis-server not found: installing it with apt-get"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; \
 	}
 	@redis-server --version
+
+# deps installs redis-server and PostgreSQL's server binaries when they are missing
+# (Debian/Ubuntu), so a fresh machine works. Tests start private servers of both on free
+# loopback ports; they never use a machine's own PostgreSQL or Redis.
+deps: deps-redis
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$FLIGHTDECK_TEST_PG_URL" ] || { \
 		echo "PostgreSQL server binaries (initdb, postgres) not found: installing postgresql with apt-get"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -92,7 +95,7 @@ chaos-cluster: deps
 	$(GO) run ./cmd/chaos --seed 1 --duration 3m --cluster
 
 # demo: a private redis-server (or $$REDIS_URL), two consumers, a producer; prints the events.
-demo: deps
+demo: deps-redis
 	@bash scripts/demo.sh
 
 # demo-archive: the same with a private PostgreSQL archive; then Redis is restarted empty and
