@@ -267,7 +267,8 @@ func New(cfg Config) (*Executor, error) {
 		for _, st := range e.stages {
 			o := st.opt
 			st.owner = &flight.Owner{Coord: cfg.Coordinator, Spool: sp, Guard: guard, Heartbeat: o.HeartbeatInterval,
-				HeartbeatTimeout: o.Budget.Coordination, Timeout: o.Budget.Coordination, WriteTimeout: o.Budget.Result,
+				HeartbeatTimeout: o.Budget.Coordination, Timeout: o.Budget.Coordination, AskTimeout: o.Budget.Coordination,
+				HandoverTimeout: o.Budget.Coordination, WriteTimeout: o.Budget.Result,
 				FailureTTL: o.Policy.FailureTTL, Retention: o.ArchiveRetention}
 			if cfg.Archive != nil {
 				st.owner.Archive = cfg.Archive

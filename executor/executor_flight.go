@@ -124,8 +124,8 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 	o := *d.Owner
 	o.Task = flight.Task{ID: "exec-" + uuid.NewString()}
 	d.Owner = &o
-	log := e.log.With().Str("requestKey", o.Key).Int64("token", o.Token).Logger()
-	end := st.owner.Run(ctx, d, flight.Run{Context: ctx, Caller: &caller{fn: fn, budget: st.opt.Budget.Execution, log: &log}})
+	c := &caller{fn: fn, budget: st.opt.Budget.Execution, log: &e.log, key: o.Key, token: o.Token}
+	end := st.owner.Run(ctx, d, flight.Run{Context: ctx, Caller: c})
 	res = Result{Value: end.Value, Shared: topics.SharedOwner, Token: o.Token}
 	switch end.How {
 	case flight.EndCompleted:
@@ -143,7 +143,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 		return Result{}, false, end.CallErr
 	case flight.EndRetry, flight.EndRefused:
 		if end.How == flight.EndRefused && end.Op == "complete" {
-			log.Info().Err(end.Err).Msg("result refused by the flight; following its owner")
+			c.logger().Info().Err(end.Err).Msg("result refused by the flight; following its owner")
 		}
 		return Result{}, true, nil // another owner runs it now (or will): follow or take over
 	case flight.EndClosed:
@@ -163,7 +163,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 		// over and spooled; the write-back answers everybody.
 		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
 		e.metrics.spooled.Set(float64(e.spool.Len()))
-		log.Warn().Err(end.Err).Msg("result write failed: uncertain outcome spooled for write-back")
+		c.logger().Warn().Err(end.Err).Msg("result write failed: uncertain outcome spooled for write-back")
 		res.Uncertain = true
 		return res, false, nil
 	case flight.EndAborted:
@@ -178,7 +178,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 	// EndError (EndHanded needs a BeforeComplete, which the executor has none of).
 	if end.Op == "complete" && end.Value != nil {
 		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
-		log.Error().Err(end.Err).Msg("uncertain outcome could not be spooled")
+		c.logger().Error().Err(end.Err).Msg("uncertain outcome could not be spooled")
 		res.Uncertain = true
 		return res, false, end.Err
 	}
@@ -193,6 +193,15 @@ type caller struct {
 	fn     Fn
 	budget time.Duration // Budget.Execution
 	log    *zerolog.Logger
+	key    string
+	token  int64
+}
+
+// logger is the executor's logger with the flight's key and token, built only for a line to
+// write.
+func (c *caller) logger() *zerolog.Logger {
+	l := c.log.With().Str("requestKey", c.key).Int64("token", c.token).Logger()
+	return &l
 }
 
 // Call runs fn within the execution budget.
@@ -222,7 +231,7 @@ func (c *caller) AfterComplete(flight.Settlement, bool) {}
 
 // Log writes the run's notes to the executor's logger.
 func (c *caller) Log(level slog.Level, msg string, err error, kv ...any) {
-	ev := c.log.WithLevel(zerologLevel(level))
+	ev := c.log.WithLevel(zerologLevel(level)).Str("requestKey", c.key).Int64("token", c.token)
 	if err != nil {
 		ev = ev.Err(err)
 	}

@@ -7,8 +7,9 @@ import (
 
 // FailureOf returns the failure an owner records for its call's error: the error's own when it
 // has one (a Failure() Failure method, as the model adapters' errors have). Otherwise a
-// cancelled context is final, a timeout is retryable, and anything else is retryable unless
-// it has a Retryable() bool method that says no.
+// cancelled context is final, a timeout is retryable, and anything else is retryable; an
+// error's ErrorType() and ErrorCode() methods name its class, and a Retryable() bool method has
+// the last word.
 func FailureOf(err error) Failure {
 	if c, ok := errors.AsType[interface {
 		error
@@ -27,6 +28,13 @@ func FailureOf(err error) Failure {
 		f.Type, f.Code = "timeout", "deadline_exceeded"
 	case timeout && t.Timeout():
 		f.Type, f.Code = "timeout", "net_timeout"
+	}
+	if t, ok := errors.AsType[interface {
+		error
+		ErrorType() string
+		ErrorCode() string
+	}](err); ok {
+		f.Type, f.Code = t.ErrorType(), t.ErrorCode()
 	}
 	if r, ok := errors.AsType[interface {
 		error

@@ -24,8 +24,9 @@ type Owner struct {
 	Guard func(call func() error) error
 	// Heartbeat is how often the lease is renewed; HeartbeatTimeout bounds each renewal.
 	Heartbeat, HeartbeatTimeout time.Duration
-	// Timeout bounds each archive lookup and claim and each question about a run's fence.
-	Timeout time.Duration
+	// Timeout bounds each archive lookup and claim; AskTimeout each question about a run's
+	// fence (an unanswered one takes the outcome); HandoverTimeout each handover.
+	Timeout, AskTimeout, HandoverTimeout time.Duration
 	// WriteTimeout bounds each complete, fail and rehydrate; WriteFor is how long one is tried
 	// again while Redis is unavailable (zero: once).
 	WriteTimeout, WriteFor time.Duration
@@ -162,10 +163,10 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 
 	runCtx, cancel := context.WithCancelCause(r.Context)
 	defer cancel(nil)
-	var progress atomic.Int64
-	stopHeartbeat := w.startHeartbeat(runCtx, cancel, r, o, &progress)
+	var hb beats
+	stopHeartbeat := w.startHeartbeat(runCtx, cancel, r, o, &hb)
 	start := time.Now()
-	out, callErr := r.Caller.Call(runCtx, func() { progress.Add(1) })
+	out, callErr := r.Caller.Call(runCtx, func() { hb.progress.Add(1) })
 	var release func(settled bool)
 	if callErr == nil {
 		// Held from the moment it exists until Redis took or refused it (settle releases it;
@@ -181,7 +182,7 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 		if v := Judge(cause); v == VerdictStale || v.Closed() {
 			return End{How: EndAborted, Verdict: v, Cause: cause, CallErr: callErr, RunTime: run}
 		}
-		w.handover(r, o)
+		w.handover(r, o, cause.Error())
 		return End{How: EndAborted, Verdict: VerdictInvalid, Handed: true, Cause: cause, CallErr: callErr, RunTime: run}
 	}
 	r.Caller.Finishing()
@@ -194,32 +195,37 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 // settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
 // returns and calls release: Redis took it or refused it, or it was spooled.
 func (w *Owner) settle(ctx context.Context, r Run, o Ownership, v []byte, run time.Duration, release func(settled bool)) End {
-	settled, spooled := false, false
-	defer func() { release(settled) }()
+	var c completion
+	defer func() { release(c.settled) }()
 	joined, ok := r.Caller.BeforeComplete(ctx)
 	if !ok {
-		w.handover(r, o)
+		w.handover(r, o, "the caller refused the complete")
 		return End{How: EndHanded, Handed: true, RunTime: run}
 	}
 	o.Joined = joined
-	var st Settlement
-	defer func() { r.Caller.AfterComplete(st, spooled) }()
-	e := w.complete(ctx, o, v, run, &settled, &spooled)
-	st = e.Settlement
-	return e
+	defer func() { r.Caller.AfterComplete(c.st, c.spooled) }()
+	return w.complete(ctx, o, v, run, &c)
 }
 
-// complete is settle's write; it sets settled once nobody else takes the result.
-func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Duration, settled, spooled *bool) End {
+// completion is what settle's deferred calls are told, set as soon as it is known (a panic
+// after the write still tells the joined tasks that it answered them).
+type completion struct {
+	st               Settlement
+	settled, spooled bool // nobody else takes the result; it was spooled
+}
+
+// complete is settle's write.
+func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Duration, c *completion) End {
 	st, err := w.write(ctx, writing{op: "complete", o: o, v: v, run: run})
+	c.st = st
 	e := End{Op: "complete", Verdict: Judge(err), Settlement: st, Value: v, Err: err, RunTime: run}
 	switch {
 	case e.Verdict == VerdictTaken:
-		*settled = true
+		c.settled = true
 		w.record(o, StatusSucceeded, v, Failure{})
 		e.How = EndCompleted
 	case e.Verdict.Closed():
-		*settled = true // it may never be stored: nobody takes it
+		c.settled = true // it may never be stored: nobody takes it
 		e.How = EndClosed
 	case e.Verdict.Refused():
 		e.How = EndRefused
@@ -231,7 +237,7 @@ func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Du
 			e.How, e.Err = EndError, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
 			return e
 		}
-		*settled, *spooled = true, true
+		c.settled, c.spooled = true, true
 		// The archive takes the result now: the write-back to Redis may come much later (a
 		// larger token still wins, there and in the archive).
 		w.record(o, StatusSucceeded, v, Failure{})
@@ -321,7 +327,7 @@ func (w *Owner) claim(ctx context.Context, r Run, d Decision) {
 // (Coordinator.RunClosed): the owner then runs the call instead. An unanswered question takes
 // the outcome (the call is not run twice).
 func (w *Owner) runClosed(ctx context.Context, r Run, key string, token int64, what string) bool {
-	cctx, cancel := context.WithTimeout(ctx, w.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, w.AskTimeout)
 	defer cancel()
 	closed, err := w.Coord.RunClosed(cctx, key, token)
 	switch {
@@ -398,33 +404,33 @@ func (w *Owner) guard(call func() error) error {
 
 // handover gives the running flight up without spending its attempt: the next acquire takes
 // it over at once.
-func (w *Owner) handover(r Run, o Ownership) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.Timeout)
+func (w *Owner) handover(r Run, o Ownership, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.HandoverTimeout)
 	defer cancel()
 	if err := w.guard(func() error { return w.Coord.Handover(ctx, o) }); err != nil && !errors.Is(err, ErrGone) {
-		r.Caller.Log(slog.LevelWarn, "handing the flight over failed; its lease lapses by itself", err)
+		r.Caller.Log(slog.LevelWarn, "handing the flight over failed; its lease lapses by itself", err, "why", why)
 		return
 	}
-	r.Caller.Log(slog.LevelInfo, "flight handed over; the attempt is not spent", nil)
+	r.Caller.Log(slog.LevelInfo, "flight handed over; the attempt is not spent", nil, "why", why)
 }
 
 // startHeartbeat starts the owner's heartbeat and returns the function that waits for it to
 // stop once ctx is done. The first beat is due one Heartbeat after the start, so a call that
 // returns sooner starts no goroutine at all; a run with an Abort channel starts it at once, to
 // watch the channel.
-func (w *Owner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, progress *atomic.Int64) (wait func()) {
+func (w *Owner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, hb *beats) (wait func()) {
 	done := make(chan struct{})
 	if r.Abort != nil {
 		go func() {
 			defer close(done)
-			w.heartbeat(ctx, cancel, r, o, progress)
+			w.heartbeat(ctx, cancel, r, o, hb)
 		}()
 		return func() { <-done }
 	}
 	timer := time.AfterFunc(w.Heartbeat, func() {
 		defer close(done)
-		if ctx.Err() == nil && w.beat(ctx, cancel, r, o, progress) {
-			w.heartbeat(ctx, cancel, r, o, progress)
+		if ctx.Err() == nil && w.beat(ctx, cancel, r, o, hb) {
+			w.heartbeat(ctx, cancel, r, o, hb)
 		}
 	})
 	return func() {
@@ -436,7 +442,7 @@ func (w *Owner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFu
 
 // heartbeat renews the lease every Heartbeat until ctx ends; it cancels the run when the
 // flight refuses it and when Abort is closed.
-func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, progress *atomic.Int64) {
+func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, hb *beats) {
 	tick := time.NewTicker(w.Heartbeat)
 	defer tick.Stop()
 	for {
@@ -448,7 +454,7 @@ func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r
 			return
 		case <-tick.C:
 		}
-		if !w.beat(ctx, cancel, r, o, progress) {
+		if !w.beat(ctx, cancel, r, o, hb) {
 			return
 		}
 	}
@@ -457,9 +463,9 @@ func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r
 // beat renews the lease once; it answers false, having cancelled the run, when the flight
 // refused it (stale token, cancelled, expired). A meta that vanished is written back by the
 // heartbeat itself; a failed beat is not fatal: the lease decides.
-func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, progress *atomic.Int64) bool {
+func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, hb *beats) bool {
 	prog := ""
-	if n := progress.Load(); n > 0 {
+	if n := hb.progress.Load(); n > 0 {
 		prog = strconv.FormatInt(n, 10)
 	}
 	var restored bool
@@ -475,11 +481,26 @@ func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run,
 	}
 	switch v := Judge(err); {
 	case v == VerdictTaken:
+		hb.failing = false
 	case v == VerdictStale || v.Closed():
 		cancel(err)
 		return false
 	case ctx.Err() == nil:
-		r.Caller.Log(slog.LevelWarn, "heartbeat failed", err)
+		// The first failure of a streak is a warning; the rest, a beat an interval while Redis
+		// or the breaker stays away, are debug lines.
+		level := slog.LevelWarn
+		if hb.failing {
+			level = slog.LevelDebug
+		}
+		hb.failing = true
+		r.Caller.Log(level, "heartbeat failed", err)
 	}
 	return true
+}
+
+// beats is a run's heartbeat state: the call's progress counter, and whether the last beat
+// failed (only the heartbeat's goroutine reads and writes it).
+type beats struct {
+	progress atomic.Int64
+	failing  bool
 }

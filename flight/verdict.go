@@ -28,10 +28,11 @@ const (
 
 // Judge returns the verdict of an owner call's error.
 func Judge(err error) Verdict {
+	if err == nil {
+		return VerdictTaken
+	}
 	var se *StateError
 	switch {
-	case err == nil:
-		return VerdictTaken
 	case errors.Is(err, ErrCancelled):
 		return VerdictCancelled
 	case errors.Is(err, ErrExpired):

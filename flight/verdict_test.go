@@ -61,6 +61,7 @@ func TestFailureOf(t *testing.T) {
 		"net":       {timeout, flight.Failure{Retryable: true, Type: "timeout", Code: "net_timeout"}},
 		"other":     {errors.New("boom"), flight.Failure{Retryable: true, Type: "upstream", Code: "unclassified"}},
 		"says no":   {notRetryable{errors.New("boom")}, flight.Failure{Type: "upstream", Code: "unclassified"}},
+		"typed":     {fmt.Errorf("x: %w", typedErr{}), flight.Failure{Retryable: true, Type: "quota", Code: "q1"}},
 	} {
 		got := flight.FailureOf(c.err)
 		got.Message = ""
@@ -73,8 +74,21 @@ func TestFailureOf(t *testing.T) {
 	}
 }
 
+type typedErr struct{}
+
+func (typedErr) Error() string     { return "over quota" }
+func (typedErr) ErrorType() string { return "quota" }
+func (typedErr) ErrorCode() string { return "q1" }
+
 type timeoutErr struct{}
 
 func (*timeoutErr) Error() string   { return "i/o timeout" }
 func (*timeoutErr) Timeout() bool   { return true }
 func (*timeoutErr) Temporary() bool { return true }
+
+// TestJudgeOfNilAllocatesNothing: every owner call judges its error, success included.
+func TestJudgeOfNilAllocatesNothing(t *testing.T) {
+	if n := testing.AllocsPerRun(1000, func() { _ = flight.Judge(nil) }); n != 0 {
+		t.Errorf("Judge(nil) allocates %v times per call", n)
+	}
+}

@@ -148,7 +148,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 			log: c.log, metrics: c.metrics, life: c.life, runs: warm.New(time.Minute), sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive}
 		proc.owner = &flight.Owner{Coord: coord, Spool: sp, Heartbeat: s.HeartbeatInterval, HeartbeatTimeout: s.HeartbeatInterval,
-			Timeout: proc.lookupTimeout(), WriteTimeout: s.Lease, WriteFor: s.Lease, FailureTTL: s.FailureTTL,
+			Timeout: proc.lookupTimeout(), AskTimeout: s.Lease, HandoverTimeout: 2 * time.Second, WriteTimeout: s.Lease, WriteFor: s.Lease, FailureTTL: s.FailureTTL,
 			Retention: s.ArchiveRetention}
 		if c.archive != nil {
 			proc.owner.Archive = c.archive

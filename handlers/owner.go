@@ -164,21 +164,19 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 	return false, nil
 }
 
-// Log is the owner run's log (flight.Caller): the task's logger, with the last model call's
-// duration on warnings.
+// Log is the owner run's log (flight.Caller): the task's logger.
 func (t *taskRun) Log(level slog.Level, msg string, err error, kv ...any) {
 	if level < slog.LevelInfo && !debugOn(t.p.log) {
 		return
 	}
+	l := t.logger() // not warn: the heartbeat logs too, and runTime is the handler's
 	var ev *zerolog.Event
 	switch {
 	case level >= slog.LevelWarn:
-		ev = t.warn()
+		ev = l.Warn()
 	case level >= slog.LevelInfo:
-		l := t.logger()
 		ev = l.Info()
 	default:
-		l := t.logger()
 		ev = l.Debug()
 	}
 	if err != nil {
