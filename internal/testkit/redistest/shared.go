@@ -29,6 +29,25 @@ func (s *Shared) URL() string {
 // Stop stops the server, if it started, and removes its files.
 func (s *Shared) Stop() { s.tb.cleanup() }
 
+// RunMain is a TestMain body for a package whose examples use s: it runs m with the spool
+// directory default (FLIGHTDECK_SPOOL_DIR, read by a consumer configured without SpoolDir) in
+// a private temporary directory rather than the user's home, stops s, and returns m's exit
+// code.
+func (s *Shared) RunMain(m *testing.M) int {
+	spool, err := os.MkdirTemp("", "flightdeck-test-spool")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "spool directory:", err)
+		return 1
+	}
+	defer os.RemoveAll(spool)
+	if err := os.Setenv("FLIGHTDECK_SPOOL_DIR", spool); err != nil {
+		fmt.Fprintln(os.Stderr, "FLIGHTDECK_SPOOL_DIR:", err)
+		return 1
+	}
+	defer s.Stop()
+	return m.Run()
+}
+
 // processTB is the testing.TB of a Shared server: it implements what Start and Server use
 // (Helper, Fatalf, TempDir, Cleanup); any other method panics on the embedded nil TB.
 type processTB struct {
