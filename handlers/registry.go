@@ -30,6 +30,9 @@ type stageRegistry struct {
 // consumer of the stage.
 const otherModelFor = 10 * time.Second
 
+// maxWarned bounds the other consumers a registry remembers warning about.
+const maxWarned = 1024
+
 // newStageRegistry returns the registry entries of a consumer named name that consumes stages.
 func newStageRegistry(rdb redis.UniversalClient, ks topics.Keyspace, name string, stages []StageConfig, log zerolog.Logger) *stageRegistry {
 	r := &stageRegistry{rdb: rdb, ks: ks, log: log, warned: map[string]bool{}}
@@ -57,6 +60,9 @@ func (r *stageRegistry) register(ctx context.Context, now int64) error {
 			r.mu.Lock()
 			k := p.Name + " " + p.Consumer + " " + p.Model
 			first := !r.warned[k]
+			if len(r.warned) >= maxWarned {
+				clear(r.warned) // a long-lived process sees restarts under new names: bounded
+			}
 			r.warned[k] = true
 			r.mu.Unlock()
 			if first {
