@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
@@ -37,7 +39,7 @@ type pipeline struct {
 	t         testing.TB
 	r         *redistest.Target
 	ks        topics.Keyspace
-	w         topics.Writer
+	w         broker.Writer
 	stages    []string
 	consumers []*handlers.Consumer
 	srv       *httptest.Server
@@ -50,7 +52,7 @@ func startPipeline(t testing.TB, stages []string, names ...string) *pipeline {
 	t.Helper()
 	r := redistest.New(t)
 	p := &pipeline{t: t, r: r, ks: topics.Keyspace{Prefix: r.Prefix}, stages: stages}
-	p.w = topics.Writer{Client: r.Client, Keyspace: p.ks}
+	p.w = broker.Writer{Client: r.Client, Keyspace: p.ks}
 	cfgs, err := handlers.LoadStages("", stages)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
@@ -37,7 +39,7 @@ func TestFlightsOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w := topics.Writer{Client: rdb, Keyspace: ks}
+	w := broker.Writer{Client: rdb, Keyspace: ks}
 	// The running flight: its owner's task entry delivered to c1 and its flight RUNNING; a
 	// duplicate's entry parked.
 	owner := topics.Task{TaskID: "own", Stage: stage, Tenant: "acme", RequestKey: "running", Input: json.RawMessage(`{}`)}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -31,7 +33,7 @@ var ErrBadRequest = errors.New("admin: bad request")
 // cannot be read.
 func (in *Inspector) Stages(ctx context.Context) []string {
 	out := slices.Clone(in.cfg.Stages)
-	if reg, _, err := topics.ReadStages(ctx, in.rdb, in.ks); err == nil {
+	if reg, _, err := broker.ReadStages(ctx, in.rdb, in.ks); err == nil {
 		for _, s := range reg {
 			if !slices.Contains(out, s.Name) {
 				out = append(out, s.Name)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -19,7 +21,7 @@ func TestRegistryStagesShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topics.RegisterStages(ctx, r.Client, ks, now.UnixMilli(),
+	if _, err := broker.RegisterStages(ctx, r.Client, ks, now.UnixMilli(),
 		[]topics.StageInfo{{Name: "summarize", Partitions: 1, Mode: "HYBRID", Model: "handler", Consumer: "w1"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
@@ -82,7 +84,7 @@ type Client struct {
 	cfg   Config
 	rdb   redis.UniversalClient
 	ks    topics.Keyspace
-	w     topics.Writer
+	w     broker.Writer
 	coord *flight.Coordinator
 }
 
@@ -103,7 +105,7 @@ func New(cfg Config) (*Client, error) {
 		cfg:   cfg,
 		rdb:   cfg.Client,
 		ks:    cfg.Keyspace,
-		w:     topics.Writer{Client: cfg.Client, Keyspace: cfg.Keyspace, Limits: cfg.Limits, ScheduleHorizon: -1},
+		w:     broker.Writer{Client: cfg.Client, Keyspace: cfg.Keyspace, Limits: cfg.Limits, ScheduleHorizon: -1},
 		coord: coord,
 	}, nil
 }

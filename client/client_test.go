@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
@@ -31,7 +33,7 @@ type testBundle struct {
 	r  *redistest.Target
 	ks topics.Keyspace
 	c  *client.Client
-	w  topics.Writer
+	w  broker.Writer
 }
 
 func setup(t *testing.T, cfg client.Config) *testBundle {
@@ -43,7 +45,7 @@ func setup(t *testing.T, cfg client.Config) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{r: r, ks: ks, c: c, w: topics.Writer{Client: r.Client, Keyspace: ks}}
+	return &testBundle{r: r, ks: ks, c: c, w: broker.Writer{Client: r.Client, Keyspace: ks}}
 }
 
 func newTask(stage, input string) topics.Task {

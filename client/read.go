@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -58,7 +60,7 @@ func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		events, _, err := topics.ReadEvents(ctx, c.rdb, cur, readCount, block)
+		events, _, err := broker.ReadEvents(ctx, c.rdb, cur, readCount, block)
 		if err != nil {
 			if cerr := ctxErr(ctx); cerr != nil {
 				return cerr

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -56,7 +58,7 @@ func (e *UnknownStageError) Is(target error) bool { return target == ErrUnknownS
 // that a consumer process has registered (at start and on each of its liveness beats),
 // including stages whose consumers have stopped since (LastSeen tells).
 func (c *Client) Stages(ctx context.Context) ([]StageInfo, error) {
-	st, _, err := topics.ReadStages(ctx, c.rdb, c.ks)
+	st, _, err := broker.ReadStages(ctx, c.rdb, c.ks)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

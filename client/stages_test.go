@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
@@ -26,7 +28,7 @@ func TestCheckStages(t *testing.T) {
 	}
 	infos := []topics.StageInfo{{Name: stageB, Partitions: 2, Mode: "HYBRID", Model: "sim", Consumer: "c-1"},
 		{Name: stageA, Partitions: 1, Mode: "BYPASS", Model: "openai", Consumer: "c-2"}}
-	if _, err := topics.RegisterStages(ctx, b.r.Client, b.ks, 1234, infos); err != nil {
+	if _, err := broker.RegisterStages(ctx, b.r.Client, b.ks, 1234, infos); err != nil {
 		t.Fatal(err)
 	}
 	st, err := b.c.Stages(ctx)

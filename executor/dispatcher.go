@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -120,7 +122,7 @@ func (d *dispatcher) run(ctx context.Context) {
 			}
 			continue
 		}
-		res, err := topics.XRead(ctx, d.rdb, &redis.XReadArgs{Streams: append(args, ids...), Count: 1000,
+		res, err := broker.XRead(ctx, d.rdb, &redis.XReadArgs{Streams: append(args, ids...), Count: 1000,
 			Block: 500 * time.Millisecond})
 		if errors.Is(err, redis.Nil) {
 			continue

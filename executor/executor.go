@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -176,7 +178,7 @@ type Executor struct {
 	log     zerolog.Logger
 	coord   *flight.Coordinator
 	rdb     redis.UniversalClient
-	writer  topics.Writer
+	writer  broker.Writer
 	cb      *Breaker
 	metrics *Metrics
 	disp    *dispatcher
@@ -252,7 +254,7 @@ func New(cfg Config) (*Executor, error) {
 		if e.rdb == nil {
 			e.rdb = cfg.Coordinator.Client()
 		}
-		e.writer = topics.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.Keyspace()}
+		e.writer = broker.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.Keyspace()}
 		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
 		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix), cfg.NodeID)
 		if err != nil {

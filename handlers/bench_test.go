@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -49,7 +51,7 @@ func waitEvents(b *testing.B, rdb *redis.Client, ks topics.Keyspace, from string
 	b.Helper()
 	streams := map[string]string{ks.Results(handlers.StageEvaluation): from}
 	for seen := 0; seen < n; {
-		evs, _, err := topics.ReadEvents(context.Background(), rdb, streams, 5000, 2*time.Second)
+		evs, _, err := broker.ReadEvents(context.Background(), rdb, streams, 5000, 2*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
@@ -137,7 +139,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	owners, abandon := context.WithCancelCause(stop)
 	c.life = &lifecycle{stop: stop, owners: owners}
 	c.stop, c.abandon = stopCancel, abandon
-	writer := topics.Writer{Client: c.rdb, Keyspace: cfg.Keyspace, ResultMaxLen: cfg.ResultMaxLen}
+	writer := broker.Writer{Client: c.rdb, Keyspace: cfg.Keyspace, ResultMaxLen: cfg.ResultMaxLen}
 	for _, s := range cfg.Stages {
 		mdl, _ := cfg.modelFor(s) // validate checked it
 		if mdl.Name() == "sim" {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -26,7 +28,7 @@ type bundle struct {
 	ctx  context.Context
 	r    *redistest.Target
 	ks   topics.Keyspace
-	w    topics.Writer
+	w    broker.Writer
 	runs atomic.Int64
 	sim  *model.Sim
 }
@@ -34,7 +36,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	r := redistest.New(t)
 	b := &bundle{t: t, ctx: context.Background(), r: r, ks: topics.Keyspace{Prefix: r.Prefix}}
-	b.w = topics.Writer{Client: r.Client, Keyspace: b.ks}
+	b.w = broker.Writer{Client: r.Client, Keyspace: b.ks}
 	b.sim = &model.Sim{OnRun: func(model.Request) { b.runs.Add(1) }}
 	return b
 }
@@ -127,7 +129,7 @@ func (b *bundle) events(stages []string, want int, timeout time.Duration) map[st
 	got := map[string][]topics.Event{}
 	deadline := time.Now().Add(timeout)
 	for len(got) < want && time.Now().Before(deadline) {
-		evs, bad, err := topics.ReadEvents(b.ctx, b.r.Client, from, 1000, 200*time.Millisecond)
+		evs, bad, err := broker.ReadEvents(b.ctx, b.r.Client, from, 1000, 200*time.Millisecond)
 		if err != nil { // fault tests stop Redis: keep reading until the deadline
 			time.Sleep(100 * time.Millisecond)
 			continue

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
@@ -56,7 +58,7 @@ func TestTakeoverClaimOutlivesRedis(t *testing.T) {
 	b := &bundle{t: t, ctx: context.Background(), r: &redistest.Target{Client: srv.Client(), URL: srv.URL(),
 		Prefix: redistest.Prefix(), Server: srv}}
 	b.ks = topics.Keyspace{Prefix: b.r.Prefix}
-	b.w = topics.Writer{Client: b.r.Client, Keyspace: b.ks}
+	b.w = broker.Writer{Client: b.r.Client, Keyspace: b.ks}
 
 	tk := topics.Task{TaskID: "z1", Stage: handlers.StageEvaluation, Tenant: "acme", Input: simInput(1, 0)}
 	key, err := handlers.TaskKey(tk)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
@@ -127,7 +129,7 @@ func TestCancelledRunsArchivedResultIsNotRehydrated(t *testing.T) {
 	b := &bundle{t: t, ctx: context.Background(), r: &redistest.Target{Client: srv.Client(), URL: srv.URL(),
 		Prefix: redistest.Prefix(), Server: srv}}
 	b.ks = topics.Keyspace{Prefix: b.r.Prefix}
-	b.w = topics.Writer{Client: b.r.Client, Keyspace: b.ks}
+	b.w = broker.Writer{Client: b.r.Client, Keyspace: b.ks}
 	gm := newGateModel()
 	c, _ := b.start("c1", func(c *handlers.Config) {
 		evaluation(gm, func(s *handlers.StageConfig) {

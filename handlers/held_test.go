@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
@@ -72,7 +74,7 @@ func privateBundle(t *testing.T) (*bundle, *redistest.Server) {
 	b := &bundle{t: t, ctx: context.Background(), r: &redistest.Target{Client: srv.Client(), URL: srv.URL(),
 		Prefix: redistest.Prefix(), Server: srv}}
 	b.ks = topics.Keyspace{Prefix: b.r.Prefix}
-	b.w = topics.Writer{Client: b.r.Client, Keyspace: b.ks}
+	b.w = broker.Writer{Client: b.r.Client, Keyspace: b.ks}
 	return b, srv
 }
 

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
@@ -57,7 +59,7 @@ type processor struct {
 	stage    StageConfig
 	pol      flight.Policy
 	coord    *flight.Coordinator
-	writer   topics.Writer
+	writer   broker.Writer
 	rdb      redis.UniversalClient
 	ks       topics.Keyspace
 	model    model.Model

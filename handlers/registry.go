@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -51,7 +53,7 @@ func (r *stageRegistry) register(ctx context.Context, now int64) error {
 	if r == nil {
 		return nil
 	}
-	prev, err := topics.RegisterStages(ctx, r.rdb, r.ks, now, r.stages)
+	prev, err := broker.RegisterStages(ctx, r.rdb, r.ks, now, r.stages)
 	for _, p := range prev {
 		for _, s := range r.stages {
 			if p.Name != s.Name || p.Consumer == s.Consumer || p.Model == s.Model || now-p.LastSeen > otherModelFor.Milliseconds() {

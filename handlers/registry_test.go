@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
@@ -27,7 +29,7 @@ func TestStageRegistry(t *testing.T) {
 	})
 	read := func() map[string]topics.StageInfo {
 		t.Helper()
-		st, now, err := topics.ReadStages(ctx, b.r.Client, b.ks)
+		st, now, err := broker.ReadStages(ctx, b.r.Client, b.ks)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,18 +1,13 @@
 package topics
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 )
 
 // MaxDeadLetterBytes bounds one dead-letter entry as written: the lengths of all its field
@@ -219,33 +214,4 @@ func cutText(s string, n int) string {
 		i = n
 	}
 	return s[:i]
-}
-
-// DeadLetter appends d, cut by Bound to at most MaxDeadLetterBytes, to its stage's
-// dead-letter stream.
-func (w Writer) DeadLetter(ctx context.Context, d DeadLetter) error {
-	if d.Stage == "" || d.Reason == "" {
-		return errors.New("topics: dead letter needs a stage and a reason")
-	}
-	d = d.Bound()
-	id := d.UUID
-	if id == "" {
-		id = uuid.NewString()
-	}
-	values := []any{FieldUUID, id, FieldPayload, d.Payload, FieldReason, d.Reason,
-		FieldDetail, d.Detail, FieldConsumer, d.Consumer}
-	if len(d.Raw) > 0 {
-		raw, err := json.Marshal(d.Raw)
-		if err != nil { // cannot happen: Bound leaves strings only
-			return fmt.Errorf("topics: dead letter: original fields: %w", err)
-		}
-		values = append(values, FieldOriginal, raw)
-	}
-	err := w.Client.XAdd(ctx, &redis.XAddArgs{
-		Stream: w.Keyspace.DLQ(d.Stage), MaxLen: maxLen(w.DLQMaxLen, DefaultDLQMaxLen), Approx: true, Values: values,
-	}).Err()
-	if err != nil {
-		return fmt.Errorf("topics: dead letter to %s: %w", w.Keyspace.DLQ(d.Stage), err)
-	}
-	return nil
 }

@@ -1,54 +1,9 @@
 package topics
 
 import (
-	"context"
-	"errors"
 	"strconv"
 	"strings"
-	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// XRead is XREAD that also works on Redis Cluster: one XREAD may only name streams of one
-// hash slot, so on a *redis.ClusterClient with several streams it reads each stream with its
-// own XREAD, concurrently (each with the same BLOCK), and merges the answers. It answers
-// redis.Nil when no stream had entries, like XREAD.
-func XRead(ctx context.Context, rdb redis.UniversalClient, a *redis.XReadArgs) ([]redis.XStream, error) {
-	n := len(a.Streams) / 2
-	if _, cluster := rdb.(*redis.ClusterClient); !cluster || n <= 1 {
-		return rdb.XRead(ctx, a).Result()
-	}
-	var (
-		mu   sync.Mutex
-		out  []redis.XStream
-		errs []error
-		wg   sync.WaitGroup
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{a.Streams[i], a.Streams[n+i]},
-				Count: a.Count, Block: a.Block}).Result()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				errs = append(errs, err)
-				return
-			}
-			out = append(out, res...)
-		}()
-	}
-	wg.Wait()
-	if len(out) > 0 {
-		return out, nil
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return nil, redis.Nil
-}
 
 // IDLess orders stream entry ids "<ms>-<seq>" numerically.
 func IDLess(a, b string) bool {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -69,7 +71,7 @@ type e2e struct {
 	url    string
 	prefix string
 	ks     topics.Keyspace
-	w      topics.Writer
+	w      broker.Writer
 	stages string // --stages of the consumers
 	grace  string // --grace of the consumers
 	coord  *flight.Coordinator
@@ -111,7 +113,7 @@ func newE2EOn(t testing.TB, rdb redis.UniversalClient, url, prefix string) *e2e 
 	ks := topics.Keyspace{Prefix: prefix}
 	coord, _ := flight.NewCoordinator(flight.Config{Client: rdb, Keyspace: ks})
 	return &e2e{t: t, ctx: context.Background(), rdb: rdb, url: url, prefix: prefix, ks: ks,
-		w: topics.Writer{Client: rdb, Keyspace: ks}, coord: coord, config: cfg,
+		w: broker.Writer{Client: rdb, Keyspace: ks}, coord: coord, config: cfg,
 		stages: "interview-evaluation,interview-followup", grace: "3s", spool: filepath.Join(t.TempDir(), "spool")}
 }
 
@@ -240,7 +242,7 @@ func (e *e2e) collect(stages []string, want map[string]bool, timeout time.Durati
 	missing := len(want)
 	deadline := time.Now().Add(timeout)
 	for missing > 0 && time.Now().Before(deadline) {
-		evs, _, err := topics.ReadEvents(e.ctx, e.rdb, from, 1000, 200*time.Millisecond)
+		evs, _, err := broker.ReadEvents(e.ctx, e.rdb, from, 1000, 200*time.Millisecond)
 		if err != nil {
 			e.t.Fatal(err)
 		}

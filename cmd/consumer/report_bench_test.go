@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -445,7 +447,7 @@ func repProbe(t *testing.T, e *e2e, tk topics.Task) time.Duration {
 		t.Fatal(err)
 	}
 	for time.Since(sent) < 10*time.Second {
-		evs, _, err := topics.ReadEvents(e.ctx, e.rdb, map[string]string{stream: last}, 100, 100*time.Millisecond)
+		evs, _, err := broker.ReadEvents(e.ctx, e.rdb, map[string]string{stream: last}, 100, 100*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
@@ -55,7 +57,7 @@ func (a *app) inspector(ctx context.Context, stages []string) (*admin.Inspector,
 		return nil, nil, err
 	}
 	if len(stages) == 0 {
-		reg, _, err := topics.ReadStages(ctx, rdb, c.Keyspace())
+		reg, _, err := broker.ReadStages(ctx, rdb, c.Keyspace())
 		if err != nil {
 			_ = rdb.Close()
 			return nil, nil, err

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -15,7 +17,7 @@ func (c *cli) deadLetter(stage string, d topics.DeadLetter) string {
 	c.t.Helper()
 	ctx := context.Background()
 	d.Stage = stage
-	w := topics.Writer{Client: c.r.Client, Keyspace: c.ks}
+	w := broker.Writer{Client: c.r.Client, Keyspace: c.ks}
 	if err := w.DeadLetter(ctx, d); err != nil {
 		c.t.Fatal(err)
 	}

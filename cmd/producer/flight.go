@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
@@ -49,7 +51,7 @@ func (a *app) tail(ctx context.Context, args []string) error {
 	}
 	defer rdb.Close()
 	if len(stages) == 0 {
-		reg, _, err := topics.ReadStages(ctx, rdb, c.Keyspace())
+		reg, _, err := broker.ReadStages(ctx, rdb, c.Keyspace())
 		if err != nil {
 			return err
 		}

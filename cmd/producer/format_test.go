@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -60,7 +62,7 @@ func testFormats(t *testing.T, c *cli) {
 	c.register(stage)
 	key := "ai:" + stage + ":v1:acme:" + strings.Repeat("0123456789abcdef", 4)
 	long := `{"score": 9, "why": "` + strings.Repeat("because ", 20) + `"}`
-	w := topics.Writer{Client: c.r.Client, Keyspace: c.ks}
+	w := broker.Writer{Client: c.r.Client, Keyspace: c.ks}
 	if err := w.PublishEvents(ctx,
 		topics.Event{TaskID: "t-ok", RequestKey: key, Stage: stage, Tenant: "acme", Status: topics.StatusSucceeded,
 			Shared: topics.SharedOwner, Result: json.RawMessage(long), QueuedMs: 12, RunMs: 30, FinishedAt: time.Now()},

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
-	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // stale: a stage whose consumers have not registered it for this long has no live consumer
@@ -35,7 +36,7 @@ func (a *app) hints(ctx context.Context, rdb redis.UniversalClient, c *client.Cl
 			streams[r.Stage] = append(streams[r.Stage], s)
 		}
 	}
-	reg, now, err := topics.ReadStages(ctx, rdb, c.Keyspace())
+	reg, now, err := broker.ReadStages(ctx, rdb, c.Keyspace())
 	if err != nil {
 		fmt.Fprintf(a.stderr, "producer: no hint: %v\n", err)
 		return

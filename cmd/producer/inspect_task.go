@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
@@ -57,7 +59,7 @@ func (a *app) inspectTask(ctx context.Context, id, stage string, scan int, acfg 
 	ks := c.Keyspace()
 	stages := []string{stage}
 	if stage == "" {
-		infos, _, err := topics.ReadStages(ctx, rdb, ks)
+		infos, _, err := broker.ReadStages(ctx, rdb, ks)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
@@ -71,7 +73,7 @@ func (c *cli) register(stages ...string) {
 	for i, s := range stages {
 		infos[i] = topics.StageInfo{Name: s, Partitions: 1, Mode: "HYBRID", Model: "sim", Consumer: "test-consumer"}
 	}
-	if _, err := topics.RegisterStages(ctx, c.r.Client, c.ks, now.UnixMilli(), infos); err != nil {
+	if _, err := broker.RegisterStages(ctx, c.r.Client, c.ks, now.UnixMilli(), infos); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -97,7 +99,7 @@ func (c *cli) tasks(stage string) []topics.Task {
 
 // consume plays a consumer until ctx ends: one SUCCEEDED owner event per task of stage.
 func (c *cli) consume(ctx context.Context, stage string) {
-	w := topics.Writer{Client: c.r.Client, Keyspace: c.ks}
+	w := broker.Writer{Client: c.r.Client, Keyspace: c.ks}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	c.t.Cleanup(wg.Wait)

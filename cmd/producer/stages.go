@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
@@ -93,7 +95,7 @@ func (a *app) stages(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	reg, now, err := topics.ReadStages(ctx, rdb, c.Keyspace())
+	reg, now, err := broker.ReadStages(ctx, rdb, c.Keyspace())
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -59,7 +61,7 @@ func taskFor(seed uint64, id int, taskID string, now time.Time) topics.Task {
 // live, each for KeyLife, so every key gets several duplicates (some in bursts) while new
 // keys keep the model busy throughout the run.
 type producer struct {
-	w       topics.Writer
+	w       broker.Writer
 	rng     *rand.Rand
 	seed    uint64
 	keys    int

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
@@ -206,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	e.logf("%d consumers running (spool %s); producing for %v at %.0f sends/s over %d live keys (key life %v), a fault every ~%v",
 		cfg.Consumers, e.dirs["spool"], cfg.Duration, cfg.Rate, cfg.Keys, cfg.KeyLife, cfg.FaultEvery)
 
-	prod := &producer{w: topics.Writer{Client: e.rdb, Keyspace: ks}, rng: rand.New(rand.NewPCG(cfg.Seed, 1)),
+	prod := &producer{w: broker.Writer{Client: e.rdb, Keyspace: ks}, rng: rand.New(rand.NewPCG(cfg.Seed, 1)),
 		seed: cfg.Seed, keys: cfg.Keys, keyLife: cfg.KeyLife, rate: cfg.Rate, keyNames: map[int]string{}}
 	inj := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 2)), sup: sup, redis: e.rs, cluster: cfg.Cluster,
 		coord: coord, rdb: e.rdb, ks: ks, prod: prod, lease: lease, heartbeat: heartbeatInterval,

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -27,7 +29,7 @@ func drain(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, w
 	lastLog := time.Now()
 	for {
 		for {
-			evs, _, err := topics.ReadEvents(ctx, rdb, from, 5000, -1)
+			evs, _, err := broker.ReadEvents(ctx, rdb, from, 5000, -1)
 			if err != nil || len(evs) == 0 {
 				break
 			}
@@ -66,7 +68,7 @@ func readAllEvents(ctx context.Context, rdb redis.UniversalClient, ks topics.Key
 	for _, s := range chaosStages {
 		from := map[string]string{ks.Results(s): "0"}
 		for {
-			evs, _, err := topics.ReadEvents(ctx, rdb, from, 5000, -1)
+			evs, _, err := broker.ReadEvents(ctx, rdb, from, 5000, -1)
 			if err != nil {
 				return nil, err
 			}

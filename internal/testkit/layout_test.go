@@ -19,7 +19,7 @@ func TestNothingImportsUpward(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	core := []string{"flight", "topics", "lua", "stream", "client", "executor", "handlers", "handlers/model", "archive"}
+	core := []string{"flight", "topics", "lua", "stream", "client", "executor", "handlers", "handlers/model", "archive", "internal/broker"}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		pkg := strings.TrimPrefix(f[0], module)
@@ -37,6 +37,21 @@ func TestNothingImportsUpward(t *testing.T) {
 					t.Errorf("core package %s imports %s", pkg, dep)
 				}
 			}
+		}
+	}
+}
+
+// TestTopicsIsWireTypesOnly: topics holds names and wire types, so it links only the standard
+// library; Redis I/O lives in internal/broker.
+func TestTopicsIsWireTypesOnly(t *testing.T) {
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+"topics").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep != module+"topics" {
+			t.Errorf("topics links %s", dep)
 		}
 	}
 }
