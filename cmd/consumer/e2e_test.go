@@ -78,6 +78,9 @@ type e2e struct {
 	config string
 	spool  string // the consumers' spool directory
 	srv    *redistest.Server
+	// stock starts the consumers as a user would: the built-in stages at their defaults, with
+	// only the flags that place a process (prefix, name, listener, spool directory).
+	stock bool
 }
 
 func newE2E(t testing.TB) *e2e {
@@ -153,6 +156,9 @@ func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *
 	args := append([]string{"--config", e.config, "--stages", e.stages, "--prefix", e.prefix,
 		"--name", name, "--http", p.http, "--grace", e.grace, "--liveness-interval", "200ms",
 		"--claim-interval", claimInterval.String(), "--log-level", "info", "--spool-dir", e.spool}, extra...)
+	if e.stock {
+		args = append([]string{"--prefix", e.prefix, "--name", name, "--http", p.http, "--spool-dir", e.spool}, extra...)
+	}
 	p.cmd = exec.Command(binary, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REDIS_") && !strings.HasPrefix(kv, "OPENAI_") && !strings.HasPrefix(kv, "FLIGHTDECK_") {

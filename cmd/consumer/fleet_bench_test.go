@@ -41,15 +41,18 @@ const (
 // time (user + sys, /proc/<pid>/stat). impl=bare is the same number of bare
 // watermill-redisstream consumer processes with fleetConcurrency subscribers each and a handler
 // that only acknowledges; it is done when the group has read every entry and none is pending.
+// load=stock runs the stock binary as a user would: no stage file and no tuning flags, so the
+// processes consume all four built-in stages at their default settings, and the unique-key
+// burst goes to fleetStage.
 func BenchmarkFleetBurst(b *testing.B) {
 	redis.SetLogger(fleetQuiet{}) // go-redis's reconnect lines would split the result lines
 	for _, load := range []struct {
 		name         string
 		perKey, conc int
-	}{{"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
+	}{{"stock", 1, 0}, {"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
 		for _, impl := range []string{"flightdeck", "bare"} {
-			if impl == "bare" && load.perKey > 1 {
-				continue // the bare consumer knows no keys: its figure is the unique one
+			if impl == "bare" && (load.perKey > 1 || load.conc == 0) {
+				continue // the bare consumer knows no keys nor defaults: its figure is the unique one
 			}
 			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) {
 				fleetBurst(b, impl, load.perKey, load.conc, fleetTasks, 0)
@@ -83,6 +86,14 @@ func fleetBurst(b *testing.B, impl string, perKey, conc, nTasks, latencyMs int) 
 	switch impl {
 	case "flightdeck", "flightdeck-archive":
 		repUseReleaseBinary(b)
+		if conc == 0 {
+			e.stock = true
+			for i := range fleetProcesses {
+				p := e.startWith("fleet-"+strconv.Itoa(i+1), []string{"REDIS_URL=" + e.url}, true)
+				pids = append(pids, p.cmd.Process.Pid)
+			}
+			break
+		}
 		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n", fleetStage, conc))
 		var extra []string
 		if impl == "flightdeck-archive" {
