@@ -66,7 +66,8 @@ type StageConfig struct {
 	WaitTimeout time.Duration `yaml:"waitTimeout"`
 	// L1Replay keeps a finished result in process memory for a short replay. Defaults per stage.
 	L1Replay *bool `yaml:"l1Replay"`
-	// Concurrency is the number of subscribers (parallel owners) per consumer. Defaults to 4.
+	// Concurrency is how many tasks of the stage one consumer process runs at once, and so
+	// its most model calls at once. Defaults to 64.
 	Concurrency int `yaml:"concurrency"`
 	// RateLimit caps model calls per second per consumer in degraded mode (0 = none).
 	RateLimit float64 `yaml:"rateLimit"`
@@ -168,7 +169,7 @@ func (c StageConfig) WithDefaults() StageConfig {
 		c.L1Replay = ptr(false)
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 4
+		c.Concurrency = 64
 	}
 	if c.SessionLock == nil {
 		c.SessionLock = ptr(false)

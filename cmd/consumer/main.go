@@ -106,7 +106,7 @@ func newFlags(getenv func(string) string) (*flag.FlagSet, *options) {
 		tenants:     fs.String("tenants", getenv("FLIGHTDECK_TENANTS"), "comma-separated tenants this consumer accepts; a task naming another is dead-lettered (unknown_tenant). With one key prefix per tenant and its producers' ACL on that prefix, the tenant comes from the credentials (docs/SECURITY.md) ($FLIGHTDECK_TENANTS; default: any)"),
 		config:      fs.String("config", "", "stage config file (YAML); the four built-in stages apply without one"),
 		stages:      fs.String("stages", "", "comma-separated stages to consume (default: every configured stage)"),
-		concurrency: fs.Int("concurrency", 0, "subscribers per stage (default: the stage's concurrency, 4)"),
+		concurrency: fs.Int("concurrency", 0, "handlers per stage (default: the stage's concurrency, 64)"),
 		name:        fs.String("name", "", "consumer name (default host-pid)"),
 		httpAddr:    fs.String("http", getenv("FLIGHTDECK_HTTP"), "serve the /ui dashboard (and /metrics, /healthz, /readyz) on this address; \":9090\" binds loopback, \"0.0.0.0:9090\" or \"[::]:9090\" every interface; requests must name it (or an --http-allowed-hosts entry) in Host ($FLIGHTDECK_HTTP)"),
 		healthAddr:  fs.String("health", getenv("FLIGHTDECK_HEALTH"), "serve only /healthz, /readyz and /metrics on this address, e.g. the pod IP for Kubernetes probes; same address rules as --http ($FLIGHTDECK_HEALTH)"),
