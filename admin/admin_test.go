@@ -255,7 +255,7 @@ func input(v any) json.RawMessage {
 }
 
 func TestAPIReadModel(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
+	p := startPipeline(t, []string{"interview-evaluation"}, "node-a")
 	// Empty lists are [] in JSON, never null.
 	for _, path := range []string{"events", "dlq", "queued"} {
 		var raw json.RawMessage
@@ -287,7 +287,7 @@ func TestAPIReadModel(t *testing.T) {
 		}
 		return len(ov.Stages) == 1 && ov.Stages[0].Pending == 0 && ov.Stages[0].LastHour.Events == 2
 	})
-	if len(ov.Stages) != 1 || ov.Stages[0].Name != handlers.StageEvaluation {
+	if len(ov.Stages) != 1 || ov.Stages[0].Name != "interview-evaluation" {
 		t.Fatalf("overview stages = %+v", ov.Stages)
 	}
 	st := ov.Stages[0]
@@ -322,7 +322,7 @@ func TestAPIReadModel(t *testing.T) {
 	if !ok {
 		t.Fatalf("flight %s not listed", key)
 	}
-	if f.Status != "SUCCEEDED" || f.Stage != handlers.StageEvaluation || f.Tenant != "acme" || f.OwnerID != "node-a" ||
+	if f.Status != "SUCCEEDED" || f.Stage != "interview-evaluation" || f.Tenant != "acme" || f.OwnerID != "node-a" ||
 		f.TaskID != "t-1" || f.Token <= 0 || f.Attempts != 1 || f.ExpiresInMs != -1 {
 		t.Errorf("flight = %+v", f)
 	}
@@ -331,7 +331,7 @@ func TestAPIReadModel(t *testing.T) {
 	if len(filtered) != 0 {
 		t.Errorf("flights?status=RUNNING = %+v, want none", filtered)
 	}
-	p.get("flights?status=SUCCEEDED&stage="+handlers.StageEvaluation, &filtered)
+	p.get("flights?status=SUCCEEDED&stage="+"interview-evaluation", &filtered)
 	if len(filtered) != 1 {
 		t.Errorf("flights?status=SUCCEEDED = %+v, want one", filtered)
 	}
@@ -343,7 +343,7 @@ func TestAPIReadModel(t *testing.T) {
 	if d.Meta.Status != flight.StatusSucceeded || d.Meta.OwnerToken != f.Token || !strings.Contains(d.Result, `"model":"sim"`) {
 		t.Errorf("flight detail = %+v", d)
 	}
-	unknown := "ai:" + handlers.StageEvaluation + ":v1:acme:" + strings.Repeat("0", 64)
+	unknown := "ai:" + "interview-evaluation" + ":v1:acme:" + strings.Repeat("0", 64)
 	if code := p.get("flight?key="+url.QueryEscape(unknown), nil); code != http.StatusNotFound {
 		t.Errorf("GET flight of an unknown key: %d, want 404", code)
 	}
@@ -381,7 +381,7 @@ func TestAPIReadModel(t *testing.T) {
 }
 
 func TestAPICancel(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
+	p := startPipeline(t, []string{"interview-evaluation"}, "node-a")
 	in := input(map[string]any{"answer": "x", "sim": map[string]any{"latencyMs": 60000}})
 	key := p.enqueue(topics.Task{TaskID: "slow-1", Input: in})
 	eventually(t, 15*time.Second, "a RUNNING flight", func() bool {
@@ -403,7 +403,7 @@ func TestAPICancel(t *testing.T) {
 	eventually(t, 10*time.Second, "one entry held by node-a, one parked", func() bool {
 		p.get("overview", &ov)
 		return ov.FlightsByStatus["RUNNING"] == 1 && ov.Stages[0].Pending == 1 && ov.Stages[0].Parked == 1 &&
-			len(ov.Consumers) == 1 && ov.Consumers[0].Pending[handlers.StageEvaluation] == 1
+			len(ov.Consumers) == 1 && ov.Consumers[0].Pending["interview-evaluation"] == 1
 	})
 	var d admin.FlightDetail
 	p.get("flight?key="+url.QueryEscape(key), &d)
@@ -452,17 +452,17 @@ func TestAPICancel(t *testing.T) {
 	if code, out := p.post("cancel", testToken, body, &res); code != http.StatusOK || res.Answered != 0 {
 		t.Errorf("second cancel: %d %s, want 200 answering nobody", code, out)
 	}
-	if code, _ := p.post("cancel", testToken, map[string]string{"key": "ai:" + handlers.StageEvaluation + ":v1:acme:" + strings.Repeat("0", 64)}, nil); code != http.StatusNotFound {
+	if code, _ := p.post("cancel", testToken, map[string]string{"key": "ai:" + "interview-evaluation" + ":v1:acme:" + strings.Repeat("0", 64)}, nil); code != http.StatusNotFound {
 		t.Errorf("cancel of an unknown key: %d, want 404", code)
 	}
 }
 
 func TestAPIRequeue(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
+	p := startPipeline(t, []string{"interview-evaluation"}, "node-a")
 	ctx := context.Background()
 	// A task without a tenant: the consumer dead-letters it.
 	payload := `{"taskId":"bad-1","stage":"interview-evaluation","input":{"answer":"x"}}`
-	if err := p.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: p.ks.Tasks(handlers.StageEvaluation),
+	if err := p.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: p.ks.Tasks("interview-evaluation"),
 		Values: []any{"_watermill_message_uuid", "uuid-bad-1", "payload", payload}}).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ func TestAPIRequeue(t *testing.T) {
 		return len(dlq) == 1
 	})
 	dl := dlq[0]
-	if dl.Stage != handlers.StageEvaluation || dl.UUID != "uuid-bad-1" || dl.Reason == "" || dl.Consumer != "node-a" || dl.Payload != payload || dl.TaskID != "bad-1" {
+	if dl.Stage != "interview-evaluation" || dl.UUID != "uuid-bad-1" || dl.Reason == "" || dl.Consumer != "node-a" || dl.Payload != payload || dl.TaskID != "bad-1" {
 		t.Errorf("dead letter = %+v", dl)
 	}
 	var ov admin.Overview
@@ -496,17 +496,17 @@ func TestAPIRequeue(t *testing.T) {
 		t.Fatalf("requeue: %d %s", code, out)
 	}
 	// The entry is back on the task stream with its uuid and payload, and gone from the DLQ.
-	msgs, err := p.r.Client.XRange(ctx, p.ks.Tasks(handlers.StageEvaluation), res.ID, res.ID).Result()
+	msgs, err := p.r.Client.XRange(ctx, p.ks.Tasks("interview-evaluation"), res.ID, res.ID).Result()
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("requeued entry %s: %v %v", res.ID, msgs, err)
 	}
 	if msgs[0].Values["_watermill_message_uuid"] != "uuid-bad-1" || msgs[0].Values["payload"] != payload {
 		t.Errorf("requeued entry = %v", msgs[0].Values)
 	}
-	if n, _ := p.r.Client.XLen(ctx, p.ks.DLQ(handlers.StageEvaluation)).Result(); n > 1 {
+	if n, _ := p.r.Client.XLen(ctx, p.ks.DLQ("interview-evaluation")).Result(); n > 1 {
 		t.Errorf("DLQ length %d after requeue", n)
 	}
-	gone, _ := p.r.Client.XRange(ctx, p.ks.DLQ(handlers.StageEvaluation), dl.ID, dl.ID).Result()
+	gone, _ := p.r.Client.XRange(ctx, p.ks.DLQ("interview-evaluation"), dl.ID, dl.ID).Result()
 	if len(gone) != 0 {
 		t.Errorf("entry %s still in the DLQ", dl.ID)
 	}
@@ -522,7 +522,7 @@ func TestAPIRequeue(t *testing.T) {
 
 // TestAPIBadRequests: malformed action bodies and keys are client errors.
 func TestAPIBadRequests(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
+	p := startPipeline(t, []string{"interview-evaluation"}, "node-a")
 	req, _ := http.NewRequest(http.MethodPost, p.srv.URL+"/ui/api/cancel", strings.NewReader("not json"))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	res, err := http.DefaultClient.Do(req)

@@ -31,7 +31,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -146,7 +145,7 @@ func (pp *pageProblems) check(t *testing.T) {
 // final failure, a retry that succeeds, a dead letter, on two stages and three tenants.
 func seed(t *testing.T, p *pipeline) {
 	t.Helper()
-	ev, fu := handlers.StageEvaluation, handlers.StageFollowup
+	ev, fu := "interview-evaluation", "interview-followup"
 	migration := input(map[string]any{"question": "Tell me about a migration you led.",
 		"answer": "I led the move of our billing service from MySQL to Postgres with zero downtime.",
 		"sim":    map[string]any{"latencyMs": 700}})
@@ -238,7 +237,7 @@ func seedHistory(t *testing.T, p *pipeline) {
 
 func TestBrowserDashboard(t *testing.T) {
 	chrome := chromiumPath(t)
-	p := startPipeline(t, []string{handlers.StageEvaluation, handlers.StageFollowup}, "fd-node-a", "fd-node-b")
+	p := startPipeline(t, []string{"interview-evaluation", "interview-followup"}, "fd-node-a", "fd-node-b")
 	seedHistory(t, p)
 	seed(t, p)
 
@@ -441,7 +440,7 @@ func TestBrowserDashboard(t *testing.T) {
 	time.Sleep(2 * time.Second) // the subscribers' cached pause state (1 s) and a read already blocking (250 ms)
 	p.enqueue(topics.Task{TaskID: "ev-1200", Tenant: "acme", SessionID: "sess-47",
 		Input: input(map[string]any{"answer": "<img src=x onerror=alert(1)>", "sim": map[string]any{"latencyMs": 100}})})
-	if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks(handlers.StageEvaluation), Values: []any{
+	if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks("interview-evaluation"), Values: []any{
 		topics.FieldUUID, "raw-markup-1", topics.FieldPayload,
 		`{"taskId":"ev-1201","stage":"interview-evaluation","tenant":"acme","input":{"answer":"<img src=x onerror=alert(2)>","sim":{"latencyMs":100}}}`,
 	}}).Err(); err != nil {
@@ -478,7 +477,7 @@ func TestBrowserDashboard(t *testing.T) {
 	// Bulk: two more dead letters, all three selected and requeued at once; still invalid,
 	// they come back with new ids. Then the stage's whole DLQ is purged (two clicks).
 	for i, u := range []string{"bulk-uuid-1", "bulk-uuid-2"} {
-		if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks(handlers.StageEvaluation), Values: []any{
+		if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks("interview-evaluation"), Values: []any{
 			topics.FieldUUID, u, topics.FieldPayload, fmt.Sprintf(`{"taskId":"ev-13%02d","stage":"interview-evaluation"}`, i),
 		}}).Err(); err != nil {
 			t.Fatal(err)
@@ -499,13 +498,13 @@ func TestBrowserDashboard(t *testing.T) {
 		return rows.length === 3 && rows.every(r => !before.has(r.dataset.id)) &&
 			document.getElementById('dlq-selected').textContent === '';
 	})()`, before), 20*time.Second)
-	run("purge all of the stage", chromedp.SetValue(chromedp.ID("dlq-stage"), handlers.StageEvaluation),
+	run("purge all of the stage", chromedp.SetValue(chromedp.ID("dlq-stage"), "interview-evaluation"),
 		chromedp.Click(chromedp.ID("dlq-purge-all")))
 	waitJS("the purge confirm", `document.getElementById('dlq-purge-all').classList.contains('confirming')`, 5*time.Second)
 	run("confirm the purge", chromedp.Click(chromedp.ID("dlq-purge-all")))
 	waitJS("the DLQ empty", `document.querySelectorAll('#dlq tbody tr').length === 0 &&
 		!document.getElementById('dlq-empty').hidden`, 15*time.Second)
-	if n := p.r.Client.XLen(context.Background(), p.ks.DLQ(handlers.StageEvaluation)).Val(); n != 0 {
+	if n := p.r.Client.XLen(context.Background(), p.ks.DLQ("interview-evaluation")).Val(); n != 0 {
 		t.Errorf("the DLQ has %d entries after the purge", n)
 	}
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -44,7 +43,7 @@ func noScanClient(t *testing.T, r *redistest.Target) *redis.Client {
 // running flight (from its owner's pending task entry) with its parked follower, and the
 // finished flights of the latest events; the overview counts them and the parked entry.
 func TestFlightsWithoutScan(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
+	p := startPipeline(t, []string{"interview-evaluation"}, "node-a")
 	ctx := context.Background()
 	in, err := admin.New(admin.Config{Client: noScanClient(t, p.r), Keyspace: p.ks, Stages: p.stages})
 	if err != nil {

@@ -13,14 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // TestAPIHistory: the history of the fleet (two consumers) counts every task once, with
 // latency quantiles, over a full hour of minutes.
 func TestAPIHistory(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation, handlers.StageFollowup}, "node-a", "node-b")
+	p := startPipeline(t, []string{"interview-evaluation", "interview-followup"}, "node-a", "node-b")
 	const n = 10
 	for i := range n {
 		p.enqueue(topics.Task{TaskID: "h-" + strconv.Itoa(i),
@@ -29,7 +28,7 @@ func TestAPIHistory(t *testing.T) {
 	eventually(t, 20*time.Second, "the events", func() bool { return len(p.events()) == n })
 	var hist []admin.StageHistory
 	eventually(t, 10*time.Second, "the fleet's stats", func() bool {
-		if code := p.get("history?stage="+handlers.StageEvaluation, &hist); code != http.StatusOK {
+		if code := p.get("history?stage="+"interview-evaluation", &hist); code != http.StatusOK {
 			t.Fatalf("GET history: %d", code)
 		}
 		var total int64
@@ -69,8 +68,8 @@ func TestAPIHistory(t *testing.T) {
 // queued (listed with its payload, HTML escaped in the JSON) until the stage is resumed. The
 // flight detail lists the attempt.
 func TestAPIPauseAndQueued(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
-	stage := map[string]string{"stage": handlers.StageEvaluation}
+	p := startPipeline(t, []string{"interview-evaluation"}, "node-a")
+	stage := map[string]string{"stage": "interview-evaluation"}
 	for _, c := range []struct {
 		token string
 		want  int
@@ -93,14 +92,14 @@ func TestAPIPauseAndQueued(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // the subscribers' cached pause state (1 s) and a read already blocking (250 ms)
 	// Written as a producer may write it: the markup raw in the payload.
-	if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks(handlers.StageEvaluation),
-		Values: []any{topics.FieldUUID, "uuid-q-1", topics.FieldPayload, `{"taskId":"q-1","stage":"` + handlers.StageEvaluation +
+	if err := p.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: p.ks.Tasks("interview-evaluation"),
+		Values: []any{topics.FieldUUID, "uuid-q-1", topics.FieldPayload, `{"taskId":"q-1","stage":"` + "interview-evaluation" +
 			`","tenant":"acme","input":{"answer":"<script>alert(1)</script>","sim":{"latencyMs":10}}}`}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var queued []admin.QueuedView
 	eventually(t, 5*time.Second, "the queued task", func() bool {
-		p.get("queued?stage="+handlers.StageEvaluation, &queued)
+		p.get("queued?stage="+"interview-evaluation", &queued)
 		return len(queued) == 1
 	})
 	if q := queued[0]; q.TaskID != "q-1" || q.Tenant != "acme" || !strings.Contains(q.Payload, "<script>") || q.AgeMs < 0 {
@@ -144,9 +143,9 @@ func TestAPIPauseAndQueued(t *testing.T) {
 // TestAPIDLQBulk: bulk requeue and purge need the action token, and act on the selected
 // entries or on every entry of a stage.
 func TestAPIDLQBulk(t *testing.T) {
-	p := startPipeline(t, []string{handlers.StageEvaluation}, "node-a")
+	p := startPipeline(t, []string{"interview-evaluation"}, "node-a")
 	ctx := context.Background()
-	dlq := p.ks.DLQ(handlers.StageEvaluation)
+	dlq := p.ks.DLQ("interview-evaluation")
 	var ids []string
 	for i := range 5 {
 		id, err := p.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: []any{
@@ -157,7 +156,7 @@ func TestAPIDLQBulk(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	sel := admin.DLQSelection{Stage: handlers.StageEvaluation, IDs: ids[:2]}
+	sel := admin.DLQSelection{Stage: "interview-evaluation", IDs: ids[:2]}
 	for _, path := range []string{"dlq/requeue", "dlq/purge"} {
 		if code, _ := p.post(path, "", sel, nil); code != http.StatusUnauthorized {
 			t.Errorf("%s without a token: %d, want 401", path, code)
@@ -169,14 +168,14 @@ func TestAPIDLQBulk(t *testing.T) {
 	if n := p.r.Client.XLen(ctx, dlq).Val(); n != 5 {
 		t.Fatalf("refused actions changed the DLQ: %d entries", n)
 	}
-	for _, bad := range []admin.DLQSelection{{Stage: handlers.StageEvaluation},
-		{Stage: handlers.StageEvaluation, IDs: []string{"x"}}, {Stage: handlers.StageEvaluation, All: true, IDs: ids[:1]}} {
+	for _, bad := range []admin.DLQSelection{{Stage: "interview-evaluation"},
+		{Stage: "interview-evaluation", IDs: []string{"x"}}, {Stage: "interview-evaluation", All: true, IDs: ids[:1]}} {
 		if code, body := p.post("dlq/purge", testToken, bad, nil); code != http.StatusBadRequest {
 			t.Errorf("purge %+v: %d %s, want 400", bad, code, body)
 		}
 	}
 	// Paused, the requeued entries stay on the task stream where they can be seen.
-	p.post("pause", testToken, map[string]string{"stage": handlers.StageEvaluation}, nil)
+	p.post("pause", testToken, map[string]string{"stage": "interview-evaluation"}, nil)
 	time.Sleep(2 * time.Second) // the subscribers' cached pause state
 	var res admin.BulkResult
 	if code, body := p.post("dlq/requeue", testToken, sel, &res); code != http.StatusOK || res.Done != 2 || len(res.IDs) != 2 {
@@ -188,17 +187,17 @@ func TestAPIDLQBulk(t *testing.T) {
 		t.Errorf("queued after the requeue: %+v", queued)
 	}
 	res = admin.BulkResult{}
-	if code, body := p.post("dlq/purge", testToken, admin.DLQSelection{Stage: handlers.StageEvaluation,
+	if code, body := p.post("dlq/purge", testToken, admin.DLQSelection{Stage: "interview-evaluation",
 		IDs: []string{ids[2], ids[0]}}, &res); code != http.StatusOK || res.Done != 1 || res.Missing != 1 {
 		t.Errorf("purge: %d %s %+v", code, body, res)
 	}
 	res = admin.BulkResult{}
-	if code, body := p.post("dlq/requeue", testToken, admin.DLQSelection{Stage: handlers.StageEvaluation, All: true,
+	if code, body := p.post("dlq/requeue", testToken, admin.DLQSelection{Stage: "interview-evaluation", All: true,
 		UpTo: ids[3]}, &res); code != http.StatusOK || res.Done != 1 || res.UpTo != ids[3] {
 		t.Errorf("requeue all up to %s: %d %s %+v", ids[3], code, body, res)
 	}
 	res = admin.BulkResult{}
-	if code, body := p.post("dlq/purge", testToken, admin.DLQSelection{Stage: handlers.StageEvaluation, All: true},
+	if code, body := p.post("dlq/purge", testToken, admin.DLQSelection{Stage: "interview-evaluation", All: true},
 		&res); code != http.StatusOK || res.Done != 1 {
 		t.Errorf("purge all: %d %s %+v", code, body, res)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -87,7 +86,7 @@ func newAmpLoad(tb testing.TB) *ampLoad {
 	ctx := context.Background()
 	r := redistest.New(tb)
 	l := &ampLoad{r: r, ks: topics.Keyspace{Prefix: r.Prefix}, reads: &streamReads{}}
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	coord, err := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: l.ks})
 	if err != nil {
 		tb.Fatal(err)

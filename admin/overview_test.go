@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -94,7 +93,7 @@ func TestBeatAfterTheOverviewsClock(t *testing.T) {
 	r := redistest.New(t)
 	ctx := context.Background()
 	ks := topics.Keyspace{Prefix: r.Prefix}
-	in, err := admin.New(admin.Config{Client: r.Client, Keyspace: ks, Stages: []string{handlers.StageEvaluation}})
+	in, err := admin.New(admin.Config{Client: r.Client, Keyspace: ks, Stages: []string{"interview-evaluation"}})
 	if err != nil {
 		t.Fatal(err)
 	}

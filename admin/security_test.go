@@ -16,7 +16,6 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -34,7 +33,7 @@ func newSecureServer(t *testing.T, cfg admin.HandlerConfig, extraHosts ...string
 	t.Helper()
 	r := redistest.New(t)
 	s := &secureServer{t: t, r: r, ks: topics.Keyspace{Prefix: r.Prefix}}
-	insp, err := admin.New(admin.Config{Client: r.Client, Keyspace: s.ks, Stages: []string{handlers.StageEvaluation}})
+	insp, err := admin.New(admin.Config{Client: r.Client, Keyspace: s.ks, Stages: []string{"interview-evaluation"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +292,7 @@ func TestSecurityDLQTruncated(t *testing.T) {
 	ctx := context.Background()
 	mb := strings.Repeat("u", 1<<20)
 	for range 3 {
-		if err := s.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s.ks.DLQ(handlers.StageEvaluation), Values: []any{
+		if err := s.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s.ks.DLQ("interview-evaluation"), Values: []any{
 			topics.FieldUUID, mb, topics.FieldPayload, mb, topics.FieldReason, "bad_json", topics.FieldDetail, mb,
 			topics.FieldConsumer, mb,
 		}}).Err(); err != nil {
@@ -318,17 +317,17 @@ func TestSecurityDLQTruncated(t *testing.T) {
 	}
 
 	// An event with a 1 MB error and a 1 MB inline result, of the flight below.
-	key, err := flight.SemanticKey(flight.KeyParams{Stage: handlers.StageEvaluation, Tenant: "acme", Input: json.RawMessage(`{"a":1}`)})
+	key, err := flight.SemanticKey(flight.KeyParams{Stage: "interview-evaluation", Tenant: "acme", Input: json.RawMessage(`{"a":1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := topics.Event{TaskID: "t-big", RequestKey: key, Stage: handlers.StageEvaluation, Tenant: "acme", Status: topics.StatusFailed,
+	ev := topics.Event{TaskID: "t-big", RequestKey: key, Stage: "interview-evaluation", Tenant: "acme", Status: topics.StatusFailed,
 		Error: mb, Result: json.RawMessage(`{"text":"` + mb + `"}`)}
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s.ks.Results(handlers.StageEvaluation),
+	if err := s.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s.ks.Results("interview-evaluation"),
 		Values: []any{topics.FieldUUID, "e-1", topics.FieldPayload, payload}}).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -342,13 +341,13 @@ func TestSecurityDLQTruncated(t *testing.T) {
 	}
 
 	// A flight with a 1 MB error field and 1,500 parked tasks (listed: the event names it).
-	if err := s.r.Client.HSet(ctx, s.ks.Meta(key), "status", "RUNNING", "stage", handlers.StageEvaluation, "tenant", "acme",
+	if err := s.r.Client.HSet(ctx, s.ks.Meta(key), "status", "RUNNING", "stage", "interview-evaluation", "tenant", "acme",
 		"error", mb).Err(); err != nil {
 		t.Fatal(err)
 	}
 	parked := make([]any, 0, 3000)
 	for i := range 1500 { // field "<entry id> <stream>", value "<parked at ms> <task id>"
-		parked = append(parked, fmt.Sprintf("%d-0 %s", i+1, s.ks.Tasks(handlers.StageEvaluation)), fmt.Sprintf("1700000000000 task-%04d", i))
+		parked = append(parked, fmt.Sprintf("%d-0 %s", i+1, s.ks.Tasks("interview-evaluation")), fmt.Sprintf("1700000000000 task-%04d", i))
 	}
 	if err := s.r.Client.HSet(ctx, s.ks.Waiters(key), parked...).Err(); err != nil {
 		t.Fatal(err)

@@ -33,9 +33,9 @@ func enqueueAll(b *testing.B, rdb *redis.Client, ks topics.Keyspace, run, n, key
 	for start := 0; start < n; start += 500 {
 		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := start; i < min(start+500, n); i++ {
-				payload, _ := json.Marshal(topics.Task{TaskID: fmt.Sprintf("r%d-t%d", run, i), Stage: handlers.StageEvaluation,
+				payload, _ := json.Marshal(topics.Task{TaskID: fmt.Sprintf("r%d-t%d", run, i), Stage: "interview-evaluation",
 					Tenant: "bench", Input: json.RawMessage(fmt.Sprintf(`{"run":%d,"k":%d}`, run, i%keys))})
-				p.XAdd(ctx, &redis.XAddArgs{Stream: ks.Tasks(handlers.StageEvaluation),
+				p.XAdd(ctx, &redis.XAddArgs{Stream: ks.Tasks("interview-evaluation"),
 					Values: []any{topics.FieldUUID, strconv.Itoa(i), topics.FieldPayload, payload}})
 			}
 			return nil
@@ -49,7 +49,7 @@ func enqueueAll(b *testing.B, rdb *redis.Client, ks topics.Keyspace, run, n, key
 // waitEvents blocks until n events arrived on the evaluation result stream after from.
 func waitEvents(b *testing.B, rdb *redis.Client, ks topics.Keyspace, from string, n int) string {
 	b.Helper()
-	streams := map[string]string{ks.Results(handlers.StageEvaluation): from}
+	streams := map[string]string{ks.Results("interview-evaluation"): from}
 	for seen := 0; seen < n; {
 		evs, _, err := broker.ReadEvents(context.Background(), rdb, streams, 5000, 2*time.Second)
 		if err != nil {
@@ -59,9 +59,9 @@ func waitEvents(b *testing.B, rdb *redis.Client, ks topics.Keyspace, from string
 			b.Fatalf("stalled at %d of %d events", seen, n)
 		}
 		seen += len(evs)
-		streams[ks.Results(handlers.StageEvaluation)] = evs[len(evs)-1].ID
+		streams[ks.Results("interview-evaluation")] = evs[len(evs)-1].ID
 	}
-	return streams[ks.Results(handlers.StageEvaluation)]
+	return streams[ks.Results("interview-evaluation")]
 }
 
 // BenchmarkPipeline measures end-to-end tasks per second through one consumer process with
@@ -76,7 +76,7 @@ func BenchmarkPipeline(b *testing.B) {
 	}{{"unique", 1}, {"dup10", 10}} {
 		b.Run(bc.name, func(b *testing.B) {
 			ks := topics.Keyspace{Prefix: redistest.Prefix()}
-			stages, _ := handlers.LoadStages("", []string{handlers.StageEvaluation})
+			stages, _ := handlers.LoadStages("", []string{"interview-evaluation"})
 			stages[0].Concurrency = benchSubscribers
 			log := zerolog.Nop()
 			c, err := handlers.NewConsumer(handlers.Config{NewClient: redisconn.Factory(r.Client.Options()), Keyspace: ks,
@@ -112,7 +112,7 @@ func BenchmarkPipeline(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			router.AddNoPublisherHandler("h"+strconv.Itoa(i), ks.Tasks(handlers.StageEvaluation), sub,
+			router.AddNoPublisherHandler("h"+strconv.Itoa(i), ks.Tasks("interview-evaluation"), sub,
 				func(*message.Message) error { acked.Add(1); return nil })
 		}
 		var wg sync.WaitGroup

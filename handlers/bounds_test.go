@@ -89,7 +89,7 @@ func TestHostileBounds(t *testing.T) {
 		lg := zerolog.New(logs).Level(zerolog.WarnLevel)
 		c.Logger, c.Registry = &lg, reg
 	})
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	longID := strings.Repeat("u", 2<<20)
 	bigCorr := strings.Repeat("c", 15_000) // metadata within its bound, id far over 128
 	rows := []struct {

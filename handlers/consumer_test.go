@@ -51,7 +51,7 @@ func (b *bundle) consumer(name string, mut func(*handlers.Config)) (cancel func(
 // start is consumer, and returns the consumer too.
 func (b *bundle) start(name string, mut func(*handlers.Config)) (c *handlers.Consumer, cancel func()) {
 	b.t.Helper()
-	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation, handlers.StageFollowup})
+	stages, err := handlers.LoadStages("", []string{"interview-evaluation", "interview-followup"})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -156,9 +156,9 @@ func TestDuplicatesRunOnce(t *testing.T) {
 	b.consumer("c1", nil)
 	b.consumer("c2", nil)
 	for i := range 40 {
-		b.enqueue(topics.Task{TaskID: fmt.Sprintf("t%02d", i), Stage: handlers.StageEvaluation, Input: simInput(i%4, 150)})
+		b.enqueue(topics.Task{TaskID: fmt.Sprintf("t%02d", i), Stage: "interview-evaluation", Input: simInput(i%4, 150)})
 	}
-	got := b.events([]string{handlers.StageEvaluation}, 40, 20*time.Second)
+	got := b.events([]string{"interview-evaluation"}, 40, 20*time.Second)
 	if len(got) != 40 {
 		t.Fatalf("%d of 40 tasks answered", len(got))
 	}
@@ -185,7 +185,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 func TestDeadLetters(t *testing.T) {
 	b := setup(t)
 	b.consumer("c1", nil)
-	stream := b.ks.Tasks(handlers.StageEvaluation)
+	stream := b.ks.Tasks("interview-evaluation")
 	valid := func(id string) string {
 		return fmt.Sprintf(`{"taskId":%q,"stage":"interview-evaluation","tenant":"acme","input":{"a":%q}}`, id, id)
 	}
@@ -206,7 +206,7 @@ func TestDeadLetters(t *testing.T) {
 		b.r.Client.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: e.values})
 	}
 	b.r.Client.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: []any{"_watermill_message_uuid", "ok", "payload", valid("good")}})
-	got := b.eventsFor([]string{handlers.StageEvaluation}, []string{"good", "x", "m"}, 10*time.Second)
+	got := b.eventsFor([]string{"interview-evaluation"}, []string{"good", "x", "m"}, 10*time.Second)
 	if e := got["good"]; len(e) != 1 || e[0].Status != topics.StatusSucceeded {
 		t.Fatalf("the valid task behind the bad ones: %+v", got)
 	}
@@ -224,7 +224,7 @@ func TestDeadLetters(t *testing.T) {
 	var dlq []redis.XMessage
 	for deadline := time.Now().Add(5 * time.Second); len(dlq) < len(bad) && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
-		dlq = b.r.Client.XRange(b.ctx, b.ks.DLQ(handlers.StageEvaluation), "-", "+").Val()
+		dlq = b.r.Client.XRange(b.ctx, b.ks.DLQ("interview-evaluation"), "-", "+").Val()
 	}
 	reasons := map[string]bool{}
 	for _, m := range dlq {
@@ -300,7 +300,7 @@ func TestSessionLockNoOverlap(t *testing.T) {
 	iv := &intervals{}
 	for _, name := range []string{"c1", "c2"} {
 		b.consumer(name, func(c *handlers.Config) {
-			stages, err := handlers.LoadStages("", []string{handlers.StageExtraction})
+			stages, err := handlers.LoadStages("", []string{"interview-extraction"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,10 +310,10 @@ func TestSessionLockNoOverlap(t *testing.T) {
 		})
 	}
 	for i := range 4 {
-		b.enqueue(topics.Task{TaskID: fmt.Sprintf("h%d", i), Stage: handlers.StageExtraction, SessionID: "interview-1",
+		b.enqueue(topics.Task{TaskID: fmt.Sprintf("h%d", i), Stage: "interview-extraction", SessionID: "interview-1",
 			Input: json.RawMessage(fmt.Sprintf(`{"resume":"r%d","sim":{"latencyMs":200}}`, i))})
 	}
-	got := b.events([]string{handlers.StageExtraction}, 4, 20*time.Second)
+	got := b.events([]string{"interview-extraction"}, 4, 20*time.Second)
 	if len(got) != 4 {
 		t.Fatalf("%d of 4 tasks answered", len(got))
 	}
@@ -348,9 +348,9 @@ func TestUncoordinatedModes(t *testing.T) {
 				}
 			})
 			for i := range 6 {
-				b.enqueue(topics.Task{TaskID: fmt.Sprint("m", i), Stage: handlers.StageEvaluation, Input: simInput(1, 300)})
+				b.enqueue(topics.Task{TaskID: fmt.Sprint("m", i), Stage: "interview-evaluation", Input: simInput(1, 300)})
 			}
-			got := b.events([]string{handlers.StageEvaluation}, 6, 10*time.Second)
+			got := b.events([]string{"interview-evaluation"}, 6, 10*time.Second)
 			if len(got) != 6 {
 				t.Fatalf("%d of 6 answered", len(got))
 			}

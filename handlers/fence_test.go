@@ -60,7 +60,7 @@ func TestTakeoverClaimOutlivesRedis(t *testing.T) {
 	b.ks = topics.Keyspace{Prefix: b.r.Prefix}
 	b.w = broker.Writer{Client: b.r.Client, Keyspace: b.ks}
 
-	tk := topics.Task{TaskID: "z1", Stage: handlers.StageEvaluation, Tenant: "acme", Input: simInput(1, 0)}
+	tk := topics.Task{TaskID: "z1", Stage: "interview-evaluation", Tenant: "acme", Input: simInput(1, 0)}
 	key, err := handlers.TaskKey(tk)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestTakeoverClaimOutlivesRedis(t *testing.T) {
 		c.Archive = store
 	})
 	b.enqueue(tk)
-	evs := b.events([]string{handlers.StageEvaluation}, 1, 20*time.Second)["z1"]
+	evs := b.events([]string{"interview-evaluation"}, 1, 20*time.Second)["z1"]
 	if len(evs) == 0 {
 		t.Fatal("no event for the task")
 	}

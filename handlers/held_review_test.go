@@ -20,9 +20,9 @@ import (
 // got exactly one event, SUCCEEDED with the only run's result.
 func exactlyOnce(t *testing.T, b *bundle, ids []string, settle time.Duration) {
 	t.Helper()
-	b.eventsFor([]string{handlers.StageEvaluation}, ids, 20*time.Second)
+	b.eventsFor([]string{"interview-evaluation"}, ids, 20*time.Second)
 	time.Sleep(settle)
-	got := b.events([]string{handlers.StageEvaluation}, 1<<30, 500*time.Millisecond)
+	got := b.events([]string{"interview-evaluation"}, 1<<30, 500*time.Millisecond)
 	for _, id := range ids {
 		evs := got[id]
 		if len(evs) != 1 || evs[0].Status != topics.StatusSucceeded || string(evs[0].Result) != onlyRun {
@@ -60,7 +60,7 @@ func TestSpooledTasksAnsweredOnce(t *testing.T) {
 			ids := dupTasks(b, "s", 1, 4, 0)
 			wait(t, gm.started, "the owner's model call")
 			until(t, "the four tasks read", func() bool {
-				return b.r.Client.XPending(b.ctx, b.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count == 4
+				return b.r.Client.XPending(b.ctx, b.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Val().Count == 4
 			})
 			if tc.loss {
 				srv.Stop()
@@ -102,15 +102,15 @@ func TestCancelledRunsHeldResultIsNotTaken(t *testing.T) {
 	})
 	close(gm.release)
 	o.waitOnTheLock(t, "the owner's complete asking the archive")
-	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(8, 0)})
-	b.eventsFor([]string{handlers.StageEvaluation}, []string{"dup"}, 20*time.Second)
+	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: "interview-evaluation", Input: simInput(8, 0)})
+	b.eventsFor([]string{"interview-evaluation"}, []string{"dup"}, 20*time.Second)
 	if gm.runs.Load() != 2 {
 		t.Errorf("model ran %d times, want 2: the duplicate's new flight took the cancelled run's held result", gm.runs.Load())
 	}
 	if err := tx.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.eventsFor([]string{handlers.StageEvaluation}, []string{"first", "dup"}, 20*time.Second)
+	b.eventsFor([]string{"interview-evaluation"}, []string{"first", "dup"}, 20*time.Second)
 }
 
 // TestCancelledRunsArchivedResultIsNotRehydrated: the flight is cancelled while its owner's
@@ -138,7 +138,7 @@ func TestCancelledRunsArchivedResultIsNotRehydrated(t *testing.T) {
 		})(c)
 		c.Archive = store
 	})
-	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(9, 0)}
+	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: "interview-evaluation", Input: simInput(9, 0)}
 	key, err := handlers.TaskKey(task)
 	if err != nil {
 		t.Fatal(err)
@@ -161,8 +161,8 @@ func TestCancelledRunsArchivedResultIsNotRehydrated(t *testing.T) {
 	})
 	srv.Restart()
 	until(t, "the write-back refused", func() bool { return c.Status().Spooled == 0 })
-	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(9, 0)})
-	got := b.eventsFor([]string{handlers.StageEvaluation}, []string{"first", "dup"}, 20*time.Second)
+	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: "interview-evaluation", Input: simInput(9, 0)})
+	got := b.eventsFor([]string{"interview-evaluation"}, []string{"first", "dup"}, 20*time.Second)
 	if gm.runs.Load() != 2 {
 		t.Errorf("model ran %d times, want 2; dup: %+v: the new flight took the cancelled run's result from the archive",
 			gm.runs.Load(), got["dup"])
@@ -170,7 +170,7 @@ func TestCancelledRunsArchivedResultIsNotRehydrated(t *testing.T) {
 	// The refused write-back answered the owner's task with the cancellation, once: it does
 	// not acquire the new flight when it comes back.
 	time.Sleep(time.Second)
-	got = b.events([]string{handlers.StageEvaluation}, 1<<30, 500*time.Millisecond)
+	got = b.events([]string{"interview-evaluation"}, 1<<30, 500*time.Millisecond)
 	if evs := got["first"]; len(evs) != 1 || evs[0].Status != topics.StatusCancelled {
 		t.Errorf("first: events %+v, want one CANCELLED", evs)
 	}

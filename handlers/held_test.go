@@ -82,7 +82,7 @@ func privateBundle(t *testing.T) (*bundle, *redistest.Server) {
 func evaluation(m model.Model, set func(*handlers.StageConfig)) func(*handlers.Config) {
 	return func(c *handlers.Config) {
 		for i := range c.Stages {
-			if c.Stages[i].Name == handlers.StageEvaluation {
+			if c.Stages[i].Name == "interview-evaluation" {
 				set(&c.Stages[i])
 			}
 		}
@@ -93,7 +93,7 @@ func evaluation(m model.Model, set func(*handlers.StageConfig)) func(*handlers.C
 // answeredOnce waits for the events of ids and checks that each got onlyRun.
 func answeredOnce(t *testing.T, b *bundle, ids []string) map[string][]topics.Event {
 	t.Helper()
-	got := b.eventsFor([]string{handlers.StageEvaluation}, ids, 20*time.Second)
+	got := b.eventsFor([]string{"interview-evaluation"}, ids, 20*time.Second)
 	for _, id := range ids {
 		if evs := got[id]; len(evs) == 0 || evs[0].Status != topics.StatusSucceeded || string(evs[0].Result) != onlyRun {
 			t.Errorf("%s: events %+v, want SUCCEEDED with the only run's result", id, evs)
@@ -131,7 +131,7 @@ func TestUncertainOutcomeInConsumer(t *testing.T) {
 					c.Archive = store
 				}
 			})
-			b.enqueue(topics.Task{TaskID: "u1", Stage: handlers.StageEvaluation, Input: simInput(1, 0)})
+			b.enqueue(topics.Task{TaskID: "u1", Stage: "interview-evaluation", Input: simInput(1, 0)})
 			wait(t, gm.started, "the model call")
 			srv.Stop()
 			close(gm.release)
@@ -167,7 +167,7 @@ func TestJoinedTasksWaitForTheSpool(t *testing.T) {
 	ids := dupTasks(b, "s", 1, 4, 0)
 	wait(t, gm.started, "the owner's model call")
 	until(t, "the four tasks read", func() bool {
-		return b.r.Client.XPending(b.ctx, b.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count == 4
+		return b.r.Client.XPending(b.ctx, b.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Val().Count == 4
 	})
 	srv.Stop()
 	close(gm.release)
@@ -197,7 +197,7 @@ func TestDuplicateOwnerTakesTheHeldOutcome(t *testing.T) {
 	}
 	close(gm.release)
 	o.waitOnTheLock(t, "the owner's complete asking the archive")
-	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(7, 0)})
+	b.enqueue(topics.Task{TaskID: "dup", Tenant: "acme", Stage: "interview-evaluation", Input: simInput(7, 0)})
 	got := answeredOnce(t, b, []string{"dup"})
 	if e := got["dup"]; len(e) > 0 && e[0].Shared != topics.SharedOwner {
 		t.Errorf("dup: shared %s, want owner (of the flight it completed with the held result)", e[0].Shared)
@@ -210,7 +210,7 @@ func TestDuplicateOwnerTakesTheHeldOutcome(t *testing.T) {
 		t.Errorf("model ran %d times, want 1", gm.runs.Load())
 	}
 	until(t, "no entry pending", func() bool {
-		return b.r.Client.XPending(b.ctx, b.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count == 0
+		return b.r.Client.XPending(b.ctx, b.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Val().Count == 0
 	})
 }
 
@@ -242,7 +242,7 @@ func startArchiveOwner(t *testing.T, input int) *archiveOwner {
 		})(c)
 		c.Archive = store
 	})
-	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: handlers.StageEvaluation, Input: simInput(input, 0)}
+	task := topics.Task{TaskID: "first", Tenant: "acme", Stage: "interview-evaluation", Input: simInput(input, 0)}
 	if o.key, err = handlers.TaskKey(task); err != nil {
 		t.Fatal(err)
 	}

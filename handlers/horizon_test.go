@@ -21,7 +21,7 @@ func TestScheduleHorizon(t *testing.T) {
 	b := setup(t)
 	b.consumer("c1", func(c *handlers.Config) {
 		for i := range c.Stages {
-			if c.Stages[i].Name == handlers.StageEvaluation {
+			if c.Stages[i].Name == "interview-evaluation" {
 				c.Stages[i].ScheduleHorizon = time.Hour
 			}
 		}
@@ -30,7 +30,7 @@ func TestScheduleHorizon(t *testing.T) {
 	payload := func(id, stage string, nb string) string {
 		return `{"taskId":"` + id + `","stage":"` + stage + `","tenant":"acme","input":"` + id + `","notBefore":"` + nb + `"}`
 	}
-	ev, fu := handlers.StageEvaluation, handlers.StageFollowup
+	ev, fu := "interview-evaluation", "interview-followup"
 	b.xadd(ev, redisstream.UUIDHeaderKey, "u1", "payload", payload("far-1h", ev, topics.FormatTime(now.Add(time.Hour+time.Minute))))
 	b.xadd(ev, redisstream.UUIDHeaderKey, "u2", "payload", payload("near-1h", ev, topics.FormatTime(now.Add(time.Hour-time.Minute))))
 	b.xadd(fu, redisstream.UUIDHeaderKey, "u3", "payload", payload("far-9999", fu, "9999-12-31T00:00:00Z"))
@@ -76,7 +76,7 @@ func TestScheduleHorizon(t *testing.T) {
 // TestStageScheduleHorizonConfig: the stage file sets scheduleHorizon; 0 takes the 7-day
 // default and a negative one is refused.
 func TestStageScheduleHorizonConfig(t *testing.T) {
-	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation})
+	stages, err := handlers.LoadStages("", []string{"interview-evaluation"})
 	if err != nil || stages[0].ScheduleHorizon != topics.DefaultScheduleHorizon {
 		t.Fatalf("default scheduleHorizon: %v, %v", stages, err)
 	}
@@ -84,7 +84,7 @@ func TestStageScheduleHorizonConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte("stages:\n  interview-evaluation:\n    scheduleHorizon: 36h\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if set, err := handlers.LoadStages(path, []string{handlers.StageEvaluation}); err != nil || set[0].ScheduleHorizon != 36*time.Hour {
+	if set, err := handlers.LoadStages(path, []string{"interview-evaluation"}); err != nil || set[0].ScheduleHorizon != 36*time.Hour {
 		t.Errorf("scheduleHorizon: 36h in the stage file: %v, %v", set, err)
 	}
 	bad := stages[0]

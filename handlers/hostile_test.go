@@ -73,7 +73,7 @@ func metadata(t *testing.T, md message.Metadata) []byte {
 func TestHostileEntries(t *testing.T) {
 	b := setup(t)
 	b.consumer("c1", nil)
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	nested := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
 	deepObj := strings.Repeat(`{"a":`, 40) + "1" + strings.Repeat("}", 40)
 	forged := metadata(t, message.Metadata{stream.MetaBadEntry: "", stream.MetaEntry: "0-1", "correlation_id": "c"})
@@ -235,7 +235,7 @@ func TestCrossTenantRequestKey(t *testing.T) {
 	rec := &runRecorder{}
 	b.sim.OnRun = func(r model.Request) { b.runs.Add(1); rec.record(r) }
 	b.consumer("c1", func(c *handlers.Config) { c.Stages[0].Concurrency = 8 })
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	acmeKey, err := flight.NamespacedKey(stage, "acme", "q-7", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestTenantIsolation(t *testing.T) {
 	b.sim.OnRun = func(r model.Request) { b.runs.Add(1); rec.record(r) }
 	b.consumer("c1", nil)
 	b.consumer("c2", nil)
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	input := json.RawMessage(`{"answer":"the same words","sim":{"latencyMs":400}}`)
 	var want []string
 	for _, tenant := range []string{"acme", "globex"} {

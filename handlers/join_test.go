@@ -17,7 +17,7 @@ func withStage(reg *prometheus.Registry, concurrency int, joinWait time.Duration
 	return func(cfg *handlers.Config) {
 		cfg.Registry = reg
 		for i, s := range cfg.Stages {
-			if s.Name == handlers.StageEvaluation {
+			if s.Name == "interview-evaluation" {
 				cfg.Stages[i].Concurrency, cfg.Stages[i].JoinWait = concurrency, joinWait
 			}
 		}
@@ -78,7 +78,7 @@ func dupTasks(b *bundle, prefix string, key, n, latencyMs int) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-		b.enqueue(topics.Task{TaskID: ids[i], Stage: handlers.StageEvaluation, Input: simInput(key, latencyMs)})
+		b.enqueue(topics.Task{TaskID: ids[i], Stage: "interview-evaluation", Input: simInput(key, latencyMs)})
 	}
 	return ids
 }
@@ -87,7 +87,7 @@ func dupTasks(b *bundle, prefix string, key, n, latencyMs int) []string {
 // how many events had each shared label.
 func onceEach(t *testing.T, b *bundle, ids []string, status topics.Status) map[topics.Shared]int {
 	t.Helper()
-	got := b.eventsFor([]string{handlers.StageEvaluation}, ids, 15*time.Second)
+	got := b.eventsFor([]string{"interview-evaluation"}, ids, 15*time.Second)
 	shared := map[topics.Shared]int{}
 	for _, id := range ids {
 		if len(got[id]) != 1 || got[id][0].Status != status {
@@ -135,7 +135,7 @@ func TestJoinedTasksRideTheOwnersComplete(t *testing.T) {
 		}
 		c.Models = map[string]model.Model{"sim": gm}
 	})
-	ev := handlers.StageEvaluation
+	ev := "interview-evaluation"
 	ids := dupTasks(b, "j", 1, 8, 0)
 	wait(t, gm.started, "the owner's model call")
 	until(t, "seven tasks joined the owner", func() bool { return gaugeValue(t, reg, "flightdeck_joined_waiting", ev) == 7 })
@@ -169,7 +169,7 @@ func TestJoinWaitIsBounded(t *testing.T) {
 		withStage(reg, 4, 50*time.Millisecond)(c)
 		c.Models = map[string]model.Model{"sim": gm}
 	})
-	ev := handlers.StageEvaluation
+	ev := "interview-evaluation"
 	ids := dupTasks(b, "long", 1, 8, 0)
 	wait(t, gm.started, "the owner's model call")
 	b.enqueue(topics.Task{TaskID: "quick", Stage: ev, Input: simInput(2, 0)})
@@ -192,7 +192,7 @@ func TestJoinedTasksAfterAFailure(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
 	b.consumer("c1", withStage(reg, 8, 2*time.Second))
-	ev := handlers.StageEvaluation
+	ev := "interview-evaluation"
 	ids := make([]string, 6)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("f-%d", i)
@@ -211,7 +211,7 @@ func TestJoinedTasksAfterAFailure(t *testing.T) {
 func TestPastDeadlineDoesNotJoin(t *testing.T) {
 	b := setup(t)
 	b.consumer("c1", withStage(prometheus.NewRegistry(), 4, 2*time.Second))
-	ev := handlers.StageEvaluation
+	ev := "interview-evaluation"
 	b.enqueue(topics.Task{TaskID: "lead", Stage: ev, Input: simInput(3, 500)})
 	b.enqueue(topics.Task{TaskID: "late", Stage: ev, Input: simInput(3, 500),
 		Deadline: time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)})

@@ -81,7 +81,7 @@ func TestMuxRunsHandlerFuncs(t *testing.T) {
 		}
 		return json.Marshal(map[string]any{"words": len(strings.Fields(in.Text)), "tenant": task.Tenant})
 	})
-	mux.HandleFunc(handlers.StageFollowup, func(ctx context.Context, task model.Request, _ model.ProgressFunc) (json.RawMessage, error) {
+	mux.HandleFunc("interview-followup", func(ctx context.Context, task model.Request, _ model.ProgressFunc) (json.RawMessage, error) {
 		failCalls.Add(1)
 		return nil, model.Permanent("", errors.New("never works"))
 	})
@@ -101,7 +101,7 @@ func TestMuxRunsHandlerFuncs(t *testing.T) {
 		task("a3", "resume-score", `{"text":"one two three"}`),
 		task("b1", "resume-score", `{"text":"four"}`),
 		task("c1", "resume-score", `"not an object"`),
-		task("f1", handlers.StageFollowup, `{"q":1}`))
+		task("f1", "interview-followup", `{"q":1}`))
 	for _, id := range []string{"a1", "a2", "a3"} {
 		if ev := evs[id]; ev.Status != topics.StatusSucceeded || string(ev.Result) != `{"tenant":"acme","words":3}` {
 			t.Errorf("%s: %s %s %s, want SUCCEEDED with the handler's result", id, ev.Status, ev.Result, ev.Error)
@@ -198,7 +198,7 @@ func TestSimWarning(t *testing.T) {
 	mux.HandleFunc("real", func(context.Context, model.Request, model.ProgressFunc) (json.RawMessage, error) {
 		return json.RawMessage(`1`), nil
 	})
-	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation})
+	stages, err := handlers.LoadStages("", []string{"interview-evaluation"})
 	if err != nil {
 		t.Fatal(err)
 	}

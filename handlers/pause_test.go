@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -14,7 +13,7 @@ import (
 // undelivered) while the other stage keeps running; once resumed it runs.
 func TestPausedStageStartsNothing(t *testing.T) {
 	b := setup(t)
-	ev, fu := handlers.StageEvaluation, handlers.StageFollowup
+	ev, fu := "interview-evaluation", "interview-followup"
 	if err := b.r.Client.HSet(b.ctx, b.ks.Paused(), ev, `{"by":"test","at":1}`).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +52,7 @@ func TestPausedStageStartsNothing(t *testing.T) {
 // TestFleetStats: two consumers' answers add up in the stage's per-minute stats hash.
 func TestFleetStats(t *testing.T) {
 	b := setup(t)
-	ev := handlers.StageEvaluation
+	ev := "interview-evaluation"
 	b.consumer("c1", nil)
 	b.consumer("c2", nil)
 	const n = 12

@@ -24,7 +24,7 @@ func TestQueueWaitFromEntry(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
 	b.consumer("c1", func(c *handlers.Config) { c.Registry = reg })
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	dayAgo := time.Now().Add(-23 * time.Hour)
 	b.xadd(stage, redisstream.UUIDHeaderKey, "u-old", "payload",
 		evalTask("claims-old", `"input":{"a":1},"enqueuedAt":"`+topics.FormatTime(dayAgo)+`"`))
@@ -36,7 +36,7 @@ func TestQueueWaitFromEntry(t *testing.T) {
 		return b.r.Client.XPending(b.ctx, b.ks.Tasks(stage), topics.ConsumerGroup).Val().Count == 0
 	})
 	back := fmt.Sprintf("%d-0", dayAgo.UnixMilli())
-	err := b.r.Client.XAdd(b.ctx, &redis.XAddArgs{Stream: b.ks.Tasks(handlers.StageFollowup), ID: back,
+	err := b.r.Client.XAdd(b.ctx, &redis.XAddArgs{Stream: b.ks.Tasks("interview-followup"), ID: back,
 		Values: []any{redisstream.UUIDHeaderKey, "u-back", "payload",
 			`{"taskId":"id-back","stage":"interview-followup","tenant":"acme","input":{"b":1}}`}}).Err()
 	if err != nil {
@@ -46,7 +46,7 @@ func TestQueueWaitFromEntry(t *testing.T) {
 	b.xadd(stage, redisstream.UUIDHeaderKey, "u-later", "payload", evalTask("later",
 		`"input":{"c":1},"enqueuedAt":"`+topics.FormatTime(dayAgo)+`","notBefore":"`+
 			topics.FormatTime(time.Now().Add(2500*time.Millisecond))+`"`))
-	for id, e := range b.eventsFor([]string{stage, handlers.StageFollowup}, []string{"id-back", "later"}, 15*time.Second) {
+	for id, e := range b.eventsFor([]string{stage, "interview-followup"}, []string{"id-back", "later"}, 15*time.Second) {
 		evs[id] = e
 	}
 	for _, id := range []string{"claims-old", "id-back", "later"} {
@@ -59,7 +59,7 @@ func TestQueueWaitFromEntry(t *testing.T) {
 			t.Errorf("%s: queuedMs %d; want the moments it waited, not 23 h", id, q)
 		}
 	}
-	for _, st := range []string{stage, handlers.StageFollowup} {
+	for _, st := range []string{stage, "interview-followup"} {
 		if n, sum := histogram(t, reg, "flightdeck_queue_wait_seconds", st); n == 0 || sum > 60 {
 			t.Errorf("%s: queue wait %d samples summing to %g s; want moments, not 23 h", st, n, sum)
 		}

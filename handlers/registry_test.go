@@ -44,8 +44,8 @@ func TestStageRegistry(t *testing.T) {
 	}
 	first := read()
 	want := map[string]topics.StageInfo{
-		handlers.StageEvaluation: {Name: handlers.StageEvaluation, Partitions: 1, Mode: "HYBRID", Model: "sim", Consumer: "reg-1"},
-		handlers.StageFollowup:   {Name: handlers.StageFollowup, Partitions: 3, Mode: "DISTRIBUTED_ONLY", Model: "sim", Consumer: "reg-1"},
+		"interview-evaluation": {Name: "interview-evaluation", Partitions: 1, Mode: "HYBRID", Model: "sim", Consumer: "reg-1"},
+		"interview-followup":   {Name: "interview-followup", Partitions: 3, Mode: "DISTRIBUTED_ONLY", Model: "sim", Consumer: "reg-1"},
 	}
 	if len(first) != len(want) {
 		t.Fatalf("registry = %+v, want %+v", first, want)
@@ -60,12 +60,12 @@ func TestStageRegistry(t *testing.T) {
 	// The liveness beats (every 200 ms) move lastSeen on.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		again := read()
-		if again[handlers.StageEvaluation].LastSeen > first[handlers.StageEvaluation].LastSeen {
+		if again["interview-evaluation"].LastSeen > first["interview-evaluation"].LastSeen {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("lastSeen did not advance on the liveness beats in 10 s: %d, then %d",
-				first[handlers.StageEvaluation].LastSeen, again[handlers.StageEvaluation].LastSeen)
+				first["interview-evaluation"].LastSeen, again["interview-evaluation"].LastSeen)
 		}
 	}
 	stop()
@@ -115,7 +115,7 @@ func TestNameInUse(t *testing.T) {
 // run runs a consumer named name until it returns or timeout passes, and returns its error.
 func (b *bundle) run(name string, timeout time.Duration) error {
 	b.t.Helper()
-	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation})
+	stages, err := handlers.LoadStages("", []string{"interview-evaluation"})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestOtherModelOnAStageIsNamed(t *testing.T) {
 			c.Logger = &log
 			if handler {
 				mux := handlers.NewMux()
-				mux.HandleFunc(handlers.StageEvaluation, func(context.Context, handlers.Request, handlers.ProgressFunc) (json.RawMessage, error) {
+				mux.HandleFunc("interview-evaluation", func(context.Context, handlers.Request, handlers.ProgressFunc) (json.RawMessage, error) {
 					return json.RawMessage(`1`), nil
 				})
 				c.Handlers = mux

@@ -33,7 +33,7 @@ import (
 )
 
 const (
-	repStage = handlers.StageEvaluation
+	repStage = "interview-evaluation"
 	// repSubs is the number of subscribers of every consumer, Flightdeck and bare alike.
 	repSubs = 8
 )

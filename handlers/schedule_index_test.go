@@ -106,7 +106,7 @@ func (h *memberHook) take() (map[string]bool, []string) {
 func TestScheduledIndexedByKey(t *testing.T) {
 	b := setup(t)
 	b.consumer("c1", nil)
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	due := time.Now().Add(time.Hour)
@@ -210,7 +210,7 @@ func TestScheduledIndexedByKey(t *testing.T) {
 func TestScheduledIndexDrainsWhenDue(t *testing.T) {
 	b := setup(t)
 	b.consumer("c1", nil)
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	at := topics.FormatTime(time.Now().Add(3 * time.Second))
 	var key string
 	for i := range 2 {
@@ -245,7 +245,7 @@ func TestScheduledIndexDrainsWhenDue(t *testing.T) {
 // of their key.
 func TestScheduledLegacyMembers(t *testing.T) {
 	b := setup(t)
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	now := time.Now()
 	legacy := func(id, key string, due time.Time) topics.Task {
 		tk := topics.Task{TaskID: id, Stage: stage, Tenant: "acme", RequestKey: key, Input: json.RawMessage(`"` + id + `"`),

@@ -19,7 +19,7 @@ import (
 func (b *bundle) heavyConsumer(name string, m model.Model) {
 	b.t.Helper()
 	b.consumer(name, func(c *handlers.Config) {
-		stages, err := handlers.LoadStages("", []string{handlers.StageExtraction})
+		stages, err := handlers.LoadStages("", []string{"interview-extraction"})
 		if err != nil {
 			b.t.Fatal(err)
 		}
@@ -116,9 +116,9 @@ func TestLostSessionLockCannotComplete(t *testing.T) {
 		}()
 	}
 	b.heavyConsumer("c1", m)
-	b.enqueue(topics.Task{TaskID: "heavy", Stage: handlers.StageExtraction, SessionID: "s-1",
+	b.enqueue(topics.Task{TaskID: "heavy", Stage: "interview-extraction", SessionID: "s-1",
 		Input: json.RawMessage(`{"resume":"r"}`)})
-	got := b.eventsFor([]string{handlers.StageExtraction}, []string{"heavy"}, 20*time.Second)
+	got := b.eventsFor([]string{"interview-extraction"}, []string{"heavy"}, 20*time.Second)
 	evs := got["heavy"]
 	if len(evs) != 1 || evs[0].Status != topics.StatusSucceeded {
 		t.Fatalf("events %+v", evs)
@@ -138,14 +138,14 @@ func TestSessionLockHolderIsPerRun(t *testing.T) {
 	m := &stubborn{d: 800 * time.Millisecond}
 	b.heavyConsumer("c1", m)
 	for i, tenant := range []string{"acme", "acme", "beta"} {
-		b.enqueue(topics.Task{TaskID: "same-id", Tenant: tenant, Stage: handlers.StageExtraction, SessionID: "s-1",
+		b.enqueue(topics.Task{TaskID: "same-id", Tenant: tenant, Stage: "interview-extraction", SessionID: "s-1",
 			Input: json.RawMessage(fmt.Sprintf(`{"resume":"r%d"}`, i))})
 	}
 	// Three events, one per task (a run whose session lock lapsed under load does not
 	// complete: its task runs again, so wait for the events, not for a number of runs).
 	var evs []topics.Event
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		evs = b.eventsFor([]string{handlers.StageExtraction}, []string{"same-id"}, time.Second)["same-id"]
+		evs = b.eventsFor([]string{"interview-extraction"}, []string{"same-id"}, time.Second)["same-id"]
 		if len(evs) >= 3 || time.Now().After(deadline) {
 			break
 		}
@@ -174,13 +174,13 @@ func TestBusySessionDoesNotStallTheStage(t *testing.T) {
 	m := &stubborn{d: time.Second}
 	b.heavyConsumer("c1", m)
 	for i := range 6 {
-		b.enqueue(topics.Task{TaskID: fmt.Sprintf("busy-%d", i), Tenant: "acme", Stage: handlers.StageExtraction,
+		b.enqueue(topics.Task{TaskID: fmt.Sprintf("busy-%d", i), Tenant: "acme", Stage: "interview-extraction",
 			SessionID: "s-busy", Input: json.RawMessage(fmt.Sprintf(`{"resume":"busy%d"}`, i))})
 	}
 	time.Sleep(300 * time.Millisecond) // the burst is read and waiting for its lock
-	b.enqueue(topics.Task{TaskID: "other", Tenant: "acme", Stage: handlers.StageExtraction,
+	b.enqueue(topics.Task{TaskID: "other", Tenant: "acme", Stage: "interview-extraction",
 		SessionID: "s-other", Input: json.RawMessage(`{"resume":"other"}`)})
-	got := b.eventsFor([]string{handlers.StageExtraction}, []string{"other"}, 15*time.Second)
+	got := b.eventsFor([]string{"interview-extraction"}, []string{"other"}, 15*time.Second)
 	if len(got["other"]) == 0 {
 		t.Fatal("no event for the task of the other session")
 	}

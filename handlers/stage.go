@@ -18,12 +18,12 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// The four stages of the original system (DESIGN.md section 7).
+// The four built-in stages (DESIGN.md section 7).
 const (
-	StageEvaluation = "interview-evaluation"
-	StageFollowup   = "interview-followup"
-	StageExtraction = "interview-extraction"
-	StageDemeanor   = "interview-demeanor"
+	stageEvaluation = "interview-evaluation"
+	stageFollowup   = "interview-followup"
+	stageExtraction = "interview-extraction"
+	stageDemeanor   = "interview-demeanor"
 )
 
 // StageConfig is the policy of one stage. A zero field takes the stage's built-in default
@@ -118,11 +118,11 @@ func defaultStages() map[string]StageConfig {
 			RunningTTL: 2 * time.Minute, ResultTTL: 10 * time.Minute, L1Replay: ptr(true), SessionLock: ptr(false)}
 	}
 	return map[string]StageConfig{
-		StageEvaluation: light(StageEvaluation),
-		StageFollowup:   light(StageFollowup),
-		StageExtraction: {Name: StageExtraction, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
+		stageEvaluation: light(stageEvaluation),
+		stageFollowup:   light(stageFollowup),
+		stageExtraction: {Name: stageExtraction, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
 			RunningTTL: 15 * time.Minute, ResultTTL: 24 * time.Hour, L1Replay: ptr(true), SessionLock: ptr(true)},
-		StageDemeanor: {Name: StageDemeanor, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
+		stageDemeanor: {Name: stageDemeanor, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
 			RunningTTL: 10 * time.Minute, ResultTTL: time.Hour, L1Replay: ptr(false), SessionLock: ptr(true)},
 	}
 }

@@ -38,7 +38,7 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 		})
 	}
 	stages, err := handlers.LoadStages(write("stages:\n  interview-evaluation:\n    lease: 7s\n    concurrency: 3\n"+
-		"  resume-summary:\n    model: sim\n"), []string{handlers.StageEvaluation, "resume-summary"})
+		"  resume-summary:\n    model: sim\n"), []string{"interview-evaluation", "resume-summary"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 	}
 	// x- keys hold anchors to merge from; "stages:" with every stage commented out is empty.
 	stages, err = handlers.LoadStages(write("x-defaults: &d {lease: 9s}\nstages:\n  interview-evaluation:\n    <<: *d\n"),
-		[]string{handlers.StageEvaluation})
+		[]string{"interview-evaluation"})
 	if err != nil || stages[0].Lease != 9*time.Second {
 		t.Errorf("x- anchor: %v %+v", err, stages)
 	}

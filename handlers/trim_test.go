@@ -60,8 +60,8 @@ func TestTrimResultsByAge(t *testing.T) {
 	ctx := context.Background()
 	ks := topics.Keyspace{Prefix: r.Prefix}
 	c := &Consumer{rdb: r.Client, cfg: Config{Keyspace: ks, ResultRetention: time.Hour,
-		Stages: []StageConfig{{Name: StageEvaluation}}}}
-	s := ks.Results(StageEvaluation)
+		Stages: []StageConfig{{Name: stageEvaluation}}}}
+	s := ks.Results(stageEvaluation)
 	old := time.Now().Add(-2 * time.Hour).UnixMilli()
 	for i := range 300 {
 		r.Client.XAdd(ctx, &redis.XAddArgs{Stream: s, ID: fmt.Sprintf("%d-%d", old, i+1), Values: []any{"k", "old"}})

@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -36,7 +35,7 @@ func producerACL(t *testing.T, password, prefix, stage string) string {
 // stage, reading the consumer group, and touching flight state.
 func TestProducerACL(t *testing.T) {
 	prefix := redistest.Prefix()
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	line := producerACL(t, "pw-producer", prefix, stage)
 	e, srv := newSecureE2E(t, prefix, &redistest.Options{ACL: []string{line}})
 	e.start("c1")
@@ -84,7 +83,7 @@ func TestProducerACL(t *testing.T) {
 		t.Errorf("GET of its stage's stored result under the producer ACL: %q, %v", b, err)
 	}
 
-	other := handlers.StageFollowup
+	other := "interview-followup"
 	for _, cmd := range [][]any{
 		{"xread", "streams", e.ks.Tasks(stage), "0"},
 		{"xrange", e.ks.Tasks(stage), "-", "+"},
@@ -118,7 +117,7 @@ func TestProducerACL(t *testing.T) {
 // (unknown_tenant, and a FAILED event on acme's own result stream) and creates no flight
 // anywhere; so beta's later task with that key runs its own model and gets its own result.
 func TestTenantCredentials(t *testing.T) {
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	pA, pB := redistest.Prefix(), redistest.Prefix()
 	lineFor := func(user, pw, prefix string) string {
 		return strings.Replace(producerACL(t, pw, prefix, stage), "user producer ", "user "+user+" ", 1)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/faults"
 	"github.com/flightdeck-ai/flightdeck/topics"
 	"github.com/redis/go-redis/v9"
@@ -72,7 +71,7 @@ func ids(prefix string, n int) map[string]bool {
 // expectAnswered fails unless every task in want has an event, all SUCCEEDED with one result.
 func (e *e2e) expectAnswered(want map[string]bool, timeout time.Duration) map[string][]topics.Event {
 	e.t.Helper()
-	got := e.collect([]string{handlers.StageEvaluation}, want, timeout)
+	got := e.collect([]string{"interview-evaluation"}, want, timeout)
 	results := map[string]bool{}
 	for id := range want {
 		evs := got[id]
@@ -99,15 +98,15 @@ func TestParkedTasksOutliveEveryTTL(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			e := newE2E(t)
-			e.stages = handlers.StageEvaluation
+			e.stages = "interview-evaluation"
 			cfg := e.stageConfig(shortTTLs)
 			a := e.startConfig("a", cfg, "--grace", "300ms")
-			owner := task("p0", handlers.StageEvaluation, 1, 2500)
+			owner := task("p0", "interview-evaluation", 1, 2500)
 			e.enqueue(owner)
 			key := keyOf(t, owner)
 			e.waitOwned([]string{key}, "a", 10*time.Second)
-			e.enqueue(task("p1", handlers.StageEvaluation, 1, 2500), task("p2", handlers.StageEvaluation, 1, 2500),
-				task("p3", handlers.StageEvaluation, 1, 2500))
+			e.enqueue(task("p1", "interview-evaluation", 1, 2500), task("p2", "interview-evaluation", 1, 2500),
+				task("p3", "interview-evaluation", 1, 2500))
 			e.waitParked(key, 3, 10*time.Second)
 			if err := a.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
@@ -137,7 +136,7 @@ func (e *e2e) expectDrained(timeout time.Duration) {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		p, err := e.rdb.XPending(e.ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Result()
+		p, err := e.rdb.XPending(e.ctx, e.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Result()
 		if err == nil && p.Count == 0 {
 			return
 		}
@@ -154,14 +153,14 @@ func (e *e2e) expectDrained(timeout time.Duration) {
 // the model runs once.
 func TestVanishedFlightMidRun(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(shortTTLs)
 	a := e.startConfig("a", cfg)
-	owner := task("v0", handlers.StageEvaluation, 2, 2000)
+	owner := task("v0", "interview-evaluation", 2, 2000)
 	e.enqueue(owner)
 	key := keyOf(t, owner)
 	e.waitOwned([]string{key}, "a", 10*time.Second)
-	e.enqueue(task("v1", handlers.StageEvaluation, 2, 2000))
+	e.enqueue(task("v1", "interview-evaluation", 2, 2000))
 	e.waitParked(key, 1, 10*time.Second)
 	if err := e.rdb.Del(e.ctx, e.ks.Meta(key), e.ks.Waiters(key)).Err(); err != nil {
 		t.Fatal(err)
@@ -178,7 +177,7 @@ func TestVanishedFlightMidRun(t *testing.T) {
 // the live owner's flight over; its duplicate follows; the model runs once for the key.
 func TestRollingDeployKeepsTheOwnersPolicy(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	old := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 2s
@@ -186,7 +185,7 @@ func TestRollingDeployKeepsTheOwnersPolicy(t *testing.T) {
     concurrency: 1
 `)
 	a := e.startConfig("old", old)
-	owner := task("r0", handlers.StageEvaluation, 3, 6000)
+	owner := task("r0", "interview-evaluation", 3, 6000)
 	e.enqueue(owner)
 	key := keyOf(t, owner)
 	e.waitOwned([]string{key}, "old", 10*time.Second)
@@ -197,15 +196,15 @@ func TestRollingDeployKeepsTheOwnersPolicy(t *testing.T) {
 `))
 	// Two other tasks first, so that the duplicate below reaches the new consumer whatever
 	// the old one holds.
-	e.enqueue(task("f0", handlers.StageEvaluation, 30, 500), task("f1", handlers.StageEvaluation, 31, 500))
+	e.enqueue(task("f0", "interview-evaluation", 30, 500), task("f1", "interview-evaluation", 31, 500))
 	// Duplicates spread over a heartbeat interval: some arrive when the owner's last
 	// heartbeat is older than the new consumer's 1 s lease.
 	for i := 1; i <= 4; i++ {
 		time.Sleep(500 * time.Millisecond)
-		e.enqueue(task(fmt.Sprint("r", i), handlers.StageEvaluation, 3, 6000))
+		e.enqueue(task(fmt.Sprint("r", i), "interview-evaluation", 3, 6000))
 	}
 	got := e.expectAnswered(ids("r", 5), 30*time.Second)
-	e.collect([]string{handlers.StageEvaluation}, ids("f", 2), 30*time.Second)
+	e.collect([]string{"interview-evaluation"}, ids("f", 2), 30*time.Second)
 	if n := a.modelCalls(t) + b.modelCalls(t); n != 3 {
 		t.Errorf("model ran %d times, want 3 (r0's key once, f0, f1)", n)
 	}
@@ -218,14 +217,14 @@ func TestRollingDeployKeepsTheOwnersPolicy(t *testing.T) {
 // consumer is idle keeps its flight: nobody claims its entry or runs the model again.
 func TestPauseShorterThanLease(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 500ms
     lease: 3s
 `)
 	a := e.startConfig("a", cfg)
-	owner := task("s0", handlers.StageEvaluation, 4, 4000)
+	owner := task("s0", "interview-evaluation", 4, 4000)
 	e.enqueue(owner)
 	e.waitOwned([]string{keyOf(t, owner)}, "a", 10*time.Second)
 	b := e.startConfig("b", cfg)
@@ -252,7 +251,7 @@ func TestPauseShorterThanLease(t *testing.T) {
 // answered already (its entry is no longer pending).
 func TestZombieDoesNotRerunAnAnsweredTask(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 250ms
@@ -260,7 +259,7 @@ func TestZombieDoesNotRerunAnAnsweredTask(t *testing.T) {
     resultTTL: 1s
 `)
 	a := e.startConfig("a", cfg)
-	tk := task("z0", handlers.StageEvaluation, 7, 2500)
+	tk := task("z0", "interview-evaluation", 7, 2500)
 	e.enqueue(tk)
 	e.waitOwned([]string{keyOf(t, tk)}, "a", 10*time.Second)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -286,7 +285,7 @@ func TestZombieDoesNotRerunAnAnsweredTask(t *testing.T) {
 	if n := b.modelCalls(t); n != 1 {
 		t.Errorf("b ran the model %d times, want 1", n)
 	}
-	if evs := e.collect([]string{handlers.StageEvaluation}, ids("z", 1), time.Second); len(evs["z0"]) != 1 {
+	if evs := e.collect([]string{"interview-evaluation"}, ids("z", 1), time.Second); len(evs["z0"]) != 1 {
 		t.Errorf("task z0 got %d events, want 1: %+v", len(evs["z0"]), evs["z0"])
 	}
 	e.expectDrained(10 * time.Second)
@@ -296,7 +295,7 @@ func TestZombieDoesNotRerunAnAnsweredTask(t *testing.T) {
 // spending it: a healthy peer runs it and the task succeeds.
 func TestShutdownSpendsNoAttempt(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 250ms
@@ -304,7 +303,7 @@ func TestShutdownSpendsNoAttempt(t *testing.T) {
     maxAttempts: 1
 `)
 	a := e.startConfig("leaving", cfg, "--grace", "300ms")
-	owner := task("h0", handlers.StageEvaluation, 5, 3000)
+	owner := task("h0", "interview-evaluation", 5, 3000)
 	e.enqueue(owner)
 	e.waitOwned([]string{keyOf(t, owner)}, "leaving", 10*time.Second)
 	e.startConfig("staying", cfg)
@@ -325,7 +324,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	if e.srv == nil {
 		t.Skip("needs a private redis-server (REDIS_URL is set)")
 	}
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	// The model: an OpenAI-compatible endpoint whose first answer waits until the test has
 	// paused Redis, so that the result arrives when Redis cannot take it.
 	var calls atomic.Int64
@@ -347,7 +346,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
     lease: 1s
 `)
 	a := e.startWith("host-1", env, true, "--config", cfg)
-	e.enqueue(task("w0", handlers.StageEvaluation, 6, 0))
+	e.enqueue(task("w0", "interview-evaluation", 6, 0))
 	<-started
 	e.srv.Pause() // Redis stops answering while the model works
 	close(release)
@@ -389,15 +388,15 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 // are answered by the next caller or by a parked-entry check, and none runs the model again.
 func TestCrashBetweenScriptAndAnswers(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(shortTTLs)
 	crash := []string{"REDIS_URL=" + e.url, "FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT=1", "FLIGHTDECK_FAULT_CRASH_AFTER=complete:1"}
 	a := e.startWith("a", crash, true, "--config", cfg)
-	owner := task("x0", handlers.StageEvaluation, 7, 1000)
+	owner := task("x0", "interview-evaluation", 7, 1000)
 	e.enqueue(owner)
 	key := keyOf(t, owner)
 	e.waitOwned([]string{key}, "a", 10*time.Second)
-	e.enqueue(task("x1", handlers.StageEvaluation, 7, 1000), task("x2", handlers.StageEvaluation, 7, 1000))
+	e.enqueue(task("x1", "interview-evaluation", 7, 1000), task("x2", "interview-evaluation", 7, 1000))
 	e.waitParked(key, 2, 10*time.Second)
 	select {
 	case <-a.done:
@@ -423,14 +422,14 @@ func TestCrashBetweenScriptAndAnswers(t *testing.T) {
 // answers them CANCELLED, and the owner answers its own task.
 func TestCancelledByACrashedCanceller(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(shortTTLs)
 	a := e.startConfig("a", cfg)
-	owner := task("c0", handlers.StageEvaluation, 8, 30000)
+	owner := task("c0", "interview-evaluation", 8, 30000)
 	e.enqueue(owner)
 	key := keyOf(t, owner)
 	e.waitOwned([]string{key}, "a", 10*time.Second)
-	e.enqueue(task("c1", handlers.StageEvaluation, 8, 30000))
+	e.enqueue(task("c1", "interview-evaluation", 8, 30000))
 	e.waitParked(key, 1, 10*time.Second)
 	opt, err := redis.ParseURL(e.url)
 	if err != nil {
@@ -449,9 +448,9 @@ func TestCancelledByACrashedCanceller(t *testing.T) {
 				t.Fatalf("recovered %v", r)
 			}
 		}()
-		_, _ = coord.Cancel(e.ctx, key, "interview closed", flight.CancelParams{Stage: handlers.StageEvaluation})
+		_, _ = coord.Cancel(e.ctx, key, "interview closed", flight.CancelParams{Stage: "interview-evaluation"})
 	}()
-	got := e.collect([]string{handlers.StageEvaluation}, ids("c", 2), 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, ids("c", 2), 20*time.Second)
 	for id := range ids("c", 2) {
 		if evs := got[id]; len(evs) == 0 || evs[0].Status != topics.StatusCancelled || evs[0].Error != "interview closed" {
 			t.Errorf("%s: %+v", id, evs)

@@ -282,7 +282,7 @@ func TestThreeConsumers600TasksOnCluster(t *testing.T) {
 
 func run600(t *testing.T, e *e2e) {
 	procs := []*proc{e.start("c1"), e.start("c2"), e.start("c3")}
-	stages := []string{handlers.StageEvaluation, handlers.StageFollowup}
+	stages := []string{"interview-evaluation", "interview-followup"}
 	want := map[string]bool{}
 	var wg sync.WaitGroup
 	for burst := range 6 {
@@ -372,7 +372,7 @@ func TestSIGKILLOwner(t *testing.T) {
 	var keys []string
 	want := map[string]bool{}
 	for i := range 4 {
-		tk := task(fmt.Sprintf("slow%d", i), handlers.StageEvaluation, 100+i, 2500)
+		tk := task(fmt.Sprintf("slow%d", i), "interview-evaluation", 100+i, 2500)
 		keys = append(keys, keyOf(t, tk))
 		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 			t.Fatal(err)
@@ -381,7 +381,7 @@ func TestSIGKILLOwner(t *testing.T) {
 	}
 	before := e.waitOwned(keys, "victim", 10*time.Second)
 	for i := range 4 { // followers parked on the victim's flights
-		tk := task(fmt.Sprintf("dup%d", i), handlers.StageEvaluation, 100+i, 2500)
+		tk := task(fmt.Sprintf("dup%d", i), "interview-evaluation", 100+i, 2500)
 		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 			t.Fatal(err)
 		}
@@ -402,7 +402,7 @@ func TestSIGKILLOwner(t *testing.T) {
 			t.Errorf("%s: takeover token %d not above %d", k, tok, before[k])
 		}
 	}
-	got := e.collect([]string{handlers.StageEvaluation}, want, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, want, 20*time.Second)
 	for id := range want {
 		evs := got[id]
 		if len(evs) == 0 {
@@ -424,7 +424,7 @@ func TestSIGKILLOwner(t *testing.T) {
 func TestSIGSTOPZombie(t *testing.T) {
 	e := newE2E(t)
 	a := e.start("zombie")
-	tk := task("z1", handlers.StageEvaluation, 7, 2000)
+	tk := task("z1", "interview-evaluation", 7, 2000)
 	key := keyOf(t, tk)
 	if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
@@ -434,7 +434,7 @@ func TestSIGSTOPZombie(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	got := e.collect([]string{handlers.StageEvaluation}, map[string]bool{"z1": true}, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, map[string]bool{"z1": true}, 20*time.Second)
 	if len(got["z1"]) != 1 {
 		t.Fatalf("events for z1 while the zombie sleeps: %+v", got["z1"])
 	}
@@ -447,7 +447,7 @@ func TestSIGSTOPZombie(t *testing.T) {
 	}
 	// Give the zombie time to wake, find its token stale and try to write.
 	time.Sleep(3 * time.Second)
-	got = e.collect([]string{handlers.StageEvaluation}, map[string]bool{"z1": true}, time.Second)
+	got = e.collect([]string{"interview-evaluation"}, map[string]bool{"z1": true}, time.Second)
 	if len(got["z1"]) != 1 {
 		t.Errorf("%d events for z1 after the zombie woke, want 1: %+v", len(got["z1"]), got["z1"])
 	}
@@ -459,7 +459,7 @@ func TestSIGSTOPZombie(t *testing.T) {
 	if m.OwnerToken != ev.OwnerToken || m.Status != flight.StatusSucceeded || !strings.Contains(string(res), `"consumer":"fresh"`) {
 		t.Errorf("stored flight %s token %d result %s; want fresh's", m.Status, m.OwnerToken, res)
 	}
-	if n := e.rdb.XPending(e.ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count; n != 0 {
+	if n := e.rdb.XPending(e.ctx, e.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Val().Count; n != 0 {
 		t.Errorf("%d entries pending after the run", n)
 	}
 	if b.modelCalls(t) != 1 {
@@ -473,8 +473,8 @@ func TestSIGSTOPZombie(t *testing.T) {
 func TestSIGTERMGraceful(t *testing.T) {
 	e := newE2E(t)
 	a := e.start("leaving")
-	fast := task("fast", handlers.StageEvaluation, 1, 1000)
-	slow := task("slow", handlers.StageEvaluation, 2, 6000)
+	fast := task("fast", "interview-evaluation", 1, 1000)
+	slow := task("slow", "interview-evaluation", 2, 6000)
 	for _, tk := range []topics.Task{fast, slow} {
 		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 			t.Fatal(err)
@@ -497,7 +497,7 @@ func TestSIGTERMGraceful(t *testing.T) {
 	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
-	got := e.collect([]string{handlers.StageEvaluation}, map[string]bool{"fast": true, "slow": true}, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, map[string]bool{"fast": true, "slow": true}, 20*time.Second)
 	if evs := got["fast"]; len(evs) != 1 || evs[0].Consumer != "leaving" || evs[0].Status != topics.StatusSucceeded {
 		t.Errorf("fast: %+v, want leaving's result", evs)
 	}
@@ -542,15 +542,15 @@ func TestMetricsAfterARun(t *testing.T) {
 	p := e.start("metered")
 	want := map[string]bool{}
 	for i := range 10 {
-		tk := task(fmt.Sprintf("m%d", i), handlers.StageEvaluation, i%2, 200)
+		tk := task(fmt.Sprintf("m%d", i), "interview-evaluation", i%2, 200)
 		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 			t.Fatal(err)
 		}
 		want[tk.TaskID] = true
 	}
-	e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
+	e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks("interview-evaluation"),
 		Values: []any{"_watermill_message_uuid", "bad", "payload", "{not json"}})
-	if got := e.collect([]string{handlers.StageEvaluation}, want, 20*time.Second); len(got) != 10 {
+	if got := e.collect([]string{"interview-evaluation"}, want, 20*time.Second); len(got) != 10 {
 		t.Fatalf("%d of 10 events", len(got))
 	}
 	const st = `stage="interview-evaluation"`
@@ -616,18 +616,18 @@ func TestPartitionedStageOnCluster(t *testing.T) {
 	if err := os.WriteFile(e.config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.ks.Partitions = map[string]int{handlers.StageEvaluation: 3}
+	e.ks.Partitions = map[string]int{"interview-evaluation": 3}
 	e.w.Keyspace = e.ks
 	procs := []*proc{e.start("p1"), e.start("p2")}
 	want := map[string]bool{}
 	for i := range 120 {
-		tk := task(fmt.Sprintf("pt%03d", i), handlers.StageEvaluation, i%12, 50)
+		tk := task(fmt.Sprintf("pt%03d", i), "interview-evaluation", i%12, 50)
 		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 			t.Fatal(err)
 		}
 		want[tk.TaskID] = true
 	}
-	got := e.collect([]string{handlers.StageEvaluation}, want, 30*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, want, 30*time.Second)
 	if len(got) != 120 {
 		t.Fatalf("%d of 120 tasks answered", len(got))
 	}
@@ -639,7 +639,7 @@ func TestPartitionedStageOnCluster(t *testing.T) {
 		t.Errorf("%d model runs, want 12", runs)
 	}
 	masters := map[string]bool{}
-	for _, s := range e.ks.TaskStreams(handlers.StageEvaluation) {
+	for _, s := range e.ks.TaskStreams("interview-evaluation") {
 		n, err := e.rdb.XLen(e.ctx, s).Result()
 		if err != nil || n == 0 {
 			t.Errorf("partition %s holds %d entries (%v)", s, n, err)

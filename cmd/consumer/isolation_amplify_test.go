@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/client"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -35,7 +34,7 @@ func bigOpenAI(t *testing.T, size int, calls *atomic.Int64) *httptest.Server {
 // and the model runs once.
 func TestSmallDuplicatesDoNotAmplify(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	var calls atomic.Int64
 	ai := bigOpenAI(t, 40<<10, &calls)
 	cfg := e.stageConfig(`stages:
@@ -52,7 +51,7 @@ func TestSmallDuplicatesDoNotAmplify(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := json.RawMessage(`{"question":"q","answer":"a"}`)
-	first, err := cl.Enqueue(ctx, topics.Task{TaskID: "big", Stage: handlers.StageEvaluation, Tenant: "acme", Input: in})
+	first, err := cl.Enqueue(ctx, topics.Task{TaskID: "big", Stage: "interview-evaluation", Tenant: "acme", Input: in})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,13 +60,13 @@ func TestSmallDuplicatesDoNotAmplify(t *testing.T) {
 		t.Fatalf("the first task: %v, %d result bytes, %v", ev.Status, len(ev.Result), err)
 	}
 	want := string(ev.Result)
-	stream := e.ks.Results(handlers.StageEvaluation)
+	stream := e.ks.Results("interview-evaluation")
 	before := e.rdb.MemoryUsage(ctx, stream, 0).Val()
 
 	const n = 5000
 	tasks := make([]topics.Task, n)
 	for i := range tasks {
-		tasks[i] = topics.Task{TaskID: fmt.Sprintf("dup-%d", i), Stage: handlers.StageEvaluation, Tenant: "acme", Input: in}
+		tasks[i] = topics.Task{TaskID: fmt.Sprintf("dup-%d", i), Stage: "interview-evaluation", Tenant: "acme", Input: in}
 	}
 	receipts, err := cl.EnqueueBatch(ctx, tasks)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -117,7 +116,7 @@ func TestArchiveTenantRoles(t *testing.T) {
 		other := tenants[1-i]
 		// The tenant's role creates the schema in its own database and uses it.
 		s := openArchiveOf(t, withUser(t, pg.URL, own.role, own.password, own.db), own.name)
-		a := flight.Archived{Key: "ai:interview-evaluation:v1:" + own.name + ":rk:q-7", Stage: handlers.StageEvaluation,
+		a := flight.Archived{Key: "ai:interview-evaluation:v1:" + own.name + ":rk:q-7", Stage: "interview-evaluation",
 			Tenant: own.name, Status: flight.StatusSucceeded, Token: 1, Attempts: 1, Result: []byte(`"own"`),
 			FinishedAt: time.Now()}
 		if n, err := s.Put(ctx, []flight.Archived{a}); err != nil || n != 1 {
@@ -144,7 +143,7 @@ func TestArchiveTenantRoles(t *testing.T) {
 // with beta's request key and archives it; Redis then forgets the flight; beta's task with that
 // key runs beta's own model (shared "owner"), never answered from acme's row.
 func TestArchiveDeploymentsShareNothing(t *testing.T) {
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	pg := pgtest.New(t)
 	eA := newE2E(t)
 	eB := newE2EOn(t, eA.rdb, eA.url, redistest.Prefix())
@@ -263,7 +262,7 @@ func TestArchiveAdoptLegacyAtStart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	keyOf := func(tenant string) string { return "ai:" + stage + ":v1:" + tenant + ":rk:q-legacy" }
 	for _, tenant := range []string{"acme", "beta"} {
 		if _, err := conn.Exec(ctx, `INSERT INTO flightdeck_outcomes (request_key, stage, tenant, status, owner_token,

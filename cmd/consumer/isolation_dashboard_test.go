@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -63,7 +62,7 @@ func TestIsolationDashboardUnderHitAmplification(t *testing.T) {
 		maxRSSMB   = 200
 	)
 	e := newE2E(t)
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	token := secret(t, "ui-read-")
 	p := e.startWith("c1", []string{"REDIS_URL=" + e.url, "FLIGHTDECK_UI_READ_TOKEN=" + token}, true)
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -107,11 +106,11 @@ func TestFunctionLibraryUnderTenantCredentials(t *testing.T) {
 	// The operator's step, then the tenant's consumer runs.
 	loadFunctions(t, opsURL)
 	p := e.startWith("c1", []string{"REDIS_URL=" + tenantURL}, true)
-	tk := task("f1", handlers.StageEvaluation, 1, 0)
+	tk := task("f1", "interview-evaluation", 1, 0)
 	if _, err := e.w.EnqueueTask(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	got := e.collect([]string{handlers.StageEvaluation}, map[string]bool{"f1": true}, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, map[string]bool{"f1": true}, 20*time.Second)
 	if evs := got["f1"]; len(evs) != 1 || evs[0].Status != topics.StatusSucceeded {
 		t.Fatalf("the task under the tenant's credentials: %+v", evs)
 	}

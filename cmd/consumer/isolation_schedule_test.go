@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -26,7 +25,7 @@ import (
 func TestIsolationFarScheduleRefused(t *testing.T) {
 	e := newE2E(t)
 	e.start("c1")
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	// The reason and the scheduled keys are spelled out rather than named
 	// (topics.ReasonNotBeforeTooFar, Keyspace.ScheduledTasks...), so that this file also builds
 	// against a version without them and shows it failing.
@@ -76,7 +75,7 @@ func TestIsolationFarScheduleRefused(t *testing.T) {
 func TestIsolationEnqueuedAtNotTrusted(t *testing.T) {
 	e := newE2E(t)
 	p := e.start("c1")
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	payload := fmt.Sprintf(`{"taskId":"old","stage":%q,"tenant":"acme","input":{"q":1},"enqueuedAt":%q}`,
 		stage, topics.FormatTime(time.Now().Add(-23*time.Hour)))
 	if err := e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(stage),
@@ -112,7 +111,7 @@ func TestIsolationEnqueuedAtNotTrusted(t *testing.T) {
 // refuses it nothing.
 func TestIsolationProducerUnderDocumentedACL(t *testing.T) {
 	prefix := redistest.Prefix()
-	stage := handlers.StageEvaluation
+	stage := "interview-evaluation"
 	e, srv := newSecureE2E(t, prefix, &redistest.Options{ACL: []string{producerACL(t, "pw-producer", prefix, stage)}})
 	e.start("c1")
 	bin := producerBinary(t)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -43,7 +42,7 @@ func runRefused(t *testing.T, env []string, args ...string) (int, string) {
 // before anything planted there reaches Redis.
 func TestSpoolIsNeverTrustedBlindly(t *testing.T) {
 	e := newE2E(t)
-	base := []string{"--prefix", e.prefix, "--config", e.config, "--stages", handlers.StageEvaluation,
+	base := []string{"--prefix", e.prefix, "--config", e.config, "--stages", "interview-evaluation",
 		"--redis-wait", "0", "--name", "c1"}
 
 	code, out := runRefused(t, []string{"REDIS_URL=" + e.url}, base...)
@@ -63,7 +62,7 @@ func TestSpoolIsNeverTrustedBlindly(t *testing.T) {
 	if err := os.Chmod(shared, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	forged := topics.Task{TaskID: "b1", Stage: handlers.StageEvaluation, Tenant: "beta", RequestKey: "q-7",
+	forged := topics.Task{TaskID: "b1", Stage: "interview-evaluation", Tenant: "beta", RequestKey: "q-7",
 		Input: json.RawMessage(`{"q":1}`)}
 	key := keyOf(t, forged)
 	line, _ := json.Marshal(map[string]any{"v": 1, "stage": forged.Stage, "tenant": "beta", "key": key,

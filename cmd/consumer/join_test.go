@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -17,7 +16,7 @@ import (
 // model once.
 func TestSIGKILLWithJoinedTasks(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 250ms
@@ -29,14 +28,14 @@ func TestSIGKILLWithJoinedTasks(t *testing.T) {
 	want := map[string]bool{}
 	var tasks []topics.Task
 	for i := range 4 {
-		tk := task(fmt.Sprintf("j%d", i), handlers.StageEvaluation, 7, 3000)
+		tk := task(fmt.Sprintf("j%d", i), "interview-evaluation", 7, 3000)
 		tasks = append(tasks, tk)
 		want[tk.TaskID] = true
 	}
 	e.enqueue(tasks...)
 	e.waitOwned([]string{keyOf(t, tasks[0])}, "victim", 10*time.Second)
 	held := func(consumer string) int64 {
-		p, err := e.rdb.XPendingExt(e.ctx, &redis.XPendingExtArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
+		p, err := e.rdb.XPendingExt(e.ctx, &redis.XPendingExtArgs{Stream: e.ks.Tasks("interview-evaluation"),
 			Group: topics.ConsumerGroup, Start: "-", End: "+", Count: 100, Consumer: consumer}).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +53,7 @@ func TestSIGKILLWithJoinedTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := e.startConfig("rescuer", cfg)
-	got := e.collect([]string{handlers.StageEvaluation}, want, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, want, 20*time.Second)
 	for id := range want {
 		if evs := got[id]; len(evs) != 1 || evs[0].Status != topics.StatusSucceeded || evs[0].Consumer != "rescuer" {
 			t.Errorf("%s: events %+v; want one SUCCEEDED by the rescuer", id, evs)

@@ -36,7 +36,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -241,7 +240,7 @@ func TestReportTakeover(t *testing.T) {
 		var claimed time.Duration
 		for {
 			if claimed == 0 {
-				xp, err := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
+				xp, err := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: e.ks.Tasks("interview-evaluation"),
 					Group: topics.ConsumerGroup, Start: "-", End: "+", Count: 10}).Result()
 				if err == nil && len(xp) > 0 && xp[0].Consumer == "rescuer" {
 					claimed = time.Since(killed)
@@ -340,7 +339,7 @@ func TestReportParkedProcessMemory(t *testing.T) {
 			e := newE2EOn(t, r.Client, r.URL, redistest.Prefix())
 			e.config = cfg
 			p := e.start("holder")
-			owner := task("owner", handlers.StageEvaluation, run, 60000)
+			owner := task("owner", "interview-evaluation", run, 60000)
 			key := keyOf(t, owner)
 			if _, err := e.w.EnqueueTask(ctx, owner); err != nil {
 				t.Fatal(err)
@@ -352,7 +351,7 @@ func TestReportParkedProcessMemory(t *testing.T) {
 			var parked, pending int64
 			for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
 				parked = e.rdb.HLen(ctx, e.ks.Waiters(key)).Val()
-				pending = e.rdb.XPending(ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count
+				pending = e.rdb.XPending(ctx, e.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Val().Count
 				if parked+pending-1 >= repParked {
 					break
 				}
@@ -362,9 +361,9 @@ func TestReportParkedProcessMemory(t *testing.T) {
 			}
 			time.Sleep(2 * time.Second)
 			parked = e.rdb.HLen(ctx, e.ks.Waiters(key)).Val()
-			pending = e.rdb.XPending(ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Val().Count
+			pending = e.rdb.XPending(ctx, e.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Val().Count
 			rss1, m1 := repRSS(t, p.cmd.Process.Pid), p.scrape(t)
-			probeTook := repProbe(t, e, task("probe", handlers.StageEvaluation, 1_000_000+run, 0))
+			probeTook := repProbe(t, e, task("probe", "interview-evaluation", 1_000_000+run, 0))
 			const st = `{stage="interview-evaluation"}`
 			per := func(a, b float64) string { return fmt.Sprintf("%.1f B", (b-a)/float64(parked)) }
 			t.Logf("GOGC=%q run %d: %d parked, %d entries pending; per parked follower: RSS %s, heap in use %s; "+
@@ -398,7 +397,7 @@ func repEnqueueFollowers(t *testing.T, e *e2e, prefix string, k, latencyMs int) 
 	for start := 0; start < repParked; start += 500 {
 		batch := make([]topics.Task, 0, 500)
 		for i := start; i < start+500; i++ {
-			batch = append(batch, task(prefix+strconv.Itoa(i), handlers.StageEvaluation, k, latencyMs))
+			batch = append(batch, task(prefix+strconv.Itoa(i), "interview-evaluation", k, latencyMs))
 		}
 		if _, err := e.w.EnqueueTasks(e.ctx, batch); err != nil {
 			t.Fatal(err)

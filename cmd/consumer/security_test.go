@@ -19,7 +19,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -146,25 +145,25 @@ func runPipeline(t *testing.T, e *e2e, p *proc, uiToken string) {
 		want[tk.TaskID] = st
 	}
 	for i := range 8 {
-		add(task(fmt.Sprintf("ev%d", i), handlers.StageEvaluation, i%2, 300), topics.StatusSucceeded)
+		add(task(fmt.Sprintf("ev%d", i), "interview-evaluation", i%2, 300), topics.StatusSucceeded)
 	}
-	add(task("fu", handlers.StageFollowup, 1, 0), topics.StatusSucceeded)
+	add(task("fu", "interview-followup", 1, 0), topics.StatusSucceeded)
 	in := func(s string) json.RawMessage { return json.RawMessage(s) }
-	add(topics.Task{TaskID: "retry", Stage: handlers.StageEvaluation, Tenant: "acme",
+	add(topics.Task{TaskID: "retry", Stage: "interview-evaluation", Tenant: "acme",
 		Input: in(`{"r":1,"sim":{"fail":"retryable","failAttempts":1}}`)}, topics.StatusSucceeded)
-	add(topics.Task{TaskID: "final", Stage: handlers.StageEvaluation, Tenant: "acme",
+	add(topics.Task{TaskID: "final", Stage: "interview-evaluation", Tenant: "acme",
 		Input: in(`{"f":1,"sim":{"fail":"final"}}`)}, topics.StatusFailed)
 	// Due in a few seconds: it waits in the scheduled set (schedule_add, _due and _done).
-	add(topics.Task{TaskID: "scheduled", Stage: handlers.StageEvaluation, Tenant: "acme", Input: in(`{"later":1}`),
+	add(topics.Task{TaskID: "scheduled", Stage: "interview-evaluation", Tenant: "acme", Input: in(`{"later":1}`),
 		NotBefore: topics.FormatTime(time.Now().Add(2500 * time.Millisecond))}, topics.StatusSucceeded)
 	for i := range 2 {
-		add(topics.Task{TaskID: fmt.Sprint("heavy", i), Stage: handlers.StageExtraction, Tenant: "acme", SessionID: "s-1",
+		add(topics.Task{TaskID: fmt.Sprint("heavy", i), Stage: "interview-extraction", Tenant: "acme", SessionID: "s-1",
 			Input: in(fmt.Sprintf(`{"resume":%d,"sim":{"latencyMs":200}}`, i))}, topics.StatusSucceeded)
 	}
-	slow := topics.Task{TaskID: "cancelled", Stage: handlers.StageEvaluation, Tenant: "acme",
+	slow := topics.Task{TaskID: "cancelled", Stage: "interview-evaluation", Tenant: "acme",
 		RequestKey: "slow-1", Input: in(`{"sim":{"latencyMs":5000}}`)}
 	add(slow, topics.StatusCancelled)
-	e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(handlers.StageEvaluation),
+	e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks("interview-evaluation"),
 		Values: []any{"_watermill_message_uuid", "bad", "payload", "{not json"}})
 	key := keyOf(t, slow)
 	e.waitOwned([]string{key}, p.name, 10*time.Second)
@@ -173,14 +172,14 @@ func runPipeline(t *testing.T, e *e2e, p *proc, uiToken string) {
 	for id := range want {
 		ids[id] = true
 	}
-	got := e.collect([]string{handlers.StageEvaluation, handlers.StageFollowup, handlers.StageExtraction}, ids, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation", "interview-followup", "interview-extraction"}, ids, 20*time.Second)
 	for id, st := range want {
 		if evs := got[id]; len(evs) == 0 || evs[0].Status != st {
 			t.Errorf("%s: events %+v, want %s", id, evs, st)
 		}
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		n := e.rdb.XLen(e.ctx, e.ks.DLQ(handlers.StageEvaluation)).Val()
+		n := e.rdb.XLen(e.ctx, e.ks.DLQ("interview-evaluation")).Val()
 		if n == 1 {
 			break
 		}
@@ -199,10 +198,10 @@ func runPipeline(t *testing.T, e *e2e, p *proc, uiToken string) {
 	scrapeText(t, p, uiToken, "/readyz", "/ui/api/overview", "/ui/api/node", "/ui/api/flights",
 		"/ui/api/flight?key="+key, "/ui/api/events", "/ui/api/dlq")
 	// Requeue the dead letter from the dashboard: it is still bad, so it comes back.
-	dl := e.rdb.XRange(e.ctx, e.ks.DLQ(handlers.StageEvaluation), "-", "+").Val()
-	p.ui(t, uiToken, "requeue", map[string]string{"stage": handlers.StageEvaluation, "id": dl[0].ID})
+	dl := e.rdb.XRange(e.ctx, e.ks.DLQ("interview-evaluation"), "-", "+").Val()
+	p.ui(t, uiToken, "requeue", map[string]string{"stage": "interview-evaluation", "id": dl[0].ID})
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		d := e.rdb.XRange(e.ctx, e.ks.DLQ(handlers.StageEvaluation), "-", "+").Val()
+		d := e.rdb.XRange(e.ctx, e.ks.DLQ("interview-evaluation"), "-", "+").Val()
 		if len(d) == 1 && d[0].ID != dl[0].ID {
 			break
 		}
@@ -247,7 +246,7 @@ func TestPipelineUnderLeastACL(t *testing.T) {
 	runPipeline(t, e, p, token)
 
 	// Leave while owning a task: the owner fails it as retryable and removes its liveness.
-	left := topics.Task{TaskID: "left", Stage: handlers.StageEvaluation, Tenant: "acme", RequestKey: "left-1",
+	left := topics.Task{TaskID: "left", Stage: "interview-evaluation", Tenant: "acme", RequestKey: "left-1",
 		Input: json.RawMessage(`{"sim":{"latencyMs":8000}}`)}
 	if _, err := e.w.EnqueueTask(e.ctx, left); err != nil {
 		t.Fatal(err)
@@ -289,13 +288,13 @@ func TestPipelineOverTLS(t *testing.T) {
 		"REDIS_TLS_CERT_FILE=" + f.ClientCertFile, "REDIS_TLS_KEY_FILE=" + f.ClientKeyFile}, true)
 	want := map[string]bool{}
 	for i := range 6 {
-		tk := task(fmt.Sprintf("tls%d", i), handlers.StageEvaluation, i%2, 100)
+		tk := task(fmt.Sprintf("tls%d", i), "interview-evaluation", i%2, 100)
 		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 			t.Fatal(err)
 		}
 		want[tk.TaskID] = true
 	}
-	got := e.collect([]string{handlers.StageEvaluation}, want, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, want, 20*time.Second)
 	for id := range want {
 		if evs := got[id]; len(evs) == 0 || evs[0].Status != topics.StatusSucceeded {
 			t.Errorf("%s: %+v", id, evs)
@@ -358,18 +357,18 @@ func TestSecretsStayOut(t *testing.T) {
 
 	want := map[string]topics.Status{"ok": topics.StatusSucceeded, "echo": topics.StatusFailed, "sim": topics.StatusSucceeded}
 	tasks := []topics.Task{
-		{TaskID: "ok", Stage: handlers.StageExtraction, Tenant: "acme", SessionID: "s", Input: json.RawMessage(`{"prompt":"hello"}`)},
-		{TaskID: "echo", Stage: handlers.StageExtraction, Tenant: "acme", SessionID: "s", Input: json.RawMessage(`{"prompt":"echo"}`)},
-		task("sim", handlers.StageEvaluation, 1, 0),
+		{TaskID: "ok", Stage: "interview-extraction", Tenant: "acme", SessionID: "s", Input: json.RawMessage(`{"prompt":"hello"}`)},
+		{TaskID: "echo", Stage: "interview-extraction", Tenant: "acme", SessionID: "s", Input: json.RawMessage(`{"prompt":"echo"}`)},
+		task("sim", "interview-evaluation", 1, 0),
 	}
 	for _, tk := range tasks {
 		if _, err := e.w.EnqueueTask(e.ctx, tk); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks(handlers.StageExtraction),
+	e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: e.ks.Tasks("interview-extraction"),
 		Values: []any{"_watermill_message_uuid", "bad", "payload", `{"taskId":"x{}"}`}})
-	got := e.collect([]string{handlers.StageEvaluation, handlers.StageExtraction}, map[string]bool{"ok": true, "echo": true, "sim": true}, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation", "interview-extraction"}, map[string]bool{"ok": true, "echo": true, "sim": true}, 20*time.Second)
 	for id, st := range want {
 		if evs := got[id]; len(evs) == 0 || evs[0].Status != st {
 			t.Errorf("%s: %+v, want %s", id, evs, st)
@@ -382,7 +381,7 @@ func TestSecretsStayOut(t *testing.T) {
 		t.Errorf("the fake provider saw %d calls: the key was never used", calls.Load())
 	}
 	pages := scrapeText(t, p, uiToken, "/metrics", "/readyz", "/ui/api/overview", "/ui/api/node", "/ui/api/flights",
-		"/ui/api/flight?key="+keyOf(t, tasks[1]), "/ui/api/events", "/ui/api/dlq?stage="+handlers.StageExtraction)
+		"/ui/api/flight?key="+keyOf(t, tasks[1]), "/ui/api/events", "/ui/api/dlq?stage="+"interview-extraction")
 	p.stop(t)
 
 	// A wrong password and a malformed URL: the errors name neither password.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -32,7 +31,7 @@ func (e *e2e) readAsDead(tk topics.Task, dead string) {
 // answeredAt waits for task id's first event and returns when it was written.
 func (e *e2e) answeredAt(id string, timeout time.Duration) time.Time {
 	e.t.Helper()
-	got := e.collect([]string{handlers.StageEvaluation}, map[string]bool{id: true}, timeout)
+	got := e.collect([]string{"interview-evaluation"}, map[string]bool{id: true}, timeout)
 	if len(got[id]) == 0 {
 		e.t.Fatalf("task %s got no event within %v", id, timeout)
 	}
@@ -43,7 +42,7 @@ func (e *e2e) answeredAt(id string, timeout time.Duration) time.Time {
 // pending under a busy live consumer reads and runs a new task at once.
 func TestNewConsumerReadsAtOnce(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 250ms
@@ -51,11 +50,11 @@ func TestNewConsumerReadsAtOnce(t *testing.T) {
 `)
 	e.startConfig("busy", cfg, "--concurrency", "55")
 	for i := range 165 {
-		e.enqueue(task(fmt.Sprint("long-", i), handlers.StageEvaluation, 1000+i, 30000))
+		e.enqueue(task(fmt.Sprint("long-", i), "interview-evaluation", 1000+i, 30000))
 	}
 	time.Sleep(2 * time.Second) // the busy consumer's entries idle meanwhile
 	e.startConfig("new", cfg, "--concurrency", "120")
-	e.enqueue(task("quick", handlers.StageEvaluation, 1, 0))
+	e.enqueue(task("quick", "interview-evaluation", 1, 0))
 	// At once: before any of the 30 s tasks ahead of it has finished.
 	e.answeredAt("quick", 25*time.Second)
 	e.noneAnswered("long-", 165)
@@ -69,7 +68,7 @@ func (e *e2e) noneAnswered(prefix string, n int) {
 		want[fmt.Sprint(prefix, i)] = true
 	}
 	done := 0
-	for id := range e.collect([]string{handlers.StageEvaluation}, want, 100*time.Millisecond) {
+	for id := range e.collect([]string{"interview-evaluation"}, want, 100*time.Millisecond) {
 		if want[id] {
 			done++
 		}
@@ -83,7 +82,7 @@ func (e *e2e) noneAnswered(prefix string, n int) {
 // second or two, although 200 older entries are held by a live owner.
 func TestDeadEntryFoundBehindLiveOnes(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 2s
@@ -91,11 +90,11 @@ func TestDeadEntryFoundBehindLiveOnes(t *testing.T) {
 `)
 	e.startConfig("live", cfg, "--concurrency", "200")
 	for i := range 200 {
-		e.enqueue(task(fmt.Sprint("held-", i), handlers.StageEvaluation, 2000+i, 40000))
+		e.enqueue(task(fmt.Sprint("held-", i), "interview-evaluation", 2000+i, 40000))
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		p, _ := e.rdb.XPending(e.ctx, e.ks.Tasks(handlers.StageEvaluation), topics.ConsumerGroup).Result()
+		p, _ := e.rdb.XPending(e.ctx, e.ks.Tasks("interview-evaluation"), topics.ConsumerGroup).Result()
 		if p != nil && p.Consumers["live"] == 200 {
 			break
 		}
@@ -104,7 +103,7 @@ func TestDeadEntryFoundBehindLiveOnes(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	e.readAsDead(task("orphan", handlers.StageEvaluation, 1, 0), "dead-host")
+	e.readAsDead(task("orphan", "interview-evaluation", 1, 0), "dead-host")
 	e.startConfig("rescuer", cfg, "--concurrency", "2")
 	// Within the lease and a claim pass or two: long before any of the 40 s held tasks ends.
 	e.answeredAt("orphan", 35*time.Second)
@@ -115,24 +114,24 @@ func TestDeadEntryFoundBehindLiveOnes(t *testing.T) {
 // is busy and runs the moment it is free, before the backlog queued behind it.
 func TestDeadEntryClaimedWhenASlotFrees(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 250ms
     lease: 1500ms
 `)
 	e.startConfig("one", cfg, "--concurrency", "1")
-	e.enqueue(task("first", handlers.StageEvaluation, 1, 4000))
-	e.waitOwned([]string{keyOf(t, task("first", handlers.StageEvaluation, 1, 4000))}, "one", 10*time.Second)
-	e.readAsDead(task("orphan", handlers.StageEvaluation, 2, 0), "dead-host")
+	e.enqueue(task("first", "interview-evaluation", 1, 4000))
+	e.waitOwned([]string{keyOf(t, task("first", "interview-evaluation", 1, 4000))}, "one", 10*time.Second)
+	e.readAsDead(task("orphan", "interview-evaluation", 2, 0), "dead-host")
 	backlog := map[string]bool{}
 	for i := range 10 {
 		id := fmt.Sprint("later-", i)
 		backlog[id] = true
-		e.enqueue(task(id, handlers.StageEvaluation, 100+i, 500))
+		e.enqueue(task(id, "interview-evaluation", 100+i, 500))
 	}
 	orphanAt := e.answeredAt("orphan", 15*time.Second)
-	got := e.collect([]string{handlers.StageEvaluation}, backlog, 30*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, backlog, 30*time.Second)
 	for id := range backlog {
 		if evs := got[id]; len(evs) > 0 && evs[0].FinishedAt.Before(orphanAt) {
 			t.Errorf("%s was answered before the orphan", id)
@@ -144,14 +143,14 @@ func TestDeadEntryClaimedWhenASlotFrees(t *testing.T) {
 // keeps hostname and pid 1) picks up the entries its previous life held.
 func TestRestartUnderSameName(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 250ms
     lease: 1500ms
 `)
 	a := e.startConfig("same", cfg, "--concurrency", "1")
-	tk := task("kept", handlers.StageEvaluation, 1, 2000)
+	tk := task("kept", "interview-evaluation", 1, 2000)
 	e.enqueue(tk)
 	e.waitOwned([]string{keyOf(t, tk)}, "same", 10*time.Second)
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
@@ -165,7 +164,7 @@ func TestRestartUnderSameName(t *testing.T) {
 // long one.
 func TestNoHeadOfLineBlocking(t *testing.T) {
 	e := newE2E(t)
-	e.stages = handlers.StageEvaluation
+	e.stages = "interview-evaluation"
 	cfg := e.stageConfig(`stages:
   interview-evaluation:
     heartbeatInterval: 250ms
@@ -175,7 +174,7 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 	e.startConfig("c1", cfg)
 	e.startConfig("c2", cfg)
 	for i := range 4 {
-		e.enqueue(task(fmt.Sprint("long-", i), handlers.StageEvaluation, 100+i, 12000))
+		e.enqueue(task(fmt.Sprint("long-", i), "interview-evaluation", 100+i, 12000))
 	}
 	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
@@ -183,9 +182,9 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 	for i := range 8 {
 		id := fmt.Sprint("quick-", i)
 		quick[id] = true
-		e.enqueue(task(id, handlers.StageEvaluation, i, 100))
+		e.enqueue(task(id, "interview-evaluation", i, 100))
 	}
-	got := e.collect([]string{handlers.StageEvaluation}, quick, 20*time.Second)
+	got := e.collect([]string{"interview-evaluation"}, quick, 20*time.Second)
 	for id := range quick {
 		if len(got[id]) == 0 {
 			t.Errorf("%s got no event", id)

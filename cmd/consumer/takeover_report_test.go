@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
-	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -31,7 +30,7 @@ func TestReportTakeoverUnderBacklog(t *testing.T) {
 		var took []time.Duration
 		for run := range repRuns() {
 			e := newE2EOn(t, r.Client, r.URL, redistest.Prefix())
-			stream := e.ks.Tasks(handlers.StageEvaluation)
+			stream := e.ks.Tasks("interview-evaluation")
 			stopHolder := holdBacklog(t, e.rdb, stream, backlog)
 			key, victim, rescuer, killed := repKillOwner(t, e, fmt.Sprintf("slow%d", run), run)
 			for {
@@ -61,7 +60,7 @@ func TestReportTakeoverUnderBacklog(t *testing.T) {
 func repKillOwner(t *testing.T, e *e2e, id string, k int) (key string, victim, rescuer *proc, killed time.Time) {
 	t.Helper()
 	victim = e.start("victim")
-	tk := task(id, handlers.StageEvaluation, k, 20000)
+	tk := task(id, "interview-evaluation", k, 20000)
 	key = keyOf(t, tk)
 	if _, err := e.w.EnqueueTask(context.Background(), tk); err != nil {
 		t.Fatal(err)

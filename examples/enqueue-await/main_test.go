@@ -28,11 +28,11 @@ func TestEnqueueAwait(t *testing.T) {
 	// Before any consumer registered the stage: refused at once, naming it.
 	var none bytes.Buffer
 	if err := run(context.Background(), r.Client, ks, &none); !errors.Is(err, client.ErrUnknownStage) ||
-		!strings.Contains(err.Error(), handlers.StageEvaluation) {
+		!strings.Contains(err.Error(), "interview-evaluation") {
 		t.Errorf("with no consumer: %v, want an unknown-stage error", err)
 	}
 	var runs atomic.Int64
-	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation})
+	stages, err := handlers.LoadStages("", []string{"interview-evaluation"})
 	if err != nil {
 		t.Fatal(err)
 	}

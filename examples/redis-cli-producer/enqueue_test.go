@@ -24,7 +24,7 @@ func TestEnqueueScript(t *testing.T) {
 	}
 	r := redistest.New(t)
 	ks := topics.Keyspace{Prefix: r.Prefix}
-	stages, err := handlers.LoadStages("", []string{handlers.StageEvaluation})
+	stages, err := handlers.LoadStages("", []string{"interview-evaluation"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestEnqueueScript(t *testing.T) {
 		return out.String(), errOut.String(), err
 	}
 	start := time.Now()
-	out, stderr, err := script(handlers.StageEvaluation, "20")
+	out, stderr, err := script("interview-evaluation", "20")
 	if err != nil {
 		t.Fatalf("enqueue.sh: %v\nstdout %s\nstderr %s", err, out, stderr)
 	}
@@ -60,7 +60,7 @@ func TestEnqueueScript(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &ev); err != nil {
 		t.Fatalf("output %q is not one event: %v", out, err)
 	}
-	if ev.Status != topics.StatusSucceeded || ev.Stage != handlers.StageEvaluation || ev.Tenant != "acme" ||
+	if ev.Status != topics.StatusSucceeded || ev.Stage != "interview-evaluation" || ev.Tenant != "acme" ||
 		ev.RequestKey == "" || len(ev.Result) == 0 {
 		t.Errorf("event %+v: want SUCCEEDED with a result and a request key", ev)
 	}
@@ -69,7 +69,7 @@ func TestEnqueueScript(t *testing.T) {
 	// Input that is not JSON: the consumer dead-letters the entry, and the script says so at
 	// once instead of waiting out its timeout.
 	start = time.Now()
-	_, stderr, err = script(handlers.StageEvaluation, "20", "not json")
+	_, stderr, err = script("interview-evaluation", "20", "not json")
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !bytes.Contains([]byte(stderr), []byte("dead-lettered): bad_json")) {
 		t.Errorf("bad input: %v, stderr %q; want exit 2 naming bad_json", err, stderr)
 	}

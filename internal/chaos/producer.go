@@ -15,7 +15,7 @@ import (
 )
 
 // chaosStages are the stages the run uses; key i goes to chaosStages[i%2].
-var chaosStages = []string{handlers.StageEvaluation, handlers.StageFollowup}
+var chaosStages = []string{"interview-evaluation", "interview-followup"}
 
 // keySpec is what a key's tasks ask of the simulated model. It is part of the input, so it
 // is fixed per key.
