@@ -254,8 +254,18 @@ func run(args []string) (err error) {
 	for i, s := range stageCfgs {
 		models[i] = s.Name + "=" + s.Model
 	}
-	log.Info().Str("name", c.Name()).Strs("stages", models).Str("redis", redisconn.RedactURL(url)).
-		Str("http", web.describe()).Msg("starting")
+	start := log.Info().Str("name", c.Name()).Strs("stages", models).Str("redis", redisconn.RedactURL(url))
+	if redisconn.IsFailover(url) {
+		// Which master the sentinels name now; the client follows every promotion after it.
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		name, addr, err := redisconn.FailoverMaster(mctx, url, redisconn.TLSFilesFromEnv(os.Getenv))
+		cancel()
+		start = start.Str("sentinelMaster", name)
+		if err == nil {
+			start = start.Str("masterAddr", addr)
+		}
+	}
+	start.Str("http", web.describe()).Msg("starting")
 	return c.Run(ctx)
 }
 

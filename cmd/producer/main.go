@@ -285,10 +285,10 @@ func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 // password of the URL.
 func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Client, error) {
 	var rdb redis.UniversalClient
-	if redisconn.IsCluster(a.redisURL) {
+	if redisconn.IsCluster(a.redisURL) || redisconn.IsFailover(a.redisURL) {
 		newClient, err := redisconn.UniversalFromEnv(a.redisURL, os.Getenv)
 		if err != nil {
-			return nil, nil, usagef("invalid Redis Cluster URL (--redis or $REDIS_URL)")
+			return nil, nil, usagef("invalid Redis URL (--redis or $REDIS_URL): %s", redisconn.RedactError(err, a.redisURL))
 		}
 		rdb = newClient()
 	} else {

@@ -1,7 +1,10 @@
 package redisconn
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 
 	"github.com/redis/go-redis/v9"
@@ -9,29 +12,27 @@ import (
 )
 
 // IsCluster reports whether rawURL names a Redis Cluster: a redis:// or rediss:// URL whose
-// query lists more seed nodes with addr=, e.g.
+// query lists more seed nodes with addr= and names no Sentinel master, e.g.
 // redis://10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000.
 func IsCluster(rawURL string) bool {
 	u, err := url.Parse(rawURL)
-	return err == nil && u.Query().Has("addr")
+	return err == nil && u.Query().Has("addr") && !u.Query().Has("master_name")
 }
 
-// Universal returns a function making a new client for rawURL at every call: a cluster client for
-// a cluster URL (IsCluster), a single-node client otherwise. Either honours context deadlines.
-// Errors never repeat the URL.
+// IsFailover reports whether rawURL names a Redis Sentinel deployment in go-redis's failover
+// form: the host and any addr= are sentinels and master_name= names the master, e.g.
+// redis://10.0.0.1:26379/0?master_name=mymaster&addr=10.0.0.2:26379.
+func IsFailover(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && u.Query().Has("master_name")
+}
+
+// Universal returns a function making a new client for rawURL at every call: a cluster
+// client for a cluster URL (IsCluster), a client that follows the Sentinel master for a
+// failover URL (IsFailover), a single-node client otherwise. Each honours context
+// deadlines. Errors never repeat the URL.
 func Universal(rawURL string) (func() redis.UniversalClient, error) {
-	if !IsCluster(rawURL) {
-		opt, err := Options(rawURL)
-		if err != nil {
-			return nil, err
-		}
-		return Factory(opt), nil
-	}
-	opt, err := redis.ParseClusterURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("redisconn: invalid Redis Cluster URL: %w", err)
-	}
-	return func() redis.UniversalClient { return NewClusterClient(opt) }, nil
+	return UniversalWithTLS(rawURL, TLSFiles{})
 }
 
 // NewClusterClient returns a cluster client on a copy of opt, with context deadlines honoured
@@ -41,4 +42,53 @@ func NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient {
 	o.ContextTimeoutEnabled = true
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return redis.NewClusterClient(&o)
+}
+
+// NewFailoverClient returns a client that follows the master its sentinels name, on a copy of
+// opt, with context deadlines honoured (see NewClient). It is a *redis.Client, so everything
+// that runs on one node runs on it.
+func NewFailoverClient(opt *redis.FailoverOptions) *redis.Client {
+	o := *opt
+	o.SentinelAddrs = append([]string(nil), opt.SentinelAddrs...)
+	o.ContextTimeoutEnabled = true
+	return redis.NewFailoverClient(&o)
+}
+
+// FailoverMaster asks the sentinels of a failover URL, in turn, for the address of the
+// master they follow now; it returns the master's name and address. Errors never repeat
+// the URL.
+func FailoverMaster(ctx context.Context, rawURL string, files TLSFiles) (name, addr string, err error) {
+	opt, err := failoverOptions(rawURL, files)
+	if err != nil {
+		return "", "", err
+	}
+	var errs []error
+	for _, s := range opt.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s, Username: opt.SentinelUsername,
+			Password: opt.SentinelPassword, TLSConfig: opt.TLSConfig, MaxRetries: -1,
+			DialTimeout: opt.DialTimeout, ContextTimeoutEnabled: true})
+		a, err := sc.GetMasterAddrByName(ctx, opt.MasterName).Result()
+		_ = sc.Close()
+		if err == nil && len(a) == 2 {
+			return opt.MasterName, net.JoinHostPort(a[0], a[1]), nil
+		}
+		errs = append(errs, fmt.Errorf("sentinel %s: %w", s, err))
+	}
+	return opt.MasterName, "", fmt.Errorf("redisconn: no sentinel names master %q: %w", opt.MasterName, errors.Join(errs...))
+}
+
+// failoverOptions parses a failover URL and applies files to its TLS configuration (used
+// for the sentinels and the master alike).
+func failoverOptions(rawURL string, files TLSFiles) (*redis.FailoverOptions, error) {
+	opt, err := redis.ParseFailoverURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisconn: invalid Redis Sentinel URL: %w", redact(err, rawURL))
+	}
+	if opt.MasterName == "" {
+		return nil, errors.New("redisconn: invalid Redis Sentinel URL: master_name is empty")
+	}
+	if opt.TLSConfig, err = withTLSFiles(opt.TLSConfig, files); err != nil {
+		return nil, err
+	}
+	return opt, nil
 }

@@ -102,8 +102,16 @@ func UniversalFromEnv(rawURL string, getenv func(string) string) (func() redis.U
 }
 
 // UniversalWithTLS is Universal with files applied as OptionsWithTLS does (for a cluster, to
-// the connections to every node). Errors never repeat the URL.
+// the connections to every node; for Sentinel, to the sentinels and the master). Errors never
+// repeat the URL.
 func UniversalWithTLS(rawURL string, files TLSFiles) (func() redis.UniversalClient, error) {
+	if IsFailover(rawURL) {
+		opt, err := failoverOptions(rawURL, files)
+		if err != nil {
+			return nil, err
+		}
+		return func() redis.UniversalClient { return NewFailoverClient(opt) }, nil
+	}
 	if !IsCluster(rawURL) {
 		opt, err := OptionsWithTLS(rawURL, files)
 		if err != nil {

@@ -259,3 +259,44 @@ func TestSecuritySkipVerifyConflict(t *testing.T) {
 		t.Errorf("skip_verify alone: %v", err)
 	}
 }
+
+// TestURLForms: the three URL forms the README documents pick three kinds of client; a
+// failover URL gives a client that runs every single-node path (a *redis.Client), and a
+// broken one an error that repeats no password.
+func TestURLForms(t *testing.T) {
+	for _, c := range []struct {
+		url               string
+		cluster, failover bool
+	}{
+		{"redis://10.0.0.1:6379/0", false, false},
+		{"redis://10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000", true, false},
+		{"redis://s1:26379/0?master_name=mymaster&addr=s2:26379&addr=s3:26379", false, true},
+		{"rediss://u:pw@s1:26379/0?master_name=mymaster", false, true},
+	} {
+		if got := redisconn.IsCluster(c.url); got != c.cluster {
+			t.Errorf("IsCluster(%s) = %v", c.url, got)
+		}
+		if got := redisconn.IsFailover(c.url); got != c.failover {
+			t.Errorf("IsFailover(%s) = %v", c.url, got)
+		}
+	}
+	f, err := redisconn.Universal("redis://127.0.0.1:1/0?master_name=mymaster&addr=127.0.0.1:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := f()
+	defer rdb.Close()
+	if _, ok := rdb.(*redis.Client); !ok {
+		t.Errorf("a failover URL gave a %T, want a *redis.Client", rdb)
+	}
+	const secret = "Sup3rSecretPw"
+	for _, bad := range []string{
+		"redis://u:" + secret + "@s1:26379/0?master_name=",
+		"redis://u:" + secret + "@s1:26379/0?master_name=m&bogus_option=1",
+	} {
+		_, err := redisconn.Universal(bad)
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("Universal(broken failover URL) = %v, want an error without the password", err)
+		}
+	}
+}

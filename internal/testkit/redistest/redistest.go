@@ -38,6 +38,8 @@ type Server struct {
 	dir  string
 	args []string
 	tls  *TLSFiles // nil: plain TCP
+	// sentinel is the sentinel configuration of a sentinel process ("" for a server).
+	sentinel string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -56,6 +58,10 @@ type Options struct {
 	// A "default" user that the lines do not name keeps full access without a password, so
 	// Client and Target helpers still work. Defaults to none (no ACL file).
 	ACL []string
+	// Sentinel runs the process as a Redis Sentinel (redis-server --sentinel) with these
+	// configuration lines, e.g. "sentinel monitor mymaster 127.0.0.1 6379 2". Defaults to
+	// none: a server.
+	Sentinel []string
 }
 
 // Binary returns the redis-server executable: $REDIS_SERVER when set, else the one on PATH.
@@ -74,6 +80,9 @@ func Start(tb testing.TB, opts *Options) *Server {
 		opts = &Options{}
 	}
 	s := &Server{tb: tb, dir: tb.TempDir(), args: append([]string(nil), opts.Args...)}
+	if len(opts.Sentinel) > 0 {
+		s.sentinel = strings.Join(opts.Sentinel, "\n") + "\n"
+	}
 	if opts.TLS {
 		f, err := makeTLSFiles(tb.TempDir())
 		if err != nil {
@@ -154,6 +163,18 @@ func (s *Server) start() error {
 		args[1] = "0"
 		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", s.tls.CertFile,
 			"--tls-key-file", s.tls.KeyFile, "--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", "optional")
+	}
+	if s.sentinel != "" {
+		// A sentinel rewrites its configuration file as it learns the deployment, so the file
+		// is written once and kept across restarts.
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil {
+			if err := os.WriteFile(conf, []byte(s.sentinel), 0o600); err != nil {
+				return err
+			}
+		}
+		args = []string{conf, "--sentinel", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+			"--dir", s.dir, "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"}
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
