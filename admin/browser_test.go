@@ -372,6 +372,19 @@ func TestBrowserDashboard(t *testing.T) {
 		document.getElementById('node-breaker').dataset.breaker === 'closed' &&
 		document.getElementById('live').dataset.state === 'live' &&
 		document.getElementById('conn-error').hidden`, 30*time.Second)
+	// A Redis that may evict keys is named in a notice, which goes once it may not.
+	if p.r.Server != nil { // never reconfigure a shared REDIS_URL
+		waitJS("no eviction notice under noeviction", `document.getElementById('eviction-warn').hidden`, 5*time.Second)
+		if err := p.r.Client.ConfigSet(context.Background(), "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitJS("the eviction notice", `!document.getElementById('eviction-warn').hidden &&
+			document.getElementById('eviction-policy').textContent === 'allkeys-lru'`, 10*time.Second)
+		if err := p.r.Client.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitJS("the eviction notice gone", `document.getElementById('eviction-warn').hidden`, 10*time.Second)
+	}
 	// The last hour's charts, from the fleet's per-minute stats: throughput bars, outcome
 	// segments and latency points of the evaluation stage.
 	hist := `#history .history-row[data-stage="interview-evaluation"]`

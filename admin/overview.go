@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -77,6 +78,9 @@ type Overview struct {
 	// FlightsByStatus counts, by status, the flights the flight list shows (Flights): those of
 	// the task entries consumers hold and of the latest events of each stage.
 	FlightsByStatus map[string]int `json:"flightsByStatus"`
+	// EvictionPolicy is Redis's maxmemory-policy ("" when the credential cannot read it); any
+	// but noeviction may drop task streams, parked entries, fences and results.
+	EvictionPolicy string `json:"evictionPolicy,omitempty"`
 }
 
 // Overview reads stages, consumers and flight counts; names are bounded to MaxFieldBytes
@@ -90,6 +94,7 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 		return Overview{}, fmt.Errorf("admin: overview: %w", err)
 	}
 	ov := Overview{GeneratedAt: now, FlightsByStatus: map[string]int{}}
+	ov.EvictionPolicy, _ = broker.EvictionPolicy(ctx, in.rdb) // shown when known; never a reason to fail
 	consumers := map[string]*ConsumerView{}
 	beats, err := in.rdb.HGetAll(ctx, in.ks.Consumers(topics.ConsumerGroup)).Result()
 	if err != nil {

@@ -53,6 +53,9 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Registry receives the consumer's metrics. Defaults to none.
 	Registry prometheus.Registerer
+	// RequireNoEviction makes Run refuse to start (ErrEvictionPolicy) unless Redis's
+	// maxmemory-policy is noeviction. Defaults to false: another policy is logged as a warning.
+	RequireNoEviction bool
 	// LivenessInterval is how often the process records that it is alive. Defaults to 1 s.
 	LivenessInterval time.Duration
 	// LivenessTimeout: a process silent this long is shown as gone on the dashboard.

@@ -39,18 +39,20 @@ type Consumer struct {
 	coord   *flight.Coordinator
 	live    *liveness
 	metrics *metrics
-	spool   *flight.Spool
-	clients []redis.UniversalClient
-	batch   *lua.Batcher    // the handlers' flight calls on a single node (nil on a cluster)
-	archive *archive.Writer // nil without Config.Archive
-	procs   map[string]*processor
-	subs    map[string]*stream.Subscriber
-	life    *lifecycle
-	stop    context.CancelFunc
-	abandon context.CancelCauseFunc
-	started chan struct{}
-	breaker *executor.Breaker
-	stopped atomic.Bool
+	// eviction watches Redis's maxmemory-policy.
+	eviction *evictionWatch
+	spool    *flight.Spool
+	clients  []redis.UniversalClient
+	batch    *lua.Batcher    // the handlers' flight calls on a single node (nil on a cluster)
+	archive  *archive.Writer // nil without Config.Archive
+	procs    map[string]*processor
+	subs     map[string]*stream.Subscriber
+	life     *lifecycle
+	stop     context.CancelFunc
+	abandon  context.CancelCauseFunc
+	started  chan struct{}
+	breaker  *executor.Breaker
+	stopped  atomic.Bool
 }
 
 // NewConsumer validates cfg and prepares a consumer; nothing connects until Run. It opens
@@ -132,8 +134,9 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	c.coord = coord
+	c.eviction = &evictionWatch{rdb: c.rdb, log: c.log, gauge: c.metrics.eviction}
 	c.live = &liveness{rdb: c.rdb, key: cfg.Keyspace.Consumers(topics.ConsumerGroup), name: cfg.Name,
-		interval: cfg.LivenessInterval, timeout: cfg.LivenessTimeout, log: c.log,
+		interval: cfg.LivenessInterval, timeout: cfg.LivenessTimeout, log: c.log, eviction: c.eviction,
 		stages: newStageRegistry(c.rdb, cfg.Keyspace, cfg.Name, cfg.Stages, c.log)}
 	stop, stopCancel := context.WithCancel(context.Background())
 	owners, abandon := context.WithCancelCause(stop)
@@ -188,6 +191,9 @@ type Status struct {
 	Breaker string `json:"breaker"`
 	// Archive is the durable archive's health: "ok", "down (...)", or "" without one.
 	Archive string `json:"archive,omitempty"`
+	// EvictionPolicy is Redis's maxmemory-policy as last read ("" when it cannot be read);
+	// any but noeviction may drop keys.
+	EvictionPolicy string `json:"evictionPolicy,omitempty"`
 	// Streams counts, per stage, what its subscriber did: entries read, recovered (this
 	// consumer's own, after a restart), claimed, parked, delayed.
 	Streams map[string]stream.Stats `json:"streams"`
@@ -201,6 +207,7 @@ func (c *Consumer) Status() Status {
 	if c.archive != nil {
 		st.Archive = c.archive.Health()
 	}
+	st.EvictionPolicy = c.eviction.current()
 	select {
 	case <-c.started:
 		st.Started = !c.stopped.Load()
@@ -253,6 +260,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.live.CheckName(ctx); err != nil {
 		return err
 	}
+	if c.cfg.RequireNoEviction {
+		if err := c.eviction.require(ctx); err != nil {
+			return err
+		}
+	}
+	c.eviction.check(ctx)
 	if err := c.live.Beat(ctx); err != nil {
 		return fmt.Errorf("handlers: first liveness beat: %w", err)
 	}

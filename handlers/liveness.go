@@ -27,6 +27,8 @@ type liveness struct {
 	log      zerolog.Logger
 	// stages, when set, are registered in the stage registry with every beat.
 	stages *stageRegistry
+	// eviction, when set, reads Redis's eviction policy after every beat.
+	eviction *evictionWatch
 
 	mu     sync.Mutex
 	beats  map[string]int64 // process name -> last beat (Redis ms)
@@ -66,6 +68,8 @@ func (l *liveness) Run(ctx context.Context) {
 			bctx, cancel := context.WithTimeout(ctx, l.interval)
 			if err := l.Beat(bctx); err != nil && ctx.Err() == nil {
 				l.log.Warn().Err(err).Msg("liveness beat failed")
+			} else if l.eviction != nil {
+				l.eviction.check(bctx)
 			}
 			cancel()
 		}

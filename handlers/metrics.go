@@ -20,6 +20,7 @@ type metrics struct {
 	spooled      *prometheus.CounterVec
 	breaker      prometheus.Gauge
 	scheduled    *prometheus.CounterVec
+	eviction     *prometheus.GaugeVec
 }
 
 // newMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -54,9 +55,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_scheduled_tasks_total",
 			Help: "Tasks put in the stage's scheduled set (why: not_before, retry) and moved back to its stream (why: due)."},
 			[]string{"stage", "why"}),
+		eviction: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flightdeck_redis_maxmemory_policy",
+			Help: "Redis's maxmemory-policy as the consumer last read it (1 for that policy); any but noeviction may drop keys."},
+			[]string{"policy"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled, m.eviction)
 		m.spooled = executor.ResultWriteFailures(reg) // shared with an Executor on reg
 	}
 	return m

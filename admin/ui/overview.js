@@ -19,6 +19,9 @@
     renderStageFilter();
     renderStages(ov.stages || []);
     renderConsumers(ov.consumers || []);
+    const evict = ov.evictionPolicy && ov.evictionPolicy !== 'noeviction';
+    $('eviction-warn').hidden = !evict;
+    if (evict) setText($('eviction-policy'), ov.evictionPolicy);
   }
 
   function renderCounts() {

@@ -191,6 +191,11 @@ func probes(c *handlers.Consumer, reg *prometheus.Registry) *http.ServeMux {
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		if p := c.Status().EvictionPolicy; p != "" && p != "noeviction" {
+			// Shown, not a reason to stop taking work: Redis may evict keys, and the operator
+			// decides (--require-noeviction refuses to start instead).
+			fmt.Fprintln(w, "warning: Redis maxmemory-policy is", p+": it may evict task streams, parked entries, fences and results")
+		}
 		if a := c.Status().Archive; a != "" {
 			// The archive's health is shown, never a reason to stop taking work: without it
 			// outcomes are spooled and written back later.

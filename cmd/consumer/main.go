@@ -91,6 +91,7 @@ type options struct {
 	adoptLegacy *bool
 	gcFlag      *string
 	redisWait   *time.Duration
+	noEviction  *bool
 	loadFuncs   *bool
 	version     *bool
 }
@@ -124,6 +125,7 @@ func newFlags(getenv func(string) string) (*flag.FlagSet, *options) {
 		adoptLegacy: fs.Bool("archive-adopt-legacy", false, "at start, move the archive's legacy rows (written before rows carried their deployment) of the --tenants (all without --tenants) into --archive-deployment, and log how many"),
 		gcFlag:      fs.String("gc-percent", "", "the Go garbage collector's target, as GOGC: a percentage, or \"off\" (default $GOGC, else 400: a consumer's live heap is small and every task allocates)"),
 		redisWait:   fs.Duration("redis-wait", time.Minute, "at start, how long to wait for Redis to answer, retrying with backoff, before giving up with exit 1 (0: one try)"),
+		noEviction:  fs.Bool("require-noeviction", false, "refuse to start (exit 1) unless Redis's maxmemory-policy is noeviction; without it another policy is logged as a warning and shown on /readyz"),
 		loadFuncs:   fs.Bool("load-functions", false, "load (or replace) the flight function library in Redis and exit: the operator's step where consumers' credentials may not load functions (docs/SECURITY.md); needs +function|load +function|list +ping"),
 		version:     fs.Bool("version", false, "print the version and exit"),
 	}
@@ -232,7 +234,7 @@ func run(args []string) (err error) {
 		Keyspace:  topics.Keyspace{Prefix: *o.prefix}, Name: *o.name, Stages: stageCfgs, Handlers: mux,
 		Logger: &log, Registry: reg, LivenessInterval: *o.livenessInt, ClaimInterval: *o.claimInt, Grace: *o.grace,
 		SpoolDir: *o.spoolDir, ResultMaxLen: *o.resultCap, ResultRetention: *o.resultKeep, Limits: limits,
-		AnswerAfterScript: knobs.AnswerAfterScript,
+		AnswerAfterScript: knobs.AnswerAfterScript, RequireNoEviction: *o.noEviction,
 	})
 	if err != nil {
 		return err

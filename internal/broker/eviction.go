@@ -1,0 +1,63 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NoEviction is the one maxmemory-policy under which Redis never drops a key.
+const NoEviction = "noeviction"
+
+// EvictionPolicy returns Redis's maxmemory-policy: INFO memory's maxmemory_policy, or CONFIG
+// GET where INFO is refused. (INFO first: the consumer's documented ACL grants it, CONFIG GET
+// would also read secrets, and managed Redis services often refuse CONFIG.) On a cluster it
+// asks every master and returns the first policy other than noeviction.
+func EvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return nodePolicy(ctx, rdb)
+	}
+	var (
+		mu     sync.Mutex
+		policy = NoEviction
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		p, err := nodePolicy(ctx, n)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if p != NoEviction {
+			policy = p
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return policy, nil
+}
+
+// nodePolicy reads one node's policy.
+func nodePolicy(ctx context.Context, rdb redis.Cmdable) (string, error) {
+	info, ierr := rdb.Info(ctx, "memory").Result()
+	if ierr == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+				return v, nil
+			}
+		}
+		ierr = errors.New("INFO memory has no maxmemory_policy")
+	}
+	cfg, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if p := cfg["maxmemory-policy"]; err == nil && p != "" {
+		return p, nil
+	}
+	return "", fmt.Errorf("broker: read maxmemory-policy: %w", errors.Join(ierr, err))
+}
