@@ -256,7 +256,7 @@ func New(cfg Config) (*Executor, error) {
 		}
 		e.writer = broker.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.Keyspace()}
 		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
-		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix), cfg.NodeID)
+		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix, flight.RedisDeployment(e.rdb)), cfg.NodeID)
 		if err != nil {
 			return nil, err
 		}

@@ -688,8 +688,22 @@ func TestSpoolTrust(t *testing.T) {
 	t.Run("OneDirectoryPerDeployment", func(t *testing.T) {
 		for prefix, want := range map[string]string{"acme": "/s/acme", "": "/s/ai", "ai": "/s/ai",
 			"a/b": "/s/a_b", "..": "/s/_..", "t1:ai": "/s/t1_ai"} {
-			if got := flight.DeploymentSpoolDir("/s", prefix); got != want {
+			if got := flight.DeploymentSpoolDir("/s", prefix, ""); got != want {
 				t.Errorf("DeploymentSpoolDir(%q) = %q, want %q", prefix, got, want)
+			}
+		}
+		// The Redis a deployment serves is part of its directory: the same prefix on two
+		// servers gets two directories, the same pair one.
+		seen := map[string]string{}
+		for _, id := range []string{"10.0.0.1:6379/0", "10.0.0.2:6379/0", "10.0.0.1:6379/1", "10.0.0.1_6379/0",
+			"sentinel/mymaster/0", "cluster/10.0.0.1:7000,10.0.0.2:7000"} {
+			dir := flight.DeploymentSpoolDir("/s", "ai", id)
+			if prev, dup := seen[dir]; dup {
+				t.Errorf("%q and %q share the directory %s", prev, id, dir)
+			}
+			seen[dir] = id
+			if filepath.Dir(dir) != "/s" || !strings.HasPrefix(filepath.Base(dir), "ai@") || dir != flight.DeploymentSpoolDir("/s", "ai", id) {
+				t.Errorf("DeploymentSpoolDir(ai, %q) = %q", id, dir)
 			}
 		}
 	})

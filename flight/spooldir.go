@@ -1,11 +1,17 @@
 package flight
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/internal/journal"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -39,10 +45,12 @@ func DefaultSpoolDir(getenv func(string) string) string {
 }
 
 // DeploymentSpoolDir returns the spool directory of one deployment under base: the
-// subdirectory named after its keyspace prefix, so that processes of two deployments on one
-// host never adopt each other's outcomes ("" when base is ""; an empty prefix is the default
-// one).
-func DeploymentSpoolDir(base, prefix string) string {
+// subdirectory named after its keyspace prefix and, when redisID is not "", the Redis it
+// serves (RedisDeployment), so that processes of two deployments on one host never share a
+// spool or a name lock, while a restart of the same deployment finds its own ("" when base
+// is ""; an empty prefix is the default one). The Redis part is cleaned for a file name and
+// followed by a hash of the exact pair, so that two pairs never share a directory.
+func DeploymentSpoolDir(base, prefix, redisID string) string {
 	if base == "" {
 		return ""
 	}
@@ -53,7 +61,29 @@ func DeploymentSpoolDir(base, prefix string) string {
 	if name == "" || strings.Trim(name, ".") == "" {
 		name = "_" + name
 	}
+	if redisID != "" {
+		sum := sha256.Sum256([]byte(prefix + "\x00" + redisID))
+		name += "@" + unsafeName.ReplaceAllString(redisID, "_") + "-" + hex.EncodeToString(sum[:4])
+	}
 	return filepath.Join(base, name)
+}
+
+// RedisDeployment names the Redis that rdb talks to, for DeploymentSpoolDir: "<host:port>/<db>"
+// for one node, "cluster/<seed>,<seed>..." (sorted) for a cluster, and "" for a Sentinel
+// failover client, whose master name it cannot see (the consumer binary names it from its
+// URL: "sentinel/<master>/<db>").
+func RedisDeployment(rdb redis.UniversalClient) string {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		addrs := slices.Clone(c.Options().Addrs)
+		slices.Sort(addrs)
+		return "cluster/" + strings.Join(addrs, ",")
+	case *redis.Client:
+		if o := c.Options(); o.Addr != "FailoverClient" {
+			return o.Addr + "/" + strconv.Itoa(o.DB)
+		}
+	}
+	return ""
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]`)

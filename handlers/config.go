@@ -96,12 +96,17 @@ type Config struct {
 	// SpoolDir is the base directory of the spools of uncertain outcomes (results the model
 	// produced but Redis could not store) and of the archive: the consumer keeps its files in
 	// the subdirectory of its deployment (flight.DeploymentSpoolDir: named after the keyspace
-	// prefix), named after Name, and adopts and writes back at start the spools that stopped
+	// prefix and Deployment), named after Name, and adopts and writes back at start the spools that stopped
 	// processes of its deployment left there. The directory must be this process's user's own
 	// and writable by nobody else, or the consumer refuses to start.
 	// Defaults to flight.DefaultSpoolDir(os.Getenv), which has no shared fallback; give it a
 	// durable volume in production.
 	SpoolDir string
+	// Deployment names the Redis the consumer serves, for its spool directory: with the
+	// keyspace prefix it keeps two deployments on one host apart. Defaults to RedisURL's
+	// (redisconn.Deployment), else to the address of NewClient's client
+	// (flight.RedisDeployment); a Sentinel client given as NewClient has none, so set it.
+	Deployment string
 }
 
 func (c *Config) setDefaults() error {
@@ -111,6 +116,14 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("handlers: RedisURL: %w", err)
 		}
 		c.NewClient = f
+	}
+	if c.Deployment == "" && c.RedisURL != "" {
+		c.Deployment = redisconn.Deployment(c.RedisURL)
+	}
+	if c.Deployment == "" && c.NewClient != nil {
+		probe := c.NewClient() // no connection is made
+		c.Deployment = flight.RedisDeployment(probe)
+		_ = probe.Close()
 	}
 	c.Stages = withHandlerStages(c.Stages, c.Handlers)
 	if c.Name == "" {

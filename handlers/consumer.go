@@ -73,7 +73,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		c.metrics.breaker.Set(map[string]float64{"closed": 0, "half-open": 1, "open": 2}[to])
 		c.log.Warn().Str("from", from).Str("to", to).Msg("coordination circuit breaker changed state")
 	})
-	dir := flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Keyspace.Prefix)
+	dir := flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Keyspace.Prefix, cfg.Deployment)
 	sp, err := flight.OpenSpoolDir(dir, cfg.Name)
 	if errors.Is(err, flight.ErrSpoolInUse) {
 		return nil, fmt.Errorf("%w: a consumer named %q is running on this host (it holds the spool in %s); start this one under another name",
@@ -85,14 +85,22 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if n := sp.Adopted(); n > 0 {
 		c.log.Warn().Int("outcomes", n).Str("dir", dir).Msg("adopted the spooled outcomes of stopped processes; writing them back")
 	}
-	old, _ := filepath.Glob(filepath.Join(cfg.SpoolDir, "spool-*.jsonl"))
-	if cfg.Archive != nil {
-		a, _ := filepath.Glob(filepath.Join(cfg.SpoolDir, "archive-*.jsonl"))
-		old = append(old, a...)
+	var old []string
+	for _, d := range []string{cfg.SpoolDir, flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Keyspace.Prefix, "")} {
+		if d == dir {
+			continue
+		}
+		f, _ := filepath.Glob(filepath.Join(d, "spool-*.jsonl"))
+		old = append(old, f...)
+		if cfg.Archive != nil {
+			a, _ := filepath.Glob(filepath.Join(d, "archive-*.jsonl"))
+			old = append(old, a...)
+		}
 	}
 	if len(old) > 0 {
-		// An older version kept every deployment's spools in one directory: which one they
-		// belong to is the operator's call.
+		// Older versions kept the spools of every deployment in one directory, then those
+		// of every deployment of a prefix (whichever Redis it served): which one they belong
+		// to is the operator's call.
 		c.log.Warn().Strs("files", old).Str("dir", dir).
 			Msg("spool files of an older version, not adopted: move those of this deployment into its directory to have them written back")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/faults"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 	"github.com/redis/go-redis/v9"
 )
@@ -351,7 +352,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	e.srv.Pause() // Redis stops answering while the model works
 	close(release)
 	spooled := func() bool {
-		files, _ := filepath.Glob(filepath.Join(flight.DeploymentSpoolDir(e.spool, e.prefix), "spool-host-1.jsonl"))
+		files, _ := filepath.Glob(filepath.Join(flight.DeploymentSpoolDir(e.spool, e.prefix, redisconn.Deployment(e.url)), "spool-host-1.jsonl"))
 		for _, f := range files {
 			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), `"key"`) {
 				return true
@@ -378,7 +379,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the model was called %d times; the spooled result should answer the task", n)
 	}
-	if left, _ := filepath.Glob(filepath.Join(flight.DeploymentSpoolDir(e.spool, e.prefix), "spool-host-1.*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(flight.DeploymentSpoolDir(e.spool, e.prefix, redisconn.Deployment(e.url)), "spool-host-1.*")); len(left) != 0 {
 		t.Errorf("host-1's spool files left behind: %v", left)
 	}
 }

@@ -117,7 +117,7 @@ func newFlags(getenv func(string) string) (*flag.FlagSet, *options) {
 		claimInt:    fs.Duration("claim-interval", time.Second, "how often each task stream is scanned for entries to claim and parked tasks to check"),
 		resultCap:   fs.Int64("result-maxlen", 0, "cap of each result stream, in events (approximate; 0: 1,000,000; -1: none); clients answer a task whose event was trimmed from its flight's stored outcome"),
 		resultKeep:  fs.Duration("result-retention", time.Hour, "how long events stay on the result streams: older ones are trimmed (negative: no age trim)"),
-		spoolDir:    fs.String("spool-dir", "", "directory of the uncertain-outcome spool, shared by the consumers of a host; spools of stopped processes found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)"),
+		spoolDir:    fs.String("spool-dir", "", "base directory of the uncertain-outcome spool, shared by the consumers of a host, one subdirectory per deployment (prefix and Redis); spools of stopped processes of the deployment found there are written back at start (default $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else ~/.local/state/flightdeck/spool)"),
 		logLevel:    fs.String("log-level", "info", "trace, debug, info, warn or error"),
 		logFormat:   fs.String("log-format", "json", "json or console"),
 		archiveFlag: fs.String("archive", "", "PostgreSQL URL of the durable archive of outcomes, e.g. postgres://user@db:5432/flightdeck (default $FLIGHTDECK_ARCHIVE_URL, or the file named by $FLIGHTDECK_ARCHIVE_URL_FILE; none: Redis only)"),
@@ -234,7 +234,7 @@ func run(args []string) (err error) {
 		Keyspace:  topics.Keyspace{Prefix: *o.prefix}, Name: *o.name, Stages: stageCfgs, Handlers: mux,
 		Logger: &log, Registry: reg, LivenessInterval: *o.livenessInt, ClaimInterval: *o.claimInt, Grace: *o.grace,
 		SpoolDir: *o.spoolDir, ResultMaxLen: *o.resultCap, ResultRetention: *o.resultKeep, Limits: limits,
-		AnswerAfterScript: knobs.AnswerAfterScript, RequireNoEviction: *o.noEviction,
+		AnswerAfterScript: knobs.AnswerAfterScript, RequireNoEviction: *o.noEviction, Deployment: redisconn.Deployment(url),
 	})
 	if err != nil {
 		return err

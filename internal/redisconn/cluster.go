@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -91,4 +94,28 @@ func failoverOptions(rawURL string, files TLSFiles) (*redis.FailoverOptions, err
 		return nil, err
 	}
 	return opt, nil
+}
+
+// Deployment names the Redis deployment rawURL points at, the same for every URL of it (the
+// spool directory is per deployment: flight.DeploymentSpoolDir): "sentinel/<master>/<db>"
+// for a failover URL, "cluster/<seed>,<seed>..." (sorted) for a cluster, "<host:port>/<db>"
+// for one node; "" when the URL does not parse. It never holds a password.
+func Deployment(rawURL string) string {
+	switch {
+	case IsFailover(rawURL):
+		if o, err := redis.ParseFailoverURL(rawURL); err == nil {
+			return "sentinel/" + o.MasterName + "/" + strconv.Itoa(o.DB)
+		}
+	case IsCluster(rawURL):
+		if o, err := redis.ParseClusterURL(rawURL); err == nil {
+			addrs := slices.Clone(o.Addrs)
+			slices.Sort(addrs)
+			return "cluster/" + strings.Join(addrs, ",")
+		}
+	default:
+		if o, err := redis.ParseURL(rawURL); err == nil {
+			return o.Addr + "/" + strconv.Itoa(o.DB)
+		}
+	}
+	return ""
 }
