@@ -379,11 +379,11 @@ func TestBrowserDashboard(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitJS("the eviction notice", `!document.getElementById('eviction-warn').hidden &&
-			document.getElementById('eviction-policy').textContent === 'allkeys-lru'`, 10*time.Second)
+			document.getElementById('eviction-policy').textContent === 'allkeys-lru'`, 25*time.Second)
 		if err := p.r.Client.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
 			t.Fatal(err)
 		}
-		waitJS("the eviction notice gone", `document.getElementById('eviction-warn').hidden`, 10*time.Second)
+		waitJS("the eviction notice gone", `document.getElementById('eviction-warn').hidden`, 25*time.Second)
 	}
 	// The last hour's charts, from the fleet's per-minute stats: throughput bars, outcome
 	// segments and latency points of the evaluation stage.

@@ -47,6 +47,7 @@ type Inspector struct {
 	ks     topics.Keyspace
 	coord  *flight.Coordinator
 	client *client.Client
+	evict  *evictionCache
 }
 
 // New returns an Inspector.
@@ -68,7 +69,7 @@ func New(cfg Config) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inspector{cfg: cfg, rdb: cfg.Client, ks: cfg.Keyspace, coord: coord, client: cl}, nil
+	return &Inspector{cfg: cfg, rdb: cfg.Client, ks: cfg.Keyspace, coord: coord, client: cl, evict: &evictionCache{}}, nil
 }
 
 // EventView is one terminal event with its stream id.

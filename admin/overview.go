@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -94,7 +93,7 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 		return Overview{}, fmt.Errorf("admin: overview: %w", err)
 	}
 	ov := Overview{GeneratedAt: now, FlightsByStatus: map[string]int{}}
-	ov.EvictionPolicy, _ = broker.EvictionPolicy(ctx, in.rdb) // shown when known; never a reason to fail
+	ov.EvictionPolicy = in.evict.policy(ctx, in.rdb) // shown when known; never a reason to fail
 	consumers := map[string]*ConsumerView{}
 	beats, err := in.rdb.HGetAll(ctx, in.ks.Consumers(topics.ConsumerGroup)).Result()
 	if err != nil {

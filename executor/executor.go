@@ -4,6 +4,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,6 +131,10 @@ type Config struct {
 	// spools of dead processes found there are adopted and written back (flight.OpenSpoolDir: the
 	// directory must be this user's own). Defaults to flight.DefaultSpoolDir(os.Getenv).
 	SpoolDir string
+	// Deployment names the Redis in the spool directory's name, beside the keyspace prefix.
+	// Defaults to flight.RedisDeployment of the client; a Sentinel client has none, so give
+	// it (redisconn.Deployment of its URL, as the consumer does).
+	Deployment string
 	// FlushInterval is how often spooled outcomes are written back. Defaults to 1 s.
 	FlushInterval time.Duration
 	// Logger receives structured logs. Defaults to a disabled logger.
@@ -256,7 +261,7 @@ func New(cfg Config) (*Executor, error) {
 		}
 		e.writer = broker.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.Keyspace()}
 		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
-		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix, flight.RedisDeployment(e.rdb)), cfg.NodeID)
+		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix, cmp.Or(cfg.Deployment, flight.RedisDeployment(e.rdb))), cfg.NodeID)
 		if err != nil {
 			return nil, err
 		}

@@ -61,9 +61,16 @@ func DeploymentSpoolDir(base, prefix, redisID string) string {
 	if name == "" || strings.Trim(name, ".") == "" {
 		name = "_" + name
 	}
+	if redisID != "" && len(name) > 64 {
+		name = name[:64]
+	}
 	if redisID != "" {
 		sum := sha256.Sum256([]byte(prefix + "\x00" + redisID))
-		name += "@" + unsafeName.ReplaceAllString(redisID, "_") + "-" + hex.EncodeToString(sum[:4])
+		readable := unsafeName.ReplaceAllString(redisID, "_")
+		if len(readable) > 64 { // a file name has at most 255 bytes; the hash tells pairs apart
+			readable = readable[:64]
+		}
+		name += "@" + readable + "-" + hex.EncodeToString(sum[:8])
 	}
 	return filepath.Join(base, name)
 }

@@ -22,13 +22,14 @@ import (
 
 // Config configures a Consumer.
 type Config struct {
-	// NewClient returns a new Redis client. The consumer calls it twice: for the handlers'
-	// client and for the stream subscribers' reads (each topic's XREADGROUP blocks a
-	// connection while idle). The consumer closes every client it got. Required unless
-	// RedisURL is set.
+	// NewClient returns a new Redis client. The consumer calls it for the handlers' client and
+	// for the stream subscribers' reads (each topic's XREADGROUP blocks a connection while
+	// idle), and once more to name the deployment when Deployment and RedisURL are unset. The
+	// consumer closes every client it got. Required unless RedisURL is set.
 	NewClient func() redis.UniversalClient
 	// RedisURL is used when NewClient is nil: redis://[user:password@]host:port/db,
-	// rediss:// for TLS, or a cluster URL naming more nodes with addr= query parameters.
+	// rediss:// for TLS, a Sentinel URL (master_name=, the host and addr= as sentinels), or a
+	// cluster URL naming more nodes with addr= query parameters.
 	RedisURL string
 	// Keyspace names keys and streams. Defaults to the "ai" prefix.
 	Keyspace topics.Keyspace
@@ -121,7 +122,7 @@ func (c *Config) setDefaults() error {
 		c.Deployment = redisconn.Deployment(c.RedisURL)
 	}
 	if c.Deployment == "" && c.NewClient != nil {
-		probe := c.NewClient() // no connection is made
+		probe := c.NewClient() // closed at once: it is only asked its address
 		c.Deployment = flight.RedisDeployment(probe)
 		_ = probe.Close()
 	}

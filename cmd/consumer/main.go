@@ -265,6 +265,8 @@ func run(args []string) (err error) {
 		start = start.Str("sentinelMaster", name)
 		if err == nil {
 			start = start.Str("masterAddr", addr)
+		} else {
+			log.Warn().Err(err).Msg("no sentinel named the master at start; the client keeps asking")
 		}
 	}
 	start.Str("http", web.describe()).Msg("starting")

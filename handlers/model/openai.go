@@ -68,7 +68,11 @@ func (c *OpenAIConfig) setDefaults() {
 		c.Timeout = 60 * time.Second
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{}
+		// http.DefaultTransport keeps 2 idle connections per host: a stage running 64 calls
+		// at once would open a new connection for most of them.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 256
+		c.HTTPClient = &http.Client{Transport: t}
 	}
 }
 

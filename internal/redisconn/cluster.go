@@ -90,6 +90,10 @@ func failoverOptions(rawURL string, files TLSFiles) (*redis.FailoverOptions, err
 	if opt.MasterName == "" {
 		return nil, errors.New("redisconn: invalid Redis Sentinel URL: master_name is empty")
 	}
+	if opt.RouteByLatency || opt.RouteRandomly || opt.ReplicaOnly {
+		// Reads from replicas would miss the master's last writes, and writes fail there.
+		return nil, errors.New("redisconn: invalid Redis Sentinel URL: route_by_latency, route_randomly and replica_only are not supported: Flightdeck reads and writes the master")
+	}
 	if opt.TLSConfig, err = withTLSFiles(opt.TLSConfig, files); err != nil {
 		return nil, err
 	}
@@ -97,14 +101,16 @@ func failoverOptions(rawURL string, files TLSFiles) (*redis.FailoverOptions, err
 }
 
 // Deployment names the Redis deployment rawURL points at, the same for every URL of it (the
-// spool directory is per deployment: flight.DeploymentSpoolDir): "sentinel/<master>/<db>"
-// for a failover URL, "cluster/<seed>,<seed>..." (sorted) for a cluster, "<host:port>/<db>"
+// spool directory is per deployment: flight.DeploymentSpoolDir):
+// "sentinel/<master>/<db>/<sentinel>,<sentinel>..." (sorted) for a failover URL, "cluster/<seed>,<seed>..." (sorted) for a cluster, "<host:port>/<db>"
 // for one node; "" when the URL does not parse. It never holds a password.
 func Deployment(rawURL string) string {
 	switch {
 	case IsFailover(rawURL):
 		if o, err := redis.ParseFailoverURL(rawURL); err == nil {
-			return "sentinel/" + o.MasterName + "/" + strconv.Itoa(o.DB)
+			addrs := slices.Clone(o.SentinelAddrs)
+			slices.Sort(addrs)
+			return "sentinel/" + o.MasterName + "/" + strconv.Itoa(o.DB) + "/" + strings.Join(addrs, ",")
 		}
 	case IsCluster(rawURL):
 		if o, err := redis.ParseClusterURL(rawURL); err == nil {

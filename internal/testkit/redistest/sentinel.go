@@ -94,15 +94,23 @@ func (s *Sentinel) CurrentMaster(ctx context.Context) (string, error) {
 	return "", err
 }
 
-// WaitPromoted waits until the sentinels name a master other than old and it answers as a
-// master, and returns its address.
+// WaitPromoted waits until every sentinel names the same master other than old and it
+// answers as a master, and returns its address.
 func (s *Sentinel) WaitPromoted(old string, timeout time.Duration) string {
 	s.tb.Helper()
 	var addr string
-	waitFor(s.tb, timeout, "a master other than "+old, func(ctx context.Context) bool {
-		a, err := s.CurrentMaster(ctx)
-		if err != nil || a == old {
-			return false
+	waitFor(s.tb, timeout, "every sentinel to name a master other than "+old, func(ctx context.Context) bool {
+		a := ""
+		for _, c := range s.clients {
+			m, err := c.GetMasterAddrByName(ctx, MasterName).Result()
+			if err != nil || len(m) != 2 {
+				return false
+			}
+			if got := net.JoinHostPort(m[0], m[1]); got == old || (a != "" && got != a) {
+				return false
+			} else {
+				a = got
+			}
 		}
 		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
 		defer c.Close()
