@@ -4,9 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/flightdeck-ai/flightdeck/admin"
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 

@@ -7,12 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/handlers"
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 

@@ -9,14 +9,13 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/client"
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )

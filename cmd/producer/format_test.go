@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 

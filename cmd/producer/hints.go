@@ -7,11 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 )
 
 // stale: a stage whose consumers have not registered it for this long has no live consumer

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 

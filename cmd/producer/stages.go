@@ -9,12 +9,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/flightdeck-ai/flightdeck/internal/broker"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/internal/broker"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
