@@ -21,6 +21,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -131,7 +132,7 @@ type Config struct {
 	// directory must be this user's own). Defaults to flight.DefaultSpoolDir(os.Getenv).
 	SpoolDir string
 	// Deployment names the Redis in the spool directory's name, beside the keyspace prefix.
-	// Defaults to flight.RedisDeployment of the client; a Sentinel client has none, so give
+	// Defaults to redisconn.ClientDeployment of the client; a Sentinel client has none, so give
 	// it (redisconn.Deployment of its URL, as the consumer does).
 	Deployment string
 	// FlushInterval is how often spooled outcomes are written back. Defaults to 1 s.
@@ -260,7 +261,7 @@ func New(cfg Config) (*Executor, error) {
 		}
 		e.writer = broker.Writer{Client: e.rdb, Keyspace: cfg.Coordinator.Keyspace()}
 		e.disp = newDispatcher(e.rdb, e.log, e.breakerOpen, cfg.MaxWaiters)
-		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix, cmp.Or(cfg.Deployment, flight.RedisDeployment(e.rdb))), cfg.NodeID)
+		sp, err := flight.OpenSpoolDir(flight.DeploymentSpoolDir(cfg.SpoolDir, cfg.Coordinator.Keyspace().Prefix, cmp.Or(cfg.Deployment, redisconn.ClientDeployment(e.rdb))), cfg.NodeID)
 		if err != nil {
 			return nil, err
 		}

@@ -7,11 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
-	"slices"
-	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/internal/journal"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -73,24 +69,6 @@ func DeploymentSpoolDir(base, prefix, redisID string) string {
 		name += "@" + readable + "-" + hex.EncodeToString(sum[:8])
 	}
 	return filepath.Join(base, name)
-}
-
-// RedisDeployment names the Redis that rdb talks to, for DeploymentSpoolDir: "<host:port>/<db>"
-// for one node, "cluster/<seed>,<seed>..." (sorted) for a cluster, and "" for a Sentinel
-// failover client, whose master name it cannot see (the consumer binary names it from its
-// URL: "sentinel/<master>/<db>").
-func RedisDeployment(rdb redis.UniversalClient) string {
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		addrs := slices.Clone(c.Options().Addrs)
-		slices.Sort(addrs)
-		return "cluster/" + strings.Join(addrs, ",")
-	case *redis.Client:
-		if o := c.Options(); o.Addr != "FailoverClient" {
-			return o.Addr + "/" + strconv.Itoa(o.DB)
-		}
-	}
-	return ""
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]`)

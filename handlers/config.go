@@ -106,7 +106,7 @@ type Config struct {
 	// Deployment names the Redis the consumer serves, for its spool directory: with the
 	// keyspace prefix it keeps two deployments on one host apart. Defaults to RedisURL's
 	// (redisconn.Deployment), else to the address of NewClient's client
-	// (flight.RedisDeployment); a Sentinel client given as NewClient has none, so set it.
+	// (redisconn.ClientDeployment); a Sentinel client given as NewClient has none, so set it.
 	Deployment string
 }
 
@@ -123,7 +123,7 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Deployment == "" && c.NewClient != nil {
 		probe := c.NewClient() // closed at once: it is only asked its address
-		c.Deployment = flight.RedisDeployment(probe)
+		c.Deployment = redisconn.ClientDeployment(probe)
 		_ = probe.Close()
 	}
 	c.Stages = withHandlerStages(c.Stages, c.Handlers)

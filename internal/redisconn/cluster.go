@@ -102,21 +102,18 @@ func failoverOptions(rawURL string, files TLSFiles) (*redis.FailoverOptions, err
 
 // Deployment names the Redis deployment rawURL points at, the same for every URL of it (the
 // spool directory is per deployment: flight.DeploymentSpoolDir):
-// "sentinel/<master>/<db>/<sentinel>,<sentinel>..." (sorted) for a failover URL, "cluster/<seed>,<seed>..." (sorted) for a cluster, "<host:port>/<db>"
-// for one node; "" when the URL does not parse. It never holds a password.
+// "sentinel/<master>/<db>/<sentinel>,<sentinel>..." (sorted) for a failover URL,
+// "cluster/<node>,<node>..." (sorted) for a cluster, "<host:port>/<db>" for one node; "" when
+// the URL does not parse. It never holds a password.
 func Deployment(rawURL string) string {
 	switch {
 	case IsFailover(rawURL):
 		if o, err := redis.ParseFailoverURL(rawURL); err == nil {
-			addrs := slices.Clone(o.SentinelAddrs)
-			slices.Sort(addrs)
-			return "sentinel/" + o.MasterName + "/" + strconv.Itoa(o.DB) + "/" + strings.Join(addrs, ",")
+			return "sentinel/" + o.MasterName + "/" + strconv.Itoa(o.DB) + "/" + sortedList(o.SentinelAddrs)
 		}
 	case IsCluster(rawURL):
 		if o, err := redis.ParseClusterURL(rawURL); err == nil {
-			addrs := slices.Clone(o.Addrs)
-			slices.Sort(addrs)
-			return "cluster/" + strings.Join(addrs, ",")
+			return "cluster/" + sortedList(o.Addrs)
 		}
 	default:
 		if o, err := redis.ParseURL(rawURL); err == nil {
@@ -124,4 +121,26 @@ func Deployment(rawURL string) string {
 		}
 	}
 	return ""
+}
+
+// ClientDeployment is Deployment for a client: the same name as its URL's for one node or a
+// cluster, and "" for a Sentinel failover client, whose master name and sentinels a
+// *redis.Client does not show (name it from the URL, as the consumer binary does).
+func ClientDeployment(rdb redis.UniversalClient) string {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return "cluster/" + sortedList(c.Options().Addrs)
+	case *redis.Client:
+		if o := c.Options(); o.Addr != "FailoverClient" {
+			return o.Addr + "/" + strconv.Itoa(o.DB)
+		}
+	}
+	return ""
+}
+
+// sortedList joins a sorted copy of addrs with commas.
+func sortedList(addrs []string) string {
+	s := slices.Clone(addrs)
+	slices.Sort(s)
+	return strings.Join(s, ",")
 }
