@@ -2,7 +2,7 @@ package admin
 
 import (
 	"context"
-	"strings"
+	"errors"
 	"sync"
 	"time"
 
@@ -35,7 +35,7 @@ func (c *evictionCache) policy(ctx context.Context, rdb redis.UniversalClient) s
 	}
 	p, err := broker.EvictionPolicy(ctx, rdb)
 	c.at, c.value = time.Now(), p
-	if err != nil && strings.Contains(err.Error(), "NOPERM") {
+	if errors.Is(err, broker.ErrPolicyRefused) {
 		c.closed = true
 	}
 	return c.value

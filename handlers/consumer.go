@@ -267,12 +267,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.live.CheckName(ctx); err != nil {
 		return err
 	}
-	if c.cfg.RequireNoEviction {
-		if err := c.eviction.require(ctx); err != nil {
+	if p, err := c.eviction.check(ctx); c.cfg.RequireNoEviction {
+		if err := required(p, err); err != nil {
 			return err
 		}
 	}
-	c.eviction.check(ctx)
 	if err := c.live.Beat(ctx); err != nil {
 		return fmt.Errorf("handlers: first liveness beat: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,33 +32,33 @@ type evictionWatch struct {
 	blind  bool   // the credential may read the policy neither way: stop asking
 }
 
-// check reads the policy and reports a change.
-func (w *evictionWatch) check(ctx context.Context) {
+// check reads the policy and reports a change; it returns the policy and the error of the
+// read (ErrPolicyRefused once the credential was refused: it does not ask again).
+func (w *evictionWatch) check(ctx context.Context) (string, error) {
 	w.mu.Lock()
 	blind := w.blind
 	w.mu.Unlock()
 	if blind {
-		return
+		return "", broker.ErrPolicyRefused
 	}
 	p, err := broker.EvictionPolicy(ctx, w.rdb)
 	if err != nil {
-		if !refused(err) {
+		if !errors.Is(err, broker.ErrPolicyRefused) {
 			w.log.Debug().Err(err).Msg("cannot read Redis's maxmemory-policy")
-			return
+			return "", err
 		}
-		// Asking again at every beat would only fill Redis's ACL log.
 		w.mu.Lock()
 		w.blind = true
 		w.mu.Unlock()
 		w.log.Warn().Err(err).Msg("cannot tell whether Redis may evict keys: the credential may run neither INFO nor CONFIG GET (grant +info)")
-		return
+		return "", err
 	}
 	w.mu.Lock()
 	prev := w.policy
 	w.policy = p
 	w.mu.Unlock()
 	if p == prev {
-		return
+		return p, nil
 	}
 	if prev != "" {
 		w.gauge.DeleteLabelValues(prev)
@@ -71,6 +70,7 @@ func (w *evictionWatch) check(ctx context.Context) {
 	case prev != "":
 		w.log.Info().Str("maxmemoryPolicy", p).Msg("Redis no longer evicts keys")
 	}
+	return p, nil
 }
 
 // current is the last policy read ("" before the first read or when it cannot be read).
@@ -80,9 +80,8 @@ func (w *evictionWatch) current() string {
 	return w.policy
 }
 
-// require fails unless the policy read at start is noeviction.
-func (w *evictionWatch) require(ctx context.Context) error {
-	p, err := broker.EvictionPolicy(ctx, w.rdb)
+// required turns the policy read at start into Run's refusal when it is not noeviction.
+func required(p string, err error) error {
 	if err != nil {
 		return fmt.Errorf("%w: cannot read maxmemory-policy (needed by RequireNoEviction): %w", ErrEvictionPolicy, err)
 	}
@@ -90,9 +89,4 @@ func (w *evictionWatch) require(ctx context.Context) error {
 		return fmt.Errorf("%w: maxmemory-policy is %s: %s", ErrEvictionPolicy, p, evictionRisk)
 	}
 	return nil
-}
-
-// refused reports whether err holds a permission error (NOPERM), as an ACL gives.
-func refused(err error) bool {
-	return strings.Contains(err.Error(), "NOPERM")
 }

@@ -69,7 +69,7 @@ func (l *liveness) Run(ctx context.Context) {
 			if err := l.Beat(bctx); err != nil && ctx.Err() == nil {
 				l.log.Warn().Err(err).Msg("liveness beat failed")
 			} else if l.eviction != nil {
-				l.eviction.check(bctx)
+				_, _ = l.eviction.check(bctx) // check logs what it found
 			}
 			cancel()
 		}

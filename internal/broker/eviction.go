@@ -13,6 +13,10 @@ import (
 // NoEviction is the one maxmemory-policy under which Redis never drops a key.
 const NoEviction = "noeviction"
 
+// ErrPolicyRefused: the credential may run neither INFO nor CONFIG GET, so the policy cannot
+// be read (asking again only fills Redis's ACL log).
+var ErrPolicyRefused = errors.New("broker: the credential may run neither INFO nor CONFIG GET")
+
 // EvictionPolicy returns Redis's maxmemory-policy: INFO memory's maxmemory_policy, or CONFIG
 // GET where INFO is refused. (INFO first: the consumer's documented ACL grants it, CONFIG GET
 // would also read secrets, and managed Redis services often refuse CONFIG.) On a cluster it
@@ -59,5 +63,13 @@ func nodePolicy(ctx context.Context, rdb redis.Cmdable) (string, error) {
 	if p := cfg["maxmemory-policy"]; err == nil && p != "" {
 		return p, nil
 	}
+	if noPerm(ierr) && noPerm(err) {
+		return "", fmt.Errorf("%w: %w", ErrPolicyRefused, errors.Join(ierr, err))
+	}
 	return "", fmt.Errorf("broker: read maxmemory-policy: %w", errors.Join(ierr, err))
+}
+
+// noPerm reports whether err is an ACL refusal (a NOPERM reply).
+func noPerm(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
 }
