@@ -239,8 +239,10 @@ type Config struct {
 // Coordinator is the Go side of the flight scripts in lua/. It is safe for concurrent use and
 // holds no state of its own besides its configuration: every decision is taken in Redis.
 type Coordinator struct {
-	rdb      redis.UniversalClient
-	calls    lua.FCaller // sends the FCALLs: rdb, or Config.Calls
+	rdb   redis.UniversalClient
+	calls lua.FCaller // sends the FCALLs: rdb, or Config.Calls
+	// repl sends the FCALLs of replicated policies: Config.Calls when it can, else rdb.
+	repl     lua.ReplicatedCaller
 	ks       topics.Keyspace
 	group    string
 	consumer string
@@ -285,6 +287,10 @@ func NewCoordinator(cfg Config) (*Coordinator, error) {
 		maxLen: cfg.ResultMaxLen, mode: "write", calls: cfg.Calls, wbFence: cfg.WriteBackFence}
 	if c.calls == nil {
 		c.calls = cfg.Client
+	}
+	c.repl = lua.Replicating{Client: cfg.Client}
+	if r, ok := c.calls.(lua.ReplicatedCaller); ok {
+		c.repl = r
 	}
 	if c.group == "" {
 		c.group = topics.ConsumerGroup
@@ -361,7 +367,8 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
 		ms(pol.Lease), ms(pol.RunningTTL), c.pinnedOf(pol), ms(pol.RunningTTL+pol.FailureTTL),
 		pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
-	res, err := lua.Acquire.RunVia(ctx, c.calls, c.rdb, c.answerKeys(p.Key, p.Stage), argv...).Slice()
+	cmd, confirmed := c.fcall(ctx, lua.Acquire, pol, c.answerKeys(p.Key, p.Stage), argv)
+	res, err := cmd.Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
@@ -381,6 +388,11 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 		d.Owner = &Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: p.OwnerID, Task: p.Task,
 			Stage: p.Stage, Tenant: p.Tenant, SessionID: p.SessionID, Policy: pol, ExpireAt: d.ExpireAt,
 			MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline}
+		if !confirmed {
+			// Not taken: a failover could lose this claim while its owner runs.
+			c.giveUp(ctx, *d.Owner)
+			return Decision{}, notReplicated("acquire", p.Key)
+		}
 	}
 	return d, nil
 }

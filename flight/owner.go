@@ -137,7 +137,8 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	if err := CheckToken(o.Token); err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
-	res, err := s.RunVia(ctx, c.calls, c.rdb, c.answerKeys(o.Key, o.Stage), argv...).Slice()
+	cmd, confirmed := c.fcall(ctx, s, o.Policy.WithDefaults(), c.answerKeys(o.Key, o.Stage), argv)
+	res, err := cmd.Slice()
 	if err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
@@ -178,7 +179,12 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
 	st.JoinedAnswered = joined
-	return st, codeErr(op, o.Key, code, status)
+	if err := codeErr(op, o.Key, code, status); err != nil || confirmed {
+		return st, err
+	}
+	// Taken on the master only: the caller writes it again (a retry answers ALREADY) or
+	// spools it until a replica has it.
+	return st, notReplicated(op, o.Key)
 }
 
 // Complete stores result and makes the flight SUCCEEDED; the owner's task and every parked

@@ -30,7 +30,32 @@ type Policy struct {
 	// MaxParked bounds the task ids parked on one flight; past it acquire answers
 	// FOLLOWER_WAIT with reason "full" and parks nothing. Zero means no cap. Defaults to 0.
 	MaxParked int
+	// Durability is what a call that makes an owner or settles an outcome (acquire, complete,
+	// fail) waits for before it returns. Defaults to DurabilityAsync.
+	Durability Durability
+	// ReplicationTimeout bounds the wait for a replica's acknowledgement under
+	// DurabilityReplicated; at most 2 s. Defaults to 1 s.
+	ReplicationTimeout time.Duration
 }
+
+// Durability says what a flight's ownership and outcome changes must reach before the calls
+// that make them return.
+type Durability string
+
+// The durabilities (DESIGN.md section 3, "Replicated claims").
+const (
+	// DurabilityAsync: a call returns once the master applied it; Redis replicates it
+	// afterwards, and a failover in between can lose it.
+	DurabilityAsync Durability = "async"
+	// DurabilityReplicated: a call returns once a replica acknowledged it (WAIT 1). A claim
+	// no replica confirmed within ReplicationTimeout is given up and the call fails with
+	// ErrNotReplicated; an outcome is written again, or kept in the spool, until one does.
+	DurabilityReplicated Durability = "replicated"
+)
+
+// maxReplicationTimeout bounds ReplicationTimeout: the WAIT rides in the call's pipeline,
+// whose reply must come within the client's read timeout (3 s by default).
+const maxReplicationTimeout = 2 * time.Second
 
 // WithDefaults returns p with every zero field set to its default.
 func (p Policy) WithDefaults() Policy {
@@ -48,6 +73,12 @@ func (p Policy) WithDefaults() Policy {
 	}
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = 3
+	}
+	if p.Durability == "" {
+		p.Durability = DurabilityAsync
+	}
+	if p.ReplicationTimeout == 0 {
+		p.ReplicationTimeout = time.Second
 	}
 	return p
 }
@@ -70,6 +101,12 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxParked < 0 {
 		errs = append(errs, fmt.Errorf("maxParked must not be negative, got %d", p.MaxParked))
+	}
+	if p.Durability != DurabilityAsync && p.Durability != DurabilityReplicated {
+		errs = append(errs, fmt.Errorf("durability %q: want %q or %q", p.Durability, DurabilityAsync, DurabilityReplicated))
+	}
+	if p.ReplicationTimeout < time.Millisecond || p.ReplicationTimeout > maxReplicationTimeout {
+		errs = append(errs, fmt.Errorf("replicationTimeout %v: want 1ms to %v", p.ReplicationTimeout, maxReplicationTimeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("flight: invalid policy: %w", err)

@@ -272,6 +272,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	c.checkReplicated(ctx)
 	if err := c.live.Beat(ctx); err != nil {
 		return fmt.Errorf("handlers: first liveness beat: %w", err)
 	}

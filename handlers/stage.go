@@ -107,6 +107,13 @@ type StageConfig struct {
 	// task (and parks on it, holding no handler). Defaults to 50 ms (or the lease, when
 	// shorter); negative: off. At most the lease.
 	JoinWait time.Duration `yaml:"joinWait"`
+	// Durability "replicated" makes every claim and outcome of the stage wait until a replica
+	// acknowledged it (WAIT), so that a failover cannot lose it; a claim no replica confirmed
+	// within ReplicationTimeout is given up and retried. Defaults to "async".
+	Durability flight.Durability `yaml:"durability"`
+	// ReplicationTimeout bounds each wait for a replica (durability "replicated"); at most 2 s.
+	// Defaults to 1 s.
+	ReplicationTimeout time.Duration `yaml:"replicationTimeout"`
 }
 
 func ptr(b bool) *bool { return &b }
@@ -189,6 +196,12 @@ func (c StageConfig) WithDefaults() StageConfig {
 	if c.JoinWait == 0 {
 		c.JoinWait = min(50*time.Millisecond, c.Lease)
 	}
+	if c.Durability == "" {
+		c.Durability = flight.DurabilityAsync
+	}
+	if c.ReplicationTimeout == 0 {
+		c.ReplicationTimeout = time.Second
+	}
 	return c
 }
 
@@ -242,7 +255,8 @@ func (c StageConfig) Validate() error {
 // Policy is the flight policy of the stage.
 func (c StageConfig) Policy() flight.Policy {
 	return flight.Policy{Lease: c.Lease, RunningTTL: c.RunningTTL, StallTimeout: c.StallTimeout,
-		ResultTTL: c.ResultTTL, FailureTTL: c.FailureTTL, MaxAttempts: c.MaxAttempts, MaxParked: c.MaxParked}
+		ResultTTL: c.ResultTTL, FailureTTL: c.FailureTTL, MaxAttempts: c.MaxAttempts, MaxParked: c.MaxParked,
+		Durability: c.Durability, ReplicationTimeout: c.ReplicationTimeout}
 }
 
 // fileConfig is the YAML stage file: {stages: {<name>: {<field>: <value>}}}.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 )
 
@@ -28,6 +29,8 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 		{"empty file", "", "no stages"},
 		{"stages missing", "# nothing yet\n", "no stages"},
 		{"bad value", "stages:\n  interview-evaluation:\n    lease: soon\n", "soon"},
+		{"unknown durability", "stages:\n  interview-evaluation:\n    durability: sync\n", `durability "sync"`},
+		{"replication timeout too long", "stages:\n  interview-evaluation:\n    durability: replicated\n    replicationTimeout: 5s\n", "replicationTimeout 5s"},
 		{"other top-level key", "defaults: &d {lease: 9s}\nstages:\n  interview-evaluation:\n    <<: *d\n", `line 1: "defaults"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -42,7 +45,8 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stages[0].Lease != 7*time.Second || stages[0].Concurrency != 3 || stages[1].Name != "resume-summary" {
+	if stages[0].Lease != 7*time.Second || stages[0].Concurrency != 3 || stages[1].Name != "resume-summary" ||
+		stages[0].Durability != flight.DurabilityAsync || stages[0].Policy().ReplicationTimeout != time.Second {
 		t.Errorf("stages %+v", stages)
 	}
 	// x- keys hold anchors to merge from; "stages:" with every stage commented out is empty.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +21,7 @@ var ErrBatcherClosed = errors.New("lua: batcher closed")
 const maxBatch = 128
 
 // Batcher sends the FCALLs of concurrent callers in pipelines, one pipeline in flight at a
-// time: the calls made while a pipeline is out leave together in the next one (one write and
+// time (and one more for replicated calls, FCallReplicated): the calls made while a pipeline is out leave together in the next one (one write and
 // one read for all of them, on the caller's side and on Redis's). A lone call leaves at once.
 // A caller waits for its reply or for its own context, whichever comes first; a call whose
 // context ended before its pipeline left is not sent. The pipeline itself is bounded by the
@@ -28,7 +29,8 @@ const maxBatch = 128
 // node; Close stops it.
 type Batcher struct {
 	rdb  *redis.Client
-	in   chan *call
+	in   chan *call // plain calls
+	rin  chan *call // replicated calls (FCallReplicated), a lane of their own
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -42,37 +44,66 @@ type call struct {
 	args []any
 	cmd  *redis.Cmd
 	done chan struct{}
+	// wait, when positive, asks for a WAIT 1 after the call (FCallReplicated); acked is
+	// its answer.
+	wait  time.Duration
+	acked int64
 }
 
 // NewBatcher returns a running batcher on rdb (which it does not close).
 func NewBatcher(rdb *redis.Client) *Batcher {
-	b := &Batcher{rdb: rdb, in: make(chan *call, maxBatch), stop: make(chan struct{}), done: make(chan struct{})}
-	go b.loop()
+	b := &Batcher{rdb: rdb, in: make(chan *call, maxBatch), rin: make(chan *call, maxBatch),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	var lanes sync.WaitGroup
+	lanes.Add(2)
+	go func() { defer lanes.Done(); b.loop(b.in) }()
+	go func() { defer lanes.Done(); b.loop(b.rin) }()
+	go func() { lanes.Wait(); close(b.done) }()
 	return b
 }
 
 // FCall queues the call and waits for its reply.
 func (b *Batcher) FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd {
-	c := &call{ctx: ctx, fn: function, keys: keys, args: args, done: make(chan struct{})}
+	cmd, _ := b.queue(&call{ctx: ctx, fn: function, keys: keys, args: args, done: make(chan struct{})})
+	return cmd
+}
+
+// FCallReplicated queues the call with a WAIT for one replica behind it and waits for both
+// replies. Replicated calls are batched in a lane of their own: each of their pipelines ends
+// with one WAIT (the longest timeout any of its calls gave), so they share its round trip to
+// the replica, and plain calls never queue behind a WAIT.
+func (b *Batcher) FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64) {
+	c := &call{ctx: ctx, fn: function, keys: keys, args: args, done: make(chan struct{}), wait: max(timeout, time.Millisecond)}
+	cmd, answered := b.queue(c)
+	if !answered {
+		return cmd, 0
+	}
+	return cmd, c.acked
+}
+
+// queue hands c to the loop and waits for its reply (answered true: c's fields are the
+// loop's answer) or for its context.
+func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
+	ctx := c.ctx
 	select {
-	case b.in <- c:
+	case b.lane(c) <- c:
 	case <-ctx.Done():
-		return failed(ctx, ctx.Err())
+		return failed(ctx, ctx.Err()), false
 	case <-b.stop:
-		return failed(ctx, ErrBatcherClosed)
+		return failed(ctx, ErrBatcherClosed), false
 	}
 	select {
 	case <-c.done:
-		return c.cmd
+		return c.cmd, true
 	case <-ctx.Done():
-		return failed(ctx, ctx.Err())
+		return failed(ctx, ctx.Err()), false
 	case <-b.done:
 		// Stopped: the call was answered or failed before, or never taken.
 		select {
 		case <-c.done:
-			return c.cmd
+			return c.cmd, true
 		default:
-			return failed(ctx, ErrBatcherClosed)
+			return failed(ctx, ErrBatcherClosed), false
 		}
 	}
 }
@@ -85,22 +116,30 @@ func (b *Batcher) Close() error {
 	return nil
 }
 
-func (b *Batcher) loop() {
-	defer close(b.done)
+// lane is the queue of c's kind.
+func (b *Batcher) lane(c *call) chan *call {
+	if c.wait > 0 {
+		return b.rin
+	}
+	return b.in
+}
+
+// loop sends the calls of one lane, one pipeline in flight at a time.
+func (b *Batcher) loop(in chan *call) {
 	batch := make([]*call, 0, maxBatch)
 	for {
 		batch = batch[:0]
 		select {
-		case c := <-b.in:
+		case c := <-in:
 			batch = append(batch, c)
 		case <-b.stop:
-			b.failQueued()
+			b.failQueued(in)
 			return
 		}
 	drain:
 		for len(batch) < maxBatch {
 			select {
-			case c := <-b.in:
+			case c := <-in:
 				batch = append(batch, c)
 			default:
 				break drain
@@ -124,24 +163,42 @@ func (b *Batcher) send(batch []*call) {
 	if len(live) == 0 {
 		return
 	}
-	// The pipeline's I/O is bounded by the client's timeouts; a caller whose context ends
-	// first stops waiting, the others still get their replies.
+	var wait time.Duration // the lane of replicated calls: the longest timeout of the batch
+	for _, c := range live {
+		wait = max(wait, c.wait)
+	}
+	b.pipeline(live, wait)
+}
+
+// pipeline sends calls as one pipeline, followed by WAIT 1 wait when wait is positive, and
+// hands each call its reply. The pipeline's I/O is bounded by the client's timeouts; a caller
+// whose context ends first stops waiting, the others still get their replies.
+func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
+	var w *redis.Cmd
 	_, _ = b.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-		for _, c := range live {
+		for _, c := range calls {
 			c.cmd = p.FCall(c.ctx, c.fn, c.keys, c.args...)
+		}
+		if wait > 0 {
+			w = p.Do(context.Background(), "WAIT", 1, wait.Milliseconds())
 		}
 		return nil
 	})
-	for _, c := range live {
+	var acked int64
+	if w != nil {
+		acked, _ = w.Int64()
+	}
+	for _, c := range calls {
+		c.acked = acked
 		close(c.done)
 	}
 }
 
-// failQueued fails the calls still queued when the batcher stops.
-func (b *Batcher) failQueued() {
+// failQueued fails the calls still queued in a lane when the batcher stops.
+func (b *Batcher) failQueued(in chan *call) {
 	for {
 		select {
-		case c := <-b.in:
+		case c := <-in:
 			c.cmd = failed(c.ctx, ErrBatcherClosed)
 			close(c.done)
 		default:

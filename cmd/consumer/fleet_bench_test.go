@@ -78,8 +78,29 @@ func BenchmarkFleetArchive(b *testing.B) {
 	}
 }
 
+// BenchmarkFleetReplicated: the fleet burst of unique keys with 50 handlers per process on a
+// master with one replica (both on this machine), with the stage's claims and outcomes
+// replicated asynchronously (durability=async, the default) and waited for
+// (durability=replicated).
+func BenchmarkFleetReplicated(b *testing.B) {
+	redis.SetLogger(fleetQuiet{})
+	for _, d := range []string{"async", "replicated"} {
+		b.Run("durability="+d, func(b *testing.B) {
+			master := redistest.Start(b, nil)
+			redistest.StartReplica(b, master)
+			e := newE2EOn(b, master.Client(), master.URL(), redistest.Prefix())
+			fleetBurstOn(b, e, "flightdeck", 1, 50, fleetTasks, 0, "    durability: "+d+"\n")
+		})
+	}
+}
+
 func fleetBurst(b *testing.B, impl string, perKey, conc, nTasks, latencyMs int) {
-	e := newE2E(b)
+	fleetBurstOn(b, newE2E(b), impl, perKey, conc, nTasks, latencyMs, "")
+}
+
+// fleetBurstOn is fleetBurst on e; stageYAML holds more fields of the stage's policy (lines
+// indented by four spaces).
+func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, latencyMs int, stageYAML string) {
 	e.stages = fleetStage
 	stream := e.ks.Tasks(fleetStage)
 	var pids []int
@@ -94,7 +115,7 @@ func fleetBurst(b *testing.B, impl string, perKey, conc, nTasks, latencyMs int) 
 			}
 			break
 		}
-		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n", fleetStage, conc))
+		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n%s", fleetStage, conc, stageYAML))
 		var extra []string
 		if impl == "flightdeck-archive" {
 			// The archive on a private PostgreSQL of the same machine: every owner looks its

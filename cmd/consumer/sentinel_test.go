@@ -81,3 +81,64 @@ func TestSentinelFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicatedClaimsOnSentinel: with durability replicated the master is SIGKILLed while
+// owners run three duplicates each of 30 keys, the replica is promoted and the old master
+// comes back as its replica: every task is answered, and every key ran its model exactly
+// once across both consumers (no claim or outcome was lost with the master, so no second
+// owner ran a key whose first owner lived). The start line says the claims are replicated.
+func TestReplicatedClaimsOnSentinel(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	rdb := s.Client()
+	e := newE2EOn(t, rdb, s.URL(), redistest.Prefix())
+	e.stages = "interview-evaluation"
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 1s
+    lease: 15s
+    parkCheck: 1s
+    durability: replicated
+    replicationTimeout: 500ms
+`)
+	procs := []*proc{e.startConfig("r1", cfg), e.startConfig("r2", cfg)}
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p.logPath); !strings.Contains(string(b), `"replicas":1,`) || !strings.Contains(string(b), `"message":"replicated claims`) {
+			t.Errorf("%s's log does not say its claims wait for the replica:\n%s", p.name, b)
+		}
+	}
+	want := map[string]bool{}
+	for i := range 90 {
+		id := fmt.Sprint("before", i)
+		want[id] = true
+		e.enqueue(task(id, "interview-evaluation", i%30, 1500))
+	}
+	if n, err := rdb.Do(e.ctx, "WAIT", 1, 2000).Int(); err != nil || n < 1 {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	}
+	time.Sleep(500 * time.Millisecond) // owners run
+	old := s.Master.Addr()
+	s.Master.Stop()
+	s.WaitPromoted(old, 30*time.Second)
+	s.Master.Restart() // back empty, made a replica of the new master by the sentinels
+	for i := range 20 {
+		id := fmt.Sprint("after", i)
+		want[id] = true
+		e.enqueue(task(id, "interview-evaluation", 100+i, 50))
+	}
+	got := e.collect([]string{"interview-evaluation"}, want, 90*time.Second)
+	for id := range want {
+		if len(got[id]) == 0 {
+			t.Errorf("task %s got no terminal event", id)
+		} else if ev := got[id][0]; ev.Status != topics.StatusSucceeded {
+			t.Errorf("task %s: %s %s", id, ev.Status, ev.Error)
+		}
+	}
+	e.expectDrained(30 * time.Second)
+	calls := 0
+	for _, p := range procs {
+		calls += p.modelCalls(t)
+	}
+	if calls != 50 {
+		t.Errorf("%d model calls for 50 keys, want one each", calls)
+	}
+}

@@ -29,9 +29,9 @@ type Sentinel struct {
 // sentinel knows the master, the replica and the other sentinels.
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
-	s := &Sentinel{tb: tb, Master: Start(tb, nil)}
+	s := &Sentinel{tb: tb, Master: Start(tb, &Options{Args: []string{"--repl-diskless-sync-delay", "0"}})}
 	host, port, _ := net.SplitHostPort(s.Master.Addr())
-	s.Replica = Start(tb, &Options{Args: []string{"--replicaof", host, port}})
+	s.Replica = Start(tb, &Options{Args: []string{"--replicaof", host, port, "--repl-diskless-sync-delay", "0"}})
 	replica := s.Replica.Client()
 	waitFor(tb, 10*time.Second, "the replica in sync", func(ctx context.Context) bool {
 		info, err := replica.Info(ctx, "replication").Result()
