@@ -67,7 +67,11 @@ func NewBreaker(cfg BreakerConfig, onChange func(from, to string)) *Breaker {
 		IsSuccessful: func(err error) bool {
 			return !flight.IsCoordinationFailure(err)
 		},
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		// A call no replica acknowledged was answered by Redis: it says nothing of Redis's
+		// health, and must not stop the stages that do not wait for replicas.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, flight.ErrNotReplicated)
+		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if onChange != nil {
 				onChange(from.String(), to.String())

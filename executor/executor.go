@@ -45,12 +45,14 @@ const (
 // Budget splits a call's time: coordination calls (acquire, start, each wait), the model run,
 // and storing the result each get their own deadline.
 type Budget struct {
-	// Coordination bounds each coordination round trip (acquire, start, heartbeat).
-	// Defaults to 500 ms.
+	// Coordination bounds each coordination round trip (acquire, start, heartbeat). It must
+	// exceed a replicated policy's ReplicationTimeout. Defaults to 500 ms, plus the
+	// ReplicationTimeout under DurabilityReplicated.
 	Coordination time.Duration
 	// Execution bounds the function's run. Defaults to the policy's RunningTTL.
 	Execution time.Duration
-	// Result bounds storing the result (complete or fail, and its events). Defaults to 2 s.
+	// Result bounds storing the result (complete or fail, and its events). Defaults to 2 s,
+	// or the ReplicationTimeout plus 1 s under DurabilityReplicated when that is longer.
 	Result time.Duration
 }
 
@@ -97,12 +99,19 @@ func (o StageOptions) withDefaults() StageOptions {
 	}
 	if o.Budget.Coordination == 0 {
 		o.Budget.Coordination = 500 * time.Millisecond
+		if o.Policy.Durability == flight.DurabilityReplicated {
+			// An acquire waits up to the replication timeout for its replica.
+			o.Budget.Coordination += o.Policy.ReplicationTimeout
+		}
 	}
 	if o.Budget.Execution == 0 {
 		o.Budget.Execution = o.Policy.RunningTTL
 	}
 	if o.Budget.Result == 0 {
 		o.Budget.Result = 2 * time.Second
+		if o.Policy.Durability == flight.DurabilityReplicated {
+			o.Budget.Result = max(o.Budget.Result, o.Policy.ReplicationTimeout+time.Second)
+		}
 	}
 	if o.DegradedConcurrency == 0 {
 		o.DegradedConcurrency = 4
@@ -245,6 +254,14 @@ func New(cfg Config) (*Executor, error) {
 		}
 		if err := o.Policy.Validate(); err != nil {
 			return nil, fmt.Errorf("executor: stage %s: %w", name, err)
+		}
+		if o.Policy.Durability == flight.DurabilityReplicated && o.Budget.Coordination <= o.Policy.ReplicationTimeout {
+			return nil, fmt.Errorf("executor: stage %s: budget.coordination %v must exceed replicationTimeout %v (an acquire waits for the replica)",
+				name, o.Budget.Coordination, o.Policy.ReplicationTimeout)
+		}
+		if o.Policy.Durability == flight.DurabilityReplicated && o.Budget.Result <= o.Policy.ReplicationTimeout {
+			return nil, fmt.Errorf("executor: stage %s: budget.result %v must exceed replicationTimeout %v (a complete waits for the replica)",
+				name, o.Budget.Result, o.Policy.ReplicationTimeout)
 		}
 		lim := rate.Inf
 		if o.DegradedRate > 0 {

@@ -367,7 +367,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
 		ms(pol.Lease), ms(pol.RunningTTL), c.pinnedOf(pol), ms(pol.RunningTTL+pol.FailureTTL),
 		pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
-	cmd, confirmed := c.fcall(ctx, lua.Acquire, pol, c.answerKeys(p.Key, p.Stage), argv)
+	cmd, confirmed, waitErr := c.fcall(ctx, lua.Acquire, pol, c.answerKeys(p.Key, p.Stage), argv)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
@@ -390,8 +390,9 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 			MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline}
 		if !confirmed {
 			// Not taken: a failover could lose this claim while its owner runs.
-			c.giveUp(ctx, *d.Owner)
-			return Decision{}, notReplicated("acquire", p.Key)
+			nr := notReplicated("acquire", p.Key, d.Token, waitErr)
+			nr.HandedOver = c.giveUp(ctx, *d.Owner)
+			return Decision{}, nr
 		}
 	}
 	return d, nil

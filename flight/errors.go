@@ -29,9 +29,8 @@ var (
 	// ErrProtocol: a script answered something the coordinator does not understand (unknown
 	// action, malformed reply, corrupt meta). Counted and alerted on; never a reason to run twice.
 	ErrProtocol = errors.New("flight: protocol error")
-	// ErrNotReplicated: a flight whose policy asks for DurabilityReplicated had a call no
-	// replica acknowledged in time. An acquire's ownership was given up (handed over); an
-	// outcome may be on the master only. It counts as Redis being unavailable.
+	// ErrNotReplicated: under DurabilityReplicated, a call took effect on the master but no
+	// replica acknowledged it in time (see NotReplicatedError).
 	ErrNotReplicated = errors.New("flight: not acknowledged by a replica")
 	// ErrInvalidKey: a request key that cannot be a flight key (empty, too long, braces).
 	ErrInvalidKey = errors.New("flight: invalid request key")

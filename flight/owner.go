@@ -137,7 +137,7 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	if err := CheckToken(o.Token); err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
-	cmd, confirmed := c.fcall(ctx, s, o.Policy.WithDefaults(), c.answerKeys(o.Key, o.Stage), argv)
+	cmd, confirmed, waitErr := c.fcall(ctx, s, o.Policy.WithDefaults(), c.answerKeys(o.Key, o.Stage), argv)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
@@ -184,7 +184,7 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	}
 	// Taken on the master only: the caller writes it again (a retry answers ALREADY) or
 	// spools it until a replica has it.
-	return st, notReplicated(op, o.Key)
+	return st, notReplicated(op, o.Key, o.Token, waitErr)
 }
 
 // Complete stores result and makes the flight SUCCEEDED; the owner's task and every parked

@@ -47,9 +47,8 @@ const (
 	// DurabilityAsync: a call returns once the master applied it; Redis replicates it
 	// afterwards, and a failover in between can lose it.
 	DurabilityAsync Durability = "async"
-	// DurabilityReplicated: a call returns once a replica acknowledged it (WAIT 1). A claim
-	// no replica confirmed within ReplicationTimeout is given up and the call fails with
-	// ErrNotReplicated; an outcome is written again, or kept in the spool, until one does.
+	// DurabilityReplicated: a call returns once a replica acknowledged it (WAIT 1), else it
+	// fails with ErrNotReplicated and a claim is given up (DESIGN.md section 3).
 	DurabilityReplicated Durability = "replicated"
 )
 

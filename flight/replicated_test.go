@@ -56,21 +56,37 @@ func onClient(t *testing.T, srv *redistest.Server, d flight.Durability) *bundle 
 func TestReplicatedClaims(t *testing.T) {
 	r := setupReplicated(t, flight.DurabilityReplicated)
 	d1, _ := r.own("k1")
+	d3, _ := r.own("k3")
 
 	r.link.Hold()
 	start := time.Now()
 	_, err := r.c.Acquire(r.ctx, flight.AcquireParams{Key: "k2", OwnerID: "A", Task: r.task("t2"), Stage: testStage,
 		Tenant: "acme", Policy: r.pol, Start: true})
-	if !errors.Is(err, flight.ErrNotReplicated) || !flight.IsCoordinationFailure(err) {
-		t.Fatalf("acquire with the replica held back: %v, want ErrNotReplicated (a coordination failure)", err)
+	var nr *flight.NotReplicatedError
+	if !errors.Is(err, flight.ErrNotReplicated) || !flight.IsCoordinationFailure(err) || !errors.As(err, &nr) || !nr.HandedOver || nr.Token == 0 {
+		t.Fatalf("acquire with the replica held back: %v (%+v), want ErrNotReplicated (a coordination failure), handed over", err, nr)
 	}
 	if waited := time.Since(start); waited < 200*time.Millisecond {
 		t.Errorf("the acquire returned after %v, before the replication timeout", waited)
 	}
-	if _, err := r.c.Complete(r.ctx, *d1.Owner, []byte(`{"score":1}`), time.Millisecond); !errors.Is(err, flight.ErrNotReplicated) {
-		t.Fatalf("complete with the replica held back: %v, want ErrNotReplicated", err)
+	for i := range 2 { // the retry of a lost acknowledgement is not acknowledged either
+		if _, err := r.c.Complete(r.ctx, *d1.Owner, []byte(`{"score":1}`), time.Millisecond); !errors.Is(err, flight.ErrNotReplicated) {
+			t.Fatalf("complete %d with the replica held back: %v, want ErrNotReplicated", i+1, err)
+		}
+	}
+	// The outcome as the owner spools it keeps the durability: its write-back waits for the
+	// replica too, and stays in the spool while none answers.
+	out := d3.Owner.Outcome([]byte(`{"score":3}`))
+	if out.Durability != flight.DurabilityReplicated || out.ReplicationTimeout != 200*time.Millisecond {
+		t.Fatalf("spooled outcome: durability %q, timeout %v", out.Durability, out.ReplicationTimeout)
+	}
+	if _, err := r.c.Restore(r.ctx, out); !errors.Is(err, flight.ErrNotReplicated) || flight.Judge(err) != flight.VerdictUnavailable {
+		t.Fatalf("write-back with the replica held back: %v, want ErrNotReplicated (kept: unavailable)", err)
 	}
 	r.link.Release()
+	if _, err := r.c.Restore(r.ctx, out); err != nil {
+		t.Fatalf("write-back with the replica back: %v", err)
+	}
 	redistest.WaitInSync(t, r.replica, 10*time.Second)
 
 	d2 := r.acquireWith(flight.AcquireParams{Key: "k2", OwnerID: "B", Task: r.task("t2b"), Start: true})
@@ -81,8 +97,14 @@ func TestReplicatedClaims(t *testing.T) {
 	if err != nil || st.Events != 0 {
 		t.Fatalf("complete again with the replica back: %+v %v, want nil and no second event", st, err)
 	}
-	if evs := r.events(); len(evs["ta"]) != 1 {
-		t.Errorf("the owner's task got %d events, want 1", len(evs["ta"]))
+	n := 0
+	for _, ev := range r.events()["ta"] {
+		if ev.RequestKey == "k1" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("k1's owner task got %d events, want 1", n)
 	}
 	on := onClient(t, r.replica, flight.DurabilityReplicated)
 	if m, err := on.c.Get(r.ctx, "k1"); err != nil || m.Status != flight.StatusSucceeded {

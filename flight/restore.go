@@ -14,15 +14,17 @@ import (
 // (Settlement.Restored); the tasks waiting for the flight, and the owner's own task and its
 // joined tasks when the outcome names them, are answered. A nil error also covers a retry whose result is stored
 // already. ErrStaleToken, ErrCancelled, ErrExpired and *StateError mean another outcome
-// stands: the spooled one is settled and dropped. Any other error (Redis unreachable) leaves
-// it uncertain: keep it and try again later.
+// stands: the spooled one is settled and dropped. Any other error (Redis unreachable, or
+// ErrNotReplicated for a replicated outcome no replica acknowledged) leaves it uncertain:
+// keep it and try again later.
 func (c *Coordinator) Restore(ctx context.Context, o Outcome) (Settlement, error) {
 	if err := o.validate(); err != nil {
 		return Settlement{}, err
 	}
 	own := Ownership{Key: o.Key, Token: o.Token, Attempts: o.Attempts, OwnerID: o.OwnerID, Task: o.Task,
 		Joined: o.Joined, Stage: o.Stage, Tenant: o.Tenant,
-		Policy: Policy{ResultTTL: o.ResultTTL, RunningTTL: o.RunningTTL, FailureTTL: o.FailureTTL}}
+		Policy: Policy{ResultTTL: o.ResultTTL, RunningTTL: o.RunningTTL, FailureTTL: o.FailureTTL,
+			Durability: o.Durability, ReplicationTimeout: min(o.ReplicationTimeout, maxReplicationTimeout)}}
 	return c.Complete(ctx, own, o.Result, 0)
 }
 

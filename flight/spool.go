@@ -41,6 +41,10 @@ type Outcome struct {
 	// written-back fence lives (Policy.FenceTTL), as long as the owner's own would have. Zero
 	// takes Policy's defaults. Each must be zero or at least 1 ms.
 	RunningTTL, FailureTTL time.Duration
+	// Durability and ReplicationTimeout are the owner's policy's: a replicated outcome is
+	// written back only once a replica acknowledged it (else it stays in the spool).
+	Durability         Durability
+	ReplicationTimeout time.Duration
 	// At is when the model answered; it is kept for inspection only.
 	At time.Time
 }
@@ -51,7 +55,7 @@ func (o Ownership) Outcome(result []byte) Outcome {
 	p := o.Policy.WithDefaults()
 	return Outcome{Stage: o.Stage, Tenant: o.Tenant, Key: o.Key, Token: o.Token, OwnerID: o.OwnerID,
 		Attempts: o.Attempts, Task: o.Task, Joined: o.Joined, Result: result, ResultTTL: p.ResultTTL, RunningTTL: p.RunningTTL,
-		FailureTTL: p.FailureTTL, At: time.Now()}
+		FailureTTL: p.FailureTTL, Durability: p.Durability, ReplicationTimeout: p.ReplicationTimeout, At: time.Now()}
 }
 
 func (o Outcome) validate() error {
@@ -61,10 +65,14 @@ func (o Outcome) validate() error {
 	if err := CheckToken(o.Token); err != nil {
 		return fmt.Errorf("flight: outcome %q: %w", o.Key, err)
 	}
-	for name, d := range map[string]time.Duration{"resultTTL": o.ResultTTL, "runningTTL": o.RunningTTL, "failureTTL": o.FailureTTL} {
+	for name, d := range map[string]time.Duration{"resultTTL": o.ResultTTL, "runningTTL": o.RunningTTL,
+		"failureTTL": o.FailureTTL, "replicationTimeout": o.ReplicationTimeout} {
 		if d != 0 && d < time.Millisecond {
 			return fmt.Errorf("flight: outcome %q: %s must be zero or at least 1ms, got %v", o.Key, name, d)
 		}
+	}
+	if o.Durability != "" && o.Durability != DurabilityAsync && o.Durability != DurabilityReplicated {
+		return fmt.Errorf("flight: outcome %q: durability %q", o.Key, o.Durability)
 	}
 	return nil
 }
@@ -96,6 +104,8 @@ type spoolLine struct {
 	ResultTTLMs  int64       `json:"resultTTLMs"`
 	RunningTTLMs int64       `json:"runningTTLMs,omitempty"`
 	FailureTTLMs int64       `json:"failureTTLMs,omitempty"`
+	Durability   Durability  `json:"durability,omitempty"`
+	ReplicaMs    int64       `json:"replicationTimeoutMs,omitempty"`
 	At           time.Time   `json:"at"`
 }
 
@@ -119,7 +129,8 @@ func (outcomeCodec) Encode(o Outcome) ([]byte, error) {
 		Token: o.Token, OwnerID: o.OwnerID, Attempts: o.Attempts, TaskID: o.Task.ID, Stream: o.Task.Stream,
 		Entry: o.Task.Entry, QueuedMs: o.Task.Queued.Milliseconds(), Joined: joined, Result: o.Result,
 		ResultTTLMs: o.ResultTTL.Milliseconds(), RunningTTLMs: o.RunningTTL.Milliseconds(),
-		FailureTTLMs: o.FailureTTL.Milliseconds(), At: o.At})
+		FailureTTLMs: o.FailureTTL.Milliseconds(), Durability: o.Durability,
+		ReplicaMs: o.ReplicationTimeout.Milliseconds(), At: o.At})
 }
 
 func (outcomeCodec) Decode(line []byte) (Outcome, error) {
@@ -135,7 +146,8 @@ func (outcomeCodec) Decode(line []byte) (Outcome, error) {
 			Queued: time.Duration(l.QueuedMs) * time.Millisecond},
 		Result: l.Result, ResultTTL: time.Duration(l.ResultTTLMs) * time.Millisecond,
 		RunningTTL: time.Duration(l.RunningTTLMs) * time.Millisecond,
-		FailureTTL: time.Duration(l.FailureTTLMs) * time.Millisecond, At: l.At}
+		FailureTTL: time.Duration(l.FailureTTLMs) * time.Millisecond, Durability: l.Durability,
+		ReplicationTimeout: time.Duration(l.ReplicaMs) * time.Millisecond, At: l.At}
 	for _, t := range l.Joined {
 		o.Joined = append(o.Joined, Task{ID: t.TaskID, Stream: t.Stream, Entry: t.Entry,
 			Queued: time.Duration(t.QueuedMs) * time.Millisecond})

@@ -23,7 +23,7 @@ func (c *Consumer) checkReplicated(ctx context.Context) {
 	n, err := broker.Replicas(ctx, c.rdb)
 	switch {
 	case err != nil:
-		c.log.Warn().Err(err).Strs("stages", names).Msg("cannot tell whether the master has a replica for replicated claims")
+		c.log.Error().Err(err).Strs("stages", names).Msg("durability replicated, but the master's replicas cannot be counted or WAIT is refused (grant +wait and +info): these stages' claims may all be given up")
 	case n == 0:
 		c.log.Warn().Strs("stages", names).Msg("durability replicated, but the master has no replica: these stages' claims are given up and their tasks wait until one connects")
 	default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -198,6 +199,15 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 				Run: t.runTime})
 		})
 		if err != nil {
+			if nr := (*flight.NotReplicatedError)(nil); errors.As(err, &nr) && nr.Token != 0 {
+				// The coordinator gave the unconfirmed claim up (cmd/chaos reads these lines).
+				t.token.Store(nr.Token)
+				if nr.HandedOver {
+					t.Log(slog.LevelInfo, "flight handed over; the attempt is not spent", nil, "why", "no replica acknowledged the claim")
+				} else {
+					t.Log(slog.LevelWarn, "handing the flight over failed; its lease lapses by itself", nil, "why", "no replica acknowledged the claim")
+				}
+			}
 			return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
 		}
 		t.observe(d)

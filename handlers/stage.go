@@ -234,6 +234,9 @@ func (c StageConfig) Validate() error {
 	if c.JoinWait > c.Lease {
 		errs = append(errs, fmt.Errorf("joinWait %v must be at most the lease %v", c.JoinWait, c.Lease))
 	}
+	if c.Durability == flight.DurabilityReplicated && c.ReplicationTimeout >= c.Lease {
+		errs = append(errs, fmt.Errorf("replicationTimeout %v must be shorter than the lease %v (an owner's calls are bounded by it)", c.ReplicationTimeout, c.Lease))
+	}
 	if c.Partitions < 1 || c.Partitions > 64 {
 		errs = append(errs, fmt.Errorf("partitions %d: want 1-64", c.Partitions))
 	}

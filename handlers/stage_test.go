@@ -30,6 +30,7 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 		{"stages missing", "# nothing yet\n", "no stages"},
 		{"bad value", "stages:\n  interview-evaluation:\n    lease: soon\n", "soon"},
 		{"unknown durability", "stages:\n  interview-evaluation:\n    durability: sync\n", `durability "sync"`},
+		{"replication timeout past the lease", "stages:\n  interview-evaluation:\n    durability: replicated\n    lease: 1s\n    heartbeatInterval: 200ms\n    replicationTimeout: 1s\n", "shorter than the lease"},
 		{"replication timeout too long", "stages:\n  interview-evaluation:\n    durability: replicated\n    replicationTimeout: 5s\n", "replicationTimeout 5s"},
 		{"other top-level key", "defaults: &d {lease: 9s}\nstages:\n  interview-evaluation:\n    <<: *d\n", `line 1: "defaults"`},
 	} {

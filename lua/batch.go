@@ -20,13 +20,9 @@ var ErrBatcherClosed = errors.New("lua: batcher closed")
 // maxBatch bounds the calls of one pipeline.
 const maxBatch = 128
 
-// Batcher sends the FCALLs of concurrent callers in pipelines, one pipeline in flight at a
-// time (and one more for replicated calls, FCallReplicated): the calls made while a pipeline is out leave together in the next one (one write and
-// one read for all of them, on the caller's side and on Redis's). A lone call leaves at once.
-// A caller waits for its reply or for its own context, whichever comes first; a call whose
-// context ended before its pipeline left is not sent. The pipeline itself is bounded by the
-// client's read and write timeouts, not by any caller's context. Use it on a single Redis
-// node; Close stops it.
+// Batcher sends the FCALLs of concurrent callers in pipelines, one in flight at a time per
+// lane (plain calls, and replicated calls: FCallReplicated), on a single Redis node; the calls
+// made while a pipeline is out leave together in the next one (DESIGN.md section 5).
 type Batcher struct {
 	rdb  *redis.Client
 	in   chan *call // plain calls
@@ -44,10 +40,11 @@ type call struct {
 	args []any
 	cmd  *redis.Cmd
 	done chan struct{}
-	// wait, when positive, asks for a WAIT 1 after the call (FCallReplicated); acked is
-	// its answer.
-	wait  time.Duration
-	acked int64
+	// wait, when positive, asks for a WAIT 1 after the call (FCallReplicated); acked and
+	// waitErr are its answer.
+	wait    time.Duration
+	acked   int64
+	waitErr error
 }
 
 // NewBatcher returns a running batcher on rdb (which it does not close).
@@ -68,17 +65,15 @@ func (b *Batcher) FCall(ctx context.Context, function string, keys []string, arg
 	return cmd
 }
 
-// FCallReplicated queues the call with a WAIT for one replica behind it and waits for both
-// replies. Replicated calls are batched in a lane of their own: each of their pipelines ends
-// with one WAIT (the longest timeout any of its calls gave), so they share its round trip to
-// the replica, and plain calls never queue behind a WAIT.
-func (b *Batcher) FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64) {
+// FCallReplicated queues the call in the lane of replicated calls, whose pipelines each end
+// with one WAIT 1 (the longest timeout of their calls), and waits for both replies.
+func (b *Batcher) FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64, error) {
 	c := &call{ctx: ctx, fn: function, keys: keys, args: args, done: make(chan struct{}), wait: max(timeout, time.Millisecond)}
 	cmd, answered := b.queue(c)
 	if !answered {
-		return cmd, 0
+		return cmd, 0, cmd.Err()
 	}
-	return cmd, c.acked
+	return cmd, c.acked, c.waitErr
 }
 
 // queue hands c to the loop and waits for its reply (answered true: c's fields are the
@@ -180,16 +175,17 @@ func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
 			c.cmd = p.FCall(c.ctx, c.fn, c.keys, c.args...)
 		}
 		if wait > 0 {
-			w = p.Do(context.Background(), "WAIT", 1, wait.Milliseconds())
+			w = p.Do(context.Background(), "WAIT", 1, waitMillis(wait))
 		}
 		return nil
 	})
 	var acked int64
+	var werr error
 	if w != nil {
-		acked, _ = w.Int64()
+		acked, werr = w.Int64()
 	}
 	for _, c := range calls {
-		c.acked = acked
+		c.acked, c.waitErr = acked, werr
 		close(c.done)
 	}
 }

@@ -12,66 +12,122 @@ import (
 // ReplicatedCaller sends FCALLs that are each followed, on the same connection, by WAIT 1:
 // a Batcher, or Replicating on a client.
 type ReplicatedCaller interface {
-	// FCallReplicated sends the call and returns its reply and how many replicas acknowledged
-	// it within timeout (0 when none did, or when the WAIT failed).
-	FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64)
+	// FCallReplicated sends the call and returns its reply, how many replicas acknowledged it
+	// within timeout, and the WAIT's own error (a refused or failed WAIT counts none).
+	FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64, error)
 }
 
-// RunReplicated is RunVia through calls, each call followed by a WAIT for one replica: it
-// returns the call's reply and how many replicas acknowledged every write the connection made
-// up to and including the call. The wait rides in the call's pipeline, whose reply is bounded
-// by the client's read timeout, so timeout must stay below it.
-func (f *Function) RunReplicated(ctx context.Context, calls ReplicatedCaller, c redis.UniversalClient, timeout time.Duration, keys []string, args ...any) (*redis.Cmd, int64) {
-	cmd, acked := calls.FCallReplicated(ctx, timeout, f.name, keys, args...)
+// RunReplicated is RunVia through calls, each call followed by a WAIT for one replica, which
+// covers every write its connection made up to and including the call. The WAIT rides in the
+// call's pipeline, so timeout must stay below the client's read timeout.
+func (f *Function) RunReplicated(ctx context.Context, calls ReplicatedCaller, c redis.UniversalClient, timeout time.Duration, keys []string, args ...any) (*redis.Cmd, int64, error) {
+	cmd, acked, werr := calls.FCallReplicated(ctx, timeout, f.name, keys, args...)
 	if err := cmd.Err(); err != nil && isNoFunction(err) {
 		if lerr := loadMissing(ctx, c); lerr != nil {
 			if errors.Is(lerr, ErrLibraryMissing) {
 				cmd.SetErr(lerr)
 			}
-			return cmd, 0
+			return cmd, 0, werr
 		}
-		cmd, acked = calls.FCallReplicated(ctx, timeout, f.name, keys, args...)
+		cmd, acked, werr = calls.FCallReplicated(ctx, timeout, f.name, keys, args...)
 	}
-	return cmd, acked
+	return cmd, acked, werr
 }
 
-// Replicating sends replicated calls straight on a client: each call and its WAIT in a
-// pipeline of their own (on a cluster, on the master of the call's first key).
+// Replicating sends replicated calls straight on a client, each call and its WAIT in a
+// pipeline of their own. On a cluster the pair goes to the master of the call's first key,
+// following one MOVED or ASK redirection.
 type Replicating struct {
 	// Client is any go-redis client.
 	Client redis.UniversalClient
 }
 
 // FCallReplicated sends the call and its WAIT.
-func (r Replicating) FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64) {
-	var node redis.Cmdable = r.Client
+func (r Replicating) FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64, error) {
 	cc, cluster := r.Client.(*redis.ClusterClient)
-	if cluster && len(keys) > 0 {
-		n, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return failed(ctx, err), 0
-		}
-		node = n
+	if !cluster || len(keys) == 0 {
+		return pipelineWait(ctx, r.Client, false, timeout, function, keys, args)
 	}
-	var cmd, wait *redis.Cmd
-	_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmd = p.FCall(ctx, function, keys, args...)
-		wait = p.Do(ctx, "WAIT", 1, timeout.Milliseconds())
-		return nil
-	})
-	if err := cmd.Err(); cluster && err != nil && movedOrAsk(err) {
-		// The slot moved: the next try asks the cluster where it lives now.
-		cc.ReloadState(ctx)
-	}
-	n, err := wait.Int64()
+	n, err := cc.MasterForKey(ctx, keys[0])
 	if err != nil {
-		return cmd, 0
+		return failed(ctx, err), 0, err
 	}
-	return cmd, n
+	cmd, acked, werr := pipelineWait(ctx, n, false, timeout, function, keys, args)
+	kind, addr := redirection(cmd.Err())
+	switch kind {
+	case "MOVED":
+		// The slot moved for good: the client reloads its map of the cluster (in the
+		// background), and the call goes to the new master once the map names it.
+		cc.ReloadState(ctx)
+		for range 10 {
+			if n, err := cc.MasterForKey(ctx, keys[0]); err == nil && n.Options().Addr == addr {
+				return pipelineWait(ctx, n, false, timeout, function, keys, args)
+			}
+			if !sleep(ctx, 20*time.Millisecond) {
+				break
+			}
+		}
+	case "ASK":
+		// The slot is migrating and the keys are on addr already: ASKING lets addr serve them.
+		if n := masterAt(ctx, cc, addr); n != nil {
+			return pipelineWait(ctx, n, true, timeout, function, keys, args)
+		}
+		cc.ReloadState(ctx) // a master the client does not know yet
+	}
+	return cmd, acked, werr
 }
 
-// movedOrAsk reports a cluster redirection answered to a call sent straight to a node.
-func movedOrAsk(err error) bool {
-	msg := err.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+// pipelineWait sends the call (after ASKING when asking) and WAIT 1 timeout in one pipeline.
+func pipelineWait(ctx context.Context, node redis.Cmdable, asking bool, timeout time.Duration, function string, keys []string, args []any) (*redis.Cmd, int64, error) {
+	var cmd, wait *redis.Cmd
+	_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if asking {
+			p.Do(ctx, "ASKING")
+		}
+		cmd = p.FCall(ctx, function, keys, args...)
+		wait = p.Do(ctx, "WAIT", 1, waitMillis(timeout))
+		return nil
+	})
+	n, err := wait.Int64()
+	return cmd, n, err
+}
+
+// waitMillis is timeout as WAIT's argument: at least 1 ms (0 would wait for ever).
+func waitMillis(timeout time.Duration) int64 { return max(timeout.Milliseconds(), 1) }
+
+// redirection parses a cluster redirection ("MOVED <slot> <addr>", "ASK <slot> <addr>")
+// answered to a call sent straight to a node: its kind and address, or "" when err is none.
+func redirection(err error) (kind, addr string) {
+	if err == nil {
+		return "", ""
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return "", ""
+	}
+	return f[0], f[2]
+}
+
+// masterAt is the cluster's master client at addr, or nil.
+func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.Client {
+	var found *redis.Client
+	_ = cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
+			found = n
+		}
+		return nil
+	})
+	return found
+}
+
+// sleep waits d or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

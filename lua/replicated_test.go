@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,8 +33,8 @@ func TestReplicatedCalls(t *testing.T) {
 	b := lua.NewBatcher(c)
 	t.Cleanup(func() { _ = b.Close() })
 	for name, via := range map[string]lua.ReplicatedCaller{"client": lua.Replicating{Client: rdb}, "batcher": b} {
-		if cmd, acked := via.FCallReplicated(ctx, time.Second, "echo", []string{"k"}, "x"); cmd.Val() != "x" || acked != 1 {
-			t.Errorf("%s: %v acked by %d, want x acked by 1", name, cmd.Val(), acked)
+		if cmd, acked, err := via.FCallReplicated(ctx, time.Second, "echo", []string{"k"}, "x"); cmd.Val() != "x" || acked != 1 || err != nil {
+			t.Errorf("%s: %v acked by %d (%v), want x acked by 1", name, cmd.Val(), acked, err)
 		}
 	}
 
@@ -47,7 +48,7 @@ func TestReplicatedCalls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, acked[i] = b.FCallReplicated(ctx, timeout, "echo", []string{"k"}, "x")
+			_, acked[i], _ = b.FCallReplicated(ctx, timeout, "echo", []string{"k"}, "x")
 		}()
 	}
 	time.Sleep(20 * time.Millisecond) // the replicated calls are out, waiting for the replica
@@ -71,7 +72,27 @@ func TestReplicatedCalls(t *testing.T) {
 		t.Errorf("8 replicated calls and a plain one took %d pipelines, want them to share", n)
 	}
 	link.Release()
-	if _, n := b.FCallReplicated(ctx, time.Second, "echo", []string{"k"}, "x"); n != 1 {
-		t.Errorf("after the release: acked by %d", n)
+	if _, n, err := b.FCallReplicated(ctx, time.Second, "echo", []string{"k"}, "x"); n != 1 || err != nil {
+		t.Errorf("after the release: acked by %d (%v)", n, err)
+	}
+}
+
+// TestReplicatedCallRefusedWait: a credential that may not run WAIT gets the call's reply, no
+// acknowledgement and the refusal itself, not a silent "no replica".
+func TestReplicatedCallRefusedWait(t *testing.T) {
+	srv := redistest.Start(t, &redistest.Options{ACL: []string{"user app on >pw ~* +@all -wait"}})
+	ctx := context.Background()
+	if err := srv.Client().FunctionLoadReplace(ctx, echoLib).Err(); err != nil {
+		t.Fatal(err)
+	}
+	app := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "pw"})
+	t.Cleanup(func() { _ = app.Close() })
+	b := lua.NewBatcher(app)
+	t.Cleanup(func() { _ = b.Close() })
+	for name, via := range map[string]lua.ReplicatedCaller{"client": lua.Replicating{Client: app}, "batcher": b} {
+		cmd, n, err := via.FCallReplicated(ctx, 100*time.Millisecond, "echo", []string{"k"}, "x")
+		if cmd.Val() != "x" || n != 0 || err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%s: %v acked by %d, WAIT error %v; want x, 0, NOPERM", name, cmd.Val(), n, err)
+		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Replicas returns how many replicas the master serves (INFO replication's connected_slaves);
-// on a cluster, the fewest any master serves.
+// on a cluster, the fewest any master serves. It fails when the credential may not run WAIT.
 func Replicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
@@ -39,7 +39,11 @@ func Replicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
 	return max(least, 0), nil
 }
 
-func nodeReplicas(ctx context.Context, rdb redis.Cmdable) (int, error) {
+func nodeReplicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
+	// WAIT 0 answers at once: this only asks whether the credential may run it.
+	if err := rdb.Do(ctx, "WAIT", 0, 1).Err(); err != nil {
+		return 0, fmt.Errorf("broker: WAIT: %w", err)
+	}
 	info, err := rdb.Info(ctx, "replication").Result()
 	if err != nil {
 		return 0, fmt.Errorf("broker: INFO replication: %w", err)
