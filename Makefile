@@ -6,7 +6,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all deps deps-redis build vet test stress race bench bench-compare chaos chaos-short chaos-cluster demo demo-archive fmt tidy clean test-ui compose-check
+.PHONY: all deps deps-redis build vet test stress race bench bench-compare chaos chaos-short chaos-cluster chaos-sentinel demo demo-archive fmt tidy clean test-ui compose-check
 
 all: build
 
@@ -90,9 +90,18 @@ chaos-short: deps
 	$(GO) run ./cmd/chaos --seed 1 --duration 40s --archive
 
 # chaos-cluster: the same run on its own Redis Cluster (3 masters + 3 replicas), with
-# cluster-master-kill faults (SIGKILL a master, its replica is promoted, the node rejoins).
+# cluster-master-kill faults (SIGKILL a master, its replica is promoted, the node rejoins)
+# and cluster-reshard faults (slots move to a new master and back while flights run).
 chaos-cluster: deps
 	$(GO) run ./cmd/chaos --seed 1 --duration 3m --cluster
+
+# chaos-sentinel: the same run on its own Sentinel deployment (a master, a replica, three
+# sentinels), with sentinel-master-kill faults (SIGKILL the master, the replica is promoted,
+# the killed server comes back as the replica), once with the default durability and once
+# with replicated claims.
+chaos-sentinel: deps
+	$(GO) run ./cmd/chaos --seed 1 --duration 5m --sentinel
+	$(GO) run ./cmd/chaos --seed 1 --duration 5m --sentinel --durability replicated
 
 # demo: a private redis-server (or $$REDIS_URL), two consumers, a producer; prints the events.
 demo: deps-redis

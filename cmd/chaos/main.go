@@ -4,13 +4,16 @@
 // past the flights' TTLs, deleted flight records, owners paused for less than their lease,
 // consumers and cancellers that crash between a script and its answers, Redis restarts and
 // pauses. The first faults inject every kind once, in a seeded order. With --cluster it runs
-// on its own 6-node Redis Cluster instead and kills masters (a replica is promoted, the
-// killed node rejoins as a replica). With --archive every consumer gets a private PostgreSQL
+// on its own 6-node Redis Cluster instead, kills masters (a replica is promoted, the killed
+// node rejoins as a replica) and moves slots to a new master and back while flights run. With --sentinel it runs on its own Sentinel deployment (a
+// master, a replica, three sentinels) and kills the master (the sentinels promote the replica,
+// the killed server comes back as the new replica); --durability replicated makes every claim
+// and outcome wait for the replica. With --archive every consumer gets a private PostgreSQL
 // as its durable archive, and Redis loses all its data now and then (redis-data-loss): keys
 // whose outcome the archive held must not run the model again. It prints the figures as a
 // table and a JSON line, and exits 1 on any violation of the checker's rules.
 //
-//	chaos [--seed 1] [--duration 5m] [--consumers 3] [--keys 20] [--rate 20] [--cluster] [--archive] [--out DIR]
+//	chaos [--seed 1] [--duration 5m] [--consumers 3] [--keys 20] [--rate 20] [--cluster | --sentinel [--durability replicated]] [--archive] [--out DIR]
 package main
 
 import (
@@ -53,6 +56,8 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.Drain, "drain", 2*time.Minute, "after the faults, how long to wait for every task to be answered")
 	fs.StringVar(&cfg.Out, "out", "", "directory for logs, the AOF, history.json and report.json (default: a new temp dir)")
 	fs.BoolVar(&cfg.RedisCluster, "cluster", false, "run on its own Redis Cluster (3 masters + 3 replicas) and kill masters (cluster-master-kill); the single-node Redis restart/pause faults are skipped")
+	fs.BoolVar(&cfg.Sentinel, "sentinel", false, "run on its own Redis Sentinel deployment (a master, a replica, 3 sentinels) and kill the master (sentinel-master-kill); the single-node Redis restart/pause faults are skipped")
+	fs.StringVar(&cfg.Durability, "durability", "", "the stages' durability: async (the default) or replicated (each claim and outcome waits for a replica)")
 	fs.BoolVar(&cfg.Archive, "archive", false, "start a private PostgreSQL as every consumer's archive (--archive URL) and, on the single node, inject redis-data-loss (Redis SIGKILLed, its data deleted, started empty)")
 	fs.StringVar(&cfg.ConsumerBin, "consumer-bin", "", "a built consumer binary (default: go build ./cmd/consumer)")
 	fs.StringVar(&cfg.ProducerBin, "producer-bin", "", "a built producer binary, for its cancel command (default: go build ./cmd/producer)")
@@ -76,6 +81,14 @@ func run(args []string) int {
 	}
 	if *recheck != "" {
 		return recheckFile(*recheck, cfg, *maxV)
+	}
+	if cfg.Sentinel && cfg.RedisCluster {
+		fmt.Fprintln(os.Stderr, "chaos: --sentinel and --cluster are two kinds of Redis: pass one")
+		return 2
+	}
+	if d := cfg.Durability; d != "" && d != "async" && d != "replicated" {
+		fmt.Fprintf(os.Stderr, "chaos: --durability %q: want async or replicated\n", d)
+		return 2
 	}
 	if !*quiet {
 		cfg.Log = os.Stderr

@@ -66,6 +66,29 @@ func TestRule4HandoverNeedsAHandedOverOwner(t *testing.T) {
 	// No handover by token 200: a run that claims one ran beside a live owner.
 	h.Handovers = []Handover{{Key: "B", Token: 999, Consumer: "c1/1", At: at(3.9)}}
 	expectRule(t, h, []int{RuleRuns}, "reason handover, but the previous owner (token 200, c1/1) never handed the flight over")
+
+	// A's first claim (token 90) was handed over before its call (no replica acknowledged
+	// it): A's only run, token 100, is a handover run and not an extra one.
+	h = cleanHistory()
+	h.Runs[0].Reason = "handover"
+	h.Handovers = []Handover{{Key: "A", Token: 90, Consumer: "c1/0", Why: "no replica acknowledged the claim", At: at(0)}}
+	if r := Check(h); len(r.Violations) != 0 {
+		t.Fatalf("handover before the first run: %v", r.Violations)
+	}
+	// Between two runs: B's first owner ran as token 199; the owner that took over from it
+	// (token 200) gave up before its call, and 201 took the flight over from that one.
+	h = cleanHistory()
+	h.Runs[1].Token = 199
+	h.Runs[2].Reason = "handover"
+	h.Handovers = []Handover{{Key: "B", Token: 200, Consumer: "c2/0", At: at(3.9)}}
+	if r := Check(h); len(r.Violations) != 0 || r.Figures.HandoverRuns != 1 {
+		t.Fatalf("handover between runs: %v, %d handover runs", r.Violations, r.Figures.HandoverRuns)
+	}
+	// A handover after the run it should precede proves nothing.
+	h = cleanHistory()
+	h.Runs[0].Reason = "handover"
+	h.Handovers = []Handover{{Key: "A", Token: 150, Consumer: "c1/0", At: at(0)}}
+	expectRule(t, h, []int{RuleRuns}, "reason handover, but the previous owner (no earlier run) never handed the flight over")
 }
 
 // withVanishedB makes B's first flight (token 200, never ended) lose its records and a fresh
@@ -168,24 +191,32 @@ func TestInjectedCrashesAreNotCrashes(t *testing.T) {
 }
 
 func TestFirstRoundCoversEveryKind(t *testing.T) {
-	for _, c := range []struct{ cluster, archive bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-		cluster := c.cluster
-		in := &injector{rng: newRand(3), canceller: &canceller{}}
-		if cluster {
+	for _, c := range []struct {
+		mode    redisMode
+		archive bool
+	}{{modeNode, false}, {modeCluster, false}, {modeSentinel, false}, {modeNode, true}, {modeCluster, true}, {modeSentinel, true}} {
+		in := &injector{rng: newRand(3), canceller: &canceller{}, mode: c.mode}
+		switch c.mode {
+		case modeCluster:
 			in.cluster = (*localCluster)(nil)
-		} else {
+		case modeSentinel:
+			in.cluster = (*localSentinel)(nil)
+		default:
 			in.redis = &redisServer{}
 		}
 		if c.archive {
 			in.losses = &lossRecorder{}
 		}
 		in.firstRound()
-		kinds := drawableKinds(cluster, c.archive)
-		if slices.Contains(kinds, FaultRedisDataLoss) != (c.archive && !cluster) {
-			t.Errorf("cluster %v, archive %v: data loss drawable: %v", cluster, c.archive, kinds)
+		kinds := drawableKinds(c.mode, c.archive)
+		if slices.Contains(kinds, FaultRedisDataLoss) != (c.archive && c.mode == modeNode) {
+			t.Errorf("mode %d, archive %v: data loss drawable: %v", c.mode, c.archive, kinds)
+		}
+		if slices.Contains(kinds, FaultSentinelKill) != (c.mode == modeSentinel) || slices.Contains(kinds, FaultMasterKill) != (c.mode == modeCluster) {
+			t.Errorf("mode %d: master kills drawable: %v", c.mode, kinds)
 		}
 		if len(in.queue) != len(kinds) {
-			t.Fatalf("cluster %v: first round %v, want every kind of %v", cluster, in.queue, kinds)
+			t.Fatalf("mode %d: first round %v, want every kind of %v", c.mode, in.queue, kinds)
 		}
 		seen := map[string]bool{}
 		for i, k := range in.queue {
@@ -196,7 +227,7 @@ func TestFirstRoundCoversEveryKind(t *testing.T) {
 		}
 		for _, k := range kinds {
 			if !seen[k] {
-				t.Errorf("cluster %v: %s not in the first round", cluster, k)
+				t.Errorf("mode %d: %s not in the first round", c.mode, k)
 			}
 		}
 	}

@@ -102,6 +102,17 @@ func newRunIndex(h History) *runIndex {
 	return ix
 }
 
+// handedOverSince reports whether an owner of key k that never ran the model handed the
+// flight over after runs[i-1] (or before runs[0]) and before runs[i].
+func (ix *runIndex) handedOverSince(k string, runs []ModelRun, i int) bool {
+	for tok := range ix.handedOver[k] {
+		if tok < runs[i].Token && (i == 0 || tok > runs[i-1].Token) {
+			return true
+		}
+	}
+	return false
+}
+
 // freshCount counts a key's fresh flights by why they were allowed.
 type freshCount struct {
 	afterEnd int // the previous generation ended without a result (or its result expired)
@@ -130,9 +141,18 @@ func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Even
 			extra++
 		case "handover":
 			// Allowed, without spending an attempt, when the previous owner gave the flight
-			// up: its run stopped.
+			// up: its run stopped, or it never ran (a claim no replica acknowledged is handed
+			// over before its call), so the handed-over token may be newer than the last run.
 			if i > 0 && ix.handedOver[k][runs[i-1].Token] {
 				handovers++
+				break
+			}
+			if ix.handedOverSince(k, runs, i) {
+				// The owner that gave up never ran: this run stands for its acquisition (the
+				// first run of the key, or one its reason allowed after runs[i-1]).
+				if i > 0 {
+					handovers++
+				}
 				break
 			}
 			prev := "no earlier run"

@@ -38,6 +38,7 @@ type localCluster struct {
 
 	mu     sync.Mutex
 	killed map[int]*redisServer
+	added  int // masters added by Reshard so far (each removed again)
 }
 
 var _ Cluster = (*localCluster)(nil)
@@ -118,18 +119,27 @@ func (c *localCluster) view() ([]clusterNode, error) {
 		if !n.running() {
 			continue
 		}
-		cl := nodeClient(n.Addr())
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s, err := cl.ClusterNodes(ctx).Result()
-		cancel()
-		cl.Close()
+		v, err := nodeView(n.Addr())
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		return parseClusterNodes(s), nil
+		return v, nil
 	}
 	return nil, lastErr
+}
+
+// nodeView is CLUSTER NODES as the node at addr sees it.
+func nodeView(addr string) ([]clusterNode, error) {
+	cl := nodeClient(addr)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s, err := cl.ClusterNodes(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseClusterNodes(s), nil
 }
 
 func parseClusterNodes(s string) []clusterNode {

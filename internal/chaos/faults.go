@@ -21,6 +21,14 @@ const (
 	FaultRedisKill  = "redis-restart-sigkill" // SIGKILL redis-server, start it again (AOF, fsync always)
 	FaultRedisPause = "redis-pause"           // SIGSTOP redis-server briefly, then SIGCONT
 	FaultMasterKill = "cluster-master-kill"   // kill one Redis Cluster master (needs Config.Cluster)
+	// FaultSentinelKill SIGKILLs the master of the Sentinel deployment (Config.Sentinel); the
+	// sentinels promote its replica, and the killed server comes back as the new replica.
+	FaultSentinelKill = "sentinel-master-kill"
+	// FaultReshard adds an empty master to the run's own Redis Cluster, moves 1,000 slots of
+	// a master to it with their keys while flights run, holds them there 1-4 s and moves them
+	// back, then removes the node (the calls meet MOVED, ASK and TRYAGAIN, and a node without
+	// the function library).
+	FaultReshard = "cluster-reshard"
 	// FaultAllDown SIGKILLs every consumer for longer than a flight's runningTTL +
 	// failureTTL (metas and waiter records expire while tasks are parked), then restarts
 	// them all under their names.
@@ -76,26 +84,41 @@ func faultWeights() []faultWeight {
 		{FaultKill, 3}, {FaultStop, 3}, {FaultRedisTerm, 1}, {FaultRedisKill, 1}, {FaultRedisPause, 1.5},
 		{FaultMasterKill, 1}, {FaultAllDown, 0.5}, {FaultDeleteKeys, 1.5}, {FaultPauseLease, 2},
 		{FaultRestartSame, 2}, {FaultCrashComplete, 1.5}, {FaultCancellerCrash, 1.5}, {FaultRedisDataLoss, 0.75},
+		{FaultSentinelKill, 1}, {FaultReshard, 1},
 	}
 }
 
+// redisMode is the shape of a run's Redis.
+type redisMode uint8
+
+// The Redis shapes of a run.
+const (
+	modeNode     redisMode = iota // one redis-server
+	modeCluster                   // a Redis Cluster (Config.RedisCluster, Config.Cluster)
+	modeSentinel                  // a Sentinel deployment (Config.Sentinel)
+)
+
 // drawableKinds lists the kinds a run can inject: the single-node Redis faults need the
-// run's own redis-server, cluster-master-kill a cluster, redis-data-loss the run's own
-// redis-server and the archive.
-func drawableKinds(cluster, archive bool) []string {
+// run's own redis-server, cluster-master-kill a cluster, sentinel-master-kill a Sentinel
+// deployment, redis-data-loss the run's own redis-server and the archive.
+func drawableKinds(mode redisMode, archive bool) []string {
 	var out []string
 	for _, w := range faultWeights() {
 		switch w.kind {
-		case FaultMasterKill:
-			if !cluster {
+		case FaultMasterKill, FaultReshard:
+			if mode != modeCluster {
+				continue
+			}
+		case FaultSentinelKill:
+			if mode != modeSentinel {
 				continue
 			}
 		case FaultRedisTerm, FaultRedisKill, FaultRedisPause:
-			if cluster {
+			if mode != modeNode {
 				continue
 			}
 		case FaultRedisDataLoss:
-			if cluster || !archive {
+			if mode != modeNode || !archive {
 				continue
 			}
 		}
@@ -110,8 +133,9 @@ func drawableKinds(cluster, archive bool) []string {
 type injector struct {
 	rng     *rand.Rand
 	sup     *supervisor
-	redis   *redisServer // nil in cluster mode: the single-node Redis faults are not drawn
-	cluster Cluster
+	redis   *redisServer // nil in cluster and Sentinel mode: the single-node Redis faults are not drawn
+	cluster Cluster      // the cluster, or the Sentinel deployment (mode says which)
+	mode    redisMode
 	coord   *flight.Coordinator
 	rdb     redis.UniversalClient
 	ks      topics.Keyspace
@@ -154,7 +178,12 @@ func (in *injector) record(f Fault) {
 func (in *injector) drawable(kind string) bool {
 	switch kind {
 	case FaultMasterKill:
-		return in.cluster != nil
+		return in.cluster != nil && in.mode == modeCluster
+	case FaultSentinelKill:
+		return in.cluster != nil && in.mode == modeSentinel
+	case FaultReshard:
+		_, ok := in.cluster.(Resharder)
+		return ok && in.mode == modeCluster
 	case FaultRedisTerm, FaultRedisKill, FaultRedisPause:
 		return in.redis != nil
 	case FaultCancellerCrash:
@@ -272,8 +301,10 @@ func (in *injector) inject(ctx context.Context, kind string, end time.Time) bool
 		time.Sleep(d)
 		in.redis.signal(syscall.SIGCONT)
 		in.record(Fault{Kind: kind, Target: "redis", At: at, For: d.Round(time.Millisecond).String()})
-	case FaultMasterKill:
-		in.masterKill()
+	case FaultMasterKill, FaultSentinelKill:
+		in.masterKill(kind)
+	case FaultReshard:
+		in.reshard()
 	case FaultAllDown:
 		return in.allDown(ctx, end)
 	case FaultDeleteKeys:

@@ -118,15 +118,16 @@ func firstLine(s string) string {
 	return line
 }
 
-// masterKill SIGKILLs a Redis Cluster master, waits 1-5 s and restarts its node.
-func (in *injector) masterKill() {
+// masterKill SIGKILLs a Redis Cluster master (or the Sentinel deployment's master: kind says
+// which), waits 1-5 s and restarts its node.
+func (in *injector) masterKill(kind string) {
 	if in.cluster == nil {
 		return
 	}
 	i := in.rng.IntN(in.cluster.Masters())
 	down := in.between(time.Second, 5*time.Second)
 	at := time.Now()
-	f := Fault{Kind: FaultMasterKill, Target: fmt.Sprintf("master%d", i), At: at}
+	f := Fault{Kind: kind, Target: fmt.Sprintf("master%d", i), At: at}
 	if err := in.cluster.KillMaster(i); err != nil {
 		f.Note = err.Error()
 	}
@@ -137,5 +138,21 @@ func (in *injector) masterKill() {
 	}
 	f.For = time.Since(at).Round(time.Millisecond).String()
 	f.Note = strings.TrimSpace(fmt.Sprintf("failover %v, down %v; %s", failover.Round(time.Millisecond), down.Round(time.Millisecond), f.Note))
+	in.record(f)
+}
+
+// reshard moves slots of a cluster master to a new master and back (FaultReshard).
+func (in *injector) reshard() {
+	r, ok := in.cluster.(Resharder)
+	if !ok {
+		return
+	}
+	hold := in.between(time.Second, 4*time.Second)
+	at := time.Now()
+	note, err := r.Reshard(1000, hold)
+	f := Fault{Kind: FaultReshard, Target: "cluster", At: at, For: time.Since(at).Round(time.Millisecond).String(), Note: note}
+	if err != nil {
+		f.Note = strings.TrimSpace(note + " " + err.Error())
+	}
 	in.record(f)
 }

@@ -25,6 +25,9 @@ type redisServer struct {
 	dir  string
 	log  string
 	args []string // extra redis-server arguments (cluster mode)
+	// conf, for a sentinel, is its configuration file (which it rewrites as it learns the
+	// deployment): the process runs redis-server conf --sentinel.
+	conf string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -33,6 +36,12 @@ type redisServer struct {
 
 // startRedis starts redis-server on a free loopback port with its data in dir.
 func startRedis(dir string, extra ...string) (*redisServer, error) {
+	return startServer(dir, "", extra)
+}
+
+// startServer starts redis-server on a free loopback port in dir: a sentinel with its
+// configuration file conf, or a server when conf is "".
+func startServer(dir, conf string, extra []string) (*redisServer, error) {
 	bin, err := redisServerBin()
 	if err != nil {
 		return nil, err
@@ -40,13 +49,17 @@ func startRedis(dir string, extra ...string) (*redisServer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	log := "redis.log"
+	if conf != "" {
+		log = "sentinel.log"
+	}
 	var lastErr error
 	for range 5 {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &redisServer{bin: bin, port: port, dir: dir, log: filepath.Join(dir, "redis.log"), args: extra}
+		s := &redisServer{bin: bin, port: port, dir: dir, log: filepath.Join(dir, log), args: extra, conf: conf}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -83,6 +96,10 @@ func (s *redisServer) start() error {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
 		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "notice", "--logfile", s.log}
+	if s.conf != "" {
+		args = []string{s.conf, "--sentinel", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+			"--daemonize", "no", "--protected-mode", "no", "--loglevel", "notice", "--logfile", s.log}
+	}
 	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

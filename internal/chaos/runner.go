@@ -60,6 +60,14 @@ type Config struct {
 	// Cluster, when set, is an external cluster to run on instead (implies cluster mode).
 	// Nil with RedisCluster: the run starts its own.
 	Cluster Cluster
+	// Sentinel runs the run on its own Redis Sentinel deployment (a master and a replica,
+	// AOF with fsync always, three sentinels) instead of one redis-server: the consumers and
+	// the producer get the failover URL, and the sentinel-master-kill fault is drawn. The
+	// single-node Redis faults are skipped.
+	Sentinel bool
+	// Durability is the stages' durability: "async" (the default) or "replicated" (each
+	// claim and outcome waits for a replica; meant for Sentinel runs).
+	Durability string
 	// Archive starts the run's own PostgreSQL (initdb on a free loopback port) and gives it
 	// to every consumer as its durable archive (--archive URL); on the run's own single
 	// node it also draws the redis-data-loss fault (Redis SIGKILLed, its data deleted, started
@@ -100,7 +108,7 @@ func (c *Config) setDefaults() {
 		c.Rate = 20
 	}
 	if c.FaultEvery == 0 {
-		kinds := drawableKinds(c.RedisCluster || c.Cluster != nil, c.Archive)
+		kinds := drawableKinds(c.mode(), c.Archive)
 		d := c.Duration
 		if slices.Contains(kinds, FaultRedisDataLoss) {
 			d -= dataLossBlocks // the injector waits for the loss and the re-sends
@@ -113,6 +121,17 @@ func (c *Config) setDefaults() {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+}
+
+// mode is the shape of the run's Redis.
+func (c *Config) mode() redisMode {
+	switch {
+	case c.Sentinel:
+		return modeSentinel
+	case c.RedisCluster || c.Cluster != nil:
+		return modeCluster
+	}
+	return modeNode
 }
 
 // dataLossBlocks is about how long a redis-data-loss fault keeps the injector busy: the
@@ -209,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 
 	prod := &producer{w: broker.Writer{Client: e.rdb, Keyspace: ks}, rng: rand.New(rand.NewPCG(cfg.Seed, 1)),
 		seed: cfg.Seed, keys: cfg.Keys, keyLife: cfg.KeyLife, rate: cfg.Rate, keyNames: map[int]string{}}
-	inj := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 2)), sup: sup, redis: e.rs, cluster: cfg.Cluster,
+	inj := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 2)), sup: sup, redis: e.rs, cluster: cfg.Cluster, mode: cfg.mode(),
 		coord: coord, rdb: e.rdb, ks: ks, prod: prod, lease: lease, heartbeat: heartbeatInterval,
 		flightTTL: runningTTL + failureTTL, every: cfg.FaultEvery, logf: e.logf,
 		canceller: &canceller{bin: cfg.ProducerBin, redisURL: e.redisURL, tmpDir: e.dirs["tmp"]}}
@@ -279,11 +298,24 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 
 	o := &Outcome{History: h, Out: e.out, Elapsed: time.Since(began), Unavailable: map[string]string{}}
-	if cfg.Cluster == nil {
+	switch cfg.mode() {
+	case modeNode:
 		o.Unavailable[FaultMasterKill] = "single-node run: pass --cluster (chaos.Config.RedisCluster) for a Redis Cluster"
-	} else {
+		o.Unavailable[FaultReshard] = o.Unavailable[FaultMasterKill]
+		o.Unavailable[FaultSentinelKill] = "single-node run: pass --sentinel (chaos.Config.Sentinel) for a Sentinel deployment"
+	case modeCluster:
+		o.Unavailable[FaultSentinelKill] = "cluster run: pass --sentinel (chaos.Config.Sentinel) for a Sentinel deployment"
+		if _, ok := cfg.Cluster.(Resharder); !ok {
+			o.Unavailable[FaultReshard] = "an external cluster: only the run's own cluster adds and removes nodes"
+		}
 		for _, k := range []string{FaultRedisTerm, FaultRedisKill, FaultRedisPause, FaultRedisDataLoss} {
 			o.Unavailable[k] = "single-node Redis fault, skipped in cluster mode (cluster-master-kill kills a node instead)"
+		}
+	case modeSentinel:
+		o.Unavailable[FaultMasterKill] = "Sentinel run: pass --cluster (chaos.Config.RedisCluster) for a Redis Cluster"
+		o.Unavailable[FaultReshard] = o.Unavailable[FaultMasterKill]
+		for _, k := range []string{FaultRedisTerm, FaultRedisKill, FaultRedisPause, FaultRedisDataLoss} {
+			o.Unavailable[k] = "single-node Redis fault, skipped in Sentinel mode (sentinel-master-kill kills the master instead)"
 		}
 	}
 	if !cfg.Archive {
@@ -370,7 +402,7 @@ func (e *env) prepare(ctx context.Context) error {
 		}
 	}
 	stageFile := filepath.Join(e.out, "stages.yaml")
-	if err := os.WriteFile(stageFile, []byte(stageYAML(e.cfg.resultTTL())), 0o644); err != nil {
+	if err := os.WriteFile(stageFile, []byte(stageYAML(e.cfg.resultTTL(), e.cfg.Durability)), 0o644); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	return nil
@@ -379,6 +411,20 @@ func (e *env) prepare(ctx context.Context) error {
 // startRedis starts the run's redis-server (or cluster) and its client.
 func (e *env) startRedis() error {
 	cfg := &e.cfg
+	if cfg.Sentinel {
+		ls, err := startSentinel(e.dirs["redis"], e.logf)
+		if err != nil {
+			return err
+		}
+		e.closers = append(e.closers, func() { ls.stop(syscall.SIGKILL) })
+		cfg.Cluster = ls
+		e.logf("redis sentinel deployment (appendonly, fsync always) in %s: %s", e.dirs["redis"], ls.sentinelSummary())
+		c := sentinelFailoverClient(ls)
+		e.closers = append(e.closers, func() { c.Close() })
+		e.rdb, e.redisURL = c, ls.URL()
+		e.waitRedis = ls.ready
+		return nil
+	}
 	if cfg.RedisCluster || cfg.Cluster != nil {
 		if cfg.Cluster == nil {
 			lc, err := startCluster(e.dirs["redis"], e.logf)
@@ -481,12 +527,15 @@ func (h *History) addLog(path string) error {
 }
 
 // stageYAML is the stage file of the run: both chaos stages with its short timings.
-func stageYAML(resultTTL time.Duration) string {
+func stageYAML(resultTTL time.Duration, durability string) string {
 	var b strings.Builder
 	b.WriteString("stages:\n")
 	for _, s := range chaosStages {
 		fmt.Fprintf(&b, "  %s:\n    heartbeatInterval: %v\n    lease: %v\n    runningTTL: %v\n    failureTTL: %v\n    resultTTL: %v\n",
 			s, heartbeatInterval, lease, runningTTL, failureTTL, resultTTL)
+		if durability != "" {
+			fmt.Fprintf(&b, "    durability: %s\n", durability)
+		}
 	}
 	return b.String()
 }

@@ -20,7 +20,7 @@ import (
 
 func TestStageYAMLLoads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "stages.yaml")
-	if err := os.WriteFile(path, []byte(stageYAML(15*time.Minute)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(stageYAML(15*time.Minute, "replicated")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	stages, err := handlers.LoadStages(path, chaosStages)
@@ -29,7 +29,7 @@ func TestStageYAMLLoads(t *testing.T) {
 	}
 	for _, s := range stages {
 		if s.Lease != lease || s.HeartbeatInterval != heartbeatInterval || s.ResultTTL != 15*time.Minute ||
-			s.RunningTTL != runningTTL || s.FailureTTL != failureTTL {
+			s.RunningTTL != runningTTL || s.FailureTTL != failureTTL || s.Durability != "replicated" {
 			t.Errorf("%s: lease %v heartbeat %v resultTTL %v runningTTL %v failureTTL %v", s.Name, s.Lease,
 				s.HeartbeatInterval, s.ResultTTL, s.RunningTTL, s.FailureTTL)
 		}
