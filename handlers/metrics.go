@@ -21,6 +21,7 @@ type metrics struct {
 	breaker      prometheus.Gauge
 	scheduled    *prometheus.CounterVec
 	eviction     *prometheus.GaugeVec
+	unreplicated *prometheus.CounterVec
 }
 
 // newMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -58,9 +59,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		eviction: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flightdeck_redis_maxmemory_policy",
 			Help: "Redis's maxmemory-policy as the consumer last read it (1 for that policy); any but noeviction may drop keys."},
 			[]string{"policy"}),
+		unreplicated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_unreplicated_calls_total",
+			Help: "Claims (op acquire, given up) and outcomes (complete, fail) of replicated stages that no replica acknowledged in time."},
+			[]string{"stage", "op"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled, m.eviction)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled, m.eviction, m.unreplicated)
 		m.spooled = executor.ResultWriteFailures(reg) // shared with an Executor on reg
 	}
 	return m

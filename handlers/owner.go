@@ -106,6 +106,9 @@ func (t *taskRun) AfterComplete(st flight.Settlement, wasSpooled bool) {
 // ended settles the message from how the owner's run ended; again and err are own's.
 func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err error) {
 	p := t.p
+	if nr := (*flight.NotReplicatedError)(nil); errors.As(e.Err, &nr) {
+		p.metrics.unreplicated.WithLabelValues(t.task.Stage, nr.Op).Inc()
+	}
 	switch e.How {
 	case flight.EndCompleted:
 		if e.Settlement.Restored {

@@ -201,6 +201,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if err != nil {
 			if nr := (*flight.NotReplicatedError)(nil); errors.As(err, &nr) && nr.Token != 0 {
 				// The coordinator gave the unconfirmed claim up (cmd/chaos reads these lines).
+				p.metrics.unreplicated.WithLabelValues(t.task.Stage, nr.Op).Inc()
 				t.token.Store(nr.Token)
 				if nr.HandedOver {
 					t.Log(slog.LevelInfo, "flight handed over; the attempt is not spent", nil, "why", "no replica acknowledged the claim")

@@ -78,6 +78,11 @@ func (c *localCluster) Reshard(slots int, hold time.Duration) (string, error) {
 	if err != nil {
 		return keep(err)
 	}
+	// redis-cli copies the function libraries to the node it adds; a node added by other
+	// means has none, which is the case the consumers must survive.
+	if err := flushFunctions(n.Addr()); err != nil {
+		return keep(err)
+	}
 	moved := strconv.Itoa(slots)
 	at := time.Now()
 	if err := run("reshard", src, "--cluster-from", srcID, "--cluster-to", newID, "--cluster-slots", moved, "--cluster-yes"); err != nil {
@@ -174,3 +179,16 @@ func fcallsOn(addr string) string {
 	}
 	return calls + " FCALLs, " + libs + " function libraries loaded"
 }
+
+// flushFunctions deletes every function library of the node at addr.
+func flushFunctions(addr string) error {
+	cl := nodeClient(addr)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := cl.FunctionFlush(ctx).Err(); err != nil {
+		return fmt.Errorf("FUNCTION FLUSH on %s: %w", addr, err)
+	}
+	return nil
+}
+

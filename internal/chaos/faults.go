@@ -24,10 +24,9 @@ const (
 	// FaultSentinelKill SIGKILLs the master of the Sentinel deployment (Config.Sentinel); the
 	// sentinels promote its replica, and the killed server comes back as the new replica.
 	FaultSentinelKill = "sentinel-master-kill"
-	// FaultReshard adds an empty master to the run's own Redis Cluster, moves 1,000 slots of
-	// a master to it with their keys while flights run, holds them there 1-4 s and moves them
-	// back, then removes the node (the calls meet MOVED, ASK and TRYAGAIN, and a node without
-	// the function library).
+	// FaultReshard adds an empty master without the function library to the run's own Redis
+	// Cluster, moves 2,500 slots of a master to it with their keys while flights run, holds
+	// them there 2-5 s, moves them back and removes the node (MOVED, ASK, TRYAGAIN mid-flight).
 	FaultReshard = "cluster-reshard"
 	// FaultAllDown SIGKILLs every consumer for longer than a flight's runningTTL +
 	// failureTTL (metas and waiter records expire while tasks are parked), then restarts

@@ -147,9 +147,13 @@ func (in *injector) reshard() {
 	if !ok {
 		return
 	}
-	hold := in.between(time.Second, 4*time.Second)
+	hold := in.between(2*time.Second, 5*time.Second)
 	at := time.Now()
-	note, err := r.Reshard(1000, hold)
+	note, err := r.Reshard(2500, hold)
+	if cc, ok := in.rdb.(*redis.ClusterClient); ok {
+		// The run's own client may still map slots to the node that is gone.
+		cc.ReloadState(context.Background())
+	}
 	f := Fault{Kind: FaultReshard, Target: "cluster", At: at, For: time.Since(at).Round(time.Millisecond).String(), Note: note}
 	if err != nil {
 		f.Note = strings.TrimSpace(note + " " + err.Error())
