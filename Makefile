@@ -93,7 +93,7 @@ chaos-short: deps
 # cluster-master-kill faults (SIGKILL a master, its replica is promoted, the node rejoins)
 # and cluster-reshard faults (slots move to a new master and back while flights run).
 chaos-cluster: deps
-	$(GO) run ./cmd/chaos --seed 1 --duration 3m --cluster
+	$(GO) run ./cmd/chaos --seed 1 --duration 5m --cluster
 
 # chaos-sentinel: the same run on its own Sentinel deployment (a master, a replica, three
 # sentinels), with sentinel-master-kill faults (SIGKILL the master, the replica is promoted,

@@ -41,7 +41,8 @@
 --               caller (shared owner) and the parked tasks are answered. restored is 1 when
 --               the meta was gone and written anew (the meta records restoredAt).
 --   ALREADY     this token's result is stored already (a retry after a lost reply): answered
---               again, nothing else written; on one node the owner's and joined tasks whose
+--               again, nothing else written but the meta's updatedAt (so that a WAIT behind
+--               the retry covers the first call); on one node the owner's and joined tasks whose
 --               entries are no longer pending were answered by the first call and are not again
 --   CANCELLED / EXPIRED   the run was cancelled or expired for good: the caller is answered
 --               with that outcome, nothing is stored
@@ -135,6 +136,9 @@ local function completeCall()
   local meta = loadMeta()
   if status == 'SUCCEEDED' then
     JAgain = true -- a retry after a lost reply: tasks answered then (owner's, joined) are not again
+    -- A write of its own, so that a WAIT behind this retry covers the first call's writes,
+    -- whichever connection those went out on (replicated durability).
+    redis.call('HSET', K[1], 'updatedAt', nowStr)
     answer(outcomeOf(meta, status, redis.call('GET', K[2]) or V[13]), label())
     return tail({ 'ALREADY', status, 0, 'answered' })
   end

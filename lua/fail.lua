@@ -25,7 +25,8 @@
 --   OK          the meta is FAILED (TTL failureTTL); final 1 when no attempt is left: then the
 --               caller (shared owner) and the parked tasks are answered
 --   ALREADY     this token's failure is recorded already (a retry): answered again when final
---               (on one node, not the owner's task when its entry is no longer pending)
+--               (on one node, not the owner's task when its entry is no longer pending); only
+--               the meta's updatedAt is written
 --   CANCELLED / EXPIRED   the run was cancelled or expired for good: the caller is answered
 --   STALE_TOKEN another token owns the flight: the caller is answered from its outcome or
 --               parked on it ("" when a larger token's meta is gone too)
@@ -102,6 +103,7 @@ register('fail', function()
   end
   if status == 'FAILED' then
     JAgain = true -- a retry after a lost reply: an owner's task answered then is not again
+    redis.call('HSET', K[1], 'updatedAt', nowStr) -- for a WAIT behind it: see complete.lua
     return done('ALREADY', meta)
   end
   if status == 'CANCELLED' then
