@@ -191,4 +191,3 @@ func flushFunctions(addr string) error {
 	}
 	return nil
 }
-
