@@ -121,6 +121,20 @@ func (s *Sentinel) WaitPromoted(old string, timeout time.Duration) string {
 	return addr
 }
 
+// Rejoin restarts srv, a killed master, and makes it unpromotable (replica-priority 0) at
+// once: it comes back empty (a private server keeps nothing on disk), and until the sentinels
+// make it a replica (some seconds later) a false failover under a loaded machine could
+// otherwise promote it and wipe the deployment's data.
+func (s *Sentinel) Rejoin(srv *Server) {
+	s.tb.Helper()
+	srv.Restart()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer c.Close()
+	if err := c.ConfigSet(context.Background(), "replica-priority", "0").Err(); err != nil {
+		s.tb.Fatalf("redistest: replica-priority on %s: %v", srv.Addr(), err)
+	}
+}
+
 // WaitReplica waits until srv replicates the current master with its link up.
 func (s *Sentinel) WaitReplica(srv *Server, timeout time.Duration) {
 	s.tb.Helper()
