@@ -58,7 +58,7 @@ func TestSentinelFailover(t *testing.T) {
 	for i := range 40 {
 		e.enqueue(task(fmt.Sprint("after", i), "interview-evaluation", 100+i, 50))
 	}
-	s.Rejoin(s.Master) // it comes back empty; the sentinels make it a replica of the new master
+	s.Rejoin(s.Master) // it comes back empty, as a replica of the new master
 	want := ids("before", 40)
 	for id := range ids("after", 40) {
 		want[id] = true
@@ -119,7 +119,7 @@ func TestReplicatedClaimsOnSentinel(t *testing.T) {
 	old := s.Master.Addr()
 	s.Master.Stop()
 	s.WaitPromoted(old, 30*time.Second)
-	s.Rejoin(s.Master) // back empty, made a replica of the new master by the sentinels
+	s.Rejoin(s.Master) // back empty, as a replica of the new master
 	for i := range 20 {
 		id := fmt.Sprint("after", i)
 		want[id] = true

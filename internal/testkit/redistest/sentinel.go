@@ -121,17 +121,26 @@ func (s *Sentinel) WaitPromoted(old string, timeout time.Duration) string {
 	return addr
 }
 
-// Rejoin restarts srv, a killed master, and makes it unpromotable (replica-priority 0) at
-// once: it comes back empty (a private server keeps nothing on disk), and until the sentinels
-// make it a replica (some seconds later) a false failover under a loaded machine could
-// otherwise promote it and wipe the deployment's data.
+// Rejoin restarts srv, a killed master, as an unpromotable replica (replica-priority 0) of
+// the current master. A private server comes back empty, and as a master until the sentinels
+// demote it (some seconds later, and a master's INFO carries no priority): a false failover
+// on a loaded machine could promote it in that window and wipe the deployment's data.
 func (s *Sentinel) Rejoin(srv *Server) {
 	s.tb.Helper()
+	ctx := context.Background()
+	master, err := s.CurrentMaster(ctx)
+	if err != nil {
+		s.tb.Fatalf("redistest: current master: %v", err)
+	}
+	host, port, _ := net.SplitHostPort(master)
 	srv.Restart()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer c.Close()
-	if err := c.ConfigSet(context.Background(), "replica-priority", "0").Err(); err != nil {
+	if err := c.ConfigSet(ctx, "replica-priority", "0").Err(); err != nil {
 		s.tb.Fatalf("redistest: replica-priority on %s: %v", srv.Addr(), err)
+	}
+	if err := c.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		s.tb.Fatalf("redistest: REPLICAOF on %s: %v", srv.Addr(), err)
 	}
 }
 
