@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,16 +109,17 @@ func redirection(err error) (kind, addr string) {
 	return f[0], f[2]
 }
 
-// masterAt is the cluster's master client at addr, or nil.
+// masterAt is the cluster's master client at addr, or nil. (ForEachMaster calls fn on every
+// master at once.)
 func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.Client {
-	var found *redis.Client
+	var found atomic.Pointer[redis.Client]
 	_ = cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 		if n.Options().Addr == addr {
-			found = n
+			found.Store(n)
 		}
 		return nil
 	})
-	return found
+	return found.Load()
 }
 
 // sleep waits d or until ctx ends (false).
