@@ -22,34 +22,16 @@ var ErrPolicyRefused = errors.New("broker: the credential may run neither INFO n
 // would also read secrets, and managed Redis services often refuse CONFIG.) On a cluster it
 // asks every master and returns the first policy other than noeviction.
 func EvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
-	cc, ok := rdb.(*redis.ClusterClient)
-	if !ok {
-		return nodePolicy(ctx, rdb)
-	}
-	var (
-		mu     sync.Mutex
-		policy = NoEviction
-	)
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		p, err := nodePolicy(ctx, n)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
+	return onNodes(ctx, rdb, nodePolicy, func(acc, p string) string {
 		if p != NoEviction {
-			policy = p
+			return p
 		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	return policy, nil
+		return acc
+	}, NoEviction)
 }
 
 // nodePolicy reads one node's policy.
-func nodePolicy(ctx context.Context, rdb redis.Cmdable) (string, error) {
+func nodePolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 	info, ierr := rdb.Info(ctx, "memory").Result()
 	if ierr == nil {
 		for _, line := range strings.Split(info, "\n") {
@@ -72,4 +54,31 @@ func nodePolicy(ctx context.Context, rdb redis.Cmdable) (string, error) {
 // noPerm reports whether err is an ACL refusal (a NOPERM reply).
 func noPerm(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
+}
+
+// onNodes reads one value with read from rdb, or on a cluster from every master, folded into
+// init with fold (the masters answer at once, in any order).
+func onNodes[T any](ctx context.Context, rdb redis.UniversalClient, read func(context.Context, redis.UniversalClient) (T, error),
+	fold func(acc, v T) T, init T) (T, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return read(ctx, rdb)
+	}
+	var mu sync.Mutex
+	acc := init
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		v, err := read(ctx, n)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		acc = fold(acc, v)
+		return nil
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return acc, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,30 +12,13 @@ import (
 // Replicas returns how many replicas the master serves (INFO replication's connected_slaves);
 // on a cluster, the fewest any master serves. It fails when the credential may not run WAIT.
 func Replicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
-	cc, ok := rdb.(*redis.ClusterClient)
-	if !ok {
-		return nodeReplicas(ctx, rdb)
-	}
-	var (
-		mu    sync.Mutex
-		least = -1
-	)
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		r, err := nodeReplicas(ctx, n)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
+	n, err := onNodes(ctx, rdb, nodeReplicas, func(least, r int) int {
 		if least < 0 || r < least {
-			least = r
+			return r
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	return max(least, 0), nil
+		return least
+	}, -1)
+	return max(n, 0), err
 }
 
 func nodeReplicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
