@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -126,6 +127,9 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 	d.Owner = &o
 	c := &caller{fn: fn, budget: st.opt.Budget.Execution, log: &e.log, key: o.Key, token: o.Token}
 	end := st.owner.Run(ctx, d, flight.Run{Context: ctx, Caller: c})
+	if p, ok := errors.AsType[*guard.PanicError](end.CallErr); ok {
+		panic(p) // the flight failed for good; Local raises it again in every caller of this run
+	}
 	res = Result{Value: end.Value, Shared: topics.SharedOwner, Token: o.Token}
 	switch end.How {
 	case flight.EndCompleted:

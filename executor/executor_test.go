@@ -787,3 +787,52 @@ func TestExecutorLostCompleteReply(t *testing.T) {
 		t.Errorf("ran %d times", runs.Load())
 	}
 }
+
+// TestPanicFailsTheFlight: fn panicking as the fleet's owner fails the flight for good at
+// once (a second node's caller gets the failure and runs nothing, well inside the lease), and
+// every caller of the run panics with the *PanicError.
+func TestPanicFailsTheFlight(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	prefix := redistest.Prefix()
+	opt := fastPolicy()
+	opt.Policy.Lease, opt.Policy.MaxAttempts = 5*time.Second, 3
+	opt.HeartbeatInterval = time.Second
+	n1, n2 := newNode(t, srv, prefix, "n1", opt), newNode(t, srv, prefix, "n2", opt)
+	var runs atomic.Int64
+	recovered := make(chan any, 3)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { recovered <- recover() }()
+			_, _ = n1.e.Do(context.Background(), stage, "k", func(context.Context, func()) ([]byte, error) {
+				runs.Add(1)
+				time.Sleep(50 * time.Millisecond)
+				panic("fn blew up")
+			})
+		}()
+	}
+	wg.Wait()
+	close(recovered)
+	for r := range recovered {
+		if pe, ok := r.(*executor.PanicError); !ok || pe.Value != "fn blew up" || len(pe.Stack) == 0 {
+			t.Errorf("a caller recovered %T %v, want the *executor.PanicError", r, r)
+		}
+	}
+	start := time.Now()
+	_, err := n2.e.Do(context.Background(), stage, "k", slowFn(&runs, 0, "x"))
+	var oe *flight.OutcomeError
+	if !errors.As(err, &oe) || oe.Status != flight.StatusFailed || oe.Type != "panic" || !strings.Contains(oe.Message, "fn blew up") {
+		t.Errorf("the other node's call: %v, want the flight's final panic failure", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("answered after %v: the panic cost a lease", d)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("fn ran %d times, want 1", n)
+	}
+	if !strings.Contains(n1.log.String(), "the call panicked") {
+		t.Errorf("no panic line in the owner's log:\n%s", n1.log.String())
+	}
+}

@@ -1,52 +1,23 @@
 package executor
 
 import (
-	"bytes"
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 	"golang.org/x/sync/singleflight"
 )
 
 // ErrGoexit is the Value of the PanicError that Local.Do raises when fn called runtime.Goexit.
-var ErrGoexit = errors.New("executor: fn called runtime.Goexit")
+var ErrGoexit = guard.ErrGoexit
 
 // PanicError is the value Local.Do panics with, in the goroutine of every caller of a flight
-// whose fn panicked or called runtime.Goexit. Error() carries the stack of fn's goroutine at
-// the original panic, so an unrecovered re-raised panic still points at where it started.
-type PanicError struct {
-	// Value is what fn panicked with (ErrGoexit for runtime.Goexit).
-	Value any
-	// Stack is the stack of fn's goroutine at the panic (debug.Stack, first line trimmed).
-	Stack []byte
-}
-
-// Error describes the panic with the stack of the goroutine that panicked.
-func (p *PanicError) Error() string {
-	return fmt.Sprintf("executor: fn panicked: %v\n\n%s", p.Value, p.Stack)
-}
-
-// Unwrap returns Value if it is an error, so errors.Is(p, ErrGoexit) holds for a Goexit.
-func (p *PanicError) Unwrap() error {
-	err, _ := p.Value.(error)
-	return err
-}
-
-func newLocalPanicError(v any) *PanicError {
-	stack := debug.Stack()
-	// The first line is "goroutine N [running]:"; the goroutine is gone by the time a caller
-	// re-raises the panic, so the line would mislead (x/sync trims it too).
-	if i := bytes.IndexByte(stack, '\n'); i >= 0 {
-		stack = stack[i+1:]
-	}
-	return &PanicError{Value: v, Stack: stack}
-}
+// whose fn panicked or called runtime.Goexit, with the stack of fn's goroutine at the panic.
+type PanicError = guard.PanicError
 
 // LocalConfig configures a Local.
 type LocalConfig struct {
@@ -266,21 +237,11 @@ func (c *localCall[V]) lead() (any, error) {
 // run calls fn with the leader's values but not its cancellation, and sets the outcome
 // whether fn returns, panics or calls runtime.Goexit.
 func (c *localCall[V]) run() {
-	returned := false
-	defer func() {
-		if !returned {
-			// recover is nil only during runtime.Goexit: since Go 1.21 panic(nil) recovers a
-			// *runtime.PanicNilError (unless GODEBUG=panicnil=1, which reads as a Goexit).
-			if r := recover(); r != nil {
-				c.pan = newLocalPanicError(r)
-			} else {
-				c.pan = newLocalPanicError(ErrGoexit)
-			}
-		}
-		c.done.Done()
-	}()
-	c.val, c.err = c.fn(context.WithoutCancel(c.ctx))
-	returned = true
+	defer c.done.Done()
+	c.pan, c.err = guard.Run(func() (err error) {
+		c.val, err = c.fn(context.WithoutCancel(c.ctx))
+		return err
+	}, func(p *PanicError) { c.pan = p })
 }
 
 // lookup returns key's replayed value if it has not expired. l.mu must be held.

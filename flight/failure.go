@@ -3,6 +3,9 @@ package flight
 import (
 	"context"
 	"errors"
+	"fmt"
+
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 )
 
 // FailureOf returns the failure an owner records for its call's error: the error's own when it
@@ -43,4 +46,28 @@ func FailureOf(err error) Failure {
 		f.Retryable = r.Retryable()
 	}
 	return f
+}
+
+// Guarded runs call and returns a panic in it as a final failure of type "panic" (FailureOf),
+// after passing the panic with its stack to logPanic. The error unwraps to the *guard.PanicError.
+func Guarded(call func() ([]byte, error), logPanic func(*guard.PanicError)) (out []byte, err error) {
+	p, err := guard.Run(func() (err error) {
+		out, err = call()
+		return err
+	}, nil)
+	if p != nil {
+		logPanic(p)
+		return nil, panicked{p}
+	}
+	return out, err
+}
+
+// panicked is the error of a call that panicked: a final failure of type "panic", whose
+// message is the panic's value (the stack goes to the log, not to the event).
+type panicked struct{ p *guard.PanicError }
+
+func (e panicked) Error() string { return "panic: " + fmt.Sprint(e.p.Value) }
+func (e panicked) Unwrap() error { return e.p }
+func (e panicked) Failure() Failure {
+	return Failure{Type: "panic", Code: "panic", Message: fmt.Sprint(e.p.Value)}
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 )
 
 // Owner is the one owner lifecycle, shared by the stream consumer and the in-process executor
@@ -166,7 +168,10 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	var hb beats
 	stopHeartbeat := w.startHeartbeat(runCtx, cancel, r, o, &hb)
 	start := time.Now()
-	out, callErr := r.Caller.Call(runCtx, func() { hb.progress.Add(1) })
+	out, callErr := Guarded(func() ([]byte, error) { return r.Caller.Call(runCtx, func() { hb.progress.Add(1) }) },
+		func(p *guard.PanicError) {
+			r.Caller.Log(slog.LevelError, "the call panicked; the flight fails", nil, "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
+		})
 	var release func(settled bool)
 	if callErr == nil {
 		// Held from the moment it exists until Redis took or refused it (settle releases it;

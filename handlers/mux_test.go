@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
@@ -21,11 +22,11 @@ import (
 
 // runMux runs a consumer configured only with a Redis URL and a Mux, as a user's own
 // consumer would be, until the test ends.
-func runMux(t *testing.T, r *redistest.Target, mux *handlers.Mux, logs *safeLog) {
+func runMux(t *testing.T, r *redistest.Target, mux *handlers.Mux, logs *safeLog, stages ...handlers.StageConfig) {
 	t.Helper()
 	log := zerolog.New(logs).Level(zerolog.WarnLevel)
 	c, err := handlers.NewConsumer(handlers.Config{RedisURL: r.URL, Keyspace: topics.Keyspace{Prefix: r.Prefix},
-		Handlers: mux, Logger: &log, SpoolDir: t.TempDir(), Grace: time.Second})
+		Stages: stages, Handlers: mux, Logger: &log, SpoolDir: t.TempDir(), Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,9 +220,15 @@ func TestSimWarning(t *testing.T) {
 	}
 }
 
-// TestMuxHandlerPanics: a handler that panics fails its flight at once, final, with the
-// panic in the event; it is not called again and the consumer keeps running.
+// TestMuxHandlerPanics: a handler that panics fails its task at once, final, with the panic
+// in the event, in every mode; it is not called again and the consumer keeps running.
 func TestMuxHandlerPanics(t *testing.T) {
+	for _, mode := range []executor.Mode{executor.ModeHybrid, executor.ModeBypass, executor.ModeLocalOnly} {
+		t.Run(string(mode), func(t *testing.T) { testMuxHandlerPanics(t, mode) })
+	}
+}
+
+func testMuxHandlerPanics(t *testing.T, mode executor.Mode) {
 	r := redistest.New(t)
 	var calls atomic.Int64
 	mux := handlers.NewMux()
@@ -234,7 +241,7 @@ func TestMuxHandlerPanics(t *testing.T) {
 		}
 		return json.RawMessage(`"fine"`), nil
 	})
-	runMux(t, r, mux, testLog(t))
+	runMux(t, r, mux, testLog(t), handlers.StageConfig{Name: "boom", Mode: mode}.WithDefaults())
 	cl, err := client.New(client.Config{Client: r.Client, Keyspace: topics.Keyspace{Prefix: r.Prefix}})
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +250,7 @@ func TestMuxHandlerPanics(t *testing.T) {
 	evs := await(t, cl, topics.Task{TaskID: "p", Stage: "boom", Tenant: "acme", Input: json.RawMessage(`"panic"`)},
 		topics.Task{TaskID: "ok", Stage: "boom", Tenant: "acme", Input: json.RawMessage(`"calm"`)})
 	if ev := evs["p"]; ev.Status != topics.StatusFailed || ev.ErrorType != model.TypePanic || !strings.Contains(ev.Error, "boom in handler") ||
-		ev.Attempts != 1 {
+		ev.Attempts != map[executor.Mode]int{executor.ModeHybrid: 1}[mode] {
 		t.Errorf("panicking task: %s %s/%s %q attempts %d", ev.Status, ev.ErrorType, ev.ErrorCode, ev.Error, ev.Attempts)
 	}
 	if ev := evs["ok"]; ev.Status != topics.StatusSucceeded {

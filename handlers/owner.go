@@ -2,11 +2,9 @@ package handlers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -51,7 +49,7 @@ func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
 	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
 	start := time.Now()
 	deadline, _ := t.task.DeadlineTime()
-	out, err := t.callModel(ctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
+	out, err := t.p.model.Call(ctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
 		SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
 		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
 		RequestKey: t.key, Deadline: deadline}, progress)
@@ -186,20 +184,6 @@ func (t *taskRun) Log(level slog.Level, msg string, err error, kv ...any) {
 		ev = ev.Err(err)
 	}
 	ev.Fields(kv).Msg(msg)
-}
-
-// callModel runs the stage's model (a handler function or an adapter); a panic in it is
-// recovered and returned as a final model.TypePanic failure, logged with its stack, so that
-// the flight fails at once instead of losing its lease.
-func (t *taskRun) callModel(ctx context.Context, req model.Request, progress model.ProgressFunc) (out json.RawMessage, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			l := t.logger()
-			l.Error().Interface("panic", r).Str("stack", string(debug.Stack())).Msg("the stage's handler panicked; the flight fails")
-			out, err = nil, &model.Error{Type: model.TypePanic, Code: "panic", Message: fmt.Sprint(r)}
-		}
-	}()
-	return t.p.model.Call(ctx, req, progress)
 }
 
 // warn starts a warning of the task, with the last model call's duration when there was one.

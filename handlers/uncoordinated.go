@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/executor"
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -20,9 +22,14 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 		p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
 		rctx, cancel := context.WithTimeout(ctx, p.stage.RunningTTL)
 		defer cancel()
-		return p.model.Call(rctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
-			SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
-			PromptVersion: t.task.PromptVersion, Attempt: 1, Consumer: p.name}, nil)
+		return flight.Guarded(func() ([]byte, error) {
+			return p.model.Call(rctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
+				SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
+				PromptVersion: t.task.PromptVersion, Attempt: 1, Consumer: p.name}, nil)
+		}, func(pe *guard.PanicError) {
+			l := t.logger()
+			l.Error().Interface("panic", pe.Value).Str("stack", string(pe.Stack)).Msg("the call panicked; the task fails")
+		})
 	}
 	start := time.Now()
 	var out []byte

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -47,41 +48,43 @@ const (
 type unmarshaller struct{}
 
 // Unmarshal implements stream.Unmarshaller.
-func (unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err error) {
-	clean := values
-	defer func() {
-		if r := recover(); r != nil {
-			msg = badMessage(clean, "bad_entry", fmt.Sprintf("unreadable entry: %v", r))
-		}
-		if msg.Metadata == nil {
-			msg.Metadata = message.Metadata{}
-		}
-		err = nil
-	}()
+func (unmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+	var msg *message.Message
+	if p, _ := guard.Run(func() error { msg = unmarshal(values); return nil }, nil); p != nil {
+		msg = badMessage(values, "bad_entry", fmt.Sprintf("unreadable entry: %v", p.Value))
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	return msg, nil
+}
+
+// unmarshal reads one entry; it may panic on a hostile one (Unmarshal recovers).
+func unmarshal(clean map[string]any) *message.Message {
 	id, ok := clean[redisstream.UUIDHeaderKey].(string)
 	if !ok {
-		return badMessage(clean, "missing_uuid", "entry has no "+redisstream.UUIDHeaderKey+" field"), nil
+		return badMessage(clean, "missing_uuid", "entry has no "+redisstream.UUIDHeaderKey+" field")
 	}
 	if len(id) > maxUUIDLen {
 		return badMessage(clean, "uuid_too_long", fmt.Sprintf("%s of %s, limit %d",
-			redisstream.UUIDHeaderKey, topics.Fingerprint(id), maxUUIDLen)), nil
+			redisstream.UUIDHeaderKey, topics.Fingerprint(id), maxUUIDLen))
 	}
 	if n := rawLen(clean[topics.FieldMetadata]); n > maxMetadataBytes {
-		return badMessage(clean, "metadata_too_large", fmt.Sprintf("metadata of %d bytes, limit %d", n, maxMetadataBytes)), nil
+		return badMessage(clean, "metadata_too_large", fmt.Sprintf("metadata of %d bytes, limit %d", n, maxMetadataBytes))
 	}
 	if _, ok := clean["payload"]; !ok {
-		return badMessage(clean, "missing_payload", "entry has no payload field"), nil
+		return badMessage(clean, "missing_payload", "entry has no payload field")
 	}
 	m, uerr := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(clean)
 	if uerr != nil {
-		return badMessage(clean, "bad_metadata", uerr.Error()), nil
+		return badMessage(clean, "bad_metadata", uerr.Error())
 	}
 	for k := range m.Metadata {
 		if strings.HasPrefix(k, "_flightdeck_") { // reserved for the consumer
 			delete(m.Metadata, k)
 		}
 	}
-	return m, nil
+	return m
 }
 
 // rawLen is the length of a string or []byte entry value, else 0.

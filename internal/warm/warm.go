@@ -6,10 +6,10 @@
 package warm
 
 import (
-	"fmt"
-	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 )
 
 // Pool runs functions on reused goroutines. Create it with New; Close lets its idle
@@ -28,18 +28,8 @@ type job struct {
 
 type outcome struct {
 	err   error
-	panic *PanicError
+	panic *guard.PanicError
 }
-
-// PanicError carries a panic of a function run on a pool goroutine, with that goroutine's
-// stack, to the caller of Do, which panics with it.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-// Error describes the panic and where it happened.
-func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n%s", p.Value, p.Stack) }
 
 // New returns a pool whose goroutines end after idle without work.
 func New(idle time.Duration) *Pool {
@@ -53,7 +43,7 @@ func (p *Pool) Close() {
 }
 
 // Do runs f on a pool goroutine (a new one when none is free) and returns its error. A panic
-// of f is raised again in the caller as a *PanicError.
+// of f is raised again in the caller as a *guard.PanicError.
 func (p *Pool) Do(f func() error) error {
 	j := job{f: f, done: make(chan outcome, 1)}
 	select {
@@ -72,7 +62,7 @@ func (p *Pool) worker(j job) {
 	timer := time.NewTimer(p.idle)
 	defer timer.Stop()
 	for {
-		j.done <- run(j.f)
+		j.done <- run(j)
 		timer.Reset(p.idle)
 		select {
 		case j = <-p.jobs:
@@ -84,11 +74,9 @@ func (p *Pool) worker(j job) {
 	}
 }
 
-func run(f func() error) (o outcome) {
-	defer func() {
-		if r := recover(); r != nil {
-			o.panic = &PanicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
-	return outcome{err: f()}
+// run runs j's function; a runtime.Goexit in it ends this goroutine, and the caller gets it
+// as a panic.
+func run(j job) outcome {
+	p, err := guard.Run(j.f, func(p *guard.PanicError) { j.done <- outcome{panic: p} })
+	return outcome{err: err, panic: p}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
+
 	"github.com/flightdeck-ai/flightdeck/internal/warm"
 )
 
@@ -49,7 +51,7 @@ func TestPool(t *testing.T) {
 	func() {
 		defer func() {
 			r := recover()
-			pe, ok := r.(*warm.PanicError)
+			pe, ok := r.(*guard.PanicError)
 			if !ok || pe.Value != "bad" || len(pe.Stack) == 0 {
 				t.Errorf("recovered %v, want a *PanicError with the value and a stack", r)
 			}
