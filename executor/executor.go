@@ -60,8 +60,9 @@ type Budget struct {
 type StageOptions struct {
 	// Mode defaults to ModeHybrid.
 	Mode Mode
-	// Policy is the flight policy; zero fields take their defaults.
-	Policy flight.Policy
+	// Policy is the stage's flight policy, as a stage file's stage embeds it; zero fields take
+	// their defaults.
+	flight.Policy
 	// HeartbeatInterval is how often an owner renews its lease. Defaults to Lease / 5.
 	HeartbeatInterval time.Duration
 	// WaitTimeout: a follower waiting this long without news re-acquires (the owner may be

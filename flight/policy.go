@@ -11,31 +11,31 @@ import (
 // with every call so that one coordinator serves stages with different policies.
 type Policy struct {
 	// Lease: a flight whose heartbeat is older than this is taken over. Defaults to 5 s.
-	Lease time.Duration
+	Lease time.Duration `yaml:"lease"`
 	// RunningTTL caps one attempt: past start + RunningTTL the flight is EXPIRED.
 	// Defaults to 2 min.
-	RunningTTL time.Duration
+	RunningTTL time.Duration `yaml:"runningTTL"`
 	// StallTimeout: a RUNNING flight whose reported progress is older than this is EXPIRED
 	// although its heartbeat is fresh. Zero turns the check off. Defaults to 0.
-	StallTimeout time.Duration
+	StallTimeout time.Duration `yaml:"stallTimeout"`
 	// ResultTTL is how long a result (and the SUCCEEDED meta) answers duplicates.
 	// Defaults to 10 min.
-	ResultTTL time.Duration
+	ResultTTL time.Duration `yaml:"resultTTL"`
 	// FailureTTL is how long a FAILED, CANCELLED or EXPIRED meta is kept. It also outlives an
 	// active flight's expireAt by this much. Defaults to 1 min.
-	FailureTTL time.Duration
+	FailureTTL time.Duration `yaml:"failureTTL"`
 	// MaxAttempts bounds owner attempts of one flight (new, retries, takeovers and expiry
 	// takeovers all count). Defaults to 3.
-	MaxAttempts int
+	MaxAttempts int `yaml:"maxAttempts"`
 	// MaxParked bounds the task ids parked on one flight; past it acquire answers
 	// FOLLOWER_WAIT with reason "full" and parks nothing. Zero means no cap. Defaults to 0.
-	MaxParked int
+	MaxParked int `yaml:"maxParked"`
 	// Durability is what a call that makes an owner or settles an outcome (acquire, complete,
 	// fail) waits for before it returns. Defaults to DurabilityAsync.
-	Durability Durability
+	Durability Durability `yaml:"durability"`
 	// ReplicationTimeout bounds the wait for a replica's acknowledgement under
 	// DurabilityReplicated; at most 2 s. Defaults to 1 s.
-	ReplicationTimeout time.Duration
+	ReplicationTimeout time.Duration `yaml:"replicationTimeout"`
 }
 
 // Durability says what a flight's ownership and outcome changes must reach before the calls

@@ -43,24 +43,11 @@ type StageConfig struct {
 	// single-flight) and BYPASS runs every task; both still publish one event per task.
 	// Defaults to HYBRID.
 	Mode executor.Mode `yaml:"mode"`
+	// Policy is the stage's flight policy, its fields at the stage's level in the file.
+	// MaxParked defaults to 10000 here (DESIGN.md section 7).
+	flight.Policy `yaml:",inline"`
 	// HeartbeatInterval is how often an owner renews its lease. Defaults to 1 s.
 	HeartbeatInterval time.Duration `yaml:"heartbeatInterval"`
-	// Lease: an owner silent this long is taken over. Defaults to 5 s.
-	Lease time.Duration `yaml:"lease"`
-	// RunningTTL caps one model attempt. Defaults to 2 min.
-	RunningTTL time.Duration `yaml:"runningTTL"`
-	// StallTimeout: a run whose model reports no progress this long is taken over (only for
-	// adapters that report progress, such as streaming). Defaults to 0 (off).
-	StallTimeout time.Duration `yaml:"stallTimeout"`
-	// ResultTTL is how long a result answers duplicates. Defaults to 10 min.
-	ResultTTL time.Duration `yaml:"resultTTL"`
-	// FailureTTL is how long a failed, cancelled or expired flight is remembered.
-	// Defaults to 1 min.
-	FailureTTL time.Duration `yaml:"failureTTL"`
-	// MaxAttempts bounds owner attempts of one flight. Defaults to 3.
-	MaxAttempts int `yaml:"maxAttempts"`
-	// MaxParked bounds the tasks parked on one flight. Defaults to 10000.
-	MaxParked int `yaml:"maxParked"`
 	// WaitTimeout bounds how long an in-process follower waits before it re-acquires.
 	// Defaults to the lease.
 	WaitTimeout time.Duration `yaml:"waitTimeout"`
@@ -107,30 +94,21 @@ type StageConfig struct {
 	// task (and parks on it, holding no handler). Defaults to 50 ms (or the lease, when
 	// shorter); negative: off. At most the lease.
 	JoinWait time.Duration `yaml:"joinWait"`
-	// Durability "replicated" makes every claim and outcome of the stage wait until a replica
-	// acknowledged it (WAIT), so that a failover cannot lose it; a claim no replica confirmed
-	// within ReplicationTimeout is given up and retried. Defaults to "async".
-	Durability flight.Durability `yaml:"durability"`
-	// ReplicationTimeout bounds each wait for a replica (durability "replicated"); at most 2 s.
-	// Defaults to 1 s.
-	ReplicationTimeout time.Duration `yaml:"replicationTimeout"`
 }
 
 func ptr(b bool) *bool { return &b }
 
 // defaultStages returns the built-in policies of the four stages of DESIGN.md section 7.
 func defaultStages() map[string]StageConfig {
-	light := func(name string) StageConfig {
-		return StageConfig{Name: name, HeartbeatInterval: time.Second, Lease: 5 * time.Second,
-			RunningTTL: 2 * time.Minute, ResultTTL: 10 * time.Minute, L1Replay: ptr(true), SessionLock: ptr(false)}
+	stage := func(name string, beat, lease, running, result time.Duration, replay, session bool) StageConfig {
+		return StageConfig{Name: name, HeartbeatInterval: beat, L1Replay: ptr(replay), SessionLock: ptr(session),
+			Policy: flight.Policy{Lease: lease, RunningTTL: running, ResultTTL: result}}
 	}
 	return map[string]StageConfig{
-		stageEvaluation: light(stageEvaluation),
-		stageFollowup:   light(stageFollowup),
-		stageExtraction: {Name: stageExtraction, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
-			RunningTTL: 15 * time.Minute, ResultTTL: 24 * time.Hour, L1Replay: ptr(true), SessionLock: ptr(true)},
-		stageDemeanor: {Name: stageDemeanor, HeartbeatInterval: 5 * time.Second, Lease: 20 * time.Second,
-			RunningTTL: 10 * time.Minute, ResultTTL: time.Hour, L1Replay: ptr(false), SessionLock: ptr(true)},
+		stageEvaluation: stage(stageEvaluation, time.Second, 5*time.Second, 2*time.Minute, 10*time.Minute, true, false),
+		stageFollowup:   stage(stageFollowup, time.Second, 5*time.Second, 2*time.Minute, 10*time.Minute, true, false),
+		stageExtraction: stage(stageExtraction, 5*time.Second, 20*time.Second, 15*time.Minute, 24*time.Hour, true, true),
+		stageDemeanor:   stage(stageDemeanor, 5*time.Second, 20*time.Second, 10*time.Minute, time.Hour, false, true),
 	}
 }
 
@@ -148,26 +126,12 @@ func (c StageConfig) WithDefaults() StageConfig {
 	if c.ScheduleHorizon == 0 {
 		c.ScheduleHorizon = topics.DefaultScheduleHorizon
 	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = time.Second
-	}
-	if c.Lease == 0 {
-		c.Lease = 5 * time.Second
-	}
-	if c.RunningTTL == 0 {
-		c.RunningTTL = 2 * time.Minute
-	}
-	if c.ResultTTL == 0 {
-		c.ResultTTL = 10 * time.Minute
-	}
-	if c.FailureTTL == 0 {
-		c.FailureTTL = time.Minute
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 3
-	}
 	if c.MaxParked == 0 {
 		c.MaxParked = 10000
+	}
+	c.Policy = c.Policy.WithDefaults()
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = time.Second
 	}
 	if c.WaitTimeout == 0 {
 		c.WaitTimeout = c.Lease
@@ -195,12 +159,6 @@ func (c StageConfig) WithDefaults() StageConfig {
 	}
 	if c.JoinWait == 0 {
 		c.JoinWait = min(50*time.Millisecond, c.Lease)
-	}
-	if c.Durability == "" {
-		c.Durability = flight.DurabilityAsync
-	}
-	if c.ReplicationTimeout == 0 {
-		c.ReplicationTimeout = time.Second
 	}
 	return c
 }
@@ -243,7 +201,7 @@ func (c StageConfig) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 256 {
 		errs = append(errs, fmt.Errorf("concurrency %d: want 1-256", c.Concurrency))
 	}
-	if err := c.Policy().Validate(); err != nil {
+	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.OpenAI != nil && c.Model != "openai" {
@@ -253,13 +211,6 @@ func (c StageConfig) Validate() error {
 		return fmt.Errorf("stage %s: %w", c.Name, err)
 	}
 	return nil
-}
-
-// Policy is the flight policy of the stage.
-func (c StageConfig) Policy() flight.Policy {
-	return flight.Policy{Lease: c.Lease, RunningTTL: c.RunningTTL, StallTimeout: c.StallTimeout,
-		ResultTTL: c.ResultTTL, FailureTTL: c.FailureTTL, MaxAttempts: c.MaxAttempts, MaxParked: c.MaxParked,
-		Durability: c.Durability, ReplicationTimeout: c.ReplicationTimeout}
 }
 
 // fileConfig is the YAML stage file: {stages: {<name>: {<field>: <value>}}}.

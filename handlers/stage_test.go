@@ -47,7 +47,7 @@ func TestLoadStagesRefusesMistakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if stages[0].Lease != 7*time.Second || stages[0].Concurrency != 3 || stages[1].Name != "resume-summary" ||
-		stages[0].Durability != flight.DurabilityAsync || stages[0].Policy().ReplicationTimeout != time.Second {
+		stages[0].Durability != flight.DurabilityAsync || stages[0].Policy.ReplicationTimeout != time.Second {
 		t.Errorf("stages %+v", stages)
 	}
 	// x- keys hold anchors to merge from; "stages:" with every stage commented out is empty.

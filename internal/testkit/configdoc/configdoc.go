@@ -322,7 +322,8 @@ type Field struct {
 }
 
 // YAMLFields returns the settings of v, a struct, from the yaml tags of its exported fields:
-// a field of struct type (or pointer to one) contributes its own fields under its name. A
+// a field of struct type (or pointer to one) contributes its own fields under its name, an
+// embedded one tagged ",inline" its fields at its own level. A
 // pointer to a scalar is read through (nil when it is nil). Fields tagged "-" or without a
 // tag are left out. The result is sorted by path.
 func YAMLFields(v any) ([]Field, error) {
@@ -340,7 +341,11 @@ func walkYAML(v reflect.Value, prefix string, out *[]Field) {
 	t := v.Type()
 	for i := range t.NumField() {
 		sf := t.Field(i)
-		name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		if sf.Anonymous && opts == "inline" && sf.Type.Kind() == reflect.Struct {
+			walkYAML(v.Field(i), prefix, out)
+			continue
+		}
 		if !sf.IsExported() || name == "" || name == "-" {
 			continue
 		}
