@@ -11,8 +11,8 @@ type Metrics struct {
 	spooled    prometheus.GaugeFunc
 }
 
-// newMetrics makes the metrics and registers them with reg (nil: none); spooled reports the
-// outcomes waiting in the spool.
+// newMetrics makes the metrics and registers them with reg, unless reg is nil. spooled
+// reports the outcomes waiting in the spool.
 func newMetrics(reg prometheus.Registerer, spooled func() float64) (*Metrics, error) {
 	m := &Metrics{
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_archive_writes_total",

@@ -10,22 +10,22 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/journal"
 )
 
-// ErrSpoolInUse: another live process holds the archive spool of this name. It is
+// ErrSpoolInUse means another live process holds the archive spool of this name. It is
 // journal.ErrInUse, as flight.ErrSpoolInUse is.
 var ErrSpoolInUse = journal.ErrInUse
 
-// errNoKey marks a spool line without a key: it is skipped.
+// errNoKey marks a spool line without a key, which is skipped.
 var errNoKey = errors.New("archive: spool line without a key")
 
-// spool keeps outcomes the database could not take yet, one JSON line each, fsynced, in
-// archive-<name>.jsonl, locked by archive-<name>.lock while its process lives. Methods are
-// safe for concurrent use.
+// spool keeps outcomes the database could not take yet in archive-<name>.jsonl, one
+// fsynced JSON line each. archive-<name>.lock locks it while its process lives. Methods
+// are safe for concurrent use.
 type spool struct {
 	j *journal.Journal[flight.Archived]
 	n atomic.Int64 // outcomes in the file
 }
 
-// archivedCodec is the spool's journal.Codec: a flight.Archived as JSON.
+// archivedCodec is the spool's journal.Codec. It encodes a flight.Archived as JSON.
 type archivedCodec struct{}
 
 func (archivedCodec) Encode(a flight.Archived) ([]byte, error) { return json.Marshal(a) }
@@ -41,9 +41,9 @@ func (archivedCodec) Decode(line []byte) (flight.Archived, error) {
 	return a, nil
 }
 
-// openSpool opens (creating) the archive spool of name in dir, then adopts the archive
+// openSpool opens or creates the archive spool of name in dir. It then adopts the archive
 // spools in dir that no live process holds: their outcomes are appended to this one and
-// their files removed (an outcome written twice is refused by the token fence).
+// their files removed. The token fence refuses an outcome written twice.
 func openSpool(dir, name string) (*spool, error) {
 	j, err := journal.OpenDir[flight.Archived](dir, "archive", name, archivedCodec{})
 	if err != nil {
@@ -69,8 +69,8 @@ func (s *spool) add(outs []flight.Archived) error {
 	return nil
 }
 
-// take returns up to limit of the oldest spooled outcomes; done(true) removes them from the
-// file (outcomes added meanwhile stay), done(false) keeps them.
+// take returns up to limit of the oldest spooled outcomes. Calling done with true removes
+// them from the file, and outcomes added meanwhile stay. Calling it with false keeps them.
 func (s *spool) take(limit int) (outs []flight.Archived, done func(written bool) error, err error) {
 	b, err := s.j.Read(limit)
 	if err != nil || len(b.Records) == 0 {
@@ -91,6 +91,6 @@ func (s *spool) take(limit int) (outs []flight.Archived, done func(written bool)
 // len returns how many outcomes wait in the spool.
 func (s *spool) len() int { return int(max(s.n.Load(), 0)) }
 
-// close releases the spool's lock; the file stays for the next process of this name, or
+// close releases the spool's lock. The file stays for the next process of this name, or
 // for any process that adopts it.
 func (s *spool) close() error { return s.j.Close(false) }

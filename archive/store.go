@@ -28,7 +28,7 @@ type Store interface {
 	// Purge and PurgeClaims delete at most limit outcomes or claims past their retention.
 	Purge(ctx context.Context, limit int) (int64, error)
 	PurgeClaims(ctx context.Context, limit int) (int64, error)
-	// Claim and Fence keep the fence that outlives Redis (flight.Fencer).
+	// Claim and Fence keep the fence that outlives Redis, as flight.Fencer.
 	Claim(ctx context.Context, key string, token int64, ttl time.Duration) error
 	Fence(ctx context.Context, key string) (int64, bool, error)
 }
@@ -51,8 +51,8 @@ func Check(o flight.Archived) error {
 	return fmt.Errorf("%w: %s: status %q is not terminal", ErrInvalid, o.Key, o.Status)
 }
 
-// NewestPerKey keeps, for each key, the outcome with the largest token (an ON CONFLICT
-// statement may not touch one row twice).
+// NewestPerKey keeps, for each key, the outcome with the largest token, because an ON
+// CONFLICT statement may not touch one row twice.
 func NewestPerKey(outs []flight.Archived) []flight.Archived {
 	at := make(map[string]int, len(outs))
 	kept := make([]flight.Archived, 0, len(outs))

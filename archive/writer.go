@@ -16,7 +16,7 @@ import (
 
 // WriterConfig configures a Writer.
 type WriterConfig struct {
-	// Store is the archive (archive/postgres). Required.
+	// Store is the archive, such as archive/postgres's Store. Required.
 	Store Store
 	// SpoolDir and Name place the spool of outcomes the archive could not take yet:
 	// <SpoolDir>/archive-<Name>.jsonl. Required. Spools of stopped processes found in
@@ -24,15 +24,15 @@ type WriterConfig struct {
 	SpoolDir, Name string
 	// Batch is the most outcomes one write carries. Defaults to 500.
 	Batch int
-	// Queue is how many outcomes may wait in memory for a write; when it is full, Record
-	// spools (fsync) instead. Defaults to 10,000.
+	// Queue is how many outcomes may wait in memory for a write. When it is full, Record
+	// spools with fsync instead. Defaults to 10,000.
 	Queue int
 	// Retry is how often the spool is written back while the archive is away. Defaults to 1 s.
 	Retry time.Duration
 	// WriteTimeout bounds one write. Defaults to 5 s.
 	WriteTimeout time.Duration
 	// PurgeInterval is how often rows past their retention are deleted, at most PurgeBatch
-	// per statement and 10 statements per round. Defaults to 1 min and 1,000; a negative
+	// per statement and 10 statements per round. Defaults to 1 min and 1,000. A negative
 	// interval turns the purge off.
 	PurgeInterval time.Duration
 	PurgeBatch    int
@@ -42,11 +42,13 @@ type WriterConfig struct {
 	Registry prometheus.Registerer
 }
 
-// Writer archives outcomes off the owner's critical path and answers lookups: it implements
-// flight.Archive. Record queues an outcome; Run writes queued outcomes in batches (one
-// statement each), spools them to disk (fsynced) while the archive does not answer, writes
-// the spool back when it does, and purges expired rows. Create it with NewWriter, run it
-// with Run, and Close it after Run returned.
+// Writer archives outcomes off the owner's critical path and answers lookups. It
+// implements flight.Archive. Create it with NewWriter, run it with Run, and Close it after
+// Run returned.
+//
+// Record queues an outcome. Run writes queued outcomes in batches of one statement each.
+// While the archive does not answer, Run spools them to disk with fsync, and it writes the
+// spool back when the archive answers again. Run also purges expired rows.
 type Writer struct {
 	cfg     WriterConfig
 	store   Store
@@ -55,11 +57,11 @@ type Writer struct {
 	log     zerolog.Logger
 	in      chan flight.Archived
 	lookups chan lookup
-	down    atomic.Bool  // the last write or lookup failed: writes go to the spool
+	down    atomic.Bool  // the last write or lookup failed, so writes go to the spool
 	probeAt atomic.Int64 // unix ns of the next lookup allowed while down
-	lastErr atomic.Value // string: the last error, for Health
-	running atomic.Bool  // Run is running: lookups are answered
-	closing atomic.Bool  // Close began: records go to the spool directly
+	lastErr atomic.Value // the last error as a string, for Health
+	running atomic.Bool  // Run is running, so lookups are answered
+	closing atomic.Bool  // Close began, so records go to the spool directly
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -109,8 +111,8 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // Metrics returns the writer's metrics, for the caller to count rehydrates.
 func (w *Writer) Metrics() *Metrics { return w.metrics }
 
-// Record queues a for the archive without blocking on it; when the queue is full, a goes to
-// the spool (one fsync).
+// Record queues a for the archive without blocking on it. When the queue is full, a goes
+// to the spool with one fsync.
 func (w *Writer) Record(a flight.Archived) {
 	if w.closing.Load() {
 		w.spoolBatch([]flight.Archived{a})
@@ -123,14 +125,14 @@ func (w *Writer) Record(a flight.Archived) {
 	}
 }
 
-// Lookup returns the outcome archived for key within its retention (Store.Get). While the
-// archive is away, or Run is not running, it fails at once (ErrUnavailable), except for one
-// probe per Retry interval while the archive is away.
+// Lookup returns the outcome archived for key within its retention, read with
+// Store.GetMany. While the archive is away or Run is not running, it fails at once with
+// ErrUnavailable. While the archive is away, one probe per Retry interval is let through.
 func (w *Writer) Lookup(ctx context.Context, key string) (flight.Archived, bool, error) {
 	if err := w.available("lookup", key, true); err != nil {
 		return flight.Archived{}, false, err
 	}
-	// Concurrent lookups share statements: Run's lookup loops answer whatever is waiting
+	// Concurrent lookups share statements. Run's lookup loops answer whatever is waiting
 	// with one query each.
 	l := lookup{key: key, ctx: ctx, reply: make(chan lookupReply, 1)}
 	select {
@@ -146,9 +148,9 @@ func (w *Writer) Lookup(ctx context.Context, key string) (flight.Archived, bool,
 	}
 }
 
-// available fails at once (ErrUnavailable) while the archive is away, except for one probe
-// per Retry interval, and, when queued (the call waits for Run's loops), while Run is not
-// running.
+// available fails at once with ErrUnavailable while the archive is away, except for one
+// probe per Retry interval. When queued is set, because the call waits for Run's loops, it
+// also fails while Run is not running.
 func (w *Writer) available(op, key string, queued bool) error {
 	if queued && !w.running.Load() {
 		return fmt.Errorf("archive: %s %s: %w (the writer is not running)", op, key, ErrUnavailable)
@@ -222,11 +224,11 @@ func (w *Writer) lookupLoop(ctx context.Context) {
 	}
 }
 
-// ErrUnavailable: the archive did not answer lately; the call was not tried.
+// ErrUnavailable means the archive did not answer lately, so the call was not tried.
 var ErrUnavailable = errors.New("archive unavailable")
 
-// Health is the archive's state for readiness: "ok", or "down: <last error>" with the
-// number of spooled outcomes. It never fails a probe on its own.
+// Health is the archive's state for readiness: "ok", or "down" with the number of spooled
+// outcomes and the last error. It never fails a probe on its own.
 func (w *Writer) Health() string {
 	if !w.down.Load() {
 		return "ok"
@@ -246,7 +248,7 @@ func (w *Writer) markDown(err error) {
 	}
 }
 
-// Run writes queued outcomes until ctx ends; then Close writes or spools what is left.
+// Run writes queued outcomes until ctx ends. Close then writes or spools what is left.
 func (w *Writer) Run(ctx context.Context) {
 	retry := time.NewTicker(w.cfg.Retry)
 	defer retry.Stop()
@@ -291,7 +293,8 @@ func (w *Writer) Run(ctx context.Context) {
 }
 
 // linger is how long a write waits for more outcomes to share its statement. Records are
-// off the owners' path, so waiting costs no task any time; it saves the database statements.
+// off the owners' path, so waiting costs no task any time, and it saves the database
+// statements.
 const linger = 5 * time.Millisecond
 
 // collect returns first with what else is queued within linger, up to a batch.
@@ -328,7 +331,7 @@ func (w *Writer) put(ctx context.Context, batch []flight.Archived) error {
 	start := time.Now()
 	n, err := w.store.Put(wctx, batch)
 	if errors.Is(err, ErrInvalid) {
-		// Not the archive's fault: drop what cannot be stored, keep the rest.
+		// Not the archive's fault. Drop what cannot be stored and keep the rest.
 		w.log.Error().Err(err).Msg("archive: outcome dropped")
 		var ok []flight.Archived
 		for _, a := range batch {
@@ -357,8 +360,8 @@ func (w *Writer) spoolBatch(batch []flight.Archived) {
 	w.metrics.writes.WithLabelValues("spooled").Add(float64(len(batch)))
 }
 
-// writeSpool writes the spool back, a batch at a time from its head; success brings the
-// archive back up. While the archive is away one ping is all it costs.
+// writeSpool writes the spool back, a batch at a time from its head. Success brings the
+// archive back up. While the archive is away, one ping is all it costs.
 func (w *Writer) writeSpool(ctx context.Context) {
 	if w.down.Load() {
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.Retry)
@@ -418,8 +421,8 @@ func (w *Writer) purge(ctx context.Context) {
 	}
 }
 
-// Close writes what is still queued (within ctx), spools the rest, and releases the spool.
-// Call it after Run returned; a Record after Close goes to the spool file directly.
+// Close writes what is still queued within ctx, spools the rest, and releases the spool.
+// Call it after Run returned. A Record after Close goes to the spool file directly.
 func (w *Writer) Close(ctx context.Context) error {
 	w.closeMu.Lock()
 	defer w.closeMu.Unlock()

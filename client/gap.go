@@ -13,25 +13,25 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Result streams are capped (approximately, by XADD MAXLEN): a task's event can be trimmed
-// before a slow client reads it. Await and Collect therefore check, when they start and every
-// gapCheckEvery while they wait, whether their stream lost entries past where they started
-// reading; for the tasks whose event may be among them they read the outcome from the
-// flight itself (meta and result, by the receipt's request key). A flight that has no final
-// outcome yet (or whose record expired too) keeps them waiting for the event.
+// Result streams are capped approximately by XADD MAXLEN, so a task's event can be trimmed
+// before a slow client reads it. Await and Collect therefore check, when they start and
+// every gapCheckEvery while they wait, whether their stream lost entries past where they
+// started reading. For the tasks whose event may be among them, they read the outcome from
+// the flight's meta and result by the receipt's request key. A flight with no final outcome
+// yet, or whose record expired too, keeps them waiting for the event.
 
 // gapCheckEvery is how often Await and Collect look for a trimmed result stream while they
 // wait.
 const gapCheckEvery = 2 * time.Second
 
-// trimmedPast reports whether the stream lost entries after the id from: trimmed ones (the
-// oldest entries go first, so some are gone after from when its first entry is newer than
-// from, or when it is empty and its last id is not older than from) or deleted ones (its
-// largest deleted id is not below from).
+// trimmedPast reports whether the stream lost entries after the id from, by trimming or by
+// deletion. Trimming removes the oldest entries first, so entries after from are gone when
+// the first entry is newer than from, or when the stream is empty and its last id is not
+// older than from. Deleted entries count when the largest deleted id is not below from.
 func (c *Client) trimmedPast(ctx context.Context, stream, from string) bool {
 	info, err := c.rdb.XInfoStream(ctx, stream).Result()
 	if err != nil {
-		return false // no stream (nothing was trimmed), or Redis away: the read loop retries
+		return false // no stream means nothing was trimmed. If Redis is away, the read loop retries.
 	}
 	if md := info.MaxDeletedEntryID; md != "" && md != "0-0" && !topics.IDLess(md, from) {
 		return true
@@ -49,9 +49,10 @@ func (c *Client) trimmedPast(ctx context.Context, stream, from string) bool {
 	return topics.IDLess(from, first)
 }
 
-// outcomes reads the final outcomes of the receipts' flights (one pipeline) and returns the
-// events they stand for, by task id: status, token, attempts and the result or error, marked
-// shared "hit" (the event itself was lost). Flights without a final outcome are left out.
+// outcomes reads the final outcomes of the receipts' flights in one pipeline. It returns
+// the events they stand for by task id, with status, token, attempts and the result or
+// error, marked shared "hit" because the event itself was lost. Flights without a final
+// outcome are left out.
 func (c *Client) outcomes(ctx context.Context, receipts []Receipt) map[string]topics.Event {
 	type reads struct {
 		meta *redis.MapStringStringCmd

@@ -19,14 +19,14 @@ import (
 
 // Read loop tuning.
 const (
-	// readBlock is the XREAD BLOCK of the read loops: short, so that a cancelled context
-	// ends a loop within this long even without a deadline.
+	// readBlock is the XREAD BLOCK of the read loops. It is short so that a cancelled
+	// context ends a loop within this long even without a deadline.
 	readBlock = 500 * time.Millisecond
 	// readCount is the XREAD COUNT per stream.
 	readCount = 1000
 	// lookBack is how far before a receipt's task entry Await and Collect start reading the
 	// result stream, so that an event published before the call is not missed. Both streams
-	// are stamped by the same Redis clock; the margin covers a Redis failover to a replica
+	// are stamped by the same Redis clock. The margin covers a Redis failover to a replica
 	// whose clock is slightly behind.
 	lookBack = 5 * time.Second
 	// Backoff between retries of a failed XREAD.
@@ -34,11 +34,11 @@ const (
 	maxBackoff = 5 * time.Second
 )
 
-// follow reads the streams of cur (stream name to the last id seen, exclusive) until handle
-// returns true (follow returns nil) or ctx ends (follow returns the context's error). It
-// advances cur as it goes. Redis errors are reported to Config.Errors and retried with
-// exponential backoff and jitter. tick, when set, runs before every read; when it returns
-// true follow returns nil.
+// follow reads the streams of cur, which maps a stream name to the last id seen. It returns
+// nil when handle returns true, and the context's error when ctx ends. It advances cur as
+// it goes. Redis errors are reported to Config.Errors and retried with exponential backoff
+// and jitter. tick, when set, runs before every read. When tick returns true, follow
+// returns nil.
 func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(topics.StreamEvent) bool, tick func() bool) error {
 	backoff := minBackoff
 	for {
@@ -48,7 +48,7 @@ func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(
 		block := readBlock
 		if dl, ok := ctx.Deadline(); ok {
 			// Block no longer than the context lives, so that the read ends by itself rather
-			// than by a connection deadline (which would cost the pooled connection).
+			// than by a connection deadline, which would cost the pooled connection.
 			left := time.Until(dl) - 5*time.Millisecond
 			if left < time.Millisecond {
 				<-ctx.Done()
@@ -82,7 +82,8 @@ func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(
 }
 
 // ctxErr returns ctx's error, or context.DeadlineExceeded when its deadline has passed but
-// its timer has not fired yet (a read that failed with an i/o timeout at the deadline).
+// its timer has not fired yet, as after a read that failed with an i/o timeout at the
+// deadline.
 func ctxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -104,7 +105,7 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
 }
 
-// sleep waits d or until ctx ends; it reports whether it waited the whole d.
+// sleep waits d or until ctx ends. It reports whether it waited the whole d.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -127,8 +128,8 @@ func streamNames(cur map[string]string) string {
 
 // startMillis returns the millisecond, on the Redis clock, after which Await and Collect
 // read r's result stream: the task entry's time minus lookBack. A receipt without a valid
-// StreamID falls back to EnqueuedAt (the client clock) minus lookBack, else to 0 (the
-// whole stream).
+// StreamID falls back to EnqueuedAt on the client clock minus lookBack. Without either it
+// returns 0, the whole stream.
 func startMillis(r Receipt) int64 {
 	m, _, ok := parseID(r.StreamID)
 	ms := int64(min(m, math.MaxInt64))
@@ -164,19 +165,21 @@ func checkReceipt(r Receipt) error {
 	return nil
 }
 
-// Await waits for the terminal event of the task of r on ai:results:<r.Stage> and returns
-// the first one published: the first event whose task id, tenant and request key match r
-// (Receipt.Matches). It starts reading 5 s before the task's entry time (from
-// r.StreamID, which the same Redis clock stamps), so an event published before Await was
-// called is found too; events of other tasks are skipped. When the result stream was trimmed
-// past that point (it is capped), the task's event may be gone: Await then returns the
-// outcome stored in the task's flight (by r.RequestKey) as an event marked shared "hit",
-// once the flight has one. A SUCCEEDED event that carries only resultRef (its result was too
-// large to inline in a follower's or a hit's event) gets its Result read from the flight
-// while the flight keeps it. It blocks in XREAD for at most 500 ms at a time, so a cancelled
-// ctx ends it promptly. Redis errors are retried with backoff (and reported to
-// Config.Errors) until ctx ends; the error then wraps ctx.Err(), and ErrUnknownStage too when
-// no consumer has registered the task's stage.
+// Await waits for the terminal event of r's task on ai:results:<r.Stage> and returns the
+// first one published that matches r, as Receipt.Matches decides. Events of other tasks
+// are skipped.
+//
+// It starts reading 5 s before the task's entry time in r.StreamID, which the same Redis
+// clock stamps, so an event published before Await was called is found too. The result
+// stream is capped. When it was trimmed past that point, the task's event may be gone, and
+// Await returns the outcome stored in the task's flight under r.RequestKey once the flight
+// has one, as an event marked shared "hit". A SUCCEEDED event that carries only resultRef
+// gets its Result read from the flight while the flight keeps it.
+//
+// Await blocks in XREAD for at most 500 ms at a time, so a cancelled ctx ends it promptly.
+// Redis errors are reported to Config.Errors and retried with backoff until ctx ends. The
+// error then wraps ctx.Err(), and also ErrUnknownStage when no consumer has registered
+// the task's stage.
 func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	if err := checkReceipt(r); err != nil {
 		return topics.Event{}, err
@@ -210,17 +213,20 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 }
 
 // Collect waits for the terminal events of all receipts with one reader over the result
-// streams of every stage involved, and calls fn once per receipt with the first event
-// published for its task (matched as in Receipt.Matches; later duplicates are dropped;
-// receipts that share a task id count once, as the first of them). fn runs on Collect's
-// goroutine, in stream order per stage. Each stage's stream is read from 5 s before its earliest receipt, as Await does, in batches of up to
-// 1000 entries, with O(1) work per entry, so 10k receipts cost about as many entries read.
+// streams of every stage involved. It calls fn once per receipt with the first event
+// published for its task that Receipt.Matches accepts. Later duplicates are dropped, and
+// receipts that share a task id count once, as the first of them. fn runs on Collect's
+// goroutine, in stream order per stage.
 //
-// Results that an event carries only as resultRef are read as Await reads them (once per
-// flight run). Collect returns nil once every receipt has its event. Receipts whose event was trimmed from
-// a capped result stream get the outcome stored in their flight instead, as Await does.
-// When ctx ends first it returns an error that wraps ctx.Err() and tells how many events are
-// missing. Redis errors are retried with backoff (and reported to Config.Errors).
+// Each stage's stream is read from 5 s before its earliest receipt, as Await does, in
+// batches of up to 1000 entries. The work per entry is O(1), so 10k receipts cost about as
+// many entries read. Results that an event carries only as resultRef are read as Await
+// reads them, once per flight run. Receipts whose event was trimmed from a capped result
+// stream get the outcome stored in their flight instead, as Await does.
+//
+// Collect returns nil once every receipt has its event. When ctx ends first, it returns
+// an error that wraps ctx.Err() and tells how many events are missing. Redis errors are
+// reported to Config.Errors and retried with backoff.
 func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics.Event)) error {
 	pending := make(map[string]Receipt, len(receipts)) // task id -> its first receipt
 	from := make(map[string]int64)                     // result stream -> earliest start millisecond
@@ -268,14 +274,14 @@ func (c *Client) Collect(ctx context.Context, receipts []Receipt, fn func(topics
 }
 
 // Subscribe follows the result streams of stages and sends every entry on the returned
-// channel, in stream order per stage (entries that are not valid events carry Err). from
-// is where to start on every stream: "$" for entries added after Subscribe returns, "0" for
-// all entries, or a stream id ("ms-seq" or "ms") to start after. "$" is resolved to each
+// channel, in stream order per stage. Entries that are not valid events carry Err. from is
+// where to start on every stream: "$" for entries added after Subscribe returns, "0" for
+// all entries, or a stream id "ms-seq" or "ms" to start after. "$" is resolved to each
 // stream's last id before Subscribe returns, so no entry is lost across reconnects.
 //
-// The loop blocks in XREAD for at most 500 ms at a time; Redis errors are retried with
-// exponential backoff (and reported to Config.Errors). The channel is closed when ctx ends;
-// the caller must keep receiving until then, or the loop stalls (it never drops entries).
+// The loop blocks in XREAD for at most 500 ms at a time. Redis errors are reported to
+// Config.Errors and retried with exponential backoff. The channel is closed when ctx ends.
+// The caller must keep receiving until then: the loop never drops entries, so it stalls.
 // Subscribe returns an error when stages is empty, a stage or from is malformed, or "$"
 // cannot be resolved.
 func (c *Client) Subscribe(ctx context.Context, stages []string, from string) (<-chan topics.StreamEvent, error) {
@@ -319,12 +325,12 @@ func (c *Client) Subscribe(ctx context.Context, stages []string, from string) (<
 	return ch, nil
 }
 
-// lastIDs returns the last id each stage's result stream generated ("0-0" for a stream that
-// does not exist yet), in one round trip. It reads XINFO STREAM, which the producer ACL grants
-// (docs/SECURITY.md), rather than the stream's entries.
+// lastIDs returns the last id each stage's result stream generated, in one round trip. A
+// stream that does not exist yet gets "0-0". It reads XINFO STREAM, which the producer ACL
+// grants as docs/SECURITY.md describes, rather than the stream's entries.
 func (c *Client) lastIDs(ctx context.Context, stages []string) (map[string]string, error) {
 	cmds := make(map[string]*redis.XInfoStreamCmd, len(stages))
-	// The pipeline's error is its first command's; each command is judged on its own below.
+	// The pipeline's error is its first command's. Each command is judged on its own below.
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, s := range stages {
 			name := c.ks.Results(s)

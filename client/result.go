@@ -7,17 +7,18 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// results reads the result of SUCCEEDED events that carry only resultRef (a result too large
-// to inline in a follower's or a hit's event), once per flight run: the events of one run share
-// its owner token, and so its result.
+// results reads the result of SUCCEEDED events that carry only resultRef, once per flight
+// run. Such a result was too large to inline in a follower's or a hit's event. The events
+// of one run share its owner token, and so its result.
 type results struct {
 	c     *Client
 	cache map[string][]byte // resultRef + " " + owner token -> result
 }
 
 // fill returns ev with Result read from its flight when it has only ResultRef, while the
-// flight keeps it (its resultTTL). A ref outside the client's keyspace is not followed; an
-// error, or a result already gone, leaves the event as it is (ResultRef set, Result empty).
+// flight keeps it for its resultTTL. A ref outside the client's keyspace is not followed.
+// An error or a result already gone leaves the event as it is, with ResultRef set and
+// Result empty.
 func (r *results) fill(ctx context.Context, ev topics.Event) topics.Event {
 	if ev.Status != topics.StatusSucceeded || len(ev.Result) > 0 || ev.ResultRef == "" ||
 		ev.RequestKey == "" || ev.ResultRef != r.c.ks.Result(ev.RequestKey) {

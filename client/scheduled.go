@@ -37,10 +37,10 @@ type scheduledEntry struct {
 	due    time.Time
 }
 
-// Scheduled returns the tasks of requestKey that wait in their stage's scheduled set (a
-// notBefore ahead, or a long retry delay), soonest first. It reads only the key's own members
-// (through its index), and looks through the set of a version without the index only while
-// that holds tasks.
+// Scheduled returns the tasks of requestKey that wait in their stage's scheduled set,
+// soonest first. A task waits there for a notBefore ahead or a long retry delay. It reads
+// only the key's own members through its index. It looks through the set of a version
+// without the index only while that set holds tasks.
 func (c *Client) Scheduled(ctx context.Context, requestKey string) ([]ScheduledTask, error) {
 	stage := stageOfKey(requestKey)
 	if stage == "" {
@@ -81,7 +81,7 @@ func (c *Client) scheduled(ctx context.Context, stage, requestKey string) ([]Sch
 			return nil, err
 		}
 		for id, sc := range scores {
-			if sc.Err() == nil { // redis.Nil: not in the set (being appended, or just gone)
+			if sc.Err() == nil { // redis.Nil: not in the set, being appended or just gone
 				out = append(out, ScheduledTask{TaskID: ids[id], DueAt: time.UnixMilli(int64(sc.Val()))})
 			}
 		}
@@ -101,8 +101,8 @@ func (c *Client) scheduled(ctx context.Context, stage, requestKey string) ([]Sch
 	return out, nil
 }
 
-// legacyScheduled returns the members of requestKey in the set a version without the index
-// kept its stage's scheduled tasks in (the payloads themselves), scanning that set.
+// legacyScheduled scans the set in which a version without the index kept its stage's
+// scheduled task payloads, and returns the members of requestKey.
 func (c *Client) legacyScheduled(ctx context.Context, stage, requestKey string) ([]scheduledEntry, error) {
 	var out []scheduledEntry
 	var cursor uint64
@@ -132,11 +132,11 @@ func (c *Client) legacyScheduled(ctx context.Context, stage, requestKey string) 
 }
 
 // CancelScheduled cancels the tasks of requestKey that wait in their stage's scheduled set
-// (a notBefore ahead, or a long retry delay) and have no flight yet: each is removed from the
-// set and gets a CANCELLED event (errorType and errorCode "cancelled", reason as error). It
-// returns how many it cancelled. It reads only the key's own members (through its index;
-// see Scheduled for tasks scheduled by a version without it). A task the schedule loop took
-// for appending at the same moment is not cancelled here: cancel its flight once it runs.
+// and have no flight yet, and returns how many it cancelled. Each is removed from the set
+// and gets a CANCELLED event with errorType and errorCode "cancelled" and reason as error.
+// Like Scheduled, it finds the key's own members through its index and also handles the
+// set of a version without the index. A task the schedule loop took for appending at the
+// same moment is not cancelled here: cancel its flight once it runs.
 func (c *Client) CancelScheduled(ctx context.Context, requestKey, reason string) (int, error) {
 	if reason == "" {
 		reason = "cancelled"
@@ -155,7 +155,7 @@ func (c *Client) CancelScheduled(ctx context.Context, requestKey, reason string)
 	for _, v := range res[1:] {
 		p, _ := v.(string)
 		t, err := topics.DecodeTask([]byte(p), c.cfg.Limits)
-		if err != nil { // valid when it was scheduled; a changed limit may refuse it now
+		if err != nil { // valid when it was scheduled, but a changed limit may refuse it now
 			t = topics.Task{TaskID: topics.NamedField([]byte(p), "taskId"), Tenant: topics.NamedField([]byte(p), "tenant")}
 		}
 		removed = append(removed, t)

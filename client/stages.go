@@ -15,13 +15,13 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// StageInfo is a stage of the stage registry: a stage that a consumer process consumes or
-// consumed, with its partitions, mode and model, the last consumer that registered it and
-// when (see topics.Keyspace.Stages).
+// StageInfo is an entry of the stage registry at topics.Keyspace.Stages. It names a stage
+// that a consumer process consumes or consumed, with its partitions, mode and model, and
+// the last consumer that registered it and when.
 type StageInfo = topics.StageInfo
 
-// ErrUnknownStage: a stage that no consumer has registered (CheckStages). The error is an
-// *UnknownStageError, which lists the known stages.
+// ErrUnknownStage is matched by the error CheckStages returns for a stage that no consumer
+// has registered. That error is an *UnknownStageError, which lists the known stages.
 var ErrUnknownStage = errors.New("client: unknown stage")
 
 // UnknownStageError is the error of CheckStages: stages no consumer has registered. It
@@ -29,8 +29,8 @@ var ErrUnknownStage = errors.New("client: unknown stage")
 type UnknownStageError struct {
 	// Unknown are the stages asked for that the registry does not hold, in the order asked.
 	Unknown []string
-	// Known are the registered stages, sorted; empty when no consumer has registered any
-	// stage under the client's keyspace yet.
+	// Known are the registered stages, sorted. It is empty when no consumer has registered
+	// any stage under the client's keyspace yet.
 	Known []string
 }
 
@@ -53,9 +53,9 @@ func (e *UnknownStageError) Error() string {
 // Is reports whether target is ErrUnknownStage.
 func (e *UnknownStageError) Is(target error) bool { return target == ErrUnknownStage }
 
-// Stages returns the stage registry of the client's keyspace, sorted by name: every stage
-// that a consumer process has registered (at start and on each of its liveness beats),
-// including stages whose consumers have stopped since (LastSeen tells).
+// Stages returns the stage registry of the client's keyspace, sorted by name. It holds
+// every stage that a consumer process has registered at start or on a liveness beat,
+// including stages whose consumers have stopped since. LastSeen tells which.
 func (c *Client) Stages(ctx context.Context) ([]StageInfo, error) {
 	st, _, err := broker.ReadStages(ctx, c.rdb, c.ks)
 	if err != nil {
@@ -64,12 +64,12 @@ func (c *Client) Stages(ctx context.Context) ([]StageInfo, error) {
 	return st, nil
 }
 
-// CheckStages returns an *UnknownStageError (matching ErrUnknownStage) when one of stages is
-// not in the stage registry: no consumer has ever consumed it, so a task enqueued there would
-// wait on a stream that nobody reads (a typo, or a prefix that differs from the consumers').
-// Enqueue does not check (it would cost a registry read per call, and a producer's ACL
-// need not allow reading the registry): call CheckStages once before enqueueing, as the
-// producer CLI does.
+// CheckStages returns an *UnknownStageError, matching ErrUnknownStage, when one of stages
+// is not in the stage registry. No consumer has ever consumed such a stage, so a task
+// enqueued there would wait on a stream that nobody reads. The cause is often a typo or a
+// prefix that differs from the consumers'. Enqueue does not check, because that would cost
+// a registry read per call and a producer's ACL need not allow reading the registry. Call
+// CheckStages once before enqueueing, as the producer CLI does.
 func (c *Client) CheckStages(ctx context.Context, stages ...string) error {
 	reg, err := c.Stages(ctx)
 	if err != nil {
@@ -96,25 +96,25 @@ func (c *Client) CheckStages(ctx context.Context, stages ...string) error {
 type StreamStatus struct {
 	// Stream is the task stream.
 	Stream string
-	// Exists is false when the stream does not exist (nothing was ever enqueued there, or it
-	// was deleted).
+	// Exists is false when the stream does not exist: nothing was ever enqueued there, or
+	// it was deleted.
 	Exists bool
-	// Length counts the stream's entries (acknowledged ones stay until consumers trim them).
+	// Length counts the stream's entries. Acknowledged ones stay until consumers trim them.
 	Length int64
 	// Group is true when the consumer group exists on the stream: some consumer has read it.
 	Group bool
-	// Lag counts the entries not yet delivered to the group (-1: Redis cannot tell).
+	// Lag counts the entries not yet delivered to the group, or -1 when Redis cannot tell.
 	Lag int64
 	// Pending counts the entries delivered and not yet acknowledged, parked ones included.
 	Pending int64
 	// Parked counts the pending entries of tasks that follow a running flight.
 	Parked int64
-	// Consumers counts the consumers of the group (the parking consumer left out).
+	// Consumers counts the consumers of the group, leaving out the parking consumer.
 	Consumers int
-	// LastRead is how long ago the group's most recently active consumer read or claimed
-	// (-1: no consumer).
+	// LastRead is how long ago the group's most recently active consumer read or claimed,
+	// or -1 when there is no consumer.
 	LastRead time.Duration
-	// OldestPending is the id of the lowest pending entry ("" when nothing is pending).
+	// OldestPending is the id of the lowest pending entry, or "" when nothing is pending.
 	OldestPending string
 	// OldestPendingBy is the consumer that holds OldestPending.
 	OldestPendingBy string
@@ -122,8 +122,8 @@ type StreamStatus struct {
 	OldestPendingIdle time.Duration
 }
 
-// StreamStatuses reads, in one round trip, each task stream's length and consumer group
-// (XLEN, XINFO GROUPS, XINFO CONSUMERS, and XPENDING for the lowest pending entry).
+// StreamStatuses reads each task stream's length and consumer group in one round trip. It
+// sends XLEN, XINFO GROUPS, XINFO CONSUMERS, and XPENDING for the lowest pending entry.
 func (c *Client) StreamStatuses(ctx context.Context, streams ...string) ([]StreamStatus, error) {
 	type cmds struct {
 		length    *redis.IntCmd

@@ -9,11 +9,12 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Summary sums up the terminal events of a set of receipts (see Tally).
+// Summary sums up the terminal events of a set of receipts, as a Tally counts them.
 type Summary struct {
 	// Tasks is the number of distinct task ids expected.
 	Tasks int `json:"tasks"`
-	// Events is the number of tasks that got their event; Missing the number still waiting.
+	// Events is the number of tasks that got their event. Missing is the number still
+	// waiting.
 	Events  int `json:"events"`
 	Missing int `json:"missing"`
 	// DistinctKeys is the number of distinct request keys among the events.
@@ -28,19 +29,20 @@ type Summary struct {
 	Archive  int `json:"archive"`
 	// Failures counts events whose status is not SUCCEEDED.
 	Failures int `json:"failures"`
-	// P50Ms and P99Ms are latency percentiles (nearest rank) in milliseconds: the event's
-	// arrival time minus the receipt's EnqueuedAt.
+	// P50Ms and P99Ms are nearest-rank latency percentiles in milliseconds. Latency is the
+	// event's arrival time minus the receipt's EnqueuedAt.
 	P50Ms float64 `json:"p50Ms"`
 	P99Ms float64 `json:"p99Ms"`
 	// WallMs is the time from the tally's start to the end passed to Summary.
 	WallMs int64 `json:"wallMs"`
 }
 
-// Tally matches terminal events to receipts, in any order, counting each task's first event
-// only, and sums them up in a Summary. It lets a caller start reading results (Subscribe)
-// before it enqueues, so that arrival times are measured as events come: an event observed
-// before its receipt is registered is kept until Expect, or until Seal (after which
-// events of unknown tasks are dropped). It is safe for concurrent use.
+// Tally matches terminal events to receipts in any order and sums them up in a Summary,
+// counting each task's first event only. It is safe for concurrent use.
+//
+// A caller can start reading results with Subscribe before it enqueues, so that arrival
+// times are measured as events come. An event observed before its receipt is registered
+// is kept until Expect or Seal. After Seal, events of unknown tasks are dropped.
 type Tally struct {
 	start time.Time
 	done  chan struct{}
@@ -56,8 +58,8 @@ type Tally struct {
 	closed   bool
 }
 
-// maxEarly bounds the events kept per unknown task id until its receipt is registered: a
-// foreign event under the same id must not crowd out the task's own.
+// maxEarly bounds the events kept per unknown task id until its receipt is registered, so
+// that a foreign event under the same id cannot crowd out the task's own.
 const maxEarly = 4
 
 type arrival struct {
@@ -77,9 +79,9 @@ func NewTally(start time.Time) *Tally {
 	}
 }
 
-// Expect registers r. When an event of r's task (Receipt.Matches) was observed already, it
-// is counted now and returned with true, so that the caller can report it. A task id
-// registered twice counts once, as the first receipt.
+// Expect registers r. When an event matching r was observed already, it is counted now and
+// returned with true, so that the caller can report it. A task id registered twice counts
+// once, as the first receipt.
 func (t *Tally) Expect(r Receipt) (topics.Event, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -100,8 +102,8 @@ func (t *Tally) Expect(r Receipt) (topics.Event, bool) {
 }
 
 // Observe records e, which arrived at at. It returns true when e is the first event of an
-// expected task (and was counted), false for a duplicate, an event that does not match the
-// task's receipt (Receipt.Matches), or a task not expected (yet).
+// expected task and was counted. It returns false for a duplicate, for an event that the
+// task's receipt does not match, and for a task not expected yet.
 func (t *Tally) Observe(e topics.Event, at time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -186,7 +188,7 @@ func (t *Tally) Summary(end time.Time) Summary {
 }
 
 // Missing returns the receipts of the expected tasks that have no event yet, in enqueue
-// order (by EnqueuedAt, then stream entry).
+// order: by EnqueuedAt, then by stream entry.
 func (t *Tally) Missing() []Receipt {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -212,7 +214,7 @@ func (t *Tally) Missing() []Receipt {
 }
 
 // percentileMs returns the nearest-rank p-th percentile of sorted in milliseconds, rounded
-// to 0.1 ms; 0 when sorted is empty.
+// to 0.1 ms. It returns 0 when sorted is empty.
 func percentileMs(sorted []time.Duration, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0

@@ -4,20 +4,20 @@ import "github.com/flightdeck-ai/flightdeck/topics"
 
 // The task and event types of package topics, so that a service needs only this package.
 
-// Task is one task to enqueue (topics.Task): Stage, Tenant and Input are required; TaskID
-// (default a UUID), SessionID, RequestKey, ModelVersion, PromptVersion, Params, Deadline and
-// NotBefore are optional.
+// Task is one task to enqueue. Stage, Tenant and Input are required. TaskID defaults to a
+// UUID. SessionID, RequestKey, ModelVersion, PromptVersion, Params, Deadline and NotBefore
+// are optional.
 type Task = topics.Task
 
-// Event is a task's terminal event (topics.Event): TaskID, RequestKey, Status, Shared, Result
-// (or ErrorType, ErrorCode and Error), OwnerToken, Attempts, QueuedMs and RunMs.
+// Event is a task's terminal event. It carries TaskID, RequestKey, Status, Shared, Result
+// or else ErrorType, ErrorCode and Error, OwnerToken, Attempts, QueuedMs and RunMs.
 type Event = topics.Event
 
-// Keyspace names the streams and keys of one deployment; the zero value is the default "ai"
-// prefix (topics.Keyspace).
+// Keyspace names the streams and keys of one deployment. The zero value is the default
+// "ai" prefix.
 type Keyspace = topics.Keyspace
 
-// Status is how a task ended (topics.Status).
+// Status is how a task ended.
 type Status = topics.Status
 
 // How a task ends.
@@ -28,7 +28,7 @@ const (
 	StatusExpired   = topics.StatusExpired
 )
 
-// Shared tells how a task got its outcome (topics.Shared).
+// Shared tells how a task got its outcome.
 type Shared = topics.Shared
 
 // Ways a task gets its outcome: its own model call, another task's, a stored result, an
@@ -44,5 +44,5 @@ const (
 // ErrInvalidTask is wrapped by the error of a task refused before anything is written.
 var ErrInvalidTask = topics.ErrInvalidTask
 
-// InvalidTaskError names the field of a refused task and the reason (topics.InvalidTaskError).
+// InvalidTaskError names the field of a refused task and the reason.
 type InvalidTaskError = topics.InvalidTaskError

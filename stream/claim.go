@@ -11,12 +11,13 @@ import (
 const maxCandidates = 1000
 
 // claimLoop looks at other consumers' pending entries every ClaimInterval, whether or not a
-// handler is free: per consumer, the entries idle at least ClaimIdle (ParkCheck for the
-// parking consumer), from a cursor that moves on every pass, so that no number of live
-// entries hides a dead one. Check decides; claimed entries wait as candidates until a handler
-// is free, and parked ones whose flight is alive are touched so they rest until the next
-// check. This consumer's own pending entries that it does not hold (lost track of) are taken
-// back the same way.
+// handler is free. Per consumer it reads the entries idle at least ClaimIdle, or ParkCheck
+// for the parking consumer, from a cursor that moves on every pass. That way no number of
+// live entries hides a dead one.
+//
+// Check decides. Claimed entries wait as candidates until a handler is free. Parked entries
+// whose flight is alive are touched so they rest until the next check. This consumer's own
+// pending entries that it has lost track of are taken back the same way.
 func (l *topicLoop) claimLoop() {
 	t := time.NewTicker(l.s.cfg.ClaimInterval)
 	defer t.Stop()
@@ -140,8 +141,8 @@ func (l *topicLoop) scan(ctx context.Context, cursors map[string]string) error {
 	return nil
 }
 
-// fill reads the fields of the given entries (XRANGE, pipelined); an entry that is gone from
-// the stream keeps nil fields.
+// fill reads the fields of the given entries with pipelined XRANGE. An entry that is gone
+// from the stream keeps nil fields.
 func (l *topicLoop) fill(ctx context.Context, msgs []redis.XMessage) error {
 	cmds, err := l.s.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, m := range msgs {
@@ -166,8 +167,9 @@ func (l *topicLoop) isHeld(id string) bool {
 	return l.held[id] != nil
 }
 
-// claim takes up to n candidates over (XCLAIM with their idle threshold, so that an entry
-// touched or claimed by someone else meanwhile is left alone) and returns how many it took.
+// claim takes over up to n candidates and returns how many it took. It sends XCLAIM with
+// their idle threshold, so that an entry touched or claimed by someone else meanwhile is
+// left alone.
 func (l *topicLoop) claim(n int) int {
 	cfg := &l.s.cfg
 	l.mu.Lock()

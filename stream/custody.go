@@ -12,11 +12,11 @@ import (
 	"github.com/flightdeck-ai/flightdeck/lua"
 )
 
-// touchLoop keeps custody of every entry the topic holds: each TouchInterval it resets their
-// idle time (only those still pending under this consumer), so that no other consumer claims
-// them while this process lives, until Close hands them over. Entries found taken over or
-// acknowledged elsewhere are dropped unless a handler has them (see drop for those gone from
-// the stream).
+// touchLoop keeps custody of every entry the topic holds until Close hands them over. Each
+// TouchInterval it resets the idle time of those still pending under this consumer, so
+// that no other consumer claims them while this process lives. Entries found taken over
+// or acknowledged elsewhere are dropped unless a handler has them. drop describes the
+// entries gone from the stream.
 func (l *topicLoop) touchLoop() {
 	t := time.NewTicker(l.s.cfg.TouchInterval)
 	defer t.Stop()
@@ -67,10 +67,10 @@ func (l *topicLoop) heldIDs() []string {
 	return ids
 }
 
-// touch sets the idle time of the entries this consumer still holds (0: touch; large: hand
-// over) and returns the ids it no longer holds: lost (the stream has them: acknowledged or
-// claimed) and gone (the stream does not: lost with Redis's data, or trimmed once
-// acknowledged).
+// touch sets the idle time of the entries this consumer still holds. An idle of 0 touches
+// them and a large one hands them over. It returns the ids it no longer holds. Lost ids are
+// still in the stream, acknowledged or claimed. Gone ids are not, because they were lost
+// with Redis's data or trimmed once acknowledged.
 func (l *topicLoop) touch(ctx context.Context, ids []string, idle time.Duration) (lost, gone []string) {
 	for start := 0; start < len(ids); start += 500 {
 		chunk := ids[start:min(start+500, len(ids))]
@@ -115,8 +115,8 @@ func (noGroupError) Error() string { return "NOGROUP the consumer group is gone"
 
 var errNoGroup error = noGroupError{}
 
-// releaseAll hands every entry the topic still holds over to the other consumers; the touch
-// loop touches none of them afterwards.
+// releaseAll hands every entry the topic still holds over to the other consumers. The
+// touch loop touches none of them afterwards.
 func (l *topicLoop) releaseAll(ctx context.Context) {
 	l.touchMu.Lock()
 	defer l.touchMu.Unlock()
@@ -130,8 +130,8 @@ func (l *topicLoop) releaseAll(ctx context.Context) {
 	l.s.log.Info().Str("stream", l.topic).Int("entries", len(ids)).Msg("held entries handed over to the other consumers")
 }
 
-// acker acknowledges settled entries in batches: whatever accumulated while the previous
-// XACK was on the wire goes in the next one (one pipeline for all streams).
+// acker acknowledges settled entries in batches. Whatever accumulated while the previous
+// XACK was on the wire goes in the next one, in one pipeline for all streams.
 type acker struct {
 	rdb   redis.UniversalClient
 	group string
@@ -166,8 +166,8 @@ func (a *acker) run(done <-chan struct{}) {
 			return
 		case <-a.kick:
 			if !a.flush() {
-				// Redis is away: the entries stay pending under this consumer meanwhile; try
-				// again shortly.
+				// Redis is away. The entries stay pending under this consumer meanwhile.
+				// Try again shortly.
 				select {
 				case <-done:
 				case <-time.After(200 * time.Millisecond):
@@ -181,7 +181,7 @@ func (a *acker) run(done <-chan struct{}) {
 	}
 }
 
-// flush sends what is pending; it reports false when the XACKs failed (they are kept).
+// flush sends what is pending. It reports false when the XACKs failed, and keeps them.
 func (a *acker) flush() bool {
 	a.mu.Lock()
 	batch := a.pending
@@ -204,7 +204,7 @@ func (a *acker) flush() bool {
 		return nil
 	})
 	if err != nil && strings.Contains(err.Error(), "NOGROUP") {
-		return true // the group is gone (Redis lost it): nothing is left to acknowledge
+		return true // Redis lost the group, so nothing is left to acknowledge
 	}
 	if err != nil {
 		a.log.Warn().Err(err).Int("entries", n).Msg("acknowledging entries failed; retrying")

@@ -21,22 +21,22 @@ const (
 	stateDelayed        // waiting for its due time
 )
 
-// heldEntry is an entry this process holds (pending under its consumer name).
+// heldEntry is an entry this process holds, pending under its consumer name.
 type heldEntry struct {
 	id         string
 	values     map[string]any
 	deliveries int64
 	how        string
-	// addedAfter: the entry was added to the stream after this time (read entries only; zero:
-	// unknown). See MetaAddedAfter.
+	// addedAfter is a time before the entry was added to the stream. It is set for read
+	// entries only, and zero means unknown. See MetaAddedAfter.
 	addedAfter time.Time
 	due        time.Time
 	state      int
 	index      int // position in the delayed heap
-	// finishing: handed out, and its handler said it is finishing (Finishing): its slot counts
-	// as free while the message is not yet settled.
+	// finishing is set when the entry is handed out and its handler called Finishing. Its
+	// slot counts as free while the message is not yet settled.
 	finishing bool
-	// note is what the handler of its last delivery left with DelayWith (MetaNote).
+	// note is what the handler of its last delivery left with DelayWith. See MetaNote.
 	note string
 }
 
@@ -55,9 +55,10 @@ func (h *delayHeap) Pop() any {
 	return e
 }
 
-// topicLoop consumes one topic: it hands entries out to at most Capacity handlers, in this
-// order: entries ready (recovered, claimed, due after a delay), then claim candidates, then
-// this consumer's own pending entries left by an earlier run, then new entries.
+// topicLoop consumes one topic. It hands entries out to at most Capacity handlers in this
+// order: ready entries that were recovered, claimed or are due after a delay, then claim
+// candidates, then this consumer's own pending entries left by an earlier run, then new
+// entries.
 type topicLoop struct {
 	s     *Subscriber
 	topic string
@@ -78,14 +79,14 @@ type topicLoop struct {
 	recoverAt  string
 	settled    *sync.Cond
 	// drained is when the last read of new entries that found no more than it returned was
-	// sent: every entry read later was added after it. Used by the loop's goroutine only.
+	// sent. Every entry read later was added after it. Used by the loop's goroutine only.
 	drained time.Time
 
-	// touchMu orders touching against handing over: a touch pass holds it from its list of
-	// held ids to Redis's answer, and a hand-over (Release, Close) holds it while it makes its
-	// entries look idle and stops holding them, so that no touch in flight lands after a
-	// hand-over and makes the entry look fresh again (peers would claim it only after
-	// ClaimIdle). handedOver is set, under it, once Close handed the topic's entries over.
+	// touchMu orders touching against handing over. A touch pass holds it from its list of
+	// held ids to Redis's answer. A hand-over by Release or Close holds it while it makes its
+	// entries look idle and stops holding them. So no touch in flight lands after a hand-over
+	// and makes the entry look fresh again, which would make peers wait ClaimIdle to claim
+	// it. handedOver is set under touchMu once Close handed the topic's entries over.
 	touchMu    sync.Mutex
 	handedOver bool
 }
@@ -100,7 +101,7 @@ func newTopicLoop(s *Subscriber, topic string) *topicLoop {
 	return l
 }
 
-// signal wakes the loop (a handler became free, candidates arrived).
+// signal wakes the loop, for example when a handler became free or candidates arrived.
 func (l *topicLoop) signal() {
 	select {
 	case l.wake <- struct{}{}:
@@ -185,7 +186,7 @@ func (l *topicLoop) gather(free int) int {
 	woken := false
 	defer func() {
 		if woken {
-			l.signal() // pass it on: the loop may have been woken for something else too
+			l.signal() // pass it on, as the loop may have been woken for something else too
 		}
 	}()
 	for {
@@ -228,8 +229,8 @@ func (l *topicLoop) sleep(d time.Duration) {
 	}
 }
 
-// add registers entries as held and ready; addedAfter is when they were added to the stream
-// after, at the latest (zero: unknown).
+// add registers entries as held and ready. addedAfter is the latest time known to be before
+// they were added to the stream, or zero when unknown.
 func (l *topicLoop) add(msgs []redis.XMessage, how string, deliveries map[string]int64, addedAfter time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -251,8 +252,8 @@ func (l *topicLoop) add(msgs []redis.XMessage, how string, deliveries map[string
 }
 
 // read reads up to n new entries, blocking up to block. A read that returns fewer than n
-// entries found the stream without more undelivered ones when Redis ran it: every entry a
-// later read returns was added after this read was sent (ids only grow), whatever its id says.
+// entries found no more undelivered ones when Redis ran it. Every entry a later read returns
+// was therefore added after this read was sent, whatever its id says, because ids only grow.
 func (l *topicLoop) read(n int, block time.Duration) error {
 	sent, after := time.Now(), l.drained
 	res, err := l.s.cfg.Client.XReadGroup(l.ctx, &redis.XReadGroupArgs{Group: l.s.cfg.Group,
@@ -278,8 +279,8 @@ func (l *topicLoop) read(n int, block time.Duration) error {
 	return nil
 }
 
-// recover reads this consumer's own pending entries (a restart under the same name), n at a
-// time, until there are none left.
+// recover reads this consumer's own pending entries after a restart under the same name, n
+// at a time, until there are none left.
 func (l *topicLoop) recover(n int) error {
 	res, err := l.s.cfg.Client.XReadGroup(l.ctx, &redis.XReadGroupArgs{Group: l.s.cfg.Group,
 		Consumer: l.s.cfg.Consumer, Streams: []string{l.topic, l.recoverAt}, Count: int64(n), Block: -1}).Result()
@@ -308,7 +309,8 @@ func (l *topicLoop) recover(n int) error {
 	return nil
 }
 
-// recreateGroup creates the group again when Redis lost it (a restart without persistence).
+// recreateGroup creates the group again when Redis lost it, as after a restart without
+// persistence.
 func (l *topicLoop) recreateGroup(err error) {
 	if err != nil && strings.Contains(err.Error(), "NOGROUP") {
 		_ = l.s.cfg.Client.XGroupCreateMkStream(l.ctx, l.topic, l.s.cfg.Group, "0").Err()
@@ -423,8 +425,8 @@ func (l *topicLoop) unout(e *heldEntry) {
 	l.inflight--
 }
 
-// finish frees the slot of a handed-out entry whose handler is finishing (Finishing): the
-// loop may read the next entry while the handler completes this one.
+// finish frees the slot of a handed-out entry whose handler called Finishing. The loop may
+// read the next entry while the handler completes this one.
 func (l *topicLoop) finish(e *heldEntry) {
 	l.mu.Lock()
 	if e.state != stateOut || e.finishing {
@@ -438,8 +440,8 @@ func (l *topicLoop) finish(e *heldEntry) {
 	l.signal()
 }
 
-// stillHeld reports whether id is still pending under this consumer (not acknowledged, not
-// claimed by another consumer).
+// stillHeld reports whether id is still pending under this consumer, neither acknowledged
+// nor claimed by another consumer.
 func (l *topicLoop) stillHeld(ctx context.Context, id string) (bool, error) {
 	p, err := l.s.cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.topic, Group: l.s.cfg.Group,
 		Start: id, End: id, Count: 1}).Result()
@@ -449,12 +451,15 @@ func (l *topicLoop) stillHeld(ctx context.Context, id string) (bool, error) {
 	return len(p) == 1 && p[0].Consumer == l.s.cfg.Consumer, nil
 }
 
-// drop forgets an entry this process no longer holds (claimed by another consumer, or
-// acknowledged elsewhere), unless a handler has it now, and reports whether it did. An entry
-// gone from the stream (gone) is forgotten too, unless it waits with a note (DelayWith): its
-// handler owes it an answer only this process can give (a spooled outcome's write-back, which
-// writes nothing for an entry that is no longer pending), and the stream cannot tell a loss of
-// Redis's data, after which nobody else has it, from a trim once it was answered.
+// drop forgets an entry this process no longer holds, unless a handler has it now, and
+// reports whether it did. Such an entry was claimed by another consumer or acknowledged
+// elsewhere. An entry gone from the stream is forgotten too, unless it waits with a note
+// from DelayWith.
+//
+// A noted entry keeps waiting because its handler owes it an answer only this process can
+// give: a spooled outcome's write-back, which writes nothing for an entry no longer
+// pending. The stream cannot tell a loss of Redis's data, after which nobody else has the
+// entry, from a trim once it was answered.
 func (l *topicLoop) drop(id string, gone bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

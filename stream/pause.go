@@ -14,7 +14,7 @@ type pauseCache struct {
 }
 
 // paused reports whether the stage is paused, asking Config.Paused at most once per
-// PauseCheck; on an error the last answer stands.
+// PauseCheck. On an error the last answer stands.
 func (s *Subscriber) paused(ctx context.Context) bool {
 	if s.cfg.Paused == nil {
 		return false
@@ -45,7 +45,7 @@ func (s *Subscriber) paused(ctx context.Context) bool {
 	return c.paused
 }
 
-// unpausedCandidates returns cands, or only the parked ones while the stage is paused: a
+// unpausedCandidates returns cands, or only the parked ones while the stage is paused. A
 // paused stage takes no other consumer's work over, but still answers parked tasks.
 func (s *Subscriber) unpausedCandidates(ctx context.Context, cands []Candidate) []Candidate {
 	if len(cands) == 0 || !s.paused(ctx) {

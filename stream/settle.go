@@ -13,25 +13,26 @@ import (
 const (
 	// MetaEntry holds the message's stream entry id.
 	MetaEntry = "_flightdeck_xid"
-	// MetaBadEntry holds why an entry could not be read as a watermill message; the handler
+	// MetaBadEntry holds why an entry could not be read as a watermill message. The handler
 	// dead-letters such a message.
 	MetaBadEntry = "_flightdeck_bad_entry"
 	// MetaBadDetail holds what was wrong with such an entry.
 	MetaBadDetail = "_flightdeck_bad_detail"
 	// MetaStream holds the stream the entry belongs to.
 	MetaStream = "_flightdeck_stream"
-	// MetaDeliveries holds how many times the entry was delivered (1 for a first read).
+	// MetaDeliveries holds how many times the entry was delivered, 1 for a first read.
 	MetaDeliveries = "_flightdeck_deliveries"
-	// MetaHow says how the entry reached this consumer: read, recovered (this consumer's own
-	// pending entry, after a restart under the same name), claimed, delayed or redelivered.
+	// MetaHow says how the entry reached this consumer: read, recovered, claimed, delayed or
+	// redelivered. A recovered entry is this consumer's own pending entry after a restart
+	// under the same name.
 	MetaHow = "_flightdeck_how"
-	// MetaAddedAfter holds, for an entry this consumer read as new, a Unix ms time (this
-	// process's clock) after which it was added to the stream: when the consumer sent its last
-	// read of the stream that found no more entries than it returned. An entry id given by a
-	// producer (XADD with an explicit id) may lie before it; absent when unknown.
+	// MetaAddedAfter holds, for an entry this consumer read as new, a Unix ms time on this
+	// process's clock after which it was added to the stream. It is when the consumer sent
+	// its last read of the stream that found no more entries than it returned. An explicit
+	// entry id given by a producer's XADD may lie before it. It is absent when unknown.
 	MetaAddedAfter = "_flightdeck_added_after"
 	// MetaNote holds the note the handler of the entry's previous delivery left with
-	// DelayWith; absent when it left none.
+	// DelayWith. It is absent when the handler left none.
 	MetaNote = "_flightdeck_note"
 )
 
@@ -42,37 +43,37 @@ const metaNoteNext = "_flightdeck_note_next"
 // when the message is acknowledged.
 const metaSettle = "_flightdeck_settle"
 
-// Park tells the subscriber that the handler moved msg's entry to the parking consumer (a task
-// that follows a running flight): on Ack it forgets the entry without acknowledging it, and
-// stops touching it. Whoever answers the task acknowledges it.
+// Park tells the subscriber that the handler moved msg's entry to the parking consumer,
+// because its task follows a running flight. On Ack the subscriber forgets the entry
+// without acknowledging it, and stops touching it. Whoever answers the task acknowledges it.
 func Park(msg *message.Message) { msg.Metadata.Set(metaSettle, "parked") }
 
-// Acked tells the subscriber that msg's entry was acknowledged already (by the script that
-// wrote the task's terminal event): on Ack it forgets the entry.
+// Acked tells the subscriber that the script that wrote the task's terminal event already
+// acknowledged msg's entry. On Ack the subscriber forgets the entry.
 func Acked(msg *message.Message) { msg.Metadata.Set(metaSettle, "acked") }
 
-// Delay tells the subscriber to keep msg's entry (pending under this consumer, touched, so
-// no other consumer claims it while this one lives) without holding a handler, and to hand
-// it out again after d. The handler then returns nil (the message is acknowledged in
-// watermill's sense, not in Redis).
+// Delay tells the subscriber to keep msg's entry without holding a handler, and to hand it
+// out again after d. The entry stays pending under this consumer and is touched, so no
+// other consumer claims it while this one lives. The handler then returns nil, which
+// acknowledges the message in watermill's sense but not in Redis.
 func Delay(msg *message.Message, d time.Duration) {
 	msg.Metadata.Set(metaSettle, "delay:"+strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10))
 	delete(msg.Metadata, metaNoteNext)
 }
 
-// DelayWith is Delay, and the entry's next delivery carries note in MetaNote: what the handler
-// must remember about the entry while it holds no handler (the subscriber keeps the note with
-// the entry, and forgets it with the entry). A later Delay without a note drops it. A noted
-// entry is kept even once it is gone from the stream (Redis lost its data): the note says the
-// handler owes it an answer.
+// DelayWith is Delay, and the entry's next delivery carries note in MetaNote. The note is
+// what the handler must remember about the entry while it holds no handler. The subscriber
+// keeps the note with the entry and forgets it with the entry. A later Delay without a note
+// drops it. A noted entry is kept even once it is gone from the stream because Redis lost
+// its data, since the note says the handler owes it an answer.
 func DelayWith(msg *message.Message, d time.Duration, note string) {
 	Delay(msg, d)
 	msg.Metadata.Set(metaNoteNext, note)
 }
 
-// Release tells the subscriber to give msg's entry up: on Ack it makes the entry look idle for
-// long, so that another consumer claims it at once (a consumer shutting down hands its work
-// over this way).
+// Release tells the subscriber to give msg's entry up. On Ack it makes the entry look idle
+// for long, so that another consumer claims it at once. A consumer shutting down hands its
+// work over this way.
 func Release(msg *message.Message) { msg.Metadata.Set(metaSettle, "release") }
 
 // handleKey is the context key of a handed-out message's handle.
@@ -89,12 +90,13 @@ func handleOf(msg *message.Message) *msgHandle {
 	return h
 }
 
-// Finishing tells the subscriber that msg's handler is finishing: what is left is a short
-// write to Redis (the task's outcome is known), not work. The subscriber counts msg's slot as
-// free and may read the next entry while the handler completes this one; msg stays held
-// (touched, waited for on Close) until it is settled. A handler that goes on to real work
-// after all (a refused write that makes it acquire and run again) does so beyond Capacity.
-// Calling it twice, or on a message this package did not hand out, does nothing.
+// Finishing tells the subscriber that msg's handler is finishing. The task's outcome is
+// known, and what is left is a short write to Redis, not work. The subscriber counts msg's
+// slot as free and may read the next entry while the handler completes this one. msg stays
+// held until it is settled: it is touched and waited for on Close. A handler that goes on
+// to real work after all, such as after a refused write that makes it acquire and run
+// again, does so beyond Capacity. Calling Finishing twice, or on a message this package did
+// not hand out, does nothing.
 func Finishing(msg *message.Message) {
 	if h := handleOf(msg); h != nil {
 		h.l.finish(h.e)
@@ -102,10 +104,10 @@ func Finishing(msg *message.Message) {
 }
 
 // StillHeld asks Redis whether msg's entry is still pending under this consumer. It is not
-// when the entry was acknowledged (its task answered) or claimed by another consumer while
-// this process could not touch it (paused, cut off): a handler then settles the message with
-// Acked, which forgets it, rather than work on a task that is no longer its own. A message this
-// package did not hand out is held.
+// when the task was answered and the entry acknowledged, or when another consumer claimed
+// it while this process could not touch it, for example while paused or cut off. A handler
+// then settles the message with Acked, which forgets it, rather than work on a task that is
+// no longer its own. A message this package did not hand out is held.
 func StillHeld(ctx context.Context, msg *message.Message) (bool, error) {
 	h := handleOf(msg)
 	if h == nil {
@@ -114,8 +116,8 @@ func StillHeld(ctx context.Context, msg *message.Message) (bool, error) {
 	return h.l.stillHeld(ctx, h.e.id)
 }
 
-// Unsettle clears what a handler left on msg: a handler that runs again (a retry by the
-// middleware) starts from nothing.
+// Unsettle clears what a handler left on msg, so that a handler the middleware runs again
+// for a retry starts from nothing.
 func Unsettle(msg *message.Message) {
 	delete(msg.Metadata, metaSettle)
 	delete(msg.Metadata, metaNoteNext)

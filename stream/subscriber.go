@@ -1,22 +1,23 @@
 // Package stream is Flightdeck's watermill message.Subscriber over a Redis Streams consumer
-// group. It replaces watermill-redisstream's subscriber (keeping its wire format, so its
-// publisher and any plain XADD still enqueue) because the consumer needs four things that one
-// cannot give (DESIGN.md section 5):
+// group. It replaces watermill-redisstream's subscriber and keeps its wire format, so its
+// publisher and any plain XADD still enqueue. The consumer needs four things that
+// watermill-redisstream cannot give:
 //
-//   - no read-ahead: a topic reads (XREADGROUP COUNT n) only as many entries as its handlers
-//     can start now, so no task waits behind a busy handler while another is free;
-//   - custody: every entry the process holds, running or waiting for a later attempt, is
-//     touched (its idle time reset) while the process lives, and only then; an entry idle
-//     longer than the lease has no live holder;
-//   - a claim loop that finds such entries per consumer (XPENDING with IDLE, a cursor per
-//     consumer, never one window from "0"), whether or not a handler is free, asks the
-//     caller's Check whether each may be claimed, and claims it when a handler is free;
-//     entries of the parking consumer are checked the same way, so a parked task whose
-//     flight ended or vanished is answered by any consumer;
-//   - a restart under the same name reads its own pending entries first.
+//   - No read-ahead. A topic reads with XREADGROUP COUNT n only as many entries as its
+//     handlers can start now, so no task waits behind a busy handler while another is free.
+//   - Custody. Every entry the process holds, running or waiting for a later attempt, has
+//     its idle time reset while the process lives, and only then. An entry idle longer
+//     than the lease has no live holder.
+//   - A claim loop that finds such entries per consumer with XPENDING IDLE and a cursor per
+//     consumer, never one window from "0", whether or not a handler is free. It asks the
+//     caller's Check whether each may be claimed, and claims it when a handler is free.
+//     Entries of the parking consumer are checked the same way, so any consumer answers a
+//     parked task whose flight ended or vanished.
+//   - A restart under the same name reads its own pending entries first.
 //
-// Handlers settle a message with Park, Acked, Delay or Release before returning; a plain Ack
-// acknowledges the entry (XACK, batched), a Nack hands it out again after NackDelay.
+// Handlers settle a message with Park, Acked, Delay or Release before returning. A plain
+// Ack acknowledges the entry with a batched XACK. A Nack hands it out again after
+// NackDelay. See docs/DESIGN.md section 5.
 package stream
 
 import (
@@ -35,9 +36,9 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Unmarshaller turns a stream entry's fields into a message. It should not fail: an entry it
-// cannot read is better returned as a message the handler dead-letters. (The same interface
-// as watermill-redisstream's.)
+// Unmarshaller turns a stream entry's fields into a message. It is the same interface as
+// watermill-redisstream's. It should not fail: an entry it cannot read is better returned
+// as a message the handler dead-letters.
 type Unmarshaller interface {
 	Unmarshal(values map[string]any) (*message.Message, error)
 }
@@ -48,7 +49,7 @@ type Verdict int
 const (
 	// Skip leaves the entry where it is.
 	Skip Verdict = iota
-	// Claim takes the entry over (when a handler is free): its holder is gone, or its flight
+	// Claim takes the entry over when a handler is free. Its holder is gone, or its flight
 	// ended, vanished or lapsed.
 	Claim
 	// Keep resets the idle time of a parked entry whose flight is alive, so it is checked
@@ -59,27 +60,27 @@ const (
 // Candidate is another consumer's pending entry, idle long enough to be looked at.
 type Candidate struct {
 	Stream, ID string
-	// Consumer holds the entry now; Parked is true for the parking consumer.
+	// Consumer holds the entry now. Parked is true for the parking consumer.
 	Consumer string
 	Parked   bool
-	// Idle is how long nobody touched it; Deliveries counts its deliveries so far.
+	// Idle is how long nobody touched it. Deliveries counts its deliveries so far.
 	Idle       time.Duration
 	Deliveries int64
-	// Values are the entry's fields (nil when the entry is gone from the stream).
+	// Values are the entry's fields, or nil when the entry is gone from the stream.
 	Values map[string]any
 }
 
 // Config configures a Subscriber. Zero fields take the defaults named.
 type Config struct {
-	// Client reads, claims and acknowledges. Required; the subscriber does not close it. Give
-	// it a pool of at least one connection per topic beyond what the handlers use: each
-	// topic's XREADGROUP blocks one while idle.
+	// Client reads, claims and acknowledges. Required. The subscriber does not close it.
+	// Give it a pool of at least one connection per topic beyond what the handlers use,
+	// because each topic's XREADGROUP blocks one while idle.
 	Client redis.UniversalClient
 	// Group is the consumer group. Defaults to topics.ConsumerGroup.
 	Group string
-	// Consumer is this process's consumer name in the group. Required; it may not start with
-	// '~' (reserved for the parking consumer). A process restarted under the same name picks
-	// up its own pending entries first.
+	// Consumer is this process's consumer name in the group. Required. It may not start
+	// with '~', which is reserved for the parking consumer. A process restarted under the
+	// same name picks up its own pending entries first.
 	Consumer string
 	// Parking is the parking consumer's name. Defaults to topics.ParkingConsumer.
 	Parking string
@@ -88,20 +89,20 @@ type Config struct {
 	Capacity int
 	// BlockTime bounds one XREADGROUP BLOCK. Defaults to 250 ms.
 	BlockTime time.Duration
-	// ReadWait: when a slot frees while other handlers are finishing (see Finishing), the
-	// topic waits up to ReadWait for their slots too, so that one XREADGROUP reads for all of
-	// them. Defaults to 200 µs; negative: read at once.
+	// ReadWait bounds how long a topic, when a slot frees while other handlers are
+	// finishing, waits for their slots too, so that one XREADGROUP reads for all of them.
+	// See Finishing. Defaults to 200 µs. Negative means read at once.
 	ReadWait time.Duration
 	// TouchInterval is how often the entries this process holds are touched. Keep it well
 	// below ClaimIdle. Defaults to 1 s.
 	TouchInterval time.Duration
 	// ClaimInterval is how often other consumers' entries are looked at. Defaults to 1 s.
 	ClaimInterval time.Duration
-	// ClaimIdle: another consumer's entry idle this long (its holder did not touch it for that
-	// long) is a claim candidate. Set it to the stage's lease. Defaults to 5 s.
+	// ClaimIdle is how long another consumer's entry must go untouched by its holder to be
+	// a claim candidate. Set it to the stage's lease. Defaults to 5 s.
 	ClaimIdle time.Duration
-	// ParkCheck: a parked entry idle this long is a candidate (its flight is checked). Defaults
-	// to 5 s.
+	// ParkCheck is how long a parked entry must be idle to be a candidate whose flight is
+	// checked. Defaults to 5 s.
 	ParkCheck time.Duration
 	// ClaimBatch bounds the candidates looked at per consumer and pass. Defaults to 100.
 	ClaimBatch int
@@ -120,11 +121,11 @@ type Config struct {
 	CloseTimeout time.Duration
 	// Logger receives the subscriber's logs. Defaults to a disabled logger.
 	Logger *zerolog.Logger
-	// Paused, when set, tells whether the topics' stage is paused: then the subscriber reads
-	// no new entries and claims no other consumer's entries, except parked ones (so parked
-	// tasks are still answered), while it still hands out, touches and settles what it holds.
-	// It is asked at most once per PauseCheck per subscriber (the answer is cached); on an
-	// error the last answer stands. Defaults to nil: never paused.
+	// Paused, when set, tells whether the topics' stage is paused. A paused subscriber reads
+	// no new entries and claims no other consumer's entries except parked ones, so parked
+	// tasks are still answered. It still hands out, touches and settles what it holds.
+	// Paused is asked at most once per PauseCheck per subscriber, and the answer is cached.
+	// On an error the last answer stands. Defaults to nil: never paused.
 	Paused func(ctx context.Context) (bool, error)
 	// PauseCheck is how long an answer of Paused is used. Defaults to 1 s.
 	PauseCheck time.Duration
@@ -215,20 +216,22 @@ func (c *Config) validate() error {
 
 // Stats counts what a subscriber did since it started. Values only grow.
 type Stats struct {
-	// Read counts entries read as new; Recovered the own pending entries picked up at start;
-	// Claimed the entries taken over from other consumers (Unparked those of them that were
-	// parked); Acked the entries acknowledged; Parked, Delayed, Released the settlements.
+	// Read counts entries read as new. Recovered counts the own pending entries picked up
+	// at start. Claimed counts the entries taken over from other consumers, and Unparked
+	// those of them that were parked. Acked counts the entries acknowledged. Parked,
+	// Delayed and Released count those settlements.
 	Read, Recovered, Claimed, Unparked, Acked, Parked, Delayed, Released int64
-	// Kept counts parked entries checked and left parked; Lost the held entries found taken
-	// by another consumer, acknowledged elsewhere, or gone from the stream (and not noted).
+	// Kept counts parked entries checked and left parked. Lost counts the held entries
+	// found taken by another consumer, acknowledged elsewhere, or gone from the stream
+	// without a note.
 	Kept, Lost int64
-	// Passes counts the claim loops' completed passes over the group (one per topic and
-	// ClaimInterval while reading; a pass that failed does not count).
+	// Passes counts the claim loops' completed passes over the group, one per topic and
+	// ClaimInterval while reading. A pass that failed does not count.
 	Passes int64
 	// Drained counts the reads of new entries that found no more than they returned.
 	Drained int64
-	// Touches counts the touch passes over the held entries (one per topic and
-	// TouchInterval while any are held, whatever Redis answered).
+	// Touches counts the touch passes over the held entries, one per topic and
+	// TouchInterval while any are held, whatever Redis answered.
 	Touches int64
 }
 
@@ -237,7 +240,7 @@ type counters struct {
 }
 
 // Subscriber is a watermill message.Subscriber over one consumer group. Subscribe once per
-// topic (task stream). Safe for concurrent use.
+// topic, which is a task stream. It is safe for concurrent use.
 type Subscriber struct {
 	cfg  Config
 	log  zerolog.Logger
@@ -253,7 +256,7 @@ type Subscriber struct {
 	pause   pauseCache
 }
 
-// NewSubscriber validates cfg and returns a subscriber; nothing is read until Subscribe.
+// NewSubscriber validates cfg and returns a subscriber. Nothing is read until Subscribe.
 func NewSubscriber(cfg Config) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -267,8 +270,8 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	return s, nil
 }
 
-// Subscribe starts consuming topic (a task stream) in the group, creating both when missing.
-// The channel is closed by Close. One subscription per topic.
+// Subscribe starts consuming the task stream topic in the group, creating both when
+// missing. Close closes the channel. Each topic takes one subscription.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -291,7 +294,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return l.out, nil
 }
 
-// StopReading stops taking new work: no more reads or claims; messages handed out are still
+// StopReading stops taking new work: no more reads or claims. Messages handed out are still
 // settled, and held entries stay touched until Close.
 func (s *Subscriber) StopReading() {
 	s.mu.Lock()
@@ -303,10 +306,11 @@ func (s *Subscriber) StopReading() {
 	}
 }
 
-// Close stops every topic: it stops reading, waits up to timeout for the messages handed out
-// to be settled, acknowledges what was acknowledged, hands the entries it still holds over
-// (they look idle for ReleaseIdle, so other consumers claim them at once), and closes the
-// channels. It does not close the client. Closing twice is a no-op.
+// Close stops every topic. It stops reading, waits up to Config.CloseTimeout for the
+// messages handed out to be settled, and acknowledges what was acknowledged. It hands the
+// entries it still holds over by making them look idle for ReleaseIdle, so other consumers
+// claim them at once. Then it closes the channels. It does not close the client. Closing
+// twice is a no-op.
 func (s *Subscriber) Close() error { return s.CloseTimeout(s.cfg.CloseTimeout) }
 
 // CloseTimeout is Close with its own wait for handed-out messages.

@@ -12,14 +12,14 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
-// Claims: the fence that outlives Redis (DESIGN.md section 9). An owner that takes a flight
-// over from an owner that may still be running claims the key with its token before it runs
-// the model; after a Redis data loss, which takes the flight's fence with it, the older
-// owner's write-back is refused by the claim (or by a newer archived outcome).
+// Claims are the fence that outlives Redis. An owner that takes a flight over from an
+// owner that may still be running claims the key with its token before it runs the model.
+// A Redis data loss takes the flight's fence with it. After one, the claim or a newer
+// archived outcome refuses the older owner's write-back. See docs/DESIGN.md section 9.
 
-// Claim records durably that token owns key's flight in the store's deployment, until ttl from now (archive.DefaultRetention
-// when ttl <= 0). A claim is replaced only by a larger token (an older or repeated claim
-// changes nothing) and never shortened.
+// Claim records durably that token owns key's flight in the store's deployment, until ttl
+// from now. A ttl <= 0 means archive.DefaultRetention. Only a larger token replaces a
+// claim, so an older or repeated claim changes nothing. A claim is never shortened.
 func (s *Store) Claim(ctx context.Context, key string, token int64, ttl time.Duration) error {
 	if key == "" || flight.CheckToken(token) != nil {
 		return fmt.Errorf("archive: claim %q token %d: %w", key, token, archive.ErrInvalid)
@@ -41,14 +41,14 @@ func (s *Store) Claim(ctx context.Context, key string, token int64, ttl time.Dur
 	return nil
 }
 
-// Fence returns the largest owner token the store's deployment knows for key: of its claim and of its
-// archived outcome, expired or not (a token once issued stays issued); false when it knows
-// none.
+// Fence returns the largest owner token the store's deployment knows for key, from its
+// claim and its archived outcome, expired or not. A token once issued stays issued. It
+// returns false when it knows none.
 func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
 	if err := s.Migrate(ctx); err != nil {
 		return 0, false, err
 	}
-	var tok *int64 // NULL: neither table has the key
+	var tok *int64 // NULL when neither table has the key
 	err := s.pool.QueryRow(ctx, `SELECT GREATEST(
         (SELECT owner_token FROM flightdeck_claims WHERE deployment = $1 AND request_key = $2),
         (SELECT owner_token FROM flightdeck_outcomes WHERE deployment = $1 AND request_key = $2))`,
@@ -62,24 +62,25 @@ func (s *Store) Fence(ctx context.Context, key string) (int64, bool, error) {
 	return *tok, true, nil
 }
 
-// PurgeClaims deletes at most limit claims of the store's deployment past their expiry, oldest first.
+// PurgeClaims deletes at most limit claims of the store's deployment past their expiry,
+// oldest first.
 func (s *Store) PurgeClaims(ctx context.Context, limit int) (int64, error) {
 	return s.purgeTable(ctx, "flightdeck_claims", limit)
 }
 
 // ClaimRow is a key's claim, as InspectClaim shows it.
 type ClaimRow struct {
-	// Token is the owner token that claimed the key; ClaimedAt when.
+	// Token is the owner token that claimed the key, and ClaimedAt is when.
 	Token     int64
 	ClaimedAt time.Time
-	// ExpiresAt is when the purge job may delete it; Expired is true once it passed.
+	// ExpiresAt is when the purge job may delete it. Expired is true once it passed.
 	ExpiresAt time.Time
 	Expired   bool
 }
 
-// InspectClaim returns key's claim in the store's deployment, expired or not; false when there is none (also on a
-// database no consumer has migrated yet). It needs SELECT on flightdeck_claims and never
-// migrates.
+// InspectClaim returns key's claim in the store's deployment, expired or not. It returns
+// false when there is none, also on a database no consumer has migrated yet. It needs
+// SELECT on flightdeck_claims and never migrates.
 func (s *Store) InspectClaim(ctx context.Context, key string) (ClaimRow, bool, error) {
 	var r ClaimRow
 	err := s.pool.QueryRow(ctx, `SELECT owner_token, claimed_at, expires_at FROM flightdeck_claims

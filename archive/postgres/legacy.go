@@ -7,13 +7,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Legacy rows: rows written before rows carried their deployment (migration 0003) belong to
-// the legacy deployment "", which no Store serves, so no lookup returns them. The deployment
-// that wrote them takes them over with AdoptLegacy.
+// Legacy rows are rows written before migration 0003, when rows did not carry their
+// deployment yet. They belong to the legacy deployment "", which no Store serves, so no
+// lookup returns them. The deployment that wrote them takes them over with AdoptLegacy.
 
-// adoptOutcomes moves the legacy outcomes of the tenants $2 (all when $2 is empty) into
-// deployment $1, as Put would write them: over a row of that deployment only with a larger
-// token, and a result only with a result. It returns the number of legacy rows taken.
+// adoptOutcomes moves the legacy outcomes of the tenants $2 into deployment $1, or all of
+// them when $2 is empty. It writes them as Put would: over a row of that deployment only
+// with a larger token, and over a result only with a result. It returns the number of
+// legacy rows taken.
 const adoptOutcomes = `
 WITH moved AS (
     DELETE FROM flightdeck_outcomes
@@ -34,9 +35,9 @@ WITH moved AS (
 )
 SELECT count(*) FROM moved`
 
-// adoptClaims moves the legacy claims whose key names one of the tenants $2 (its fourth ':'
-// segment, where a flight key carries its tenant; all claims when $2 is empty) into
-// deployment $1: the larger token wins, and a claim is never shortened.
+// adoptClaims moves the legacy claims whose key names one of the tenants $2 into deployment
+// $1, or all claims when $2 is empty. A flight key carries its tenant in its fourth ':'
+// segment. The larger token wins, and a claim is never shortened.
 const adoptClaims = `
 WITH moved AS (
     DELETE FROM flightdeck_claims
@@ -52,12 +53,14 @@ WITH moved AS (
 )
 SELECT count(*) FROM moved`
 
-// AdoptLegacy moves the legacy rows (written before rows carried their deployment) into the
-// store's deployment, in one transaction, and returns how many it moved (outcomes and claims).
+// AdoptLegacy moves the legacy rows, written before rows carried their deployment, into the
+// store's deployment in one transaction. It returns how many outcomes and claims it moved.
+//
 // With tenants, it moves only the outcomes of those tenants and the claims whose key names
-// one of them (a flight key's fourth ':' segment); without, every legacy row. Where the
-// deployment already holds a row of the key, the row with the larger owner token is kept (an
-// archived result gives way only to a result, as in Put); a second call moves nothing.
+// one of them in a flight key's fourth ':' segment. Without tenants, it moves every legacy
+// row. Where the deployment already holds a row of the key, the row with the larger owner
+// token is kept, and an archived result gives way only to a result, as in Put. A second
+// call moves nothing.
 func (s *Store) AdoptLegacy(ctx context.Context, tenants []string) (int64, error) {
 	if err := s.Migrate(ctx); err != nil {
 		return 0, err

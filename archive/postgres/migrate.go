@@ -19,8 +19,8 @@ var migrations embed.FS
 // migrationLock is the advisory lock key that serialises migrations of one database.
 const migrationLock = 0x666c6967 // "flig"
 
-// migrate applies the embedded migrations (migrations/NNNN_name.sql, in order) that the
-// database has not recorded in flightdeck_schema_migrations, each in the transaction that
+// migrate applies, in order, the embedded migrations/NNNN_name.sql files that the database
+// has not recorded in flightdeck_schema_migrations. Each runs in the transaction that
 // records it, all under an advisory lock.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	files, err := fs.Glob(migrations, "migrations/*.sql")

@@ -18,7 +18,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
-// Store is the archive of one deployment on one PostgreSQL database: it reads and writes
+// Store is the archive of one deployment on one PostgreSQL database. It reads and writes
 // only that deployment's rows. It is safe for concurrent use.
 type Store struct {
 	pool       *pgxpool.Pool
@@ -32,9 +32,9 @@ type Store struct {
 type Config struct {
 	// URL is the database: a postgres:// URL or a key=value DSN. Required.
 	URL string
-	// Deployment names the deployment whose rows the Store reads and writes: part of every
-	// row's identity, so two deployments on one database never see each other's rows (a
-	// consumer uses its key prefix unless told otherwise). Required; at most 200 bytes.
+	// Deployment names the deployment whose rows the Store reads and writes. It is part of
+	// every row's identity, so two deployments on one database never see each other's rows.
+	// A consumer uses its key prefix unless told otherwise. Required, at most 200 bytes.
 	Deployment string
 }
 
@@ -57,9 +57,9 @@ func (c Config) check() error {
 	return nil
 }
 
-// New returns a store on the database at cfg.URL without contacting it: connections are
-// made on use, and the schema migrations are applied before the first statement (or by
-// Migrate). A consumer can so start while its archive is down.
+// New returns a store on the database at cfg.URL without contacting it. Connections are
+// made on use, and the schema migrations are applied by Migrate or before the first
+// statement. A consumer can so start while its archive is down.
 func New(cfg Config) (*Store, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func New(cfg Config) (*Store, error) {
 	return &Store{pool: pool, deployment: cfg.Deployment}, nil
 }
 
-// Open is New followed by Migrate: it fails when the database cannot be reached.
+// Open is New followed by Migrate. It fails when the database cannot be reached.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s, err := New(cfg)
 	if err != nil {
@@ -89,11 +89,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Deployment returns the deployment the store serves (Config.Deployment).
+// Deployment returns Config.Deployment, the deployment the store serves.
 func (s *Store) Deployment() string { return s.deployment }
 
-// Migrate applies the schema migrations the database lacks (once per Store: later calls
-// return at once).
+// Migrate applies the schema migrations the database lacks. It does so once per Store, and
+// later calls return at once.
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.migrated.Load() {
 		return nil
@@ -121,9 +121,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// upsert writes a batch of outcomes given as arrays into deployment $1; a row is replaced only
-// by a larger token, and no outcome is written under a token below its key's claim in that
-// deployment (an owner that was taken over). It returns the keys written.
+// upsert writes a batch of outcomes given as arrays into deployment $1. Only a larger token
+// replaces a row. No outcome is written under a token below its key's claim in that
+// deployment, which marks an owner that was taken over. It returns the keys written.
 const upsert = `
 INSERT INTO flightdeck_outcomes AS o (deployment, request_key, stage, tenant, status, owner_token, attempts,
     result, error_type, error_code, error, finished_at, expires_at)
@@ -142,12 +142,15 @@ WHERE o.owner_token < EXCLUDED.owner_token
   AND (o.status <> 'SUCCEEDED' OR EXCLUDED.status = 'SUCCEEDED')
 RETURNING request_key`
 
-// Put writes outcomes into the store's deployment in one statement and returns how many rows
-// it wrote. An outcome whose key holds a row with an equal or larger token, or a claim with a larger token (Claim), is
-// refused (not an error): newer token wins, whatever order the writes arrive in. A stored
-// result is never replaced by a failure, cancellation or expiry (of a run that should not
-// have happened: a lookup that failed let it run): only by a newer result. Of several outcomes of one key in outs, the one
-// with the largest token is written.
+// Put writes outcomes into the store's deployment in one statement and returns how many
+// rows it wrote. It refuses, without an error, an outcome whose key holds a row with an
+// equal or larger token or a Claim with a larger token. The newer token wins, whatever
+// order the writes arrive in.
+//
+// Only a newer result replaces a stored result. A failure, cancellation or expiry never
+// does, since it comes from a run that should not have happened, let run by a failed
+// lookup. Of several outcomes of one key in outs, the one with the largest token is
+// written.
 func (s *Store) Put(ctx context.Context, outs []flight.Archived) (int, error) {
 	outs = archive.NewestPerKey(outs)
 	if len(outs) == 0 {
@@ -194,9 +197,9 @@ func (s *Store) Put(ctx context.Context, outs []flight.Archived) (int, error) {
 }
 
 // noTable reports an error of a statement on a database without the archive's table, or
-// with a table that has no deployment column yet (no consumer of this version has migrated
-// it; every row it holds is legacy): reads answer "nothing archived", and need no right to
-// migrate it.
+// with a table that has no deployment column yet. In the second case no consumer of this
+// version has migrated it, and every row it holds is legacy. Reads then answer "nothing
+// archived" and need no right to migrate it.
 func noTable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42703") // undefined_table, undefined_column
@@ -205,8 +208,8 @@ func noTable(err error) bool {
 const selectRow = `SELECT request_key, stage, tenant, status, owner_token, attempts, result, error_type,
     error_code, error, finished_at, expires_at FROM flightdeck_outcomes WHERE deployment = $1`
 
-// Get returns the outcome archived for key in the store's deployment while it is within its retention; false when
-// there is none.
+// Get returns the outcome archived for key in the store's deployment while it is within its
+// retention. It returns false when there is none.
 func (s *Store) Get(ctx context.Context, key string) (flight.Archived, bool, error) {
 	a, ok, err := s.get(ctx, key, true)
 	return a, ok, err
@@ -217,11 +220,12 @@ type Row struct {
 	flight.Archived
 	// ExpiresAt is when the purge job may delete it.
 	ExpiresAt time.Time
-	// Expired is true once ExpiresAt passed (the row no longer answers a key).
+	// Expired is true once ExpiresAt passed. The row then no longer answers a key.
 	Expired bool
 }
 
-// Inspect returns the row archived for key in the store's deployment, expired or not; false when there is none.
+// Inspect returns the row archived for key in the store's deployment, expired or not. It
+// returns false when there is none.
 func (s *Store) Inspect(ctx context.Context, key string) (Row, bool, error) {
 	var r Row
 	var status string
@@ -248,8 +252,8 @@ func (s *Store) get(ctx context.Context, key string, live bool) (flight.Archived
 	return r.Archived, true, nil
 }
 
-// GetMany returns the outcomes archived for keys in the store's deployment within their retention, by key (keys
-// without one are absent), in one statement.
+// GetMany returns the outcomes archived for keys in the store's deployment within their
+// retention, by key, in one statement. Keys without one are absent.
 func (s *Store) GetMany(ctx context.Context, keys []string) (map[string]flight.Archived, error) {
 	rows, err := s.pool.Query(ctx, selectRow+` AND request_key = ANY($2) AND expires_at > now()`, s.deployment, keys)
 	if noTable(err) {
@@ -290,11 +294,11 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	return s.purgeTable(ctx, "flightdeck_outcomes", limit)
 }
 
-// purgeTable deletes at most limit rows of the store's deployment in table (one of the
-// archive's, never caller input) past their expires_at, oldest first.
+// purgeTable deletes at most limit rows of the store's deployment in table past their
+// expires_at, oldest first. table is one of the archive's, never caller input.
 func (s *Store) purgeTable(ctx context.Context, table string, limit int) (int64, error) {
-	// The outer condition matters: a row written again since the inner select picked its key
-	// (a newer outcome or claim, with a new expiry) must stay.
+	// The outer condition matters. A row written again with a newer outcome or claim and a
+	// new expiry since the inner select picked its key must stay.
 	tag, err := s.pool.Exec(ctx, `DELETE FROM `+table+` WHERE deployment = $1 AND request_key IN (
         SELECT request_key FROM `+table+` WHERE deployment = $1 AND expires_at <= now()
         ORDER BY expires_at LIMIT $2)

@@ -13,14 +13,15 @@ import (
 // NoEviction is the one maxmemory-policy under which Redis never drops a key.
 const NoEviction = "noeviction"
 
-// ErrPolicyRefused: the credential may run neither INFO nor CONFIG GET, so the policy cannot
-// be read (asking again only fills Redis's ACL log).
+// ErrPolicyRefused means the credential may run neither INFO nor CONFIG GET, so the policy
+// cannot be read. Asking again only fills Redis's ACL log.
 var ErrPolicyRefused = errors.New("broker: the credential may run neither INFO nor CONFIG GET")
 
-// EvictionPolicy returns Redis's maxmemory-policy: INFO memory's maxmemory_policy, or CONFIG
-// GET where INFO is refused. (INFO first: the consumer's documented ACL grants it, CONFIG GET
-// would also read secrets, and managed Redis services often refuse CONFIG.) On a cluster it
-// asks every master and returns the first policy other than noeviction.
+// EvictionPolicy returns Redis's maxmemory-policy. It reads INFO memory's maxmemory_policy,
+// or CONFIG GET where INFO is refused. INFO comes first because the consumer's documented
+// ACL grants it, CONFIG GET would also read secrets, and managed Redis services often
+// refuse CONFIG. On a cluster it asks every master and returns the first policy other than
+// noeviction.
 func EvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 	return onNodes(ctx, rdb, nodePolicy, func(acc, p string) string {
 		if p != NoEviction {
@@ -51,13 +52,13 @@ func nodePolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) 
 	return "", fmt.Errorf("broker: read maxmemory-policy: %w", errors.Join(ierr, err))
 }
 
-// noPerm reports whether err is an ACL refusal (a NOPERM reply).
+// noPerm reports whether err is an ACL refusal, a NOPERM reply.
 func noPerm(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
 // onNodes reads one value with read from rdb, or on a cluster from every master, folded into
-// init with fold (the masters answer at once, in any order).
+// init with fold. The masters are asked at once and answer in any order.
 func onNodes[T any](ctx context.Context, rdb redis.UniversalClient, read func(context.Context, redis.UniversalClient) (T, error),
 	fold func(acc, v T) T, init T) (T, error) {
 	cc, ok := rdb.(*redis.ClusterClient)

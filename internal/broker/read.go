@@ -11,10 +11,10 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// ReadEvents reads result-stream entries after the given ids (stream name to id, exclusive:
-// "0" for all, "$" for new ones) with XREAD, blocking up to block (negative: do not block;
-// zero blocks forever, as XREAD does), and decodes them. Entries that are not valid events
-// carry Err and are counted in bad.
+// ReadEvents reads result-stream entries with XREAD and decodes them. streams maps a stream
+// name to the id to read after, "0" for all or "$" for new ones. It blocks up to block. A
+// negative block does not block, and zero blocks forever, as XREAD does. Entries that are
+// not valid events carry Err and are counted in bad.
 func ReadEvents(ctx context.Context, rdb redis.UniversalClient, streams map[string]string, count int64, block time.Duration) (events []topics.StreamEvent, bad int, err error) {
 	args := make([]string, 0, 2*len(streams))
 	ids := make([]string, 0, len(streams))
@@ -44,10 +44,10 @@ func ReadEvents(ctx context.Context, rdb redis.UniversalClient, streams map[stri
 	return events, bad, nil
 }
 
-// XRead is XREAD that also works on Redis Cluster: one XREAD may only name streams of one
-// hash slot, so on a *redis.ClusterClient with several streams it reads each stream with its
-// own XREAD, concurrently (each with the same BLOCK), and merges the answers. It answers
-// redis.Nil when no stream had entries, like XREAD.
+// XRead is XREAD that also works on Redis Cluster, where one XREAD may only name streams of
+// one hash slot. On a *redis.ClusterClient with several streams it reads each stream with
+// its own XREAD concurrently, each with the same BLOCK, and merges the answers. Like XREAD,
+// it answers redis.Nil when no stream had entries.
 func XRead(ctx context.Context, rdb redis.UniversalClient, a *redis.XReadArgs) ([]redis.XStream, error) {
 	n := len(a.Streams) / 2
 	if _, cluster := rdb.(*redis.ClusterClient); !cluster || n <= 1 {

@@ -11,9 +11,9 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// RegisterStages writes stages into the stage registry of ks, in one round trip, and returns
-// the entries they replaced (one per stage that had one). Each stage's LastSeen is set to now
-// (Unix ms; pass the Redis clock).
+// RegisterStages writes stages into the stage registry of ks in one round trip. It returns
+// the entries they replaced, one per stage that had one. Each stage's LastSeen is set to
+// now, in Unix ms. Pass the Redis clock.
 func RegisterStages(ctx context.Context, rdb redis.Cmdable, ks topics.Keyspace, now int64, stages []topics.StageInfo) ([]topics.StageInfo, error) {
 	if len(stages) == 0 {
 		return nil, nil
@@ -50,9 +50,9 @@ func RegisterStages(ctx context.Context, rdb redis.Cmdable, ks topics.Keyspace, 
 	return prev, nil
 }
 
-// ReadStages returns the stage registry of ks sorted by name, and the Redis clock
-// (Unix ms) when it was read. A value that is not a StageInfo JSON still names a known
-// stage: it is returned with its name only.
+// ReadStages returns the stage registry of ks sorted by name, and the Redis clock in Unix
+// ms when it was read. A value that is not a StageInfo JSON still names a known stage, and
+// it is returned with its name only.
 func ReadStages(ctx context.Context, rdb redis.Cmdable, ks topics.Keyspace) ([]topics.StageInfo, int64, error) {
 	var (
 		all *redis.MapStringStringCmd

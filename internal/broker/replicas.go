@@ -9,8 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Replicas returns how many replicas the master serves (INFO replication's connected_slaves);
-// on a cluster, the fewest any master serves. It fails when the credential may not run WAIT.
+// Replicas returns how many replicas the master serves, from INFO replication's
+// connected_slaves. On a cluster it returns the fewest any master serves. It fails when
+// the credential may not run WAIT.
 func Replicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
 	n, err := onNodes(ctx, rdb, nodeReplicas, func(least, r int) int {
 		if least < 0 || r < least {
@@ -22,7 +23,7 @@ func Replicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
 }
 
 func nodeReplicas(ctx context.Context, rdb redis.UniversalClient) (int, error) {
-	// WAIT 0 answers at once: this only asks whether the credential may run it.
+	// WAIT 0 answers at once. This only asks whether the credential may run it.
 	if err := rdb.Do(ctx, "WAIT", 0, 1).Err(); err != nil {
 		return 0, fmt.Errorf("broker: WAIT: %w", err)
 	}

@@ -13,22 +13,23 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Writer appends entries in watermill-redisstream's wire format (FieldUUID, FieldPayload),
-// pipelined, with an approximate MAXLEN. It is safe for concurrent use; it does not close its
-// client.
+// Writer appends entries pipelined, with an approximate MAXLEN, in watermill-redisstream's
+// wire format of FieldUUID and FieldPayload. It is safe for concurrent use. It does not
+// close its client.
 type Writer struct {
 	// Client is the Redis client. Required.
 	Client redis.UniversalClient
 	// Keyspace names the streams. Defaults to the "ai" prefix.
 	Keyspace topics.Keyspace
-	// TaskMaxLen, ResultMaxLen and DLQMaxLen cap the streams (MAXLEN ~). Zero means the
-	// Default...MaxLen constant (for tasks: no cap); a negative value turns trimming off.
+	// TaskMaxLen, ResultMaxLen and DLQMaxLen cap the streams with MAXLEN ~. Zero means the
+	// Default...MaxLen constant, which for tasks is no cap. A negative value turns trimming
+	// off.
 	TaskMaxLen, ResultMaxLen, DLQMaxLen int64
 	// Limits bound the tasks EnqueueTasks accepts. Zero fields take their defaults.
 	Limits topics.Limits
-	// ScheduleHorizon is how far ahead a task's NotBefore may lie (Task.CheckNotBefore): the
-	// consumers' stage setting, which a producer does not read. Zero means
-	// DefaultScheduleHorizon; a negative value turns the check off.
+	// ScheduleHorizon is how far ahead a task's NotBefore may lie, as Task.CheckNotBefore
+	// checks. It is the consumers' stage setting, which a producer does not read. Zero
+	// means DefaultScheduleHorizon. A negative value turns the check off.
 	ScheduleHorizon time.Duration
 }
 
@@ -42,8 +43,8 @@ func maxLen(v, def int64) int64 {
 	return v
 }
 
-// EnqueueTask validates t under w.Limits and w.ScheduleHorizon and appends it to its stage's task stream; it
-// returns the entry id.
+// EnqueueTask validates t under w.Limits and w.ScheduleHorizon, appends it to its stage's
+// task stream, and returns the entry id.
 func (w Writer) EnqueueTask(ctx context.Context, t topics.Task) (string, error) {
 	ids, err := w.EnqueueTasks(ctx, []topics.Task{t})
 	if err != nil {
@@ -53,8 +54,9 @@ func (w Writer) EnqueueTask(ctx context.Context, t topics.Task) (string, error) 
 }
 
 // EnqueueTasks validates every task under w.Limits and w.ScheduleHorizon, then appends them
-// all in one pipeline. An invalid task writes nothing. On a Redis error it returns the ids of the leading tasks
-// known to be appended, with the error; later ones may have been appended too.
+// all in one pipeline. An invalid task writes nothing. On a Redis error it returns the
+// error with the ids of the leading tasks known to be appended. Later ones may have been
+// appended too.
 func (w Writer) EnqueueTasks(ctx context.Context, tasks []topics.Task) ([]string, error) {
 	payloads := make([][]byte, len(tasks))
 	now := time.Now()
@@ -141,7 +143,7 @@ func (w Writer) DeadLetter(ctx context.Context, d topics.DeadLetter) error {
 		topics.FieldDetail, d.Detail, topics.FieldConsumer, d.Consumer}
 	if len(d.Raw) > 0 {
 		raw, err := json.Marshal(d.Raw)
-		if err != nil { // cannot happen: Bound leaves strings only
+		if err != nil { // cannot happen, as Bound leaves strings only
 			return fmt.Errorf("broker: dead letter: original fields: %w", err)
 		}
 		values = append(values, topics.FieldOriginal, raw)

@@ -24,7 +24,8 @@ func SplitList(s string) []string {
 	return out
 }
 
-// UsageError is a mistake on the command line (a bad flag value); commands exit 2 for it.
+// UsageError is a mistake on the command line, such as a bad flag value. Commands exit 2
+// for it.
 type UsageError struct {
 	// Err says what is wrong, in one line.
 	Err error
@@ -36,14 +37,15 @@ func (e *UsageError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *UsageError) Unwrap() error { return e.Err }
 
-// Usagef returns a *UsageError with a formatted message (%w wraps as in fmt.Errorf).
+// Usagef returns a *UsageError with a formatted message. %w wraps as in fmt.Errorf.
 func Usagef(format string, args ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, args...)}
 }
 
-// ExitCode maps the error a command's run returned to its exit code: 0 for nil and for
-// flag.ErrHelp (--help asked for the usage, which is not a failure), 2 for a *UsageError
-// (a command wraps the flag package's parse errors in one), 1 for anything else.
+// ExitCode maps the error a command's run returned to its exit code. It returns 0 for nil
+// and for flag.ErrHelp, since asking for the usage with --help is not a failure. It returns
+// 2 for a *UsageError, in which a command wraps the flag package's parse errors, and 1 for
+// anything else.
 func ExitCode(err error) int {
 	var ue *UsageError
 	switch {
@@ -55,9 +57,9 @@ func ExitCode(err error) int {
 	return 1
 }
 
-// Parse parses args with fs, writing what the flag package prints (an error, the usage) to
-// stdout when --help asked for it (flag.ErrHelp: the usage is the output, for a pager), to
-// stderr otherwise. fs's Usage function must print to fs.Output().
+// Parse parses args with fs. What the flag package prints, an error or the usage, goes to
+// stdout when --help asked for it and Parse returns flag.ErrHelp, so that the usage can go
+// to a pager. Otherwise it goes to stderr. fs's Usage function must print to fs.Output.
 func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var buf bytes.Buffer
 	fs.SetOutput(&buf)
@@ -71,7 +73,7 @@ func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// Version describes the running binary: the main module's version (or "(devel)") and the
+// Version describes the running binary: the main module's version, or "(devel)", and the
 // VCS revision and time it was built from, when the build recorded them.
 func Version(command string) string {
 	bi, ok := debug.ReadBuildInfo()

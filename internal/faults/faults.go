@@ -1,13 +1,13 @@
 // Package faults reads the fault-injection knobs of the Flightdeck binaries from the
-// environment. They exist for chaos runs and process tests, which need a process to die at a
-// precise point (between a flight script and the writing of its answers); no production
-// setting uses them.
+// environment. They exist for chaos runs and process tests, which need a process to die at
+// a precise point, such as between a flight script and the writing of its answers. No
+// production setting uses them.
 //
 //	FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT=1   write answers after the scripts, as on Redis
 //	                                         Cluster, even on a single node
-//	FLIGHTDECK_FAULT_CRASH_AFTER=OP:P        exit (status 86) right after the answering script
-//	                                         OP (acquire, complete, fail, cancel, or "*") with
-//	                                         probability P in [0, 1]
+//	FLIGHTDECK_FAULT_CRASH_AFTER=OP:P        exit with status 86 right after the answering
+//	                                         script OP with probability P in [0, 1].
+//	                                         OP is acquire, complete, fail, cancel or "*".
 package faults
 
 import (
@@ -27,14 +27,16 @@ const CrashExitCode = 86
 
 // Knobs are the parsed fault-injection settings.
 type Knobs struct {
-	// AnswerAfterScript forces answer mode return.
+	// AnswerAfterScript makes answers be written after the scripts, as on Redis Cluster,
+	// even on a single node.
 	AnswerAfterScript bool
-	// CrashOp and CrashP: exit after the script CrashOp ("*": any) with probability CrashP.
+	// CrashOp and CrashP make the process exit after the script CrashOp with probability
+	// CrashP. A CrashOp of "*" means any script.
 	CrashOp string
 	CrashP  float64
 }
 
-// FromEnv reads the knobs; an unparsable value is an error.
+// FromEnv reads the knobs. An unparsable value is an error.
 func FromEnv(getenv func(string) string) (Knobs, error) {
 	var k Knobs
 	k.AnswerAfterScript = getenv("FLIGHTDECK_FAULT_ANSWER_AFTER_SCRIPT") == "1"
@@ -49,7 +51,8 @@ func FromEnv(getenv func(string) string) (Knobs, error) {
 	return k, nil
 }
 
-// Hook returns the crash knob as a go-redis hook (AfterScripts), or nil when no crash is set.
+// Hook returns the crash knob as a go-redis hook made by AfterScripts, or nil when no crash
+// is set.
 func (k Knobs) Hook() redis.Hook {
 	if k.CrashOp == "" || k.CrashP == 0 {
 		return nil
@@ -57,8 +60,8 @@ func (k Knobs) Hook() redis.Hook {
 	return AfterScripts(k.crash)
 }
 
-// Wrap adds Hook to every client newClient returns; newClient is returned as it is when no
-// crash is set.
+// Wrap adds Hook to every client newClient returns. When no crash is set, it returns
+// newClient as it is.
 func (k Knobs) Wrap(newClient func() redis.UniversalClient) func() redis.UniversalClient {
 	h := k.Hook()
 	if h == nil {
@@ -80,9 +83,10 @@ func (k Knobs) crash(op string) {
 	}
 }
 
-// AfterScripts returns a go-redis hook that calls f with the script's name (acquire,
-// complete, fail, cancel) after Redis answered a call of that flight function, before the
-// caller sees the reply. A process that dies in f leaves the script's answers unwritten.
+// AfterScripts returns a go-redis hook that calls f with the script's name after Redis
+// answered a call of that flight function, before the caller sees the reply. The names are
+// acquire, complete, fail and cancel. A process that dies in f leaves the script's answers
+// unwritten.
 func AfterScripts(f func(op string)) redis.Hook {
 	ops := map[string]string{}
 	for op, fn := range map[string]*lua.Function{"acquire": lua.Acquire, "complete": lua.Complete,

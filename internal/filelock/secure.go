@@ -9,17 +9,17 @@ import (
 	"syscall"
 )
 
-// ErrUnsafe reports a directory or file that another user could have written: a spool is
+// ErrUnsafe reports a directory or file that another user could have written. A spool is
 // written back to Redis as this process's own outcomes, so it is trusted only when nobody
 // else can change it.
 var ErrUnsafe = errors.New("filelock: not safe to trust")
 
-// SecureDir creates dir (mode 0700, with any missing parents) when it does not exist, and
-// checks that it is a directory, not a symbolic link, owned by this process's effective user
-// and not writable by group or others; and that every directory above it is owned by this
-// user or root and is not writable by group or others unless it has the sticky bit (as /tmp
-// does), so that nobody else can swap it. The error wraps ErrUnsafe and names the directory,
-// its owner and its mode.
+// SecureDir creates dir with mode 0700 and any missing parents when it does not exist. It
+// checks that dir is a directory, not a symbolic link, owned by this process's effective
+// user and not writable by group or others. It also checks that every directory above it
+// is owned by this user or root, and is not writable by group or others unless it has the
+// sticky bit as /tmp does, so that nobody else can swap it. The error wraps ErrUnsafe and
+// names the directory, its owner and its mode.
 func SecureDir(dir string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -63,9 +63,10 @@ func SecureDir(dir string) error {
 	}
 }
 
-// OpenOwned opens path with flag (plus O_NOFOLLOW: a symbolic link is refused) and perm, and
-// checks that it is a regular file owned by this process's effective user and not writable by
-// group or others. The error wraps ErrUnsafe for a file that fails the checks.
+// OpenOwned opens path with flag and perm, adding O_NOFOLLOW so that a symbolic link is
+// refused. It checks that path is a regular file owned by this process's effective user and
+// not writable by group or others. The error wraps ErrUnsafe for a file that fails the
+// checks.
 func OpenOwned(path string, flag int, perm os.FileMode) (*os.File, error) {
 	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW, perm)
 	if err != nil {
@@ -97,7 +98,7 @@ func checkOwned(path string, fi fs.FileInfo) error {
 	return nil
 }
 
-// ownerOf returns the uid that owns fi's file (-1 when the platform does not say).
+// ownerOf returns the uid that owns fi's file, or -1 when the platform does not say.
 func ownerOf(fi fs.FileInfo) int {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return int(st.Uid)

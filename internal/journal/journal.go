@@ -1,7 +1,7 @@
-// Package journal keeps records on disk, one fsynced line each, in a file that a live process
-// may guard with an exclusive lock, so that the next process tells a dead process's journal
-// from a live one's and adopts it. Both spools are journals (DESIGN.md sections 6 and 9); what
-// a record means stays with its caller.
+// Package journal keeps records on disk, one fsynced line each, in a file that a live
+// process may guard with an exclusive lock. The next process can so tell a dead process's
+// journal from a live one's and adopt it. Both spools are journals, as docs/DESIGN.md
+// sections 6 and 9 describe. What a record means stays with its caller.
 package journal
 
 import (
@@ -25,30 +25,31 @@ import (
 var ErrInUse = errors.New("journal: locked by another process")
 
 // ErrStale reports a Drop of a Batch read before the file was last dropped from or
-// rewritten: its lines may no longer be the first ones, so nothing is dropped.
+// rewritten. Its lines may no longer be the first ones, so nothing is dropped.
 var ErrStale = errors.New("journal: batch read before the file last changed")
 
-// Codec turns a record into one line (without a newline; JSON has none) and back. A line that
-// Decode refuses is corrupt (a torn write, another version's record): skipped and counted.
+// Codec turns a record into one line without a newline, as JSON has none, and back. A line
+// that Decode refuses is corrupt, such as a torn write or another version's record. It is
+// skipped and counted.
 type Codec[T any] interface {
 	Encode(T) ([]byte, error)
 	Decode([]byte) (T, error)
 }
 
 // Journal is a file of records, one line each. It is safe for concurrent use. One Journal
-// owns its file: OpenDir's lock sees to that; Open's caller must.
+// owns its file. OpenDir's lock sees to that, and Open's caller must.
 type Journal[T any] struct {
 	path      string
 	codec     Codec[T]
-	dir, kind string // OpenDir's, for Adopt; "" for Open's journals
+	dir, kind string // OpenDir's, for Adopt. Empty for Open's journals.
 
-	mu   sync.Mutex // serialises the file's reads and writes; guards lock and gen
-	lock *os.File   // the lock file OpenDir holds; nil for Open's journals and after Close
-	gen  uint64     // counts drops and rewrites: a Batch of an older gen is stale
+	mu   sync.Mutex // serialises the file's reads and writes, and guards lock and gen
+	lock *os.File   // the lock file OpenDir holds, nil for Open's journals and after Close
+	gen  uint64     // counts drops and rewrites. A Batch of an older gen is stale.
 }
 
-// Batch is what Read found at the head of the file: its records, in file order, and how many
-// corrupt lines among them it skipped. Drop removes its lines.
+// Batch is what Read found at the head of the file: its records in file order, and how
+// many corrupt lines among them it skipped. Drop removes its lines.
 type Batch[T any] struct {
 	Records []T
 	Skipped int
@@ -56,10 +57,10 @@ type Batch[T any] struct {
 	end     int64 // the offset just past the last line read
 }
 
-// Open opens the journal file at path, creating it (mode 0600) and its directories (0700)
-// when missing; a symbolic link, or a file of another user or that others may write, is
-// refused (filelock.ErrUnsafe). A last line that a crash left without its newline is ended,
-// so that the next Append starts a line of its own. Open takes no lock.
+// Open opens the journal file at path, creating it with mode 0600 and its directories with
+// 0700 when missing. It refuses with filelock.ErrUnsafe a symbolic link, or a file of
+// another user or that others may write. A last line that a crash left without its newline
+// is ended, so that the next Append starts a line of its own. Open takes no lock.
 func Open[T any](path string, c Codec[T]) (_ *Journal[T], err error) {
 	defer wrap(&err, "open", path)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -79,10 +80,11 @@ func Open[T any](path string, c Codec[T]) (_ *Journal[T], err error) {
 	return &Journal[T]{path: path, codec: c}, nil
 }
 
-// OpenDir opens (Open) <kind>-<name>.jsonl in dir, each character of name outside
-// [A-Za-z0-9._-] made "_", and holds an exclusive lock on <kind>-<name>.lock until Close. dir
-// is created (0700) when missing and must pass filelock.SecureDir. A lock another process
-// holds, as an adopter does for a moment, is waited for up to 2 s, then ErrInUse.
+// OpenDir opens <kind>-<name>.jsonl in dir with Open, and holds an exclusive lock on
+// <kind>-<name>.lock until Close. Each character of name outside [A-Za-z0-9._-] becomes
+// "_". dir is created with mode 0700 when missing and must pass filelock.SecureDir. A lock
+// another process holds, as an adopter does for a moment, is waited for up to 2 s. After
+// that OpenDir returns ErrInUse.
 func OpenDir[T any](dir, kind, name string, c Codec[T]) (*Journal[T], error) {
 	if err := filelock.SecureDir(dir); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
@@ -112,8 +114,8 @@ func OpenDir[T any](dir, kind, name string, c Codec[T]) (*Journal[T], error) {
 func (j *Journal[T]) Path() string { return j.path }
 
 // Append writes recs at the end of the file, one line each, and fsyncs it before it returns.
-// On error none was added: a partial write is cut off again. Append works after Close too,
-// without the lock's guard, for a caller that has nowhere else to put a record.
+// On error none was added, because a partial write is cut off again. Append works after
+// Close too, without the lock's guard, for a caller that has nowhere else to put a record.
 func (j *Journal[T]) Append(recs ...T) (err error) {
 	if len(recs) == 0 {
 		return nil
@@ -143,9 +145,9 @@ func (j *Journal[T]) Append(recs ...T) (err error) {
 	return err
 }
 
-// Read returns the first limit records of the file (0: all). Blank lines are passed over,
-// lines that do not decode skipped and counted; a last line without its newline (a write
-// torn since Open) is not read.
+// Read returns the first limit records of the file, or all of them when limit is 0. Blank
+// lines are passed over. Lines that do not decode are skipped and counted. A last line
+// without its newline, from a write torn since Open, is not read.
 func (j *Journal[T]) Read(limit int) (b Batch[T], err error) {
 	defer wrap(&err, "read", j.path)
 	j.mu.Lock()
@@ -179,8 +181,8 @@ func (j *Journal[T]) Read(limit int) (b Batch[T], err error) {
 	return b, nil
 }
 
-// Drop removes the lines b was read from and keeps the rest of the file, whatever was
-// appended since too (replaceLocked). A stale b is refused with ErrStale.
+// Drop removes the lines b was read from with replaceLocked, and keeps the rest of the
+// file, including whatever was appended since. A stale b is refused with ErrStale.
 func (j *Journal[T]) Drop(b Batch[T]) (err error) {
 	defer wrap(&err, "drop from", j.path)
 	j.mu.Lock()
@@ -201,7 +203,7 @@ func (j *Journal[T]) Drop(b Batch[T]) (err error) {
 	return j.replaceLocked(src)
 }
 
-// Rewrite replaces what the file holds with recs (replaceLocked).
+// Rewrite replaces what the file holds with recs, using replaceLocked.
 func (j *Journal[T]) Rewrite(recs []T) (err error) {
 	defer wrap(&err, "rewrite", j.path)
 	lines, err := j.encode(recs)
@@ -215,9 +217,9 @@ func (j *Journal[T]) Rewrite(recs []T) (err error) {
 
 // Adopt appends to j's file the records of every other journal of its kind in its directory
 // that no live process holds, removes their files, and returns how many records it took. A
-// crash in the middle leaves records in two journals at worst. A journal it cannot take (an
-// unsafe or unreadable file) stays, its error joined to the one returned; the records taken
-// are in j's file all the same. Open's journals adopt nothing.
+// crash in the middle leaves records in two journals at worst. A journal it cannot take,
+// such as an unsafe or unreadable file, stays, and its error is joined to the one returned.
+// The records taken are in j's file all the same. Open's journals adopt nothing.
 func (j *Journal[T]) Adopt() (took int, err error) {
 	if j.dir == "" {
 		return 0, nil
@@ -244,7 +246,7 @@ func (j *Journal[T]) adoptFile(path string) (int, error) {
 	lockPath := strings.TrimSuffix(path, ".jsonl") + ".lock"
 	l, err := filelock.TryLock(lockPath)
 	if err != nil || l == nil {
-		return 0, err // 0, nil: a live process holds it
+		return 0, err // 0 and nil when a live process holds it
 	}
 	defer l.Close()
 	other, err := Open(path, j.codec) // empty if another adopter was first
@@ -265,9 +267,9 @@ func (j *Journal[T]) adoptFile(path string) (int, error) {
 	return len(b.Records), nil
 }
 
-// Close releases the lock OpenDir took, after removing the journal's files when discard is
-// set (the caller wants nothing in them). Open's journals have no lock: Close leaves their
-// file. Closing twice is a no-op.
+// Close releases the lock OpenDir took. When discard is set, because the caller wants
+// nothing in them, it first removes the journal's files. Open's journals have no lock, and
+// Close leaves their file. Closing twice is a no-op.
 func (j *Journal[T]) Close(discard bool) (err error) {
 	defer wrap(&err, "close", j.path)
 	j.mu.Lock()
@@ -297,8 +299,8 @@ func (j *Journal[T]) encode(recs []T) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// replaceLocked replaces the file with what r reads: a temporary file next to it, fsynced,
-// renamed over it, then the directory fsynced.
+// replaceLocked replaces the file with what r reads. It writes a temporary file next to it,
+// fsyncs it, renames it over the file, then fsyncs the directory.
 func (j *Journal[T]) replaceLocked(r io.Reader) error {
 	tmp := j.path + ".tmp"
 	_ = os.Remove(tmp) // left by a crash in the middle of a replace
@@ -323,8 +325,8 @@ func (j *Journal[T]) replaceLocked(r io.Reader) error {
 	return syncDir(filepath.Dir(j.path))
 }
 
-// endTornLine ends a last line that a crash or a full disk left without its newline, so that
-// the next append starts a line of its own; the torn line reads as a corrupt one.
+// endTornLine ends a last line that a crash or a full disk left without its newline, so
+// that the next append starts a line of its own. The torn line reads as a corrupt one.
 func endTornLine(f *os.File) error {
 	st, err := f.Stat()
 	if err != nil || st.Size() == 0 {

@@ -30,16 +30,16 @@ func IsFailover(rawURL string) bool {
 	return err == nil && u.Query().Has("master_name")
 }
 
-// Universal returns a function making a new client for rawURL at every call: a cluster
-// client for a cluster URL (IsCluster), a client that follows the Sentinel master for a
-// failover URL (IsFailover), a single-node client otherwise. Each honours context
+// Universal returns a function making a new client for rawURL at every call. It makes a
+// cluster client for a URL IsCluster accepts, a client that follows the Sentinel master
+// for a URL IsFailover accepts, and a single-node client otherwise. Each honours context
 // deadlines. Errors never repeat the URL.
 func Universal(rawURL string) (func() redis.UniversalClient, error) {
 	return UniversalWithTLS(rawURL, TLSFiles{})
 }
 
-// NewClusterClient returns a cluster client on a copy of opt, with context deadlines honoured
-// and maintenance notifications off (see NewClient).
+// NewClusterClient returns a cluster client on a copy of opt, with context deadlines
+// honoured and maintenance notifications off, as NewClient does.
 func NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient {
 	o := *opt
 	o.ContextTimeoutEnabled = true
@@ -47,9 +47,9 @@ func NewClusterClient(opt *redis.ClusterOptions) *redis.ClusterClient {
 	return redis.NewClusterClient(&o)
 }
 
-// NewFailoverClient returns a client that follows the master its sentinels name, on a copy of
-// opt, with context deadlines honoured (see NewClient). It is a *redis.Client, so everything
-// that runs on one node runs on it.
+// NewFailoverClient returns a client that follows the master its sentinels name, on a copy
+// of opt, with context deadlines honoured as in NewClient. It is a *redis.Client, so
+// everything that runs on one node runs on it.
 func NewFailoverClient(opt *redis.FailoverOptions) *redis.Client {
 	o := *opt
 	o.SentinelAddrs = append([]string(nil), opt.SentinelAddrs...)
@@ -57,9 +57,8 @@ func NewFailoverClient(opt *redis.FailoverOptions) *redis.Client {
 	return redis.NewFailoverClient(&o)
 }
 
-// FailoverMaster asks the sentinels of a failover URL, in turn, for the address of the
-// master they follow now; it returns the master's name and address. Errors never repeat
-// the URL.
+// FailoverMaster asks the sentinels of a failover URL in turn for the address of the master
+// they follow now. It returns the master's name and address. Errors never repeat the URL.
 func FailoverMaster(ctx context.Context, rawURL string, files TLSFiles) (name, addr string, err error) {
 	opt, err := failoverOptions(rawURL, files)
 	if err != nil {
@@ -80,8 +79,8 @@ func FailoverMaster(ctx context.Context, rawURL string, files TLSFiles) (name, a
 	return opt.MasterName, "", fmt.Errorf("redisconn: no sentinel names master %q: %w", opt.MasterName, errors.Join(errs...))
 }
 
-// failoverOptions parses a failover URL and applies files to its TLS configuration (used
-// for the sentinels and the master alike).
+// failoverOptions parses a failover URL and applies files to its TLS configuration, which
+// serves the sentinels and the master alike.
 func failoverOptions(rawURL string, files TLSFiles) (*redis.FailoverOptions, error) {
 	opt, err := redis.ParseFailoverURL(rawURL)
 	if err != nil {
@@ -100,11 +99,12 @@ func failoverOptions(rawURL string, files TLSFiles) (*redis.FailoverOptions, err
 	return opt, nil
 }
 
-// Deployment names the Redis deployment rawURL points at, the same for every URL of it (the
-// spool directory is per deployment: flight.DeploymentSpoolDir):
-// "sentinel/<master>/<db>/<sentinel>,<sentinel>..." (sorted) for a failover URL,
-// "cluster/<node>,<node>..." (sorted) for a cluster, "<host:port>/<db>" for one node; "" when
-// the URL does not parse. It never holds a password.
+// Deployment names the Redis deployment rawURL points at, the same for every URL of it.
+// The spool directory is per deployment, see flight.DeploymentSpoolDir. The name is
+// "sentinel/<master>/<db>/<sentinel>,<sentinel>..." for a failover URL,
+// "cluster/<node>,<node>..." for a cluster, and "<host:port>/<db>" for one node, with
+// sentinels and nodes sorted. It is "" when the URL does not parse. It never holds a
+// password.
 func Deployment(rawURL string) string {
 	switch {
 	case IsFailover(rawURL):
@@ -123,9 +123,10 @@ func Deployment(rawURL string) string {
 	return ""
 }
 
-// ClientDeployment is Deployment for a client: the same name as its URL's for one node or a
-// cluster, and "" for a Sentinel failover client, whose master name and sentinels a
-// *redis.Client does not show (name it from the URL, as the consumer binary does).
+// ClientDeployment is Deployment for a client. It gives the same name as its URL's for one
+// node or a cluster. It gives "" for a Sentinel failover client, whose master name and
+// sentinels a *redis.Client does not show. Name such a deployment from the URL, as the
+// consumer binary does.
 func ClientDeployment(rdb redis.UniversalClient) string {
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:

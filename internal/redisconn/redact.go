@@ -11,12 +11,13 @@ import (
 // redacted replaces every secret part of a URL.
 const redacted = "xxxxx"
 
-// RedactURL returns rawURL fit for a log line or an error message, for any URL (Redis,
-// OpenAI base URL): a password becomes "xxxxx" (user:xxxxx@host), a user without a password
-// becomes "xxxxx" too (go-redis takes a lone user as the password: redis://secret@host), and
-// so do the values of query parameters whose names suggest a secret (password, pass, secret,
-// token, key, auth). A URL that does not parse keeps only its scheme and what follows its
-// last "@" up to the path, with " (malformed)" added, or becomes "<malformed URL>".
+// RedactURL returns rawURL fit for a log line or an error message. It works for any URL,
+// such as a Redis URL or an OpenAI base URL. A password becomes "xxxxx", as in
+// user:xxxxx@host. A user without a password becomes "xxxxx" too, because go-redis takes a
+// lone user as the password, as in redis://secret@host. So do the values of query
+// parameters whose names suggest a secret, such as password, pass, secret, token, key or
+// auth. A URL that does not parse keeps only its scheme and what follows its last "@" up
+// to the path, with " (malformed)" added, or becomes "<malformed URL>".
 func RedactURL(rawURL string) string {
 	if rawURL == "" {
 		return ""
@@ -80,9 +81,10 @@ func redactUnparsed(raw string) string {
 	return scheme + "://" + host + " (malformed)"
 }
 
-// secrets returns the parts of rawURL that must never be shown: the password, a lone user,
-// the values of secret-looking query parameters, and for a URL that does not parse everything
-// between "://" and the last "@"; each as decoded and as written in the URL.
+// secrets returns the parts of rawURL that must never be shown, each as decoded and as
+// written in the URL. They are the password, a lone user, and the values of secret-looking
+// query parameters. For a URL that does not parse, they are everything between "://" and
+// the last "@".
 func secrets(rawURL string) []string {
 	var out []string
 	add := func(s string) {
@@ -108,8 +110,8 @@ func secrets(rawURL string) []string {
 		return out
 	}
 	if u.User != nil {
-		// The userinfo as written: the authority (after "//", up to the path, query or
-		// fragment) up to its last "@".
+		// The userinfo as written is the authority up to its last "@". The authority runs
+		// from after "//" up to the path, query or fragment.
 		raw := ""
 		if i := strings.Index(rawURL, "//"); i >= 0 {
 			auth := rawURL[i+2:]
@@ -141,10 +143,10 @@ func secrets(rawURL string) []string {
 	return out
 }
 
-// RedactError returns err with rawURL replaced by RedactURL(rawURL) and every secret of it
-// (see RedactURL) replaced by "xxxxx" in its message, also where the message quotes them;
-// err itself when its message holds none. A redacted error keeps only its message: its
-// chain would still hold the secret.
+// RedactError returns err with rawURL replaced in its message by the RedactURL form, and
+// every secret RedactURL hides replaced by "xxxxx", also where the message quotes them. It
+// returns err itself when its message holds none. A redacted error keeps only its message,
+// because its chain would still hold the secret.
 func RedactError(err error, rawURL string) error {
 	if err == nil || rawURL == "" {
 		return err

@@ -2,8 +2,9 @@
 // flag, REDIS_URL or REDIS_URL_FILE, TLS files from REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE and
 // REDIS_TLS_KEY_FILE, and one fresh *redis.Options per client.
 //
-// A URL may carry an ACL user and a password (redis://user:password@host:6379/0) and selects
-// TLS with the rediss:// scheme. No error of this package repeats a URL or a password.
+// A URL may carry an ACL user and a password, as in redis://user:password@host:6379/0. It
+// selects TLS with the rediss:// scheme. No error of this package repeats a URL or a
+// password.
 package redisconn
 
 import (
@@ -22,9 +23,9 @@ import (
 // DefaultURL is used when no URL is given anywhere.
 const DefaultURL = "redis://127.0.0.1:6379/0"
 
-// URL returns the Redis URL: flagURL when set, else $REDIS_URL, else the contents of the file
-// named by $REDIS_URL_FILE (so a password need not appear in a process listing), else
-// DefaultURL. getenv is os.Getenv in production.
+// URL returns the Redis URL: flagURL when set, else $REDIS_URL, else the contents of the
+// file named by $REDIS_URL_FILE, else DefaultURL. The file means a password need not appear
+// in a process listing. getenv is os.Getenv in production.
 func URL(flagURL string, getenv func(string) string) (string, error) {
 	if flagURL != "" {
 		return flagURL, nil
@@ -43,7 +44,7 @@ func URL(flagURL string, getenv func(string) string) (string, error) {
 }
 
 // Options parses a redis:// or rediss:// URL. The error never repeats the URL, which may hold
-// a password. A rediss:// URL verifies the server against the system's root CAs; use
+// a password. A rediss:// URL verifies the server against the system's root CAs. Use
 // OptionsWithTLS or OptionsFromEnv for a private CA or a client certificate.
 func Options(url string) (*redis.Options, error) {
 	return OptionsWithTLS(url, TLSFiles{})
@@ -52,12 +53,12 @@ func Options(url string) (*redis.Options, error) {
 // TLSFiles names the PEM files of a TLS connection to Redis. The zero value adds nothing to
 // what the URL says.
 type TLSFiles struct {
-	// CAFile holds the CA certificates that sign the server's certificate; they replace the
+	// CAFile holds the CA certificates that sign the server's certificate. They replace the
 	// system's root CAs. Env REDIS_TLS_CA_FILE. Defaults to the system's roots.
 	CAFile string
-	// CertFile and KeyFile hold the client certificate and its private key, for a server that
-	// verifies clients (redis-server --tls-auth-clients yes). Both or neither. Env
-	// REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE. Default to none.
+	// CertFile and KeyFile hold the client certificate and its private key, for a server
+	// that verifies clients with redis-server --tls-auth-clients yes. Set both or neither.
+	// Env REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE. Default to none.
 	CertFile, KeyFile string
 }
 
@@ -65,25 +66,25 @@ type TLSFiles struct {
 func (f TLSFiles) IsZero() bool { return f == TLSFiles{} }
 
 // TLSFilesFromEnv reads REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE through
-// getenv (os.Getenv in production).
+// getenv, which is os.Getenv in production.
 func TLSFilesFromEnv(getenv func(string) string) TLSFiles {
 	return TLSFiles{CAFile: getenv("REDIS_TLS_CA_FILE"), CertFile: getenv("REDIS_TLS_CERT_FILE"),
 		KeyFile: getenv("REDIS_TLS_KEY_FILE")}
 }
 
-// OptionsFromEnv is OptionsWithTLS(url, TLSFilesFromEnv(getenv)): a drop-in for Options in
-// commands, which pass os.Getenv.
+// OptionsFromEnv is OptionsWithTLS with the files TLSFilesFromEnv reads through getenv. It
+// is a drop-in for Options in commands, which pass os.Getenv.
 func OptionsFromEnv(url string, getenv func(string) string) (*redis.Options, error) {
 	return OptionsWithTLS(url, TLSFilesFromEnv(getenv))
 }
 
-// OptionsWithTLS parses a redis:// or rediss:// URL and applies files to its TLS settings:
-// the CA file replaces the system's root CAs, the certificate and key are presented to the
-// server. Files require a rediss:// URL: with redis:// the connection would silently stay
-// in plain text, so that is an error. TLS 1.2 is the minimum; the server name checked is the
-// URL's host (go-redis's skip_verify=true query option turns checking off: tests only, and
-// an error together with any file). The error never repeats the URL, which may hold a
-// password.
+// OptionsWithTLS parses a redis:// or rediss:// URL and applies files to its TLS settings.
+// The CA file replaces the system's root CAs, and the certificate and key are presented to
+// the server. Files require a rediss:// URL, because with redis:// the connection would
+// silently stay in plain text, so that is an error. TLS 1.2 is the minimum. The server name
+// checked is the URL's host. go-redis's skip_verify=true query option turns checking off.
+// It is for tests only, and an error together with any file. The error never repeats the
+// URL, which may hold a password.
 func OptionsWithTLS(url string, files TLSFiles) (*redis.Options, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
@@ -95,15 +96,16 @@ func OptionsWithTLS(url string, files TLSFiles) (*redis.Options, error) {
 	return opt, nil
 }
 
-// UniversalFromEnv is Universal with the TLS files of TLSFilesFromEnv(getenv) applied, for a
-// single-node or a cluster URL: a drop-in for Universal in commands, which pass os.Getenv.
+// UniversalFromEnv is Universal with the TLS files TLSFilesFromEnv reads through getenv
+// applied, for a single-node or a cluster URL. It is a drop-in for Universal in commands,
+// which pass os.Getenv.
 func UniversalFromEnv(rawURL string, getenv func(string) string) (func() redis.UniversalClient, error) {
 	return UniversalWithTLS(rawURL, TLSFilesFromEnv(getenv))
 }
 
-// UniversalWithTLS is Universal with files applied as OptionsWithTLS does (for a cluster, to
-// the connections to every node; for Sentinel, to the sentinels and the master). Errors never
-// repeat the URL.
+// UniversalWithTLS is Universal with files applied as OptionsWithTLS does. For a cluster
+// they apply to the connections to every node. For Sentinel they apply to the sentinels and
+// the master. Errors never repeat the URL.
 func UniversalWithTLS(rawURL string, files TLSFiles) (func() redis.UniversalClient, error) {
 	if IsFailover(rawURL) {
 		opt, err := failoverOptions(rawURL, files)
@@ -129,8 +131,8 @@ func UniversalWithTLS(rawURL string, files TLSFiles) (func() redis.UniversalClie
 	return func() redis.UniversalClient { return NewClusterClient(opt) }, nil
 }
 
-// withTLSFiles applies files to cfg, the TLS configuration parsed from a URL (nil for
-// redis://).
+// withTLSFiles applies files to cfg, the TLS configuration parsed from a URL. cfg is nil
+// for redis://.
 func withTLSFiles(cfg *tls.Config, files TLSFiles) (*tls.Config, error) {
 	if files.IsZero() {
 		return cfg, nil
@@ -139,8 +141,8 @@ func withTLSFiles(cfg *tls.Config, files TLSFiles) (*tls.Config, error) {
 		return nil, errors.New("redisconn: REDIS_TLS_* files are set but the Redis URL is not rediss://")
 	}
 	if cfg.InsecureSkipVerify {
-		// The files are there to check the server (CA) or to be trusted by it (client
-		// certificate): skip_verify would quietly undo that.
+		// The CA file is there to check the server, and the client certificate to be
+		// trusted by it. skip_verify would quietly undo that.
 		return nil, errors.New("redisconn: the Redis URL has skip_verify=true, which turns off the server certificate " +
 			"check that REDIS_TLS_* files are set up for: remove skip_verify from the URL, or the files")
 	}
@@ -170,7 +172,8 @@ func withTLSFiles(cfg *tls.Config, files TLSFiles) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// redact returns err without the URL or its password: url.Parse errors quote the whole URL.
+// redact returns err without the URL or its password, since url.Parse errors quote the
+// whole URL.
 func redact(err error, raw string) error {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		err = fmt.Errorf("%s: malformed URL", ue.Op)
@@ -178,10 +181,10 @@ func redact(err error, raw string) error {
 	return RedactError(err, raw)
 }
 
-// NewClient returns a client on a copy of opt: go-redis keeps per-client state in Options, so
-// clients must not share one. Context deadlines bound every command (ContextTimeoutEnabled),
-// so a coordination budget holds even against a Redis that stopped answering. Maintenance
-// notifications (a Redis Enterprise feature) are off.
+// NewClient returns a client on a copy of opt, because go-redis keeps per-client state in
+// Options and clients must not share one. With ContextTimeoutEnabled, context deadlines
+// bound every command, so a coordination budget holds even against a Redis that stopped
+// answering. Maintenance notifications, a Redis Enterprise feature, are off.
 func NewClient(opt *redis.Options) *redis.Client {
 	o := *opt
 	o.ContextTimeoutEnabled = true
