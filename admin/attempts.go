@@ -7,26 +7,26 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
-// AttemptLogField is the flight meta field that holds the flight's attempt log, when the flight
-// scripts keep one: one line per ended attempt, oldest first, each line the tab-separated
-// fields attempt, token, ownerId, taskId, startedAt (Unix ms), endedAt (Unix ms), outcome,
-// errorCode, error. The dashboard shows it with the current attempt from the meta; without it
-// the current (or last) attempt alone.
+// AttemptLogField is the flight meta field that holds the flight's attempt log, when the
+// flight scripts keep one: one line per ended attempt, oldest first, of the tab-separated
+// fields attempt, token, ownerId, taskId, startedAt in Unix ms, endedAt in Unix ms, outcome,
+// errorCode and error. The dashboard shows the log with the current attempt from the meta,
+// or without a log the current or last attempt alone.
 const AttemptLogField = "attemptLog"
 
 // AttemptView is one owner attempt of a flight.
 type AttemptView struct {
-	// Attempt is the attempt's number (1 for the first owner), Owner the consumer that ran
+	// Attempt is the attempt's number, 1 for the first owner. Owner is the consumer that ran
 	// it, TaskID the owner's task and Token its fencing token.
 	Attempt int    `json:"attempt"`
 	Owner   string `json:"owner"`
 	TaskID  string `json:"taskId,omitempty"`
 	Token   int64  `json:"token"`
-	// StartedAt and EndedAt are Unix ms; 0 when unknown or (EndedAt) still running.
+	// StartedAt and EndedAt are Unix ms, 0 when unknown. EndedAt is also 0 while running.
 	StartedAt int64 `json:"startedAt"`
 	EndedAt   int64 `json:"endedAt"`
 	// Outcome is PENDING or RUNNING for the current attempt, else how it ended: SUCCEEDED,
-	// FAILED, CANCELLED, EXPIRED, or what the attempt log says (a takeover, a handover).
+	// FAILED, CANCELLED, EXPIRED, or what the attempt log says, such as a takeover or a handover.
 	Outcome   string `json:"outcome"`
 	ErrorCode string `json:"errorCode,omitempty"`
 	Error     string `json:"error,omitempty"`
@@ -36,7 +36,7 @@ type AttemptView struct {
 }
 
 // attempts returns the flight's attempts, oldest first: those of the attempt log, then the
-// meta's own when the log does not hold it yet. At most MaxListEntries (the newest).
+// meta's own when the log does not hold it yet. It keeps the newest MaxListEntries.
 func attempts(m flight.Meta) []AttemptView {
 	var out []AttemptView
 	for line := range strings.SplitSeq(m.Fields[AttemptLogField], "\n") {
@@ -64,7 +64,7 @@ func attempts(m flight.Meta) []AttemptView {
 	if v, err := strconv.ParseInt(m.Fields["startedAt"], 10, 64); err == nil {
 		cur.StartedAt = v
 	} else if !m.ExpireAt.IsZero() && m.Policy.RunningTTL > 0 {
-		// An attempt expires runningTTL after its start (acquire.lua, start.lua).
+		// An attempt expires runningTTL after its start, as acquire.lua and start.lua set it.
 		cur.StartedAt = m.ExpireAt.Add(-m.Policy.RunningTTL).UnixMilli()
 	}
 	if !active && !m.UpdatedAt.IsZero() {

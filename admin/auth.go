@@ -18,11 +18,11 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// MinTokenLen is the shortest dashboard token accepted, in bytes: a token is a password that
-// anyone who reaches the port may guess. `openssl rand -hex 32` makes a good one.
+// MinTokenLen is the shortest dashboard token accepted, in bytes. A token is a password that
+// anyone who reaches the port may guess, and `openssl rand -hex 32` makes a good one.
 const MinTokenLen = 16
 
-// CheckToken returns an error when token is set but shorter than MinTokenLen bytes; the
+// CheckToken returns an error when token is set but shorter than MinTokenLen bytes. The
 // message never repeats the token.
 func CheckToken(token string) error {
 	if token != "" && len(token) < MinTokenLen {
@@ -41,16 +41,17 @@ const (
 	accessAct
 )
 
-// DefaultFailuresPerMinute is the default limit of failed authentications per client (see
-// budgetKey): that many in a burst, refilled evenly over a minute; past it, 429 until the
-// budget refills.
+// DefaultFailuresPerMinute is the default limit of failed authentications per client, as
+// budgetKey groups them. A client may fail that many times in a burst, refilled evenly over
+// a minute, and past it gets 429 until the budget refills.
 const DefaultFailuresPerMinute = 5
 
-// maxClients bounds the failure records kept (one per client, see budgetKey): past it the
-// record of the client that failed least recently is dropped.
+// maxClients bounds the failure records kept, one per client as budgetKey groups them. Past
+// it the record of the client that failed least recently is dropped.
 const maxClients = 10000
 
-// authenticator checks bearer tokens and limits failed attempts per client (budgetKey).
+// authenticator checks bearer tokens and limits failed attempts per client, as budgetKey
+// groups them.
 type authenticator struct {
 	token, readToken [sha256.Size]byte
 	hasToken         bool
@@ -61,8 +62,8 @@ type authenticator struct {
 
 	mu      sync.Mutex // held across the check of one request, so parallel guesses queue
 	clients map[string]*list.Element
-	// recent orders the records by their last failure or refusal, the oldest at the front;
-	// each element holds a *failureRecord.
+	// recent orders the records by their last failure or refusal, the oldest at the front.
+	// Each element holds a *failureRecord.
 	recent *list.List
 }
 
@@ -93,7 +94,7 @@ func apiError(w http.ResponseWriter, status int, code, msg string) {
 	}{msg, code})
 }
 
-// Messages of the refusals; the page shows them as they are.
+// Messages of the refusals. The page shows them as they are.
 const (
 	msgNoToken = "the dashboard API is off on this consumer: set FLIGHTDECK_UI_READ_TOKEN (read-only) or " +
 		"FLIGHTDECK_UI_TOKEN (reads and actions), or their _FILE variants, and restart it"
@@ -103,8 +104,8 @@ const (
 	msgReadOnly  = "this is the read-only token (FLIGHTDECK_UI_READ_TOKEN): actions need FLIGHTDECK_UI_TOKEN"
 )
 
-// check authorises r for need, answering the refusal itself; it returns the access the
-// request's token grants, accessNone when refused.
+// check authorises r for need and writes the refusal itself. It returns the access the
+// request's token grants, or accessNone when refused.
 func (a *authenticator) check(w http.ResponseWriter, r *http.Request, need access) access {
 	switch {
 	case !a.hasToken && !a.hasRead:
@@ -116,7 +117,7 @@ func (a *authenticator) check(w http.ResponseWriter, r *http.Request, need acces
 	}
 	header := r.Header.Get("Authorization")
 	if header == "" {
-		// No guess was made: not counted as a failure, so that a page without a token
+		// No guess was made, so it is not counted as a failure. A page without a token
 		// cannot lock its operator out.
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flightdeck"`)
 		apiError(w, http.StatusUnauthorized, "token_required", msgNeedToken)
@@ -134,7 +135,7 @@ func (a *authenticator) check(w http.ResponseWriter, r *http.Request, need acces
 	if el := a.clients[client]; el != nil {
 		lim = el.Value.(*failureRecord).lim
 		if tokens := lim.TokensAt(now); tokens < 1 {
-			// Still guessing: the record stays among the most recent, so that new clients
+			// Still guessing. The record stays among the most recent, so that new clients
 			// filling the table cannot evict it and reset its budget.
 			a.recent.MoveToBack(el)
 			wait := time.Duration((1 - tokens) / float64(a.limit) * float64(time.Second))
@@ -163,8 +164,8 @@ func (a *authenticator) check(w http.ResponseWriter, r *http.Request, need acces
 	return granted
 }
 
-// match compares got with both tokens in constant time (over their SHA-256, so neither the
-// content nor the length of a token shows in the timing).
+// match compares got with both tokens in constant time. It compares their SHA-256, so
+// neither the content nor the length of a token shows in the timing.
 func (a *authenticator) match(got string) access {
 	if got == "" {
 		return accessNone
@@ -188,9 +189,9 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// newRecord adds a full failure budget for client, dropping the records of the clients that
-// failed least recently while the table holds maxClients: memory stays bounded, and a client
-// that keeps failing is never the one dropped. Called with a.mu held.
+// newRecord adds a full failure budget for client. While the table holds maxClients it drops
+// the records of the clients that failed least recently, so memory stays bounded and a
+// client that keeps failing is never the one dropped. Call it with a.mu held.
 func (a *authenticator) newRecord(client string) *rate.Limiter {
 	for a.recent.Len() >= maxClients {
 		oldest := a.recent.Front()
@@ -202,11 +203,11 @@ func (a *authenticator) newRecord(client string) *rate.Limiter {
 	return rec.lim
 }
 
-// budgetKey is the client failed tokens are counted against: all of loopback (127.0.0.0/8
-// and ::1, where every local process and any proxy on the host connect from) is one client,
-// an IPv4 address counts by its /24 and an IPv6 one by its /64, networks that one host or
-// one customer usually owns whole. X-Forwarded-For is not trusted: behind a proxy every
-// client shares the proxy's budget.
+// budgetKey is the client failed tokens are counted against. All of loopback, 127.0.0.0/8
+// and ::1, is one client: every local process and any proxy on the host connect from there.
+// An IPv4 address counts by its /24 and an IPv6 one by its /64, networks that one host or one
+// customer usually owns whole. X-Forwarded-For is not trusted, so behind a proxy every client
+// shares the proxy's budget.
 func budgetKey(remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
@@ -226,8 +227,8 @@ func budgetKey(remoteAddr string) string {
 	return netip.PrefixFrom(ip, 64).Masked().String()
 }
 
-// clientKey names the peer in what the dashboard records (who paused a stage): its IP
-// address, or for IPv6 its /64 network. X-Forwarded-For is not trusted.
+// clientKey names the peer in what the dashboard records, such as who paused a stage. It is
+// the IP address, or for IPv6 the /64 network. X-Forwarded-For is not trusted.
 func clientKey(remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {

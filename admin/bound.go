@@ -9,25 +9,25 @@ import (
 	"unicode/utf8"
 )
 
-// Bounds of everything the Inspector returns: the data comes from Redis, where anyone who may
+// Bounds of everything the Inspector returns. The data comes from Redis, where anyone who may
 // XADD to a task stream can put a 10 MB uuid into a dead letter, and the dashboard polls it
 // every few seconds.
 const (
-	// MaxFieldBytes caps every string (and inline JSON) field; a longer value is cut at a
+	// MaxFieldBytes caps every string and inline JSON field. A longer value is cut at a
 	// UTF-8 boundary and ends in "…(N bytes)", N being its full length.
 	MaxFieldBytes = 4096
 	// MaxPayloadBytes caps the payload of a dead letter, which the dashboard shows inline.
 	MaxPayloadBytes = 2048
-	// MaxListEntries caps every list the Inspector returns (events, dead letters, flights,
-	// consumers) and every list or map inside an entry (parked tasks of a flight).
+	// MaxListEntries caps every list the Inspector returns, such as events, dead letters,
+	// flights and consumers, and every list or map inside an entry, such as a flight's parked tasks.
 	MaxListEntries = 1000
-	// MaxResponseBytes caps the sum of the string fields of one listing: entries past it
+	// MaxResponseBytes caps the sum of the string fields of one listing. Entries past it
 	// are left out, as if fewer had been asked for.
 	MaxResponseBytes = 4 << 20
 )
 
-// Truncate returns s when it has at most limit bytes, else its first limit bytes (cut back
-// to a UTF-8 boundary) followed by "…(N bytes)", N being len(s).
+// Truncate returns s when it has at most limit bytes. Otherwise it returns the first limit
+// bytes, cut back to a UTF-8 boundary, followed by "…(N bytes)", N being len(s).
 func Truncate(s string, limit int) string {
 	if len(s) <= limit {
 		return s
@@ -42,10 +42,10 @@ func Truncate(s string, limit int) string {
 var rawMessageType = reflect.TypeFor[json.RawMessage]()
 
 // bound caps, in place, every exported string, json.RawMessage, slice and map reachable from
-// ptr (a pointer): strings to fieldMax bytes, lists and maps to MaxListEntries entries. An inline
-// JSON value that is too long becomes a JSON string holding its truncated text. It returns
-// the bytes of strings left (an estimate of the entry's JSON size) and whether anything was
-// cut.
+// the pointer ptr: strings to fieldMax bytes, lists and maps to MaxListEntries entries. An
+// inline JSON value that is too long becomes a JSON string holding its truncated text. It
+// returns the bytes of strings left, an estimate of the entry's JSON size, and whether
+// anything was cut.
 func bound(ptr any, fieldMax int) (size int, cut bool) {
 	b := bounder{max: fieldMax}
 	b.walk(reflect.ValueOf(ptr).Elem())
@@ -128,8 +128,8 @@ func (b *bounder) walk(v reflect.Value) {
 	}
 }
 
-// walkMap replaces the map v with a bounded copy: at most MaxListEntries entries (the
-// smallest keys, for string keys), each key and value bounded.
+// walkMap replaces the map v with a bounded copy of at most MaxListEntries entries, each key
+// and value bounded. With string keys it keeps the smallest keys.
 func (b *bounder) walkMap(v reflect.Value) {
 	keys := v.MapKeys()
 	if v.Type().Key().Kind() == reflect.String {

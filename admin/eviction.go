@@ -11,13 +11,13 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
 )
 
-// evictionTTL is how long the overview shows a policy it read before it reads it again: the
+// evictionTTL is how long the overview shows a policy it read before it reads it again. The
 // page polls every second, and the policy seldom changes.
 const evictionTTL = 10 * time.Second
 
-// evictionCache keeps Redis's maxmemory-policy for the overview, read at most every
-// evictionTTL, and not at all once the credential was refused both ways (asking again would
-// only fill Redis's ACL log).
+// evictionCache keeps Redis's maxmemory-policy for the overview. It reads it at most every
+// evictionTTL, and not at all once the credential was refused both ways, since asking again
+// would only fill Redis's ACL log.
 type evictionCache struct {
 	mu     sync.Mutex
 	at     time.Time
@@ -25,8 +25,8 @@ type evictionCache struct {
 	closed bool
 }
 
-// policy returns the cached policy, reading it again when it is older than evictionTTL
-// ("" when it cannot be read).
+// policy returns the cached policy, reading it again when it is older than evictionTTL. It
+// returns "" when the policy cannot be read.
 func (c *evictionCache) policy(ctx context.Context, rdb redis.UniversalClient) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -39,24 +39,24 @@ type FlightView struct {
 
 // FlightFilter narrows a flight listing.
 type FlightFilter struct {
-	// Status keeps flights in this status ("" = all).
+	// Status keeps flights in this status. "" keeps all.
 	Status string
-	// Stage keeps flights of this stage ("" = all).
+	// Stage keeps flights of this stage. "" keeps all.
 	Stage string
 	// Limit bounds the answer. Defaults to Config.MaxFlights.
 	Limit int
 }
 
-// Bounds of the reads one flight listing (Flights) makes. It finds flights without
-// enumerating keys (no SCAN, which an ACL cannot limit to a prefix): from the task entries
-// the consumers hold, and from the latest events of each stage.
+// Bounds of the reads one Flights listing makes. It finds flights without enumerating keys,
+// from the task entries the consumers hold and from the latest events of each stage. It uses
+// no SCAN, which an ACL cannot limit to a prefix.
 const (
-	// RecentEventFlights is how many of each stage's latest events (at most) name the
-	// finished flights listed.
+	// RecentEventFlights is the most of each stage's latest events that name the finished
+	// flights listed.
 	RecentEventFlights = 50
 	// MaxFlightReadBytes bounds the stream entries one listing reads per stage: that many
-	// bytes of pending task entries, and as many of events (an event may carry a 64 KiB
-	// result inline, a task entry a 1 MiB payload). Past it the listing stops reading that
+	// bytes of pending task entries, and as many of events, where an event may carry a 64 KiB
+	// result inline and a task entry a 1 MiB payload. Past it the listing stops reading that
 	// stream, after the page of entries that passed it.
 	MaxFlightReadBytes = 2 << 20
 	// maxPendingPerConsumer bounds the pending entries listed per consumer and task stream.
@@ -65,14 +65,10 @@ const (
 	taskPage, eventPage = 4, 10
 )
 
-// Flights lists the flights Redis holds now that the dashboard can find without enumerating
-// keys, newest update first, every string field at most MaxFieldBytes: the flights of the
-// task entries pending in the consumer group (running owners, parked followers, tasks waiting
-// for a retry or a session lock; the key derived from each decoded task) and of the latest
-// RecentEventFlights events of each stage (finished flights). At most Config.MaxFlights; the
-// reads are bounded by MaxFlightReadBytes per stage. A flight that no pending entry or recent
-// event names (an in-process caller's, or one whose events are older) is not listed; the
-// flight detail (Flight) reads any key.
+// Flights lists, newest update first, at most Config.MaxFlights flights named by the task
+// entries pending in the consumer group or by the latest RecentEventFlights events of each
+// stage, with every string field at most MaxFieldBytes. A flight neither names, such as an
+// in-process caller's or one whose events are older, is not listed, but Flight reads any key.
 func (in *Inspector) Flights(ctx context.Context, f FlightFilter) ([]FlightView, error) {
 	stages := in.Stages(ctx)
 	if f.Stage != "" {
@@ -82,7 +78,10 @@ func (in *Inspector) Flights(ctx context.Context, f FlightFilter) ([]FlightView,
 	return in.flights(ctx, stages, f)
 }
 
-// flights lists the flights of the pending entries and the latest events of stages.
+// flights lists the flights of the pending entries and the latest events of stages. Pending
+// entries name running owners, parked followers and tasks waiting for a retry or a session
+// lock, each key derived from the decoded task. Events name finished flights. The reads are
+// bounded by MaxFlightReadBytes per stage.
 func (in *Inspector) flights(ctx context.Context, stages []string, f FlightFilter) ([]FlightView, error) {
 	if f.Limit <= 0 || f.Limit > in.cfg.MaxFlights {
 		f.Limit = in.cfg.MaxFlights
@@ -96,7 +95,7 @@ func (in *Inspector) flights(ctx context.Context, stages []string, f FlightFilte
 		}
 		return len(keys) < in.cfg.MaxFlights
 	}
-	// The flights of held tasks first (running ones, which no event names yet), then those of
+	// The flights of held tasks first, since no event names running ones yet. Then those of
 	// the latest events.
 	for _, read := range []func(context.Context, string, func(string) bool) error{in.pendingKeys, in.recentKeys} {
 		for _, stage := range stages {
@@ -146,9 +145,9 @@ func (in *Inspector) flights(ctx context.Context, stages []string, f FlightFilte
 }
 
 // pendingKeys passes add the flight keys of the task entries pending in the consumer group on
-// stage's task streams, those of the consumers first and the parked ones last, until add
-// answers false or MaxFlightReadBytes of entries were read. Every read names its stream
-// (XPENDING, XRANGE of one entry), so go-redis routes it on a cluster.
+// stage's task streams, those of the consumers first and the parked ones last. It stops when
+// add returns false or MaxFlightReadBytes of entries were read. Every read, XPENDING or XRANGE
+// of one entry, names its stream, so go-redis routes it on a cluster.
 func (in *Inspector) pendingKeys(ctx context.Context, stage string, add func(string) bool) error {
 	type entry struct{ stream, id string }
 	var held, parked []entry
@@ -217,8 +216,8 @@ func (in *Inspector) pendingKeys(ctx context.Context, stage string, add func(str
 }
 
 // recentKeys passes add the flight keys of the latest RecentEventFlights events of stage,
-// newest first, until add answers false or MaxFlightReadBytes of events were read. Only the
-// request key of each event is decoded: its inline result is never kept.
+// newest first, until add returns false or MaxFlightReadBytes of events were read. Only the
+// request key of each event is decoded. Its inline result is never kept.
 func (in *Inspector) recentKeys(ctx context.Context, stage string, add func(string) bool) error {
 	stream := in.ks.Results(stage)
 	end, read, seen := "+", 0, 0
@@ -246,8 +245,8 @@ func (in *Inspector) recentKeys(ctx context.Context, stage string, add func(stri
 	return nil
 }
 
-// noGroup reports the error of a group command on a stream or group that does not exist
-// (yet): nothing is pending there.
+// noGroup reports the error of a group command on a stream or group that does not exist yet.
+// Nothing is pending there.
 func noGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
@@ -270,22 +269,22 @@ func flightView(key string, m map[string]string, now int64) FlightView {
 	return fv
 }
 
-// FlightDetail is one flight with everything stored about it, bounded: every string at
-// most MaxFieldBytes (then marked "…(N bytes)"), every list and map (parked tasks, raw
-// fields) at most MaxListEntries entries.
+// FlightDetail is one flight with everything stored about it, bounded. Every string is at
+// most MaxFieldBytes, then marked "…(N bytes)", and every list and map, such as parked tasks
+// and raw fields, at most MaxListEntries entries.
 type FlightDetail struct {
 	Meta flight.Meta `json:"meta"`
-	// Result is the stored result (at most MaxFieldBytes), when there is one.
+	// Result is the stored result, at most MaxFieldBytes, when there is one.
 	Result string `json:"result,omitempty"`
-	// Attempts are the flight's owner attempts, oldest first (see AttemptLogField).
+	// Attempts are the flight's owner attempts, oldest first, as AttemptLogField describes.
 	Attempts []AttemptView `json:"attempts"`
-	// Archived is the key's row in the durable archive (Config.Archive), when it holds one;
+	// Archived is the key's row in the durable archive of Config.Archive, when it holds one.
 	// ArchiveError says why it could not be read.
 	Archived     *ArchivedView `json:"archived,omitempty"`
 	ArchiveError string        `json:"archiveError,omitempty"`
-	// Claim is the key's takeover claim in the archive, when it holds one: the token of the
-	// last owner that took the flight over, which refuses older owners' writes after a Redis
-	// data loss.
+	// Claim is the key's takeover claim in the archive, when it holds one. Its token is the
+	// last owner's that took the flight over, and it refuses older owners' writes after a
+	// Redis data loss.
 	Claim *ClaimView `json:"claim,omitempty"`
 	// Truncated tells that a field, list or map was cut.
 	Truncated bool `json:"truncated,omitempty"`
@@ -302,13 +301,13 @@ type ArchivedView struct {
 	ErrorType string `json:"errorType,omitempty"`
 	ErrorCode string `json:"errorCode,omitempty"`
 	Error     string `json:"error,omitempty"`
-	// FinishedAt and ExpiresAt are Unix ms; Expired is true once the retention ran out.
+	// FinishedAt and ExpiresAt are Unix ms. Expired is true once the retention ran out.
 	FinishedAt int64 `json:"finishedAt"`
 	ExpiresAt  int64 `json:"expiresAt"`
 	Expired    bool  `json:"expired"`
 }
 
-// ClaimView is a key's takeover claim in the durable archive; times are Unix ms.
+// ClaimView is a key's takeover claim in the durable archive, with times in Unix ms.
 type ClaimView struct {
 	Token     int64 `json:"token"`
 	ClaimedAt int64 `json:"claimedAt"`
@@ -316,7 +315,7 @@ type ClaimView struct {
 	Expired   bool  `json:"expired"`
 }
 
-// Flight reads one flight (ErrNotFound when neither Redis nor the archive knows it).
+// Flight reads one flight. It returns ErrNotFound when neither Redis nor the archive knows it.
 func (in *Inspector) Flight(ctx context.Context, key string) (FlightDetail, error) {
 	var d FlightDetail
 	if in.cfg.Archive != nil {
@@ -338,7 +337,7 @@ func (in *Inspector) Flight(ctx context.Context, key string) (FlightDetail, erro
 	return d, nil
 }
 
-// archived reads key's archived row and claim into d (ArchiveError when it cannot).
+// archived reads key's archived row and claim into d, or sets d.ArchiveError when it cannot.
 func (in *Inspector) archived(ctx context.Context, key string, d *FlightDetail) {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

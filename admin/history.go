@@ -15,38 +15,38 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// MaxHistoryMinutes bounds the minutes one history read covers: about what the per-minute
-// stats hashes keep (topics.StatsRetention).
+// MaxHistoryMinutes bounds the minutes one history read covers. It is about what the
+// per-minute stats hashes keep, topics.StatsRetention.
 const MaxHistoryMinutes = 60
 
 // MinuteStats is what the fleet answered for one stage in one minute.
 type MinuteStats struct {
 	// Minute is the minute's start, Unix seconds.
 	Minute int64 `json:"minute"`
-	// Outcomes counts the tasks answered by outcome: "<shared>_<status>" (owner_SUCCEEDED,
-	// follower_FAILED, hit_SUCCEEDED, ...) and "parked".
+	// Outcomes counts the tasks answered by outcome: "<shared>_<status>", such as
+	// owner_SUCCEEDED, follower_FAILED or hit_SUCCEEDED, and "parked".
 	Outcomes map[string]int64 `json:"outcomes,omitempty"`
-	// Total counts the terminal events (every outcome but parked).
+	// Total counts the terminal events, every outcome but parked.
 	Total int64 `json:"total"`
-	// Count is the number of end-to-end latencies recorded; P50Ms, P99Ms and MeanMs are
-	// computed from their histogram buckets (-1 when Count is 0).
+	// Count is the number of end-to-end latencies recorded. P50Ms, P99Ms and MeanMs are
+	// computed from their histogram buckets, and are -1 when Count is 0.
 	Count  int64 `json:"count"`
 	P50Ms  int64 `json:"p50Ms"`
 	P99Ms  int64 `json:"p99Ms"`
 	MeanMs int64 `json:"meanMs"`
 }
 
-// StageHistory is one stage's last minutes, oldest first, the current (partial) minute last.
+// StageHistory is one stage's last minutes, oldest first, the current partial minute last.
 type StageHistory struct {
-	// Stage is the stage; Minutes its minutes, each one present.
+	// Stage is the stage and Minutes its minutes, each one present.
 	Stage   string        `json:"stage"`
 	Minutes []MinuteStats `json:"minutes"`
 }
 
-// History reads the per-minute stats the consumers of the fleet flush into Redis
-// (topics.Keyspace.Stats) for the last minutes (at most MaxHistoryMinutes, the current one
-// included) of the given stages (all stages when none). Minutes without data are present with
-// zero counts, so that every stage has the same minutes.
+// History reads the per-minute stats that the fleet's consumers flush into Redis at
+// topics.Keyspace.Stats, for the last minutes of the given stages or of all stages when none
+// are given. It covers at most MaxHistoryMinutes, the current one included, and fills
+// minutes without data with zero counts, so that every stage has the same minutes.
 func (in *Inspector) History(ctx context.Context, stages []string, minutes int) ([]StageHistory, error) {
 	if minutes <= 0 || minutes > MaxHistoryMinutes {
 		minutes = MaxHistoryMinutes
@@ -81,7 +81,7 @@ func (in *Inspector) History(ctx context.Context, stages []string, minutes int) 
 }
 
 // statsHashes reads the stats hashes of the minutes first to last of every stage, in one
-// pipeline: out[i][j] is stage i's minute first+j (empty when it has none).
+// pipeline. out[i][j] is stage i's minute first+j, empty when it has none.
 func (in *Inspector) statsHashes(ctx context.Context, stages []string, first, last int64) ([][]map[string]string, error) {
 	cmds := make([][]*redis.MapStringStringCmd, len(stages))
 	_, err := in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -104,10 +104,10 @@ func (in *Inspector) statsHashes(ctx context.Context, stages []string, first, la
 	return out, nil
 }
 
-// minuteCounts is one stats hash decoded: at most maxOutcomes outcomes and buckets, the
-// fields that are not positive integers left out.
+// minuteCounts is one stats hash decoded: at most maxOutcomes outcomes and buckets, leaving
+// out the fields that are not positive integers.
 type minuteCounts struct {
-	outcomes     map[string]int64 // by "<shared>_<status>", and "parked"
+	outcomes     map[string]int64 // by "<shared>_<status>" and "parked"
 	buckets      []latencyBucket
 	count, sumMs int64
 }
@@ -164,21 +164,21 @@ func minuteStats(minute int64, h map[string]string) MinuteStats {
 // parkedOutcome is the stats outcome that counts parked tasks, not answered ones.
 const parkedOutcome = "parked"
 
-// maxOutcomes bounds the fields read from one stats hash (anyone who may write to Redis may
-// add fields to it).
+// maxOutcomes bounds the fields read from one stats hash. Anyone who may write to Redis may
+// add fields to it.
 const maxOutcomes = 100
 
-// latencyBucket holds the latencies above the previous bucket's bound and at most le seconds
-// (n of them: a fraction when a minute is weighted, see statsWindow).
+// latencyBucket holds the n latencies above the previous bucket's bound and at most le
+// seconds. n is a fraction when statsWindow weights a minute.
 type latencyBucket struct {
 	le float64
 	n  float64
 }
 
 // bucketQuantile estimates the q-quantile, in milliseconds, of the latencies counted in
-// buckets (not cumulative), interpolating linearly inside the bucket it falls in, as
-// Prometheus' histogram_quantile does; a quantile in the +Inf bucket is the largest finite
-// bound.
+// non-cumulative buckets. It interpolates linearly inside the bucket the quantile falls in,
+// as Prometheus' histogram_quantile does. A quantile in the +Inf bucket is the largest
+// finite bound.
 func bucketQuantile(buckets []latencyBucket, q float64) int64 {
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].le < buckets[j].le })
 	var total float64

@@ -21,22 +21,24 @@ var uiFiles embed.FS
 type HandlerConfig struct {
 	// Inspector reads the state. Required.
 	Inspector *Inspector
-	// Token authorises reads and the actions (cancel, requeue): requests carry
-	// "Authorization: Bearer <Token>". At least MinTokenLen bytes; empty turns the actions
-	// off. cmd/consumer reads it from FLIGHTDECK_UI_TOKEN or FLIGHTDECK_UI_TOKEN_FILE.
+	// Token authorises reads and the actions, such as cancel and requeue, sent as
+	// "Authorization: Bearer <Token>". It needs at least MinTokenLen bytes, and empty turns
+	// the actions off. cmd/consumer reads it from FLIGHTDECK_UI_TOKEN or
+	// FLIGHTDECK_UI_TOKEN_FILE.
 	Token string
-	// ReadToken authorises reads only. At least MinTokenLen bytes and not Token; may be
-	// empty. cmd/consumer reads it from FLIGHTDECK_UI_READ_TOKEN or its _FILE variant.
-	// With neither token set every /ui/api/ request is refused (403) with a message naming
-	// the variables; the page itself still loads and shows it.
+	// ReadToken authorises reads only. It may be empty, else it needs at least MinTokenLen
+	// bytes and must differ from Token, and cmd/consumer reads it from
+	// FLIGHTDECK_UI_READ_TOKEN or its _FILE variant. With neither token set every /ui/api/
+	// request is refused with 403 and a message naming the variables, which the page still
+	// loads and shows.
 	ReadToken string
-	// FailuresPerMinute bounds the requests with a wrong token per client (all of loopback,
-	// an IPv4 /24, an IPv6 /64): past it every request of that client carrying a token is
-	// answered 429 with Retry-After until the budget refills (evenly over a minute). Defaults
-	// to DefaultFailuresPerMinute.
+	// FailuresPerMinute bounds the requests with a wrong token per client, where a client is
+	// all of loopback, an IPv4 /24 or an IPv6 /64. Past it every request of that client
+	// carrying a token gets 429 with Retry-After until the budget refills, evenly over a
+	// minute. Defaults to DefaultFailuresPerMinute.
 	FailuresPerMinute int
-	// Node reports the serving consumer's own state (name, breaker, draining, spool); may be
-	// nil.
+	// Node reports the serving consumer's own state, such as name, breaker, draining and
+	// spool. It may be nil.
 	Node func() any
 	// Timeout bounds each request's Redis work. Defaults to 5 s.
 	Timeout time.Duration
@@ -44,8 +46,8 @@ type HandlerConfig struct {
 
 // Handler serves the dashboard under /ui/ and its JSON API under /ui/api/:
 //
-//	GET  /ui/                   the page (embedded, no build step; no token needed)
-//	GET  /ui/api/overview       stages, consumers, flight counts          (read token)
+//	GET  /ui/                   the page, embedded with no build step, no token needed
+//	GET  /ui/api/overview       stages, consumers, flight counts
 //	GET  /ui/api/node           the serving consumer's own state, and what the token may do
 //	GET  /ui/api/flights        ?status=&stage=&limit=
 //	GET  /ui/api/flight         ?key=
@@ -53,19 +55,19 @@ type HandlerConfig struct {
 //	GET  /ui/api/dlq            ?stage=&n=
 //	GET  /ui/api/history        ?stage=&minutes=   per-minute fleet stats of the last hour
 //	GET  /ui/api/queued         ?stage=&n=         task entries not yet delivered
-//	POST /ui/api/cancel         {"key": "...", "reason": "..."}   (action token)
-//	POST /ui/api/requeue        {"stage": "...", "id": "..."}     (action token)
-//	POST /ui/api/pause          {"stage": "..."}                  (action token)
-//	POST /ui/api/resume         {"stage": "..."}                  (action token)
+//	POST /ui/api/cancel         {"key": "...", "reason": "..."}
+//	POST /ui/api/requeue        {"stage": "...", "id": "..."}
+//	POST /ui/api/pause          {"stage": "..."}
+//	POST /ui/api/resume         {"stage": "..."}
 //	POST /ui/api/dlq/requeue    {"stage", "ids": [...]} or {"stage", "all": true, "upTo"}
-//	POST /ui/api/dlq/purge      the same selection                (action token)
+//	POST /ui/api/dlq/purge      the same selection
 //
-// Every API request needs "Authorization: Bearer <token>": ReadToken or Token for reads,
-// Token for actions. Refusals are JSON {"error", "code"}: 401 without a token or with a
-// wrong one, 403 when no token is configured or a read token tries an action, 429 after too
-// many wrong tokens. Serve it behind HostPolicy.Wrap, so that a page of another site cannot
-// reach it through DNS rebinding. Handler fails on a token shorter than MinTokenLen or a
-// ReadToken equal to Token.
+// Every API request needs "Authorization: Bearer <token>": ReadToken or Token for the GET
+// reads, Token for the POST actions. Refusals are JSON {"error", "code"}: 401 without a
+// token or with a wrong one, 403 when no token is configured or a read token tries an
+// action, 429 after too many wrong tokens. Serve it behind HostPolicy.Wrap, so that a page of
+// another site cannot reach it through DNS rebinding. Handler fails on a token shorter than
+// MinTokenLen or a ReadToken equal to Token.
 func Handler(cfg HandlerConfig) (http.Handler, error) {
 	if cfg.Inspector == nil {
 		return nil, errors.New("admin: HandlerConfig.Inspector is required")

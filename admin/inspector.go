@@ -1,9 +1,11 @@
-// Package admin is Flightdeck's operations read model and web dashboard: what the stages,
-// flights, consumers, dead letters, queued tasks and recent events look like in Redis right now,
-// the fleet's last hour per stage (from the per-minute stats the consumers flush), the operator
-// actions (cancel a flight, pause or resume a stage, requeue or purge dead letters), and the
-// HTTP handler that serves them as JSON and as the embedded /ui page. `producer inspect` and `producer tail` read
-// through the same Inspector.
+// Package admin is Flightdeck's operations read model and web dashboard.
+//
+// Its Inspector shows what the stages, flights, consumers, dead letters, queued tasks and
+// recent events look like in Redis right now, and the fleet's last hour per stage from the
+// per-minute stats the consumers flush. It also runs the operator actions: cancel a flight,
+// pause or resume a stage, requeue or purge dead letters. Handler serves all of it as JSON
+// and as the embedded /ui page. `producer inspect` and `producer tail` read through the same
+// Inspector.
 package admin
 
 import (
@@ -23,23 +25,23 @@ import (
 
 // Config configures an Inspector.
 type Config struct {
-	// Client reads Redis. Required. Not closed by the Inspector.
+	// Client reads Redis and is required. The Inspector does not close it.
 	Client redis.UniversalClient
 	// Keyspace names keys and streams. Defaults to the "ai" prefix.
 	Keyspace topics.Keyspace
 	// Stages are the stages shown. Required.
 	Stages []string
-	// LivenessTimeout: a consumer silent this long is shown as dead. Defaults to 3 s.
+	// LivenessTimeout is how long a consumer may be silent before it is shown as dead.
+	// Defaults to 3 s.
 	LivenessTimeout time.Duration
-	// MaxFlights bounds the flights one listing reads (see Inspector.Flights). Defaults to
-	// 500.
+	// MaxFlights bounds the flights one Inspector.Flights listing reads. Defaults to 500.
 	MaxFlights int
-	// Archive, when set, is the durable archive: a flight's detail shows the key's archived
-	// row beside its Redis state, also when Redis no longer knows the key.
+	// Archive, when set, is the durable archive. A flight's detail then shows the key's
+	// archived row beside its Redis state, also when Redis no longer knows the key.
 	Archive *postgres.Store
 }
 
-// Inspector reads Flightdeck's state from Redis for the dashboard and the CLI. Safe for
+// Inspector reads Flightdeck's state from Redis for the dashboard and the CLI. It is safe for
 // concurrent use.
 type Inspector struct {
 	cfg    Config
@@ -78,9 +80,9 @@ type EventView struct {
 	Event topics.Event `json:"event"`
 }
 
-// Events returns the newest n terminal events of the given stages (all stages when none),
-// newest first: at most MaxListEntries, every string field (and the inline result) at most
-// MaxFieldBytes, fewer events when their fields pass MaxResponseBytes.
+// Events returns the newest n terminal events of the given stages, or of all stages when
+// none are given, newest first. It returns at most MaxListEntries, fewer when their fields
+// pass MaxResponseBytes, with every string field and the inline result cut to MaxFieldBytes.
 func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]EventView, error) {
 	n = min(n, MaxListEntries)
 	if len(stages) == 0 {
@@ -106,26 +108,26 @@ func (in *Inspector) Events(ctx context.Context, stages []string, n int64) ([]Ev
 
 // DeadLetterView is one dead-letter entry.
 type DeadLetterView struct {
-	// Stage names the DLQ; ID is the entry's id in it, UUID the refused entry's uuid.
+	// Stage names the DLQ, ID is the entry's id in it, and UUID is the refused entry's uuid.
 	Stage string `json:"stage"`
 	ID    string `json:"id"`
 	UUID  string `json:"uuid"`
-	// Reason is machine-readable, Detail human-readable; Consumer refused the entry.
+	// Reason is machine-readable and Detail human-readable. Consumer refused the entry.
 	Reason   string `json:"reason"`
 	Detail   string `json:"detail"`
 	Consumer string `json:"consumer"`
-	// TaskID is the task id the payload names (read from the whole payload), when it names
+	// TaskID is the task id the payload names, read from the whole payload, when it names
 	// one.
 	TaskID string `json:"taskId,omitempty"`
-	// Payload is the refused payload: truncated to MaxPayloadBytes in a listing
-	// (DeadLetters), whole in DeadLetter.
+	// Payload is the refused payload, truncated to MaxPayloadBytes in a DeadLetters listing
+	// and whole in DeadLetter.
 	Payload string `json:"payload"`
 }
 
-// DeadLetters returns the newest n dead letters of the given stages' DLQs (all stages when
-// none), newest first: at most MaxListEntries, every field at most MaxFieldBytes (the
-// payload MaxPayloadBytes), fewer entries when their fields pass MaxResponseBytes. A
-// dead letter holds whatever a producer sent, so any field may be huge.
+// DeadLetters returns the newest n dead letters of the given stages' DLQs, or of all stages
+// when none are given, newest first. It returns at most MaxListEntries, fewer when their
+// fields pass MaxResponseBytes, with every field cut to MaxFieldBytes and the payload to
+// MaxPayloadBytes, since a dead letter holds whatever a producer sent.
 func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) ([]DeadLetterView, error) {
 	n = min(n, MaxListEntries)
 	if len(stages) == 0 {
@@ -148,12 +150,12 @@ func (in *Inspector) DeadLetters(ctx context.Context, stages []string, n int64) 
 	return out, nil
 }
 
-// ErrNotFound: the entry or flight an action names does not exist.
+// ErrNotFound is returned when the entry or flight an action names does not exist.
 var ErrNotFound = errors.New("admin: not found")
 
-// Requeue moves a dead letter back onto its stage's task stream (same uuid and payload) and
-// deletes it from the DLQ (see RequeueDLQ). It answers the new task entry id. A payload that
-// is still invalid simply comes back to the DLQ.
+// Requeue moves a dead letter back onto its stage's task stream with the same uuid and
+// payload, deletes it from the DLQ as RequeueDLQ does, and returns the new task entry id. A
+// payload that is still invalid simply comes back to the DLQ.
 func (in *Inspector) Requeue(ctx context.Context, stage, id string) (string, error) {
 	res, err := in.RequeueDLQ(ctx, DLQSelection{Stage: stage, IDs: []string{id}})
 	switch {
@@ -167,7 +169,7 @@ func (in *Inspector) Requeue(ctx context.Context, stage, id string) (string, err
 	return res.IDs[0], nil
 }
 
-// Cancel cancels a flight and answers its parked tasks (see client.Client.Cancel).
+// Cancel cancels a flight and answers its parked tasks, as client.Client.Cancel does.
 func (in *Inspector) Cancel(ctx context.Context, key, reason string) (client.CancelResult, error) {
 	return in.client.Cancel(ctx, key, reason)
 }

@@ -13,16 +13,17 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/cli"
 )
 
-// ErrBadListenAddr: a listen address (--http, --health) that is malformed or ambiguous.
+// ErrBadListenAddr is returned for a listen address given to --http or --health that is
+// malformed or ambiguous.
 var ErrBadListenAddr = errors.New("bad listen address")
 
 // ListenAddr checks a listen address given to a flag and returns the address to listen on:
 //
-//   - ":9090" (no host) binds loopback only: 127.0.0.1:9090;
-//   - "0.0.0.0:9090" and "[::]:9090" bind every interface, and only these spellings do;
-//   - "[]:9090" (empty brackets), "0:9090" and other short numeric forms that a resolver may
-//     read as "every interface" are refused;
-//   - any other IP address or host name binds that address.
+//   - ":9090", with no host, binds loopback only: 127.0.0.1:9090.
+//   - "0.0.0.0:9090" and "[::]:9090" bind every interface, and only these spellings do.
+//   - "[]:9090" with empty brackets, "0:9090" and other short numeric forms that a resolver
+//     may read as "every interface" are refused.
+//   - Any other IP address or host name binds that address.
 //
 // The port must be a number from 0 to 65535. Errors wrap ErrBadListenAddr.
 func ListenAddr(addr string) (string, error) {
@@ -48,8 +49,8 @@ func ListenAddr(addr string) (string, error) {
 		return net.JoinHostPort(host, port), nil
 	}
 	if strings.Trim(host, "0123456789.") == "" || strings.HasPrefix(strings.ToLower(host), "0x") {
-		// "0", "127.1", "0x7f.1": inet_aton shorthands that a resolver may turn into any
-		// address, the unspecified one included.
+		// "0", "127.1" and "0x7f.1" are inet_aton shorthands that a resolver may turn into
+		// any address, the unspecified one included.
 		return "", fmt.Errorf("%w %q: %q is not a full IP address", ErrBadListenAddr, addr, host)
 	}
 	if strings.ContainsAny(host, "/@ \t%") {
@@ -58,9 +59,10 @@ func ListenAddr(addr string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// HostPolicy is the set of Host header values a listener answers: a browser on the same
-// machine can be made to send a request to a loopback port under a foreign name (DNS
-// rebinding), and that request carries the foreign name in Host. Safe for concurrent use.
+// HostPolicy is the set of Host header values a listener answers, which guards against DNS
+// rebinding: a browser on the same machine can be made to send a request to a loopback port
+// under a foreign name, and that request carries the foreign name in Host. It is safe for
+// concurrent use.
 type HostPolicy struct {
 	exact   map[string]bool // "host:port"
 	anyPort map[string]bool // "host"
@@ -70,11 +72,11 @@ type HostPolicy struct {
 // loopbackNames are the names of the loopback interface a browser sends in Host.
 var loopbackNames = []string{"localhost", "127.0.0.1", "::1"}
 
-// NewHostPolicy returns the policy of a listener bound to bound that was configured as
-// configured (an address returned by ListenAddr). It allows configured's host on the bound
-// port, the loopback names (localhost, 127.0.0.1, [::1]) on that port when the listener is
-// on loopback or on every interface, and the extra entries: "host" (any port) or "host:port"
-// (IPv6 in brackets), as given to --http-allowed-hosts.
+// NewHostPolicy returns the policy of a listener bound to bound and configured as
+// configured, an address returned by ListenAddr. It allows configured's host on the bound
+// port, the loopback names localhost, 127.0.0.1 and [::1] on that port when the listener is
+// on loopback or on every interface, and the extra entries given to --http-allowed-hosts:
+// "host" for any port or "host:port", with IPv6 in brackets.
 func NewHostPolicy(configured string, bound net.Addr, extra []string) (*HostPolicy, error) {
 	p := &HostPolicy{exact: map[string]bool{}, anyPort: map[string]bool{}}
 	host, port, err := net.SplitHostPort(configured)
@@ -109,7 +111,7 @@ func NewHostPolicy(configured string, bound net.Addr, extra []string) (*HostPoli
 	return p, nil
 }
 
-// ParseHostList splits a comma-separated list of hosts (the value of --http-allowed-hosts),
+// ParseHostList splits a comma-separated list of hosts, the value of --http-allowed-hosts,
 // dropping empty entries.
 func ParseHostList(s string) []string { return cli.SplitList(s) }
 
@@ -153,7 +155,7 @@ func (p *HostPolicy) add(host, port string) {
 	}
 }
 
-// Hosts lists the allowed entries ("host:port", or "host" for any port), for logs.
+// Hosts lists the allowed entries for logs: "host:port", or "host" for any port.
 func (p *HostPolicy) Hosts() []string { return slices.Clone(p.list) }
 
 // Allows reports whether a request's Host header value is allowed. A Host without a port

@@ -19,17 +19,16 @@ import (
 // MaxPreviewBytes caps the payload preview of a queued task.
 const MaxPreviewBytes = 512
 
-// MaxBulk bounds the dead letters one bulk action handles; a larger selection ("all" of a big
-// DLQ) reports the rest as Remaining, to be sent again.
+// MaxBulk bounds the dead letters one bulk action handles. A larger selection, such as "all"
+// of a big DLQ, reports the rest as Remaining, to be sent again.
 const MaxBulk = 10000
 
-// ErrBadRequest: an action's arguments do not name what it acts on.
+// ErrBadRequest is returned when an action's arguments do not name what it acts on.
 var ErrBadRequest = errors.New("admin: bad request")
 
-// Stages returns the stages the Inspector shows: Config.Stages and every stage of the stage
-// registry (topics.Keyspace.Stages), so that a dashboard shows the fleet's stages, also
-// those its own consumer does not consume. Sorted; Config.Stages alone when the registry
-// cannot be read.
+// Stages returns the stages the Inspector shows, sorted: Config.Stages and every stage of the
+// stage registry at topics.Keyspace.Stages, so that a dashboard also shows stages its own
+// consumer does not consume. When the registry cannot be read it returns Config.Stages alone.
 func (in *Inspector) Stages(ctx context.Context) []string {
 	out := slices.Clone(in.cfg.Stages)
 	if reg, _, err := broker.ReadStages(ctx, in.rdb, in.ks); err == nil {
@@ -51,10 +50,10 @@ func (in *Inspector) checkStage(ctx context.Context, op, stage string) error {
 	return nil
 }
 
-// Pause pauses stage for the whole fleet: its consumers stop reading new task entries and
-// claiming other consumers' entries within about a second; what they hold is finished, parked
-// tasks are still answered. by says who (free text, cut to 256 bytes). Pausing a paused stage
-// records the new who and when.
+// Pause pauses stage for the whole fleet: within about a second its consumers stop reading
+// new task entries and claiming other consumers' entries, while what they hold is finished
+// and parked tasks are still answered. by says who paused it, as free text cut to 256
+// bytes, and pausing a paused stage records the new who and when.
 func (in *Inspector) Pause(ctx context.Context, stage, by string) (topics.PauseInfo, error) {
 	if err := in.checkStage(ctx, "pause", stage); err != nil {
 		return topics.PauseInfo{}, err
@@ -71,7 +70,7 @@ func (in *Inspector) Pause(ctx context.Context, stage, by string) (topics.PauseI
 	return info, nil
 }
 
-// Resume resumes a paused stage; it answers whether the stage was paused.
+// Resume resumes a paused stage and reports whether the stage was paused.
 func (in *Inspector) Resume(ctx context.Context, stage string) (bool, error) {
 	if err := in.checkStage(ctx, "resume", stage); err != nil {
 		return false, err
@@ -102,7 +101,7 @@ func (in *Inspector) pausedOf(ctx context.Context, stages []string) (map[string]
 		}
 		var info topics.PauseInfo
 		if json.Unmarshal([]byte(s), &info) != nil {
-			info.By = Truncate(s, 256) // written by hand: still paused
+			info.By = Truncate(s, 256) // written by hand, but still paused
 		}
 		out[stages[i]] = info
 	}
@@ -111,7 +110,7 @@ func (in *Inspector) pausedOf(ctx context.Context, stages []string) (map[string]
 
 // QueuedView is a task entry not yet delivered to any consumer.
 type QueuedView struct {
-	// Stage is the task's stage, Stream the task stream (partition) holding the entry, ID its
+	// Stage is the task's stage, Stream the task stream partition holding the entry, ID its
 	// entry id and UUID the message uuid.
 	Stage  string `json:"stage"`
 	Stream string `json:"stream"`
@@ -120,16 +119,16 @@ type QueuedView struct {
 	// TaskID and Tenant are read from the payload when it names them.
 	TaskID string `json:"taskId,omitempty"`
 	Tenant string `json:"tenant,omitempty"`
-	// AgeMs is how long the entry has been queued (from its id's time).
+	// AgeMs is how long the entry has been queued, from its id's time.
 	AgeMs int64 `json:"ageMs"`
 	// Payload is the payload's first MaxPreviewBytes.
 	Payload string `json:"payload"`
 }
 
-// Queued returns up to n entries of each given stage's task streams (all stages when none)
-// that the consumer group has not delivered yet (after its last-delivered id), oldest first:
-// at most MaxListEntries in all, the payload cut to MaxPreviewBytes and every field to
-// MaxFieldBytes.
+// Queued returns, oldest first, up to n entries that the consumer group has not delivered
+// yet, past its last-delivered id, from each task stream of the given stages or of all
+// stages when none are given. It returns at most MaxListEntries in all, with the payload cut
+// to MaxPreviewBytes and every field to MaxFieldBytes.
 func (in *Inspector) Queued(ctx context.Context, stages []string, n int64) ([]QueuedView, error) {
 	n = min(max(n, 1), MaxListEntries)
 	if len(stages) == 0 {
@@ -175,9 +174,9 @@ func (in *Inspector) Queued(ctx context.Context, stages []string, n int64) ([]Qu
 }
 
 // DLQSelection picks dead letters of one stage: the entries IDs, or with All every entry up
-// to UpTo (an entry id; "" for the newest one now).
+// to the entry id UpTo. An empty UpTo means the newest entry now.
 type DLQSelection struct {
-	// Stage names the DLQ; IDs the entries, or All with UpTo every entry up to that id.
+	// Stage names the DLQ. IDs names the entries, or All with UpTo every entry up to that id.
 	Stage string   `json:"stage"`
 	IDs   []string `json:"ids,omitempty"`
 	All   bool     `json:"all,omitempty"`
@@ -186,22 +185,22 @@ type DLQSelection struct {
 
 // BulkResult is what a bulk dead-letter action did.
 type BulkResult struct {
-	// Done counts the entries requeued or purged; Missing the selected ids not in the DLQ.
+	// Done counts the entries requeued or purged. Missing counts the selected ids not in the DLQ.
 	Done    int `json:"done"`
 	Missing int `json:"missing"`
-	// Remaining counts the selected entries left for another call (past MaxBulk).
+	// Remaining counts the selected entries past MaxBulk, left for another call.
 	Remaining int `json:"remaining"`
-	// IDs are the new task entry ids of a requeue (for at most MaxListEntries entries).
+	// IDs are the new task entry ids of a requeue, for at most MaxListEntries entries.
 	IDs []string `json:"ids,omitempty"`
-	// UpTo is the last entry id an All selection covers (the newest entry when it was
-	// "" and the DLQ was not empty): send it as DLQSelection.UpTo to go on with the same
-	// selection while Remaining is above zero, without taking entries dead-lettered since.
+	// UpTo is the last entry id an All selection covers, the newest entry when it was "" and
+	// the DLQ was not empty. Send it as DLQSelection.UpTo to go on with the same selection
+	// while Remaining is above zero, without taking entries dead-lettered since.
 	UpTo string `json:"upTo,omitempty"`
 }
 
-// DeadLetterEntry is one dead letter in full, as the consumer wrote it (at most
-// topics.MaxDeadLetterBytes in all): nothing is cut, the payload is as it was sent (or as
-// much as the dead letter kept: Detail says when it was cut).
+// DeadLetterEntry is one dead letter in full, as the consumer wrote it, at most
+// topics.MaxDeadLetterBytes in all. Nothing is cut here: the payload is as it was sent, or as
+// much as the dead letter kept, and Detail says when it was cut.
 type DeadLetterEntry struct {
 	DeadLetterView
 	// Original holds the refused entry's other raw fields as a JSON object, when it had any
@@ -209,8 +208,8 @@ type DeadLetterEntry struct {
 	Original string `json:"original,omitempty"`
 }
 
-// DeadLetter reads one dead letter of stage in full (ErrNotFound when the DLQ has no entry
-// id, ErrBadRequest when id is not a stream entry id).
+// DeadLetter reads one dead letter of stage in full. It returns ErrNotFound when the DLQ has
+// no entry id, and ErrBadRequest when id is not a stream entry id.
 func (in *Inspector) DeadLetter(ctx context.Context, stage, id string) (DeadLetterEntry, error) {
 	if err := in.checkSelection(ctx, "dead letter", DLQSelection{Stage: stage, IDs: []string{id}}); err != nil {
 		return DeadLetterEntry{}, err
@@ -252,9 +251,9 @@ func (in *Inspector) checkSelection(ctx context.Context, op string, sel DLQSelec
 	return nil
 }
 
-// RequeueDLQ moves the selected dead letters back onto their stage's task stream (same uuid
-// and payload) and deletes them from the DLQ, at most MaxBulk per call. A payload that is
-// still invalid simply comes back to the DLQ.
+// RequeueDLQ moves the selected dead letters back onto their stage's task stream with the
+// same uuid and payload and deletes them from the DLQ, at most MaxBulk per call. A payload
+// that is still invalid simply comes back to the DLQ.
 func (in *Inspector) RequeueDLQ(ctx context.Context, sel DLQSelection) (BulkResult, error) {
 	if err := in.checkSelection(ctx, "requeue", sel); err != nil {
 		return BulkResult{}, err
@@ -305,8 +304,8 @@ func (in *Inspector) RequeueDLQ(ctx context.Context, sel DLQSelection) (BulkResu
 	return res, nil
 }
 
-// requeue re-adds msgs (dead letters of stage) to the task stream and deletes them from the
-// DLQ, in one pipeline.
+// requeue adds msgs, dead letters of stage, to the task stream again and deletes them from
+// the DLQ, in one pipeline.
 func (in *Inspector) requeue(ctx context.Context, stage string, msgs []redis.XMessage, res *BulkResult) error {
 	if len(msgs) == 0 {
 		return nil
@@ -340,8 +339,8 @@ func (in *Inspector) requeue(ctx context.Context, stage string, msgs []redis.XMe
 	return nil
 }
 
-// PurgeDLQ deletes the selected dead letters; with All every entry up to UpTo at once (XTRIM
-// MINID), however many.
+// PurgeDLQ deletes the selected dead letters. With All it deletes every entry up to UpTo at
+// once with XTRIM MINID, however many.
 func (in *Inspector) PurgeDLQ(ctx context.Context, sel DLQSelection) (BulkResult, error) {
 	if err := in.checkSelection(ctx, "purge", sel); err != nil {
 		return BulkResult{}, err
@@ -369,7 +368,8 @@ func (in *Inspector) PurgeDLQ(ctx context.Context, sel DLQSelection) (BulkResult
 	return res, nil
 }
 
-// upTo returns id, or when it is "" the newest entry id of stream ("" when it is empty).
+// upTo returns id, or when it is "" the newest entry id of stream. It returns "" for an empty
+// stream.
 func (in *Inspector) upTo(ctx context.Context, stream, id string) (string, error) {
 	if id != "" {
 		return id, nil
@@ -392,7 +392,7 @@ func validEntryID(id string) bool {
 	return ok && err1 == nil && err2 == nil
 }
 
-// nextEntryID is the smallest entry id above id (a valid one).
+// nextEntryID is the smallest entry id above the valid entry id id.
 func nextEntryID(id string) string {
 	ms, seq, _ := strings.Cut(id, "-")
 	n, _ := strconv.ParseUint(seq, 10, 64)

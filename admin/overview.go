@@ -17,40 +17,38 @@ import (
 // StageView summarises one stage.
 type StageView struct {
 	Name string `json:"name"`
-	// Backlog is the number of task entries not yet delivered to any consumer (group lag,
-	// summed over the stage's partitions).
+	// Backlog is the number of task entries not yet delivered to any consumer: the group
+	// lag, summed over the stage's partitions.
 	Backlog int64 `json:"backlog"`
-	// Pending counts delivered, unacknowledged task entries that consumers hold (running,
-	// or waiting for a retry, a session lock or a lapsed lease).
+	// Pending counts delivered, unacknowledged task entries that consumers hold, running or
+	// waiting for a retry, a session lock or a lapsed lease.
 	Pending int64 `json:"pending"`
-	// Parked counts the task entries parked on running flights (pending under the parking
-	// consumer until their flight's outcome answers them).
+	// Parked counts the task entries parked on running flights. They are pending under the
+	// parking consumer until their flight's outcome answers them.
 	Parked int64 `json:"parked"`
 	// TaskStreamLen, ResultStreamLen and DLQLen are stream lengths.
 	TaskStreamLen   int64 `json:"taskStreamLen"`
 	ResultStreamLen int64 `json:"resultStreamLen"`
 	DLQLen          int64 `json:"dlqLen"`
-	// EventsLastMinute counts the tasks the fleet answered in the last 60 s (terminal
-	// events), PerSecond is their rate, Outcomes counts them by "<shared>/<status>", and
-	// P50Ms and P99Ms are their end-to-end latencies (queue wait + run; 0 without any). They
-	// come from the per-minute stats, not from the result stream: the current minute's hash
-	// plus the previous minute's, weighted by the part of it within the last 60 s.
+	// EventsLastMinute counts the terminal events the fleet wrote in the last 60 s. It comes
+	// from the per-minute stats, not the result stream: the current minute's hash plus the
+	// previous minute's, weighted by the part of it within the last 60 s.
 	EventsLastMinute int            `json:"eventsLastMinute"`
-	PerSecond        float64        `json:"perSecond"`
-	P50Ms            int64          `json:"p50Ms"`
-	P99Ms            int64          `json:"p99Ms"`
-	Outcomes         map[string]int `json:"outcomes"`
+	PerSecond        float64        `json:"perSecond"` // their rate
+	P50Ms            int64          `json:"p50Ms"`     // their end-to-end latency, queue wait plus run, 0 without any
+	P99Ms            int64          `json:"p99Ms"`     // the same at the 99th percentile
+	Outcomes         map[string]int `json:"outcomes"`  // their counts by "<shared>/<status>"
 	// LastHour is what the fleet answered in the current minute and the 59 before it.
 	LastHour WindowStats `json:"lastHour"`
-	// Paused tells who paused the stage and when; nil while it runs.
+	// Paused tells who paused the stage and when. It is nil while the stage runs.
 	Paused *topics.PauseInfo `json:"paused,omitempty"`
 }
 
 // WindowStats is what the fleet answered for one stage over a window of time, summed from the
-// per-minute stats hashes the consumers flush (topics.Keyspace.Stats).
+// per-minute stats hashes the consumers flush to topics.Keyspace.Stats.
 type WindowStats struct {
-	// Events counts the tasks answered (terminal events; parked tasks are not counted until
-	// answered); Outcomes counts them by "<shared>/<status>".
+	// Events counts the tasks answered with terminal events, leaving out parked tasks until
+	// they are answered. Outcomes counts them by "<shared>/<status>".
 	Events   int64            `json:"events"`
 	Outcomes map[string]int64 `json:"outcomes"`
 	// P50Ms and P99Ms are end-to-end latencies interpolated from the latency buckets, -1
@@ -62,7 +60,7 @@ type WindowStats struct {
 // ConsumerView is one consumer process.
 type ConsumerView struct {
 	Name string `json:"name"`
-	// LastBeatAgeMs is the age of its liveness heartbeat; Alive compares it with the timeout.
+	// LastBeatAgeMs is the age of its liveness heartbeat. Alive compares it with the timeout.
 	LastBeatAgeMs int64 `json:"lastBeatAgeMs"`
 	Alive         bool  `json:"alive"`
 	// Pending counts the task entries its subscribers hold, per stage.
@@ -74,26 +72,25 @@ type Overview struct {
 	GeneratedAt time.Time      `json:"generatedAt"`
 	Stages      []StageView    `json:"stages"`
 	Consumers   []ConsumerView `json:"consumers"`
-	// FlightsByStatus counts, by status, the flights the flight list shows (Flights): those of
-	// the task entries consumers hold and of the latest events of each stage.
+	// FlightsByStatus counts, by status, the flights Flights lists: those of the task
+	// entries consumers hold and of the latest events of each stage.
 	FlightsByStatus map[string]int `json:"flightsByStatus"`
-	// EvictionPolicy is Redis's maxmemory-policy ("" when the credential cannot read it); any
-	// but noeviction may drop task streams, parked entries, fences and results.
+	// EvictionPolicy is Redis's maxmemory-policy, "" when the credential cannot read it. Any
+	// policy but noeviction may drop task streams, parked entries, fences and results.
 	EvictionPolicy string `json:"evictionPolicy,omitempty"`
 }
 
-// Overview reads stages, consumers and flight counts; names are bounded to MaxFieldBytes
-// and the consumers to MaxListEntries. Its reads are bounded whatever the traffic: stream
-// lengths and consumer-group summaries, the per-minute stats hashes of the last hour for the
-// counts, rates and latencies, and the bounded reads of Flights for the flight counts; it
-// never reads the result stream's events for its numbers.
+// Overview reads stages, consumers and flight counts, with names bounded to MaxFieldBytes
+// and consumers to MaxListEntries. Its reads stay bounded whatever the traffic: stream
+// lengths, consumer-group summaries, the last hour's per-minute stats hashes and the bounded
+// reads of Flights, never the result stream's events.
 func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	now, err := in.rdb.Time(ctx).Result()
 	if err != nil {
 		return Overview{}, fmt.Errorf("admin: overview: %w", err)
 	}
 	ov := Overview{GeneratedAt: now, FlightsByStatus: map[string]int{}}
-	ov.EvictionPolicy = in.evict.policy(ctx, in.rdb) // shown when known; never a reason to fail
+	ov.EvictionPolicy = in.evict.policy(ctx, in.rdb) // shown when known, never a reason to fail
 	consumers := map[string]*ConsumerView{}
 	beats, err := in.rdb.HGetAll(ctx, in.ks.Consumers(topics.ConsumerGroup)).Result()
 	if err != nil {
@@ -101,8 +98,8 @@ func (in *Inspector) Overview(ctx context.Context) (Overview, error) {
 	}
 	for name, v := range beats {
 		ms, _ := strconv.ParseInt(v, 10, 64)
-		// A beat written after the TIME above is fresh: its age is 0, never negative (-1 means
-		// no beat at all).
+		// A beat written after the TIME above is fresh: its age is 0, never negative. -1
+		// means no beat at all.
 		age := max(now.UnixMilli()-ms, 0)
 		consumers[name] = &ConsumerView{Name: name, LastBeatAgeMs: age,
 			Alive: age <= in.cfg.LivenessTimeout.Milliseconds(), Pending: map[string]int64{}}
@@ -194,10 +191,10 @@ func (in *Inspector) stage(ctx context.Context, stage string) (StageView, map[st
 	return sv, perConsumer
 }
 
-// setStats fills the stage's counts from its stats hashes of the last hour (hashes[j] is
-// minute last-MaxHistoryMinutes+1+j, the current minute last). The last 60 s are the current
-// minute's hash plus the previous minute's weighted by the part of it that lies within them
-// (a sliding-window estimate: the stats keep counts per minute only).
+// setStats fills the stage's counts from its stats hashes of the last hour. hashes[j] is
+// minute last-MaxHistoryMinutes+1+j, the current minute last. The last 60 s are the current
+// minute's hash plus the previous minute's weighted by the part of it that lies within them.
+// This is a sliding-window estimate, since the stats keep counts per minute only.
 func (sv *StageView) setStats(hashes []map[string]string, now time.Time) {
 	var hour, minute statsWindow
 	elapsed := now.UnixMilli() - now.Unix()/60*60_000
@@ -254,7 +251,7 @@ func (w *statsWindow) stats() WindowStats {
 	ws := WindowStats{Outcomes: map[string]int64{}, P50Ms: -1, P99Ms: -1}
 	for o, n := range w.outcomes {
 		if c := int64(math.Round(n)); c > 0 {
-			// Stats outcomes are "<shared>_<status>"; the overview's "<shared>/<status>".
+			// Stats outcomes are "<shared>_<status>", the overview's "<shared>/<status>".
 			shared, status, _ := strings.Cut(o, "_")
 			ws.Outcomes[shared+"/"+status] += c
 			ws.Events += c

@@ -1,17 +1,23 @@
-// Command chaos runs Flightdeck's seeded fault-injection run (`make chaos`): its own
-// redis-server with AOF, several consumer processes, a producer, and faults at random
-// times: SIGKILL and SIGSTOP of consumers, restarts under the same name, every consumer down
-// past the flights' TTLs, deleted flight records, owners paused for less than their lease,
-// consumers and cancellers that crash between a script and its answers, Redis restarts and
-// pauses. The first faults inject every kind once, in a seeded order. With --cluster it runs
-// on its own 6-node Redis Cluster instead, kills masters (a replica is promoted, the killed
-// node rejoins as a replica) and moves slots to a new master and back while flights run. With --sentinel it runs on its own Sentinel deployment (a
-// master, a replica, three sentinels) and kills the master (the sentinels promote the replica,
-// the killed server comes back as the new replica); --durability replicated makes every claim
-// and outcome wait for the replica. With --archive every consumer gets a private PostgreSQL
-// as its durable archive, and Redis loses all its data now and then (redis-data-loss): keys
-// whose outcome the archive held must not run the model again. It prints the figures as a
-// table and a JSON line, and exits 1 on any violation of the checker's rules.
+// Command chaos runs Flightdeck's seeded fault-injection run, as `make chaos` does.
+//
+// It starts its own redis-server with AOF, several consumer processes and a producer, and
+// injects faults at random times. The faults are SIGKILL and SIGSTOP of consumers, restarts
+// under the same name, every consumer down past the flights' TTLs, deleted flight records,
+// owners paused for less than their lease, consumers and cancellers that crash between a
+// script and its answers, and Redis restarts and pauses. The first faults inject every kind
+// once, in a seeded order.
+//
+// With --cluster it runs on its own 6-node Redis Cluster instead. It kills masters, so that
+// a replica is promoted and the killed node rejoins as a replica, and moves slots to a new
+// master and back while flights run. With --sentinel it runs on its own Sentinel deployment
+// of a master, a replica and three sentinels. It kills the master, the sentinels promote the
+// replica, and the killed server comes back as the new replica. --durability replicated
+// makes every claim and outcome wait for the replica. With --archive every consumer gets a
+// private PostgreSQL as its durable archive, and now and then Redis loses all its data in a
+// redis-data-loss fault. Keys whose outcome the archive held must not run the model again.
+//
+// It prints the figures as a table and a JSON line, and exits 1 on any violation of the
+// checker's rules.
 //
 //	chaos [--seed 1] [--duration 5m] [--consumers 3] [--keys 20] [--rate 20] [--cluster | --sentinel [--durability replicated]] [--archive] [--out DIR]
 package main
@@ -34,7 +40,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/cli"
 )
 
-// quietRedis drops go-redis's own log lines (dial failures while Redis is down on purpose).
+// quietRedis drops go-redis's own log lines, such as dial failures while Redis is down on purpose.
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}

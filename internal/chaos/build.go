@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// buildBinary builds the package pkg (such as "./cmd/consumer") of the module the working
+// buildBinary builds the package pkg, such as "./cmd/consumer", of the module the working
 // directory is in, to bin.
 func buildBinary(ctx context.Context, pkg, bin string) error {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()

@@ -13,37 +13,38 @@ import (
 
 // The rules Check verifies.
 const (
-	// RuleEvent: every task the producer surely enqueued got a terminal event, under its key;
-	// a CANCELLED one only when its key was cancelled. A task without an event when Redis
-	// lost its data (redis-data-loss) is excused: its stream entry went with Redis.
+	// RuleEvent: every task the producer surely enqueued got a terminal event, under its key.
+	// The event is CANCELLED only when its key was cancelled. A task without an event is
+	// excused when Redis lost its data in a redis-data-loss fault: its stream entry went with Redis.
 	RuleEvent = 1
-	// RuleOneResult: all SUCCEEDED events of one key within the result TTL, and between two
-	// Redis data losses, carry the same result and token (rule 7 holds archived results
-	// across a loss).
+	// RuleOneResult: all SUCCEEDED events of one key within the result TTL and between two
+	// Redis data losses carry the same result and token. Rule 7 holds archived results
+	// across a loss.
 	RuleOneResult = 2
-	// RuleNoStale: no result from a stale token was accepted: a key's accepted result carries
-	// the greatest token that ran in its flight (an archive answer's token runs nothing), and
-	// the last one answered since the last Redis data loss is the stored flight's token.
+	// RuleNoStale: no result from a stale token was accepted. A key's accepted result carries
+	// the greatest token that ran in its flight, and the last one answered since the last
+	// Redis data loss is the stored flight's token. An archive answer's token runs nothing.
 	RuleNoStale = 3
-	// RuleRuns: model runs per key <= 1 + takeovers of a lapsed lease (reason takeover or
-	// expired); retry and result_lost runs are allowed extra runs, and so are handover runs
-	// after the previous owner handed the flight over (they spend no attempt); a fresh flight
-	// (reason new) is allowed only after the previous one ended without a result (or its
-	// result TTL passed), or after its records vanished (deleted, or expired: runningTTL +
-	// failureTTL after its last acquisition, or lost with Redis's data). No run may start
-	// while a paused owner's lease is still live (pause-under-lease faults).
+	// RuleRuns: model runs per key <= 1 + takeovers of a lapsed lease, that is runs with
+	// reason takeover or expired. Retry and result_lost runs are allowed extra runs. So are
+	// handover runs after the previous owner handed the flight over, since they spend no
+	// attempt. A fresh flight, reason new, is allowed only after the previous one ended
+	// without a result or its result TTL passed, or after its records vanished. Records
+	// vanish when deleted, when they expire runningTTL + failureTTL after the last
+	// acquisition, or when lost with Redis's data. No run may start while a paused owner's
+	// lease is still live. Pause-under-lease faults test this.
 	RuleRuns = 4
-	// RulePending: nothing stays pending at the end: no pending (parked followers included)
-	// or undelivered stream entry, no running flight, no parked task.
+	// RulePending: nothing stays pending at the end: no pending or undelivered stream entry,
+	// no running flight, no parked task. Entries of parked followers count as pending.
 	RulePending = 5
-	// RuleAnsweredRun: no model run for a task that is already answered: a run of task T (its
-	// own task id, not another task of its key) may not start after T's first terminal event
-	// (beyond answeredSlack), unless T was enqueued more than once (or unsurely).
+	// RuleAnsweredRun: no model run for a task that is already answered. A run of task T may
+	// not start more than answeredSlack after T's first terminal event, unless T was enqueued
+	// more than once or unsurely. T means that task id, not another task of its key.
 	RuleAnsweredRun = 6
 	// RuleArchive: a key whose SUCCEEDED outcome the archive held when Redis lost its data
-	// never runs the model after the loss (unless that owner's archive lookup failed: the
-	// designed fallback, counted apart), and every task of it answered after the loss gets
-	// that outcome's result.
+	// never runs the model after the loss, and every task of it answered after the loss gets
+	// that outcome's result. A run whose owner's archive lookup failed is the designed
+	// fallback: it is counted apart, not as a breach.
 	RuleArchive = 7
 )
 
@@ -84,7 +85,7 @@ type Report struct {
 	Violations []Violation `json:"violations"`
 }
 
-// Check verifies the rules (RuleEvent to RuleArchive) over h. It is a pure function of h.
+// Check verifies the rules RuleEvent to RuleArchive over h. It is a pure function of h.
 func Check(h History) Report {
 	var r Report
 	f := &r.Figures
@@ -140,7 +141,7 @@ func Check(h History) Report {
 		enq := sure[id]
 		evs := byTask[id]
 		if len(evs) == 0 && lv.excused[id] {
-			continue // its entry went with Redis's data: counted in LostWithRedis
+			continue // its entry went with Redis's data. LostWithRedis counts it.
 		}
 		if len(evs) == 0 {
 			f.LostTasks++
@@ -179,7 +180,7 @@ func Check(h History) Report {
 		}
 	}
 
-	// Events per key; succSeg splits a key's SUCCEEDED events by the data losses before them.
+	// Events per key. succSeg splits a key's SUCCEEDED events by the data losses before them.
 	succ := map[string][]topics.Event{}
 	succSeg := map[string]map[int][]topics.Event{}
 	other := map[string][]topics.Event{}
@@ -238,8 +239,8 @@ func Check(h History) Report {
 		f.DuplicateRuns += len(runs) - len(epochs[k])
 	}
 
-	// An owner that completed with an outcome its process held ran nothing: its token stands
-	// for the run of the token it held (rule 3 checks that one).
+	// An owner that completed with an outcome its process held ran nothing. Its token stands
+	// for the run of the token it held, and rule 3 checks that one.
 	f.Held = len(h.HeldAnswers)
 	heldBy := map[string]map[int64]int64{}
 	for _, a := range h.HeldAnswers {
@@ -275,21 +276,21 @@ func Check(h History) Report {
 	}
 
 	// Rule 3: no stale-token result accepted.
-	// (a) Every token of a SUCCEEDED event ran, and is the greatest token of its flight
-	// generation: a larger token in the same generation means another owner had taken the
-	// flight over before this result was accepted (after a success only result_lost or a
-	// fresh flight issue tokens, and they start a new generation).
+	// 3a. Every token of a SUCCEEDED event ran, and is the greatest token of its flight
+	// generation. A larger token in the same generation means another owner had taken the
+	// flight over before this result was accepted. After a success only result_lost or a
+	// fresh flight issue tokens, and they start a new generation.
 	for _, k := range sortedKeys(succ) {
 		seen := map[int64]bool{}
 		for _, ev := range succ[k] {
 			if seen[ev.OwnerToken] || lv.archTok[k][ev.OwnerToken] {
-				continue // an archive answer's token runs nothing (rule 7 checks its result)
+				continue // an archive answer's token runs nothing. Rule 7 checks its result.
 			}
 			seen[ev.OwnerToken] = true
 			accepted(k, ev.OwnerToken, fmt.Sprintf("SUCCEEDED event of task %s (%s, by %s)", ev.TaskID, ev.Shared, ev.Consumer))
 		}
 	}
-	// (b) The same for every result Redis accepted (from the consumers' logs), and one
+	// 3b. The same for every result Redis accepted, as the consumers' logs show, and one
 	// accepted result per flight generation.
 	compByKey := map[string][]Completion{}
 	for _, c := range h.Completions {
@@ -320,7 +321,7 @@ func Check(h History) Report {
 			perEpoch[i] = c
 		}
 	}
-	// (c) The stored flight holds the last SUCCEEDED token while the result TTL lasts; only
+	// 3c. The stored flight holds the last SUCCEEDED token while the result TTL lasts. Only
 	// what was answered since the last data loss can be stored.
 	for _, k := range sortedKeys(succ) {
 		evs := succSeg[k][len(lv.losses)]
@@ -330,7 +331,7 @@ func Check(h History) Report {
 		last := evs[len(evs)-1]
 		fl, ok := h.Flights[k]
 		if !ok {
-			continue // not read (the runner reads every enqueued key)
+			continue // not read. The runner reads every enqueued key.
 		}
 		switch {
 		case !fl.Found:
@@ -350,7 +351,7 @@ func Check(h History) Report {
 		}
 	}
 
-	// Rule 4: runs per key <= 1 + takeovers of a lapsed lease (+ allowed extra runs).
+	// Rule 4: runs per key <= 1 + takeovers of a lapsed lease, plus allowed extra runs.
 	ix := newRunIndex(h)
 	ix.losses = lv
 	for _, k := range sortedKeys(runsByKey) {
@@ -416,9 +417,9 @@ func Check(h History) Report {
 	return r
 }
 
-// checkOneResult applies rule 2 to evs, SUCCEEDED events of key k sorted by finish time:
-// one violation per result TTL window with more than one (token, result), naming every
-// variant with its first event.
+// checkOneResult applies rule 2 to evs, the SUCCEEDED events of key k sorted by finish time.
+// It adds one violation per result TTL window with more than one token and result pair,
+// naming every variant with its first event.
 func checkOneResult(k string, evs []topics.Event, ttl time.Duration, add func(Violation)) {
 	type variant struct {
 		first topics.Event
@@ -460,7 +461,7 @@ func checkOneResult(k string, evs []topics.Event, ttl time.Duration, add func(Vi
 }
 
 // checkAccepted reports an accepted token that never ran, or that a larger token of the
-// same flight generation had run before it (so the result came from a stale owner).
+// same flight generation had run before it. In that case the result came from a stale owner.
 func checkAccepted(key string, token int64, what string, eps []epoch, add func(Violation)) {
 	i := epochIndex(eps, token)
 	if i < 0 {

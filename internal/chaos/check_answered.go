@@ -13,20 +13,19 @@ import (
 
 // answeredSlack is how much later than a task's first terminal event a run of that task may
 // seem to start and still count as started before it. The event's finishedAt is its writer's
-// clock just before the answering script ran, a run's start is its consumer's "model call"
-// log line (or its token's Redis time); these are clocks of one machine, and finishedAt and
-// log times are truncated to the millisecond, so a few milliseconds of skew are normal: 50 ms
-// covers them with room to spare, and a woken owner that runs an answered task again does so
-// after a lease or more.
+// clock just before the answering script ran. A run's start is its consumer's "model call"
+// log line or its token's Redis time. These are clocks of one machine, truncated to the
+// millisecond, so a few milliseconds of skew are normal. 50 ms covers them with room to
+// spare, and a woken owner that runs an answered task again does so after a lease or more.
 const answeredSlack = 50 * time.Millisecond
 
 // tokenClockWindow bounds how long before its log line a run's token may date its acquire.
 // A token is max(previous token + 1, Redis TIME in µs) at the acquire that made the run's
-// owner, so its time is when the flight handed the run out (at the latest). A consumer
-// stopped between that acquire and its "model call" line (sigstop-owner: the lease plus up to
-// 3 s) logs the run late, after the task may have been answered by the owner that took over:
-// the run still started before the answer. Tokens dated outside the window (such as the
-// small tokens of the unit tests) are not read as times.
+// owner, so its time is the latest moment the flight handed the run out. A consumer stopped
+// between that acquire and its "model call" line logs the run late, possibly after the owner
+// that took over answered the task. The run still started before the answer. The
+// sigstop-owner fault stops a consumer for the lease plus up to 3 s. Tokens dated outside the
+// window, such as the small tokens of the unit tests, are not read as times.
 const tokenClockWindow = time.Minute
 
 // runStart is when run started: its token's time when that dates the acquire within
@@ -41,21 +40,22 @@ func runStart(r ModelRun) time.Time {
 // answeredCount counts the runs of tasks that already had a terminal event.
 type answeredCount struct {
 	violations int // started after the task's first event: rule 6 violations
-	multi      int // the same, of tasks enqueued more than once (or unsure): allowed
+	multi      int // the same, of tasks enqueued more than once or unsurely: allowed
 	lateLog    int // logged after the first event, but their token dates the acquire before it
 }
 
-// checkAnswered applies rule 6: a model run (a "model call" line) of task T that started
-// (runStart: its acquire, as its token dates it, or else its log line) more than
-// answeredSlack after T's first terminal event (the earliest finishedAt of T's events) is a
-// violation: the bug it catches is an owner whose task was answered by the owner that took
-// it over, and which ran it again. Only the run's own task id counts: a run of another task
-// of the same key is not a run of T, and a follower's task never runs the model (the owner's
-// run answers it). Allowed are the runs of a task the producer sent more than once (two
-// enqueues of its id, or an unsure one: an XADD that answered an error may have been applied,
-// even twice): its second stream entry may legitimately run after the first was answered.
-// Retries need no exception: a retryable failure writes no event, so a retry of T runs
-// before T's first event.
+// checkAnswered applies rule 6. A model run of task T that started more than answeredSlack
+// after T's first terminal event is a violation. A run is a "model call" line, and its start
+// is runStart: its acquire as its token dates it, or else its log line. T's first terminal
+// event is the earliest finishedAt of T's events. The bug this catches is an owner that ran
+// its task again after the owner that took it over had answered it.
+//
+// Only the run's own task id counts. A run of another task of the same key is not a run of
+// T, and a follower's task never runs the model: the owner's run answers it. Runs are allowed
+// for a task the producer sent more than once, with two enqueues of its id or an unsure one.
+// An XADD that answered an error may have been applied, even twice, so the second stream
+// entry may legitimately run after the first was answered. Retries need no exception: a
+// retryable failure writes no event, so a retry of T runs before T's first event.
 func checkAnswered(h History, add func(Violation)) answeredCount {
 	enqueued := map[string]int{}
 	unsure := map[string]bool{}

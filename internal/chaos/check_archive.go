@@ -8,25 +8,29 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Redis data losses (redis-data-loss, with the archive on) and rule 7.
+// Redis data losses and rule 7. The redis-data-loss fault runs with the archive on.
 //
-// What a loss may take, and the rules allow: the tasks that had no event when Redis's data
-// went (their stream entries were only there; rule 1 excuses them), every flight's records
-// (rule 4 allows a fresh flight of a key whose generation lived only before the loss, rule 3
-// asks the stored flight to hold only what was answered after the last loss), and a key's
-// result when the archive did not hold it yet (rule 2 compares a key's results between two
-// losses only). What it may not take (rule 7): an outcome the archive held.
+// The rules allow a loss to take three things:
+//   - The tasks that had no event when Redis's data went. Their stream entries were only
+//     there, and rule 1 excuses them.
+//   - Every flight's records. Rule 4 allows a fresh flight of a key whose generation lived
+//     only before the loss. Rule 3 asks the stored flight to hold only what was answered
+//     after the last loss.
+//   - A key's result when the archive did not hold it yet. Rule 2 compares a key's results
+//     between two losses only.
+//
+// Rule 7 forbids a loss to take an outcome the archive held.
 
 // lossView is what the rules know of a history's data losses.
 type lossView struct {
 	losses []DataLoss
 	// excused holds the tasks unanswered at a loss.
 	excused map[string]bool
-	// evToks holds, per key, the token of each event and the number of losses before it
-	// was written (its segment).
+	// evToks holds, per key, the token of each event and its segment: the number of losses
+	// before it was written.
 	evToks map[string][]tokSeg
-	// archTok holds, per key, the tokens of archive answers (an owner that ended its flight
-	// with the archived outcome): they never ran the model, by design.
+	// archTok holds, per key, the tokens of archive answers. An archive answer is an owner
+	// that ended its flight with the archived outcome. By design it never ran the model.
 	archTok map[string]map[int64]bool
 	// lookupFailed holds, per key, the tokens whose owner's archive lookup failed.
 	lookupFailed map[string]map[int64]bool
@@ -79,9 +83,10 @@ func (v *lossView) segment(i int) int {
 }
 
 // lostBefore explains how flight generation j of key k lost its records with Redis before
-// start (a fresh flight) acquired, or answers "": the last loss before start's acquire
-// came after every run of the generation had started, and no event of the generation was
-// written after that loss (which would have put it back in Redis).
+// the fresh flight start acquired, or returns "". The records count as lost when the last
+// loss before start's acquire came after every run of the generation had started, and no
+// event of the generation was written after that loss. Such an event would have put the
+// records back in Redis.
 func (v *lossView) lostBefore(k string, eps []epoch, j int, start ModelRun) string {
 	st := runStart(start)
 	l := -1
@@ -120,15 +125,15 @@ type lossCount struct {
 	lookupFailed, keysRanAgain       int
 }
 
-// checkArchive applies rule 7 and counts the losses' figures. For every loss and every key
-// whose SUCCEEDED outcome the archive held then (DataLoss.Archived, read while Redis was
-// paused):
-//   - no model run of the key may start after the loss (its acquire, as its token dates it,
-//     or its log line), unless that owner's archive lookup failed or timed out (logged: the
-//     designed fallback, counted apart);
-//   - every event of the key written after the loss is SUCCEEDED with the result the tasks
-//     answered by the archived token got before the loss (events of a run allowed above
-//     excepted).
+// checkArchive applies rule 7 and counts the losses' figures. DataLoss.Archived, read while
+// Redis was paused, holds the keys whose SUCCEEDED outcome the archive held at a loss. For
+// every loss and every such key:
+//   - No model run of the key may start after the loss, unless that owner's archive lookup
+//     failed or timed out. A run starts at its acquire as its token dates it, or else at its
+//     log line. A failed lookup is logged. It is the designed fallback, counted apart.
+//   - Every event of the key written after the loss is SUCCEEDED with the result the tasks
+//     answered by the archived token got before the loss. Events of a run allowed above are
+//     excepted.
 func checkArchive(h History, v *lossView, runsByKey map[string][]ModelRun, add func(Violation)) lossCount {
 	c := lossCount{unanswered: len(v.excused)}
 	answered := map[string]bool{}
@@ -226,9 +231,9 @@ func checkArchive(h History, v *lossView, runsByKey map[string][]ModelRun, add f
 }
 
 // checkArchivedResult checks the events of key k written after loss i, whose archive held
-// the key's SUCCEEDED outcome: each is SUCCEEDED with the result that the archived token's
-// events carried before the loss. Events of runs allowed after the loss (a failed lookup)
-// are skipped, and so is a key whose archived token's result was not read.
+// the key's SUCCEEDED outcome. Each must be SUCCEEDED with the result that the archived
+// token's events carried before the loss. Events of runs allowed after the loss by a failed
+// lookup are skipped, and so is a key whose archived token's result was not read.
 func checkArchivedResult(h History, v *lossView, i int, k string, add func(Violation)) {
 	l := v.losses[i]
 	tok := l.Archived[k].Token

@@ -12,7 +12,7 @@ import (
 
 // Rule 4: how often a key's model may run.
 
-// ownerReasons are the known run reasons (flight.Reason values of an owner).
+// ownerReasons reports whether r is a known run reason, one of an owner's flight.Reason values.
 func ownerReasons(r string) bool {
 	switch r {
 	case "new", "retry", "takeover", "handover", "expired", "result_lost":
@@ -22,13 +22,13 @@ func ownerReasons(r string) bool {
 }
 
 // vanishSlack is how much earlier than its TTL allows a flight's records may seem to have
-// vanished: log times trail the scripts they report on by a little.
+// vanished. Log times trail the scripts they report on by a little.
 const vanishSlack = 500 * time.Millisecond
 
-// epoch is one flight generation of a key: the runs from a "new" (or "result_lost") run up
+// epoch is one flight generation of a key: the runs from a "new" or "result_lost" run up
 // to the next one, in token order.
 type epoch struct {
-	runs []ModelRun // sorted by token; runs[0] starts the epoch
+	runs []ModelRun // sorted by token. runs[0] starts the epoch.
 }
 
 func (e epoch) first() int64   { return e.runs[0].Token }
@@ -45,7 +45,7 @@ func (e epoch) lastAt() time.Time {
 	return t
 }
 
-// epochsOf splits a key's runs (sorted by token) into flight generations.
+// epochsOf splits a key's runs, sorted by token, into flight generations.
 func epochsOf(runs []ModelRun) []epoch {
 	var eps []epoch
 	for i, r := range runs {
@@ -70,7 +70,7 @@ type runIndex struct {
 	deletes    map[string][]Fault             // key -> delete-flight-keys faults
 	pauses     map[string][]Fault             // key -> pause-under-lease faults
 	lastFail   map[string]map[int64]time.Time // key -> token -> its latest retryable failure
-	losses     *lossView                      // Redis data losses (nil: none)
+	losses     *lossView                      // Redis data losses, nil for none
 }
 
 func newRunIndex(h History) *runIndex {
@@ -103,7 +103,7 @@ func newRunIndex(h History) *runIndex {
 }
 
 // handedOverSince reports whether an owner of key k that never ran the model handed the
-// flight over after runs[i-1] (or before runs[0]) and before runs[i].
+// flight over before runs[i] and after runs[i-1]. For i == 0 any earlier token counts.
 func (ix *runIndex) handedOverSince(k string, runs []ModelRun, i int) bool {
 	for tok := range ix.handedOver[k] {
 		if tok < runs[i].Token && (i == 0 || tok > runs[i-1].Token) {
@@ -115,13 +115,13 @@ func (ix *runIndex) handedOverSince(k string, runs []ModelRun, i int) bool {
 
 // freshCount counts a key's fresh flights by why they were allowed.
 type freshCount struct {
-	afterEnd int // the previous generation ended without a result (or its result expired)
-	vanished int // the previous generation's records vanished (deleted, or expired by TTL)
+	afterEnd int // the previous generation ended without a result, or its result expired
+	vanished int // the previous generation's records were deleted or expired by TTL
 	lost     int // the earlier generations' records went with Redis's data
 }
 
-// checkRuns applies rule 4 to key k's runs (sorted by token) split into eps; succ and other
-// are the key's SUCCEEDED and other events.
+// checkRuns applies rule 4 to key k's runs, sorted by token and split into eps. succ and
+// other are the key's SUCCEEDED and other events.
 func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Event, h History, ix *runIndex, add func(Violation)) freshCount {
 	var takeovers, extra, handovers int
 	for i, run := range runs {
@@ -141,15 +141,15 @@ func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Even
 			extra++
 		case "handover":
 			// Allowed, without spending an attempt, when the previous owner gave the flight
-			// up: its run stopped, or it never ran (a claim no replica acknowledged is handed
-			// over before its call), so the handed-over token may be newer than the last run.
+			// up. Its run stopped, or it never ran: a claim no replica acknowledged is handed
+			// over before its call. So the handed-over token may be newer than the last run.
 			if i > 0 && ix.handedOver[k][runs[i-1].Token] {
 				handovers++
 				break
 			}
 			if ix.handedOverSince(k, runs, i) {
-				// The owner that gave up never ran: this run stands for its acquisition (the
-				// first run of the key, or one its reason allowed after runs[i-1]).
+				// The owner that gave up never ran. This run stands for its acquisition. It
+				// is the first run of the key, or one its reason allowed after runs[i-1].
 				if i > 0 {
 					handovers++
 				}
@@ -166,11 +166,13 @@ func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Even
 	}
 	checkPauses(k, runs, ix.pauses[k], add)
 
-	// A fresh flight (reason new) after the first is allowed when every earlier generation
-	// ended without a result (a FAILED, EXPIRED or CANCELLED event carries one of its
-	// tokens) or its result's TTL had passed, or when the previous generation's records
-	// vanished before it started, or when Redis lost its data after every earlier
-	// generation had last acted (whether the archive then answered is rule 7's business).
+	// A fresh flight with reason new after the first is allowed when one of these holds:
+	//   - Every earlier generation ended without a result or its result's TTL had passed.
+	//     A generation ended without a result when a FAILED, EXPIRED or CANCELLED event
+	//     carries one of its tokens.
+	//   - The previous generation's records vanished before it started.
+	//   - Redis lost its data after every earlier generation had last acted. Whether the
+	//     archive then answered is rule 7's business.
 	var fresh freshCount
 	var why []string
 	closed := make([]bool, len(eps)) // generations whose records vanished
@@ -218,9 +220,9 @@ func checkRuns(k string, runs []ModelRun, eps []epoch, succ, other []topics.Even
 }
 
 // checkPauses reports every run of the key that started while a paused owner's lease was
-// still live: a pause-under-lease fault stopped the owner of token p.Token for less than
-// its lease, so up to p.LeaseUntil nobody may run the flight again. Runs whose reason is
-// expired (runningTTL spent) or retry (the owner had failed just before) are not held
+// still live. A pause-under-lease fault stopped the owner of token p.Token for less than
+// its lease, so up to p.LeaseUntil nobody may run the flight again. Runs with reason
+// expired, runningTTL spent, or retry, the owner having failed just before, are not held
 // against it.
 func checkPauses(k string, runs []ModelRun, pauses []Fault, add func(Violation)) {
 	for _, p := range pauses {
@@ -236,14 +238,14 @@ func checkPauses(k string, runs []ModelRun, pauses []Fault, add func(Violation))
 	}
 }
 
-// vanished explains why generation prev of key k could have lost its records (meta and
-// waiters) before start ran, or answers "": a delete-flight-keys fault removed them, or
-// they expired: runningTTL + failureTTL after the
-// generation's last acquisition, failureTTL after a retryable failure of its last token.
+// vanished explains why generation prev of key k could have lost its meta and waiters
+// records before start ran, or returns "". Either a delete-flight-keys fault removed them,
+// or they expired. They expire runningTTL + failureTTL after the generation's last
+// acquisition, or failureTTL after a retryable failure of its last token.
 func (ix *runIndex) vanished(k string, prev epoch, start ModelRun, h History) string {
 	for _, d := range ix.deletes[k] {
-		// The deleted flight is this generation (so one deletion allows one fresh flight),
-		// and the deletion came first.
+		// The deleted flight is this generation and the deletion came first. So one
+		// deletion allows one fresh flight.
 		if d.Token < prev.first() || d.Token >= start.Token || start.At.Before(d.At) {
 			continue
 		}
@@ -255,7 +257,7 @@ func (ix *runIndex) vanished(k string, prev epoch, start ModelRun, h History) st
 	last := prev.lastAt()
 	gone := last.Add(h.RunningTTL + h.FailureTTL)
 	if f, ok := ix.lastFail[k][prev.last().Token]; ok && !f.Before(last) {
-		gone = f.Add(h.FailureTTL) // FAILED (retryable) lives failureTTL; no retry acquired it
+		gone = f.Add(h.FailureTTL) // a retryable FAILED lives failureTTL. No retry acquired it.
 	}
 	if start.At.Before(gone.Add(-vanishSlack)) {
 		return ""
@@ -263,9 +265,9 @@ func (ix *runIndex) vanished(k string, prev epoch, start ModelRun, h History) st
 	return fmt.Sprintf("records expired by %s", gone.Format(time.StampMilli))
 }
 
-// generationOpen explains why flight generation j of a key had not ended when start (a
-// fresh flight of a later generation) ran, or answers "". An explanation that starts with
-// "succeeded" means the generation's result was still live.
+// generationOpen explains why flight generation j of a key had not ended when start ran,
+// or returns "". start is a fresh flight of a later generation. An explanation that starts
+// with "succeeded" means the generation's result was still live.
 func generationOpen(eps []epoch, j int, succ, other []topics.Event, start ModelRun, ttl time.Duration) string {
 	lo := eps[j].first()
 	hi := int64(1<<63 - 1)

@@ -26,19 +26,17 @@ const (
 	clusterReplicas = 1
 )
 
-// localCluster is the run's own Redis Cluster (Config.RedisCluster): six redis-server
-// processes, each in its own directory with AOF on (appendfsync always) and its nodes.conf,
-// joined with `redis-cli --cluster create ... --cluster-replicas 1`. It implements Cluster:
-// KillMaster SIGKILLs a current master (found with CLUSTER NODES) and waits for its replica
-// to be promoted; RestartMaster starts the killed node again on the same port and directory,
-// where it rejoins as a replica of its successor.
+// localCluster is the run's own Redis Cluster, set by Config.RedisCluster. It is six
+// redis-server processes joined with `redis-cli --cluster create ... --cluster-replicas 1`.
+// Each has its own directory and nodes.conf, with AOF on and appendfsync always.
+// localCluster implements Cluster.
 type localCluster struct {
 	nodes []*redisServer
 	logf  func(format string, args ...any)
 
 	mu     sync.Mutex
 	killed map[int]*redisServer
-	added  int // masters added by Reshard so far (each removed again)
+	added  int // masters added by Reshard so far. Each was removed again.
 }
 
 var _ Cluster = (*localCluster)(nil)
@@ -96,14 +94,14 @@ func (c *localCluster) URL() string {
 	return u
 }
 
-// Masters is the number of masters (the node acting as master i changes with failovers).
+// Masters is the number of masters. The node acting as master i changes with failovers.
 func (c *localCluster) Masters() int { return clusterMasters }
 
 // clusterNode is one line of CLUSTER NODES.
 type clusterNode struct {
 	id, addr string
 	master   bool
-	failing  bool // fail or fail?
+	failing  bool // flagged fail or fail?
 	slots    bool
 }
 
@@ -169,8 +167,8 @@ func liveMasters(nodes []clusterNode) []string {
 	return out
 }
 
-// ok reports whether every running node sees the whole cluster served (cluster_state:ok,
-// all 16384 slots ok) and no master serving slots is a stopped node.
+// ok reports whether every running node sees the whole cluster served and no master
+// serving slots is a stopped node. Served means cluster_state:ok with all 16384 slots ok.
 func (c *localCluster) ok() bool {
 	for _, n := range c.nodes {
 		if !n.running() {
@@ -199,8 +197,8 @@ func (c *localCluster) ok() bool {
 }
 
 // waitHealthy waits until the cluster is ok, has clusterMasters live masters, and every
-// running replica's link to its master is up (so that the next failover has a synced
-// replica to promote).
+// running replica's link to its master is up. Then the next failover has a synced replica
+// to promote.
 func (c *localCluster) waitHealthy(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var why string
@@ -253,8 +251,8 @@ func (c *localCluster) nodeAt(addr string) *redisServer {
 	return nil
 }
 
-// KillMaster SIGKILLs the i-th current master (masters sorted by address) and waits for its
-// replica to be promoted (cluster_state:ok with every slot served again).
+// KillMaster SIGKILLs the i-th current master in CLUSTER NODES, sorted by address, and
+// waits for its replica to be promoted: cluster_state:ok with every slot served again.
 func (c *localCluster) KillMaster(i int) error {
 	nodes, err := c.view()
 	if err != nil {
@@ -289,9 +287,9 @@ func (c *localCluster) KillMaster(i int) error {
 	return fmt.Errorf("no replica of %s promoted within 60s", addr)
 }
 
-// RestartMaster starts the node killed by KillMaster(i) on its port and directory (its
-// nodes.conf makes it rejoin; it becomes a replica of its promoted successor) and waits
-// until the cluster is healthy again.
+// RestartMaster starts the node killed by KillMaster on its port and directory and waits
+// until the cluster is healthy again. Its nodes.conf makes it rejoin as a replica of its
+// promoted successor.
 func (c *localCluster) RestartMaster(i int) error {
 	c.mu.Lock()
 	n := c.killed[i]
@@ -345,8 +343,8 @@ func clusterClient(url string) (*redis.ClusterClient, error) {
 	return redisconn.NewClusterClient(opt), nil
 }
 
-// clusterReady is waitRedis for cluster mode: the cluster is ok (for the run's own cluster)
-// and every master answers PING through the client.
+// clusterReady is waitRedis for cluster mode. It waits until the run's own cluster is ok,
+// or for another cluster until every master answers PING through the client.
 func clusterReady(cl Cluster, rdb *redis.ClusterClient, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {

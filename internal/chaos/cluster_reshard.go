@@ -14,10 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Resharder is a cluster that can add a master and move slots to it while the run goes on
-// (FaultReshard). The run's own cluster is one.
+// Resharder is a cluster that can add a master and move slots to it while the run goes on,
+// for FaultReshard. The run's own cluster is one.
 type Resharder interface {
-	// Reshard adds an empty master (it holds no function library), moves slots from a
+	// Reshard adds an empty master that holds no function library, moves slots from a
 	// live master to it, waits hold, moves them back and removes the node again. It
 	// returns what it did.
 	Reshard(slots int, hold time.Duration) (string, error)
@@ -25,9 +25,9 @@ type Resharder interface {
 
 var _ Resharder = (*localCluster)(nil)
 
-// Reshard implements Resharder: the slots move with their keys (redis-cli --cluster reshard,
-// MIGRATE), so calls on them meet MOVED, ASK and TRYAGAIN while they do, and the calls that
-// reach the new node find no function library there.
+// Reshard implements Resharder, moving the slots with their keys by redis-cli --cluster
+// reshard and MIGRATE. Calls on them meet MOVED, ASK and TRYAGAIN while they move, and the
+// calls that reach the new node find no function library there.
 func (c *localCluster) Reshard(slots int, hold time.Duration) (string, error) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -53,7 +53,7 @@ func (c *localCluster) Reshard(slots int, hold time.Duration) (string, error) {
 		return "", fmt.Errorf("start the new master: %w", err)
 	}
 	// A step that fails leaves the new node running, part of the cluster with whatever
-	// slots it took (stopping it would take them down): the run goes on with it.
+	// slots it took. Stopping it would take them down. The run goes on with it.
 	keep := func(err error) (string, error) {
 		c.mu.Lock()
 		c.nodes = append(c.nodes, n)
@@ -78,8 +78,8 @@ func (c *localCluster) Reshard(slots int, hold time.Duration) (string, error) {
 	if err != nil {
 		return keep(err)
 	}
-	// redis-cli copies the function libraries to the node it adds; a node added by other
-	// means has none, which is the case the consumers must survive.
+	// redis-cli copies the function libraries to the node it adds. A node added by other
+	// means has none, and the consumers must survive that case.
 	if err := flushFunctions(n.Addr()); err != nil {
 		return keep(err)
 	}
@@ -105,8 +105,8 @@ func (c *localCluster) Reshard(slots int, hold time.Duration) (string, error) {
 }
 
 // waitKnown waits until every running node lists addr in CLUSTER NODES and the node at addr
-// sees the cluster ok (a node that just joined answers CLUSTERDOWN to a slot migration until
-// it does), and returns its id.
+// sees the cluster ok, and returns its id. Until then a node that just joined answers
+// CLUSTERDOWN to a slot migration.
 func (c *localCluster) waitKnown(addr string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -158,7 +158,7 @@ func clusterOK(addr string) bool {
 }
 
 // fcallsOn describes what the node at addr served of the flight library: the FCALLs it ran
-// and the libraries it holds (it joined with none).
+// and the libraries it holds. It joined with none.
 func fcallsOn(addr string) string {
 	cl := nodeClient(addr)
 	defer cl.Close()

@@ -15,25 +15,25 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/faults"
 )
 
-// supervisor runs N consumer slots. Each slot runs one consumer process at a time. A slot's
-// process is named "c<slot>-<incarnation>": a fresh start (after a sigkill-consumer fault, or
-// an unexpected exit) is a new incarnation with a new name; a restart under the same name
-// (restart-same-name, all-down-past-ttl, the restart after an injected crash) keeps it, as a
-// process supervisor restarting a unit would. Every start has its own log file. A process
-// that exits without being told to is recorded as an Exit and restarted; one that a fault
-// knob made exit (status 86) is recorded as an injected crash and restarted under its name.
+// supervisor runs N consumer slots. Each slot runs one consumer process at a time, named
+// "c<slot>-<incarnation>". A fresh start after a sigkill-consumer fault or an unexpected exit
+// is a new incarnation with a new name. A restart under the same name keeps it, as a process
+// supervisor restarting a unit would. The restart-same-name and all-down-past-ttl faults and
+// the restart after an injected crash do this. Every start has its own log file. A process
+// that exits without being told to is recorded as an Exit and restarted. One that a fault
+// knob made exit with status 86 is recorded as an injected crash and restarted under its name.
 type supervisor struct {
 	bin, config, redisURL string
 	logDir, tmpDir        string
-	// spoolDir is the uncertain-outcome spool directory every consumer shares (the
-	// production layout: a restarted process adopts the spools of dead ones).
+	// spoolDir is the uncertain-outcome spool directory every consumer shares. This is the
+	// production layout: a restarted process adopts the spools of dead ones.
 	spoolDir string
 	grace    time.Duration
-	// waitRedis blocks until Redis answers (or gives up); restarts wait for it, since a
+	// waitRedis blocks until Redis answers or it gives up. Restarts wait for it, since a
 	// consumer exits at once when its first Redis call fails.
 	waitRedis func(time.Duration) bool
 	logf      func(format string, args ...any)
-	// archiveURL is the PostgreSQL archive every consumer gets (--archive); empty: none.
+	// archiveURL is the PostgreSQL archive every consumer gets with --archive. Empty means none.
 	archiveURL string
 
 	mu       sync.Mutex
@@ -53,7 +53,7 @@ type slot struct {
 	done      chan struct{}
 	started   time.Time
 	logPath   string
-	env       []string // fault knobs of the current process (nil: none)
+	env       []string // fault knobs of the current process, nil for none
 	expectEnd bool     // the runner killed or stopped it on purpose
 	stopped   bool     // SIGSTOPped
 	busy      bool     // a fault is acting on it
@@ -62,7 +62,7 @@ type slot struct {
 
 func (s *supervisor) stagesArg() string { return strings.Join(chaosStages, ",") }
 
-// crashKnobs reports whether env sets a crash knob (the process may exit 86 on purpose).
+// crashKnobs reports whether env sets a crash knob, so that the process may exit 86 on purpose.
 func crashKnobs(env []string) bool {
 	for _, kv := range env {
 		if strings.HasPrefix(kv, "FLIGHTDECK_FAULT_CRASH_AFTER=") {
@@ -116,9 +116,10 @@ func (s *supervisor) startLocked(i int, fresh bool, env []string) error {
 	return nil
 }
 
-// watch waits for one process of slot sl and accounts for its end: expected (a fault ended
-// it), an injected crash (status 86 of a process with a crash knob: restarted under its name
-// without knobs), or an unexpected exit (recorded, restarted under a new name).
+// watch waits for one process of slot sl and accounts for its end. An expected end is one a
+// fault caused. An injected crash is status 86 of a process with a crash knob: it is
+// restarted under its name without knobs. An unexpected exit is recorded and restarted
+// under a new name.
 func (s *supervisor) watch(sl *slot, cmd *exec.Cmd, done chan struct{}, logf *os.File, name, logPath string, knobs bool) {
 	defer s.wg.Done()
 	err := cmd.Wait()
@@ -205,7 +206,7 @@ func (s *supervisor) waitRunning(timeout time.Duration) error {
 }
 
 // reserve marks slot i busy for a fault when it is free and at least one other slot stays
-// free and running; it returns the slot's current name.
+// free and running. It returns the slot's current name.
 func (s *supervisor) reserve(i int) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -225,8 +226,8 @@ func (s *supervisor) reserve(i int) (string, bool) {
 	return s.slots[i].name, true
 }
 
-// reserveAll marks every slot busy once none is (waiting up to timeout); false when some
-// stayed busy.
+// reserveAll waits up to timeout until no slot is busy, then marks every slot busy. It
+// returns false when some stayed busy.
 func (s *supervisor) reserveAll(timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -256,7 +257,7 @@ func (s *supervisor) release(i int) {
 	s.mu.Unlock()
 }
 
-// releaseAll frees every slot (after reserveAll).
+// releaseAll frees every slot after reserveAll.
 func (s *supervisor) releaseAll() {
 	s.mu.Lock()
 	for _, sl := range s.slots {
@@ -266,7 +267,7 @@ func (s *supervisor) releaseAll() {
 }
 
 // killAll SIGKILLs every slot's process at once, waits for them to exit and holds the slots
-// down (no automatic restart); it returns their names.
+// down with no automatic restart. It returns their names.
 func (s *supervisor) killAll() []string {
 	s.mu.Lock()
 	var names []string
@@ -314,14 +315,15 @@ func (s *supervisor) name(i int) string {
 	return s.slots[i].name
 }
 
-// kill SIGKILLs slot i's process and waits for it to exit. The slot stays held (no automatic
-// restart) until restart or restartSame.
+// kill SIGKILLs slot i's process and waits for it to exit. The slot stays held, with no
+// automatic restart, until restart or restartSame.
 func (s *supervisor) kill(i int) {
 	s.end(i, syscall.SIGKILL)
 }
 
-// end signals slot i's process (SIGCONT first, so that a stopped one can act on it) and waits
-// for it to exit; past the grace period (plus 10 s) it is killed. The slot is held down.
+// end signals slot i's process and waits for it to exit. It sends SIGCONT first, so that a
+// stopped process can act on the signal. Past the grace period plus 10 s the process is
+// killed. The slot is held down.
 func (s *supervisor) end(i int, sig syscall.Signal) {
 	s.mu.Lock()
 	sl := s.slots[i]
@@ -338,7 +340,7 @@ func (s *supervisor) end(i int, sig syscall.Signal) {
 	}
 }
 
-// restart starts a new incarnation (a new name) in slot i, once Redis answers.
+// restart starts a new incarnation with a new name in slot i, once Redis answers.
 func (s *supervisor) restart(i int) error { return s.restartWith(i, true, nil) }
 
 // restartSame starts slot i again under its current name with the fault knobs env, once
@@ -356,7 +358,7 @@ func (s *supervisor) restartWith(i int, fresh bool, env []string) error {
 	return s.startLocked(i, fresh, env)
 }
 
-// running returns slot i's current process (to tell later whether it was replaced).
+// running returns slot i's current process, to tell later whether it was replaced.
 func (s *supervisor) running(i int) *exec.Cmd {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -15,58 +15,58 @@ import (
 
 // Fault kinds.
 const (
-	FaultKill       = "sigkill-consumer"      // SIGKILL a consumer; a new incarnation starts soon after
+	FaultKill       = "sigkill-consumer"      // SIGKILL a consumer. A new incarnation starts soon after.
 	FaultStop       = "sigstop-owner"         // SIGSTOP a consumer that owns a running flight, past its lease, then SIGCONT
-	FaultRedisTerm  = "redis-restart-sigterm" // SIGTERM redis-server, start it again (AOF keeps the data)
-	FaultRedisKill  = "redis-restart-sigkill" // SIGKILL redis-server, start it again (AOF, fsync always)
+	FaultRedisTerm  = "redis-restart-sigterm" // SIGTERM redis-server and start it again. AOF keeps the data.
+	FaultRedisKill  = "redis-restart-sigkill" // SIGKILL redis-server and start it again, with AOF and fsync always
 	FaultRedisPause = "redis-pause"           // SIGSTOP redis-server briefly, then SIGCONT
-	FaultMasterKill = "cluster-master-kill"   // kill one Redis Cluster master (needs Config.Cluster)
-	// FaultSentinelKill SIGKILLs the master of the Sentinel deployment (Config.Sentinel); the
-	// sentinels promote its replica, and the killed server comes back as the new replica.
+	FaultMasterKill = "cluster-master-kill"   // kill one Redis Cluster master. Needs Config.Cluster.
+	// FaultSentinelKill SIGKILLs the master of the Sentinel deployment set by Config.Sentinel.
+	// The sentinels promote its replica, and the killed server comes back as the new replica.
 	FaultSentinelKill = "sentinel-master-kill"
 	// FaultReshard adds an empty master without the function library to the run's own Redis
 	// Cluster, moves 2,500 slots of a master to it with their keys while flights run, holds
-	// them there 2-5 s, moves them back and removes the node (MOVED, ASK, TRYAGAIN mid-flight).
+	// them there 2-5 s, moves them back and removes the node. Flights meet MOVED, ASK and
+	// TRYAGAIN meanwhile.
 	FaultReshard = "cluster-reshard"
 	// FaultAllDown SIGKILLs every consumer for longer than a flight's runningTTL +
-	// failureTTL (metas and waiter records expire while tasks are parked), then restarts
-	// them all under their names.
+	// failureTTL, then restarts them all under their names. Metas and waiter records expire
+	// while tasks are parked.
 	FaultAllDown = "all-down-past-ttl"
-	// FaultDeleteKeys deletes the meta and waiters of a RUNNING flight (lost writes).
+	// FaultDeleteKeys deletes the meta and waiters of a RUNNING flight, as lost writes would.
 	FaultDeleteKeys = "delete-flight-keys"
-	// FaultPauseLease SIGSTOPs an owner for 30-60% of its lease, then SIGCONTs it: nobody may
+	// FaultPauseLease SIGSTOPs an owner for 30-60% of its lease, then SIGCONTs it. Nobody may
 	// run its flight meanwhile.
 	FaultPauseLease = "pause-under-lease"
 	// FaultRestartSame SIGKILLs a consumer and restarts it at once under the same name.
 	FaultRestartSame = "restart-same-name"
 	// FaultCrashComplete restarts a consumer, for a window, with knobs that make it write
-	// answers after the scripts and exit (status 86) right after a complete script, before
-	// its answers; the supervisor restarts it under its name.
+	// answers after the scripts and exit with status 86 right after a complete script, before
+	// its answers. The supervisor restarts it under its name.
 	FaultCrashComplete = "crash-after-complete"
 	// FaultCancellerCrash runs `producer cancel KEY` against a running flight with knobs that
-	// make it exit (status 86) right after the cancel script, before answering the parked
-	// tasks; the key's tasks then legitimately end CANCELLED.
+	// make it exit with status 86 right after the cancel script, before answering the parked
+	// tasks. The key's tasks then legitimately end CANCELLED.
 	FaultCancellerCrash = "canceller-crash"
-	// FaultRedisDataLoss pauses Redis's writes, reads what it holds (events, dead letters)
-	// and the archive's rows, SIGKILLs redis-server, deletes its data and starts it again
-	// empty on the same port; the producer then sends again the tasks whose entries were
-	// lost. Drawn only with the archive on (Config.Archive) and the run's own single node.
+	// FaultRedisDataLoss pauses Redis's writes, reads its events, dead letters and the
+	// archive's rows, SIGKILLs redis-server, deletes its data and starts it again empty on the
+	// same port, and the producer then sends again the tasks whose entries were lost. It is
+	// drawn only with Config.Archive on and the run's own single node.
 	FaultRedisDataLoss = "redis-data-loss"
 )
 
-// Cluster is the hook for the FaultMasterKill fault. With Config.RedisCluster the runner
-// starts its own cluster (localCluster, cluster.go) instead of the single redis-server and
-// hands URL() to the consumers; single-node runs never draw the fault and the report says
-// "not available".
+// Cluster is the hook for the FaultMasterKill fault, which the runner's own localCluster
+// serves when Config.RedisCluster is set. Single-node runs never draw the fault, and the
+// report says "not available".
 type Cluster interface {
-	// URL is the cluster URL the consumers and the producer use (several seed addresses).
+	// URL is the cluster URL the consumers and the producer use, with several seed addresses.
 	URL() string
 	// Masters is the number of master nodes.
 	Masters() int
-	// KillMaster SIGKILLs master i; a replica is promoted (or the slot range is down until
-	// RestartMaster).
+	// KillMaster SIGKILLs master i. A replica is promoted, or else the slot range is down
+	// until RestartMaster.
 	KillMaster(i int) error
-	// RestartMaster brings master i's node back (as a replica of its successor, or master).
+	// RestartMaster brings master i's node back, as a replica of its successor or as master.
 	RestartMaster(i int) error
 }
 
@@ -76,8 +76,8 @@ type faultWeight struct {
 	weight float64
 }
 
-// faultWeights lists every kind with its odds. (A function, not a package variable: the
-// package keeps no mutable state.)
+// faultWeights lists every kind with its odds. It is a function, not a package variable,
+// because the package keeps no mutable state.
 func faultWeights() []faultWeight {
 	return []faultWeight{
 		{FaultKill, 3}, {FaultStop, 3}, {FaultRedisTerm, 1}, {FaultRedisKill, 1}, {FaultRedisPause, 1.5},
@@ -93,13 +93,14 @@ type redisMode uint8
 // The Redis shapes of a run.
 const (
 	modeNode     redisMode = iota // one redis-server
-	modeCluster                   // a Redis Cluster (Config.RedisCluster, Config.Cluster)
-	modeSentinel                  // a Sentinel deployment (Config.Sentinel)
+	modeCluster                   // a Redis Cluster, from Config.RedisCluster or Config.Cluster
+	modeSentinel                  // a Sentinel deployment, from Config.Sentinel
 )
 
-// drawableKinds lists the kinds a run can inject: the single-node Redis faults need the
-// run's own redis-server, cluster-master-kill a cluster, sentinel-master-kill a Sentinel
-// deployment, redis-data-loss the run's own redis-server and the archive.
+// drawableKinds lists the kinds a run can inject. The single-node Redis faults need the
+// run's own redis-server. cluster-master-kill and cluster-reshard need a cluster,
+// sentinel-master-kill a Sentinel deployment, and redis-data-loss the run's own
+// redis-server and the archive.
 func drawableKinds(mode redisMode, archive bool) []string {
 	var out []string
 	for _, w := range faultWeights() {
@@ -127,30 +128,30 @@ func drawableKinds(mode redisMode, archive bool) []string {
 }
 
 // injector draws and injects faults until its end time. The first round injects every
-// drawable kind once, in a seeded order (so that even a short run covers them all); later
+// drawable kind once, in a seeded order, so that even a short run covers them all. Later
 // faults are drawn by weight.
 type injector struct {
 	rng     *rand.Rand
 	sup     *supervisor
-	redis   *redisServer // nil in cluster and Sentinel mode: the single-node Redis faults are not drawn
-	cluster Cluster      // the cluster, or the Sentinel deployment (mode says which)
+	redis   *redisServer // nil in cluster and Sentinel mode, where the single-node Redis faults are not drawn
+	cluster Cluster      // the cluster or the Sentinel deployment. mode says which.
 	mode    redisMode
 	coord   *flight.Coordinator
 	rdb     redis.UniversalClient
 	ks      topics.Keyspace
 	prod    *producer
 	lease   time.Duration
-	// heartbeat is the owners' heartbeat interval; flightTTL is runningTTL + failureTTL: the
+	// heartbeat is the owners' heartbeat interval. flightTTL is runningTTL + failureTTL, the
 	// longest a flight's records live after its last acquisition.
 	heartbeat time.Duration
 	flightTTL time.Duration
-	// canceller runs `producer cancel` (FaultCancellerCrash).
+	// canceller runs `producer cancel` for FaultCancellerCrash.
 	canceller *canceller
 	every     time.Duration // mean gap between faults
 	logf      func(format string, args ...any)
 
 	// losses reads what Redis and the archive hold before a redis-data-loss fault and keeps
-	// it; nil without the archive (the fault is not drawn).
+	// it. It is nil without the archive, and then the fault is not drawn.
 	losses *lossRecorder
 
 	queue []string       // the first round's kinds still to inject
@@ -193,7 +194,7 @@ func (in *injector) drawable(kind string) bool {
 	return true
 }
 
-// firstRound shuffles every drawable kind into the queue; the long all-down outage is put in
+// firstRound shuffles every drawable kind into the queue. The long all-down outage is put in
 // the first half, so that it ends well before a short run does.
 func (in *injector) firstRound() {
 	in.queue = in.queue[:0]
@@ -238,7 +239,7 @@ func (in *injector) pick() (kind string, fromQueue bool) {
 	return FaultKill, false
 }
 
-// between draws a duration uniformly in [lo, hi).
+// between draws a duration uniformly from lo up to but not including hi.
 func (in *injector) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(in.rng.Int64N(int64(hi-lo)))
 }
@@ -262,8 +263,8 @@ func (in *injector) run(ctx context.Context, end time.Time) {
 		}
 		kind, fromQueue := in.pick()
 		if !in.inject(ctx, kind, end) && fromQueue {
-			// Not injectable now (no running flight, consumers busy): try again later, a few
-			// times, so that a short run still covers it.
+			// Not injectable now, for lack of a running flight or free consumers. Try again
+			// later, a few times, so that a short run still covers it.
 			if in.tries[kind]++; in.tries[kind] < 4 {
 				in.queue = append(in.queue, kind)
 			} else {
@@ -273,7 +274,7 @@ func (in *injector) run(ctx context.Context, end time.Time) {
 	}
 }
 
-// inject injects one fault of kind; false when it could not be injected now.
+// inject injects one fault of kind. It returns false when it could not be injected now.
 func (in *injector) inject(ctx context.Context, kind string, end time.Time) bool {
 	switch kind {
 	case FaultKill:
@@ -323,7 +324,7 @@ func (in *injector) inject(ctx context.Context, kind string, end time.Time) bool
 }
 
 // running is a RUNNING flight found by findFlight: its key, its meta and the slot of its
-// owner (-1 when no slot runs a process of that name).
+// owner. The slot is -1 when no slot runs a process of that name.
 type running struct {
 	key  string
 	meta flight.Meta
@@ -331,14 +332,15 @@ type running struct {
 }
 
 // findFlight looks at the flights of recent keys, for up to wait, for a RUNNING one that
-// suits want (nil: any). With preferParked it looks for one with parked tasks for the first
-// half of wait, and settles for any suitable one after that. ok is false when none was found.
+// suits want. A nil want takes any. With preferParked it looks for one with parked tasks for
+// the first half of wait, and settles for any suitable one after that. ok is false when none
+// was found.
 func (in *injector) findFlight(ctx context.Context, wait time.Duration, preferParked bool, want func(running) bool) (running, bool) {
 	cctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	settle := time.Now().Add(wait / 2)
 	var fallback *running
-	for cctx.Err() == nil { // most runs are short: look again for a while
+	for cctx.Err() == nil { // most runs are short, so look again for a while
 		keys := in.prod.recentKeys(3 * in.prod.keys)
 		in.rng.Shuffle(len(keys), func(a, b int) { keys[a], keys[b] = keys[b], keys[a] })
 		for _, k := range keys {
@@ -356,7 +358,7 @@ func (in *injector) findFlight(ctx context.Context, wait time.Duration, preferPa
 			fallback = &r
 		}
 		if fallback != nil && time.Now().After(settle) {
-			// Looked for parked tasks long enough; the fallback's state may be old by now:
+			// Looked for parked tasks long enough. The fallback's state may be old by now, so
 			// read it again.
 			if m, err := in.coord.Get(cctx, fallback.key); err == nil && m.Status == flight.StatusRunning {
 				r := running{key: fallback.key, meta: m, slot: in.sup.slotOf(m.OwnerID)}
@@ -374,7 +376,7 @@ func (in *injector) findFlight(ctx context.Context, wait time.Duration, preferPa
 	return running{}, false
 }
 
-// ownedBySlot: the flight's owner is one of the run's current consumer processes.
+// ownedBySlot reports whether the flight's owner is one of the run's current consumer processes.
 func ownedBySlot(r running) bool { return r.slot >= 0 }
 
 func (in *injector) list() []Fault {

@@ -13,7 +13,7 @@ import (
 
 // Faults that act on consumer processes.
 
-// kill SIGKILLs a random consumer and starts a new incarnation (a new name) 0.3-3 s later.
+// kill SIGKILLs a random consumer and starts a new incarnation with a new name 0.3-3 s later.
 func (in *injector) kill() bool {
 	i := in.rng.IntN(len(in.sup.slots))
 	name, ok := in.sup.reserve(i)
@@ -36,9 +36,9 @@ func (in *injector) kill() bool {
 	return true
 }
 
-// stop SIGSTOPs a consumer that owns a running flight (any consumer when none does) for
-// the lease plus 0.3-3 s, then SIGCONTs it: it wakes up as a zombie whose flights were
-// taken over.
+// stop SIGSTOPs a consumer that owns a running flight for the lease plus 0.3-3 s, then
+// SIGCONTs it. It wakes up as a zombie whose flights were taken over. When no consumer owns
+// a running flight, it stops a random one.
 func (in *injector) stop(ctx context.Context) bool {
 	i, note := -1, "no running flight found: a random consumer"
 	if r, ok := in.findFlight(ctx, 3*time.Second, false, ownedBySlot); ok {
@@ -67,8 +67,8 @@ func (in *injector) stop(ctx context.Context) bool {
 
 // pauseUnderLease SIGSTOPs the owner of a running flight whose heartbeat is fresh for 30-60%
 // of its lease, then SIGCONTs it. The lease stays live the whole time, so no other run of the
-// flight may start (the checker's rule 4 holds any run of the key started before LeaseUntil
-// against it).
+// flight may start. The checker's rule 4 holds any run of the key started before LeaseUntil
+// against it.
 func (in *injector) pauseUnderLease(ctx context.Context) bool {
 	fresh := 2 * in.heartbeat
 	r, ok := in.findFlight(ctx, 3*time.Second, true, func(r running) bool {
@@ -93,7 +93,7 @@ func (in *injector) pauseUnderLease(ctx context.Context) bool {
 	d := in.between(lease*3/10, lease*6/10)
 	at := time.Now()
 	if at.Add(d).After(leaseUntil) {
-		return false // the heartbeat read is too old by now: pick again later
+		return false // the heartbeat read is too old by now. Pick again later.
 	}
 	in.sup.stop(r.slot)
 	time.Sleep(d)
@@ -105,8 +105,9 @@ func (in *injector) pauseUnderLease(ctx context.Context) bool {
 	return true
 }
 
-// restartSameName SIGKILLs a consumer (an owner when one is found) and restarts it at once
-// under the same name: it picks its own pending entries up again at start.
+// restartSameName SIGKILLs a consumer and restarts it at once under the same name. It picks
+// an owner when one is found. The restarted process picks its own pending entries up again
+// at start.
 func (in *injector) restartSameName(ctx context.Context) bool {
 	i, note := in.rng.IntN(len(in.sup.slots)), ""
 	if r, ok := in.findFlight(ctx, time.Second, false, ownedBySlot); ok {
@@ -126,11 +127,11 @@ func (in *injector) restartSameName(ctx context.Context) bool {
 	return true
 }
 
-// crashAfterComplete restarts a consumer under its name with knobs that make it write
-// answers after the scripts and exit (status 86) after a complete script with probability
-// 0.5, for a window of 4-8 s. The supervisor restarts it without the knobs after the crash;
-// when no crash came in the window it is ended (SIGTERM: running flights are handed over)
-// and restarted without them.
+// crashAfterComplete restarts a consumer under its name, for a window of 4-8 s, with knobs
+// that make it write answers after the scripts and exit with status 86 after a complete
+// script with probability 0.5. The supervisor restarts it without the knobs after the crash.
+// When no crash came in the window, it is ended with SIGTERM, which hands running flights
+// over, and restarted without them.
 func (in *injector) crashAfterComplete() bool {
 	i := in.rng.IntN(len(in.sup.slots))
 	name, ok := in.sup.reserve(i)
@@ -174,10 +175,10 @@ func (in *injector) crashAfterComplete() bool {
 	return true
 }
 
-// allDown SIGKILLs every consumer for the flights' runningTTL + failureTTL plus 1-2 s, so
-// that the records (meta, waiters) of the flights running at the kill expire while their
-// tasks are parked or pending, then restarts them all under their names. It waits (up to
-// 10 s) for the other consumer faults to end first.
+// allDown SIGKILLs every consumer for the flights' runningTTL + failureTTL plus 1-2 s, then
+// restarts them all under their names. Meanwhile the meta and waiters of the flights running
+// at the kill expire while their tasks are parked or pending. It first waits up to 10 s for
+// the other consumer faults to end.
 func (in *injector) allDown(ctx context.Context, end time.Time) bool {
 	if in.flightTTL <= 0 {
 		return false

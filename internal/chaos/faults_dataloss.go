@@ -12,15 +12,15 @@ import (
 )
 
 // ErrLossSnapshot is returned when what Redis and the archive hold could not be read before
-// a redis-data-loss fault; the fault is then not injected.
+// a redis-data-loss fault. The fault is then not injected.
 var ErrLossSnapshot = errors.New("chaos: read Redis and the archive before the data loss")
 
 // lossPauseLimit bounds the CLIENT PAUSE WRITE that freezes Redis while the data-loss fault
-// reads what it holds: should the fault stop half way, Redis takes writes again by itself.
+// reads what it holds. Should the fault stop half way, Redis takes writes again by itself.
 const lossPauseLimit = 30 * time.Second
 
-// lossRecorder keeps, for the history, what Redis held before each redis-data-loss fault
-// (its result and dead-letter streams are lost with it) and what the archive held then.
+// lossRecorder keeps, for the history, what Redis and the archive held before each
+// redis-data-loss fault. Redis's result and dead-letter streams are lost with it.
 type lossRecorder struct {
 	store *postgres.Store // the run's archive, read-only here
 
@@ -42,8 +42,9 @@ func (lr *lossRecorder) answered() map[string]bool {
 	return out
 }
 
-// add records a loss with what was read before it. Of unanswered, the tasks unanswered at
-// an earlier loss already (excused by it) are left out; it returns the loss's list.
+// add records a loss with what was read before it and returns the loss's unanswered tasks.
+// Tasks of unanswered that were unanswered at an earlier loss already are excused by that
+// loss and left out.
 func (lr *lossRecorder) add(l DataLoss, unanswered []string, evs []topics.Event, dead []DeadLetter) []string {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
@@ -74,20 +75,20 @@ func (lr *lossRecorder) history() ([]DataLoss, []topics.Event, []DeadLetter) {
 		append([]DeadLetter(nil), lr.dead...)
 }
 
-// dataLoss injects FaultRedisDataLoss. Redis's writes are paused first (CLIENT PAUSE WRITE),
-// so that its result streams, its dead letters and the archive's rows can be read as they
-// are when the data goes: nothing Redis accepts after the pause survives. Then redis-server
-// is SIGKILLed, its AOF deleted, and it is started again empty on the same port after
-// 0.2-2 s. The consumers recover by themselves (they load the function library and make
-// the consumer groups again on demand).
+// dataLoss injects FaultRedisDataLoss. It first pauses Redis's writes with CLIENT PAUSE
+// WRITE, so that its result streams, its dead letters and the archive's rows can be read as
+// they are when the data goes. Nothing Redis accepts after the pause survives. Then
+// redis-server is SIGKILLed, its AOF deleted, and it is started again empty on the same
+// port after 0.2-2 s. The consumers recover by themselves: they load the function library
+// and make the consumer groups again on demand.
 //
 // The tasks surely enqueued before the pause that had no event then had their stream
-// entries only in Redis: nobody can answer them (a consumer that held one in memory may
-// still). A client that waits for its task's event does what the producer does here: it
-// sends the task again (under a new id, Enqueue.Resends naming the old one) once Redis
-// answers. The checker excuses the lost tasks from rule 1 and counts them. The producer
-// also asks again for up to Keys keys whose SUCCEEDED outcome the archive held (keys out
-// of its live window included): the archive must answer them without a model call.
+// entries only in Redis. Nobody can answer them, unless a consumer still holds one in
+// memory. A client that waits for its task's event does what the producer does here: once
+// Redis answers, it sends the task again under a new id, with Enqueue.Resends naming the
+// old one. The checker excuses the lost tasks from rule 1 and counts them. The producer also
+// asks again for up to Keys keys whose SUCCEEDED outcome the archive held, keys outside its
+// live window included. The archive must answer them without a model call.
 func (in *injector) dataLoss(ctx context.Context) bool {
 	lr := in.losses
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -110,7 +111,7 @@ func (in *injector) dataLoss(ctx context.Context) bool {
 	back := time.Now()
 
 	// The producer's records of the XADDs that succeeded before the pause were made long
-	// before now (Redis was down for down at least).
+	// before now. Redis was down for at least down.
 	answered := lr.answered()
 	for _, ev := range evs {
 		answered[ev.TaskID] = true

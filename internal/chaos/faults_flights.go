@@ -16,19 +16,19 @@ import (
 
 // Faults that act on flights and on Redis.
 
-// delRunningSrc deletes a flight's meta and waiters (KEYS[1], KEYS[2]) when the flight is
-// still RUNNING under token ARGV[1]; it answers the number of keys deleted, or -1. Atomic, so
-// that a flight that finished meanwhile keeps its outcome (deleting a SUCCEEDED meta would
-// let a fresh flight run the model inside the result TTL: not the fault intended).
+// delRunningSrc deletes a flight's meta KEYS[1] and waiters KEYS[2] when the flight is still
+// RUNNING under token ARGV[1]. It returns the number of keys deleted, or -1. It is atomic, so
+// that a flight that finished meanwhile keeps its outcome. Deleting a SUCCEEDED meta would
+// let a fresh flight run the model inside the result TTL, which is not the fault intended.
 const delRunningSrc = `
 if redis.call('HGET', KEYS[1], 'status') == 'RUNNING' and redis.call('HGET', KEYS[1], 'ownerToken') == ARGV[1] then
   return redis.call('DEL', KEYS[1], KEYS[2])
 end
 return -1`
 
-// deleteFlightKeys deletes the meta and waiters of a RUNNING flight (preferably one with
-// parked tasks): lost writes. The owner's heartbeat writes the flight back; a duplicate that
-// acquires first starts a fresh flight (an allowed extra run for the checker).
+// deleteFlightKeys deletes the meta and waiters of a RUNNING flight, as lost writes would.
+// It prefers one with parked tasks. The owner's heartbeat writes the flight back. A duplicate
+// that acquires first starts a fresh flight, which the checker allows as an extra run.
 func (in *injector) deleteFlightKeys(ctx context.Context) bool {
 	r, ok := in.findFlight(ctx, 3*time.Second, true, nil)
 	if !ok {
@@ -40,7 +40,7 @@ func (in *injector) deleteFlightKeys(ctx context.Context) bool {
 	n, err := redis.NewScript(delRunningSrc).Run(cctx, in.rdb, []string{in.ks.Meta(r.key), in.ks.Waiters(r.key)},
 		r.meta.OwnerToken).Int64()
 	if err != nil || n < 0 {
-		return false // the flight moved on meanwhile, or Redis did not answer
+		return false // the flight moved on meanwhile or Redis did not answer
 	}
 	in.record(Fault{Kind: FaultDeleteKeys, At: at, Key: r.key, Token: r.meta.OwnerToken,
 		Note: fmt.Sprintf("owner %s token %d, %d parked: %d keys deleted", r.meta.OwnerID, r.meta.OwnerToken, len(r.meta.Parked), n)})
@@ -52,9 +52,9 @@ type canceller struct {
 	bin, redisURL, tmpDir string
 }
 
-// cancel runs `producer cancel key --reason reason`, with the knobs that make it exit 86
-// right after the cancel script (before its answers) when crash. It answers the exit status
-// and the output; err only when the process could not run.
+// cancel runs `producer cancel key --reason reason`. When crash is set, it adds the knobs
+// that make it exit 86 right after the cancel script, before its answers. It returns the exit
+// status and the output, and an error only when the process could not run.
 func (c *canceller) cancel(ctx context.Context, key, reason string, crash bool) (int, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -73,10 +73,10 @@ func (c *canceller) cancel(ctx context.Context, key, reason string, crash bool) 
 	return cmd.ProcessState.ExitCode(), strings.TrimSpace(string(out)), nil
 }
 
-// cancellerCrash cancels a running flight (preferably one with parked tasks) with a
-// canceller that dies right after the cancel script, before answering the parked tasks;
-// those are answered by the consumers' parked-entry checks. Half the time a second, plain
-// cancel follows (it prints "already cancelled" and answers what is still parked).
+// cancellerCrash cancels a running flight, preferably one with parked tasks, with a
+// canceller that dies right after the cancel script, before answering the parked tasks.
+// The consumers' parked-entry checks answer those. Half the time a second, plain cancel
+// follows. It prints "already cancelled" and answers what is still parked.
 func (in *injector) cancellerCrash(ctx context.Context) bool {
 	r, ok := in.findFlight(ctx, 3*time.Second, true, nil)
 	if !ok {
@@ -118,8 +118,8 @@ func firstLine(s string) string {
 	return line
 }
 
-// masterKill SIGKILLs a Redis Cluster master (or the Sentinel deployment's master: kind says
-// which), waits 1-5 s and restarts its node.
+// masterKill SIGKILLs a Redis Cluster master or the Sentinel deployment's master, waits
+// 1-5 s and restarts its node. kind says which.
 func (in *injector) masterKill(kind string) {
 	if in.cluster == nil {
 		return
@@ -141,7 +141,7 @@ func (in *injector) masterKill(kind string) {
 	in.record(f)
 }
 
-// reshard moves slots of a cluster master to a new master and back (FaultReshard).
+// reshard injects FaultReshard: it moves slots of a cluster master to a new master and back.
 func (in *injector) reshard() {
 	r, ok := in.cluster.(Resharder)
 	if !ok {

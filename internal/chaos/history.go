@@ -1,11 +1,13 @@
-// Package chaos is Flightdeck's fault-injection run (`make chaos`): it starts its own
-// redis-server (AOF on), several real consumer processes and an in-process producer, injects
-// faults at seeded random times (SIGKILL and SIGSTOP of consumers, restarts under the same
-// name, outages of every consumer that outlive the flights' TTLs, lost flight records, short
-// pauses under the lease, crashes between a script and its answers, crashed cancellers, Redis
-// restarts and pauses, and, with the PostgreSQL archive on, Redis losing all its data), records a History (every enqueue, every model run with its fencing
-// token, every terminal event, the flights and stream backlog at the end) and checks it with
-// Check, a pure function.
+// Package chaos is Flightdeck's fault-injection run, started by `make chaos`.
+//
+// It starts its own redis-server with AOF on, several real consumer processes and an
+// in-process producer, and injects faults at seeded random times. The faults include SIGKILL
+// and SIGSTOP of consumers, restarts under the same name, outages of every consumer that
+// outlive the flights' TTLs, lost flight records, short pauses under the lease, crashes
+// between a script and its answers, crashed cancellers, and Redis restarts and pauses. With
+// the PostgreSQL archive on, Redis also loses all its data. The run records a History of
+// every enqueue, every model run with its fencing token, every terminal event, and the
+// flights and stream backlog at the end. Check, a pure function, checks it.
 package chaos
 
 import (
@@ -28,57 +30,57 @@ type History struct {
 	Enqueues []Enqueue `json:"enqueues"`
 	// Runs lists every model run, parsed from the consumers' "model call" log lines.
 	Runs []ModelRun `json:"runs"`
-	// Completions lists every result a consumer had accepted by Redis ("owner completed"
-	// log lines; Restored when the flight was written back with it).
+	// Completions lists every result a consumer had accepted by Redis, from msgCompleted
+	// log lines. Restored is set when the flight was written back with it.
 	Completions []Completion `json:"completions"`
-	// Failures lists the retryable model failures the flights recorded ("model call failed;
-	// the flight retries"): the meta then lives FailureTTL unless a retry acquires it.
+	// Failures lists the retryable model failures the flights recorded, from msgRetries log
+	// lines. The meta then lives FailureTTL unless a retry acquires it.
 	Failures []RunFailure `json:"failures,omitempty"`
-	// Handovers lists owners that gave their running flight up without spending the attempt
-	// (a consumer shutting down): the next run of the flight has reason handover.
+	// Handovers lists owners that gave their running flight up without spending the attempt,
+	// as a consumer shutting down does. The next run of the flight has reason handover.
 	Handovers []Handover `json:"handovers,omitempty"`
 	// Events holds every terminal event read from the result streams after the run.
 	Events []topics.Event `json:"events"`
-	// Flights is the stored flight of every key at the end (read after the drain).
+	// Flights is the stored flight of every key at the end, read after the drain.
 	Flights map[string]Flight `json:"flights"`
 	// Backlog is each stage's task stream state at the end.
 	Backlog []Backlog `json:"backlog"`
-	// ResultTTL is the stages' result TTL: events of a key within it must agree.
+	// ResultTTL is the stages' result TTL. Events of a key within it must agree.
 	ResultTTL time.Duration `json:"resultTTL"`
 	// RunningTTL and FailureTTL are the stages' flight policy: a flight nobody acquires
-	// loses its records (meta and waiters) RunningTTL + FailureTTL after its last
-	// acquisition, or FailureTTL after a retryable failure. Zero: unknown (no records are
-	// assumed to have expired).
+	// loses its meta and waiters RunningTTL + FailureTTL after its last acquisition, or
+	// FailureTTL after a retryable failure. Zero means unknown, so no records are assumed to
+	// have expired.
 	RunningTTL time.Duration `json:"runningTTL,omitempty"`
 	FailureTTL time.Duration `json:"failureTTL,omitempty"`
 	// SnapshotAt is when Flights and Backlog were read.
 	SnapshotAt time.Time `json:"snapshotAt"`
 	// Faults lists the faults injected.
 	Faults []Fault `json:"faults"`
-	// Cancels lists the cancels the run issued (producer cancel child processes): their keys
+	// Cancels lists the cancels the run issued as producer cancel child processes. Their keys
 	// may legitimately end CANCELLED.
 	Cancels []Cancel `json:"cancels,omitempty"`
-	// Logs counts notable consumer log lines (refused results, aborted runs, ...).
+	// Logs counts notable consumer log lines, such as refused results and aborted runs.
 	Logs LogStats `json:"logs"`
 	// DeadLetters lists the entries of the dead-letter streams at the end.
 	DeadLetters []DeadLetter `json:"deadLetters,omitempty"`
 	// Exits lists consumer processes that exited without being told to.
 	Exits []Exit `json:"exits,omitempty"`
-	// InjectedCrashes lists consumer processes that a fault knob made exit on purpose
-	// (status 86 after a script, crash-after-complete): expected, not crashes.
+	// InjectedCrashes lists consumer processes that a fault knob made exit on purpose with
+	// status 86 after a script, in crash-after-complete faults. They are expected, not crashes.
 	InjectedCrashes []Exit `json:"injectedCrashes,omitempty"`
 	// DataLosses lists the redis-data-loss faults in order, with what Redis and the archive
-	// held at each. Events (and DeadLetters) then hold, in order, what was read just before
+	// held at each. Events and DeadLetters then hold, in order, what was read just before
 	// each loss and, last, what was read at the end.
 	DataLosses []DataLoss `json:"dataLosses,omitempty"`
-	// ArchiveAnswers lists the owners that answered their flight from the archive ("answered
-	// from the archive; no model call").
+	// ArchiveAnswers lists the owners that answered their flight from the archive, from
+	// msgArchiveAnswer log lines.
 	ArchiveAnswers []ArchiveAnswer `json:"archiveAnswers,omitempty"`
-	// LookupFailures lists the owners whose archive lookup failed or timed out ("archive
-	// lookup failed; running the model"): they run the model, as designed.
+	// LookupFailures lists the owners whose archive lookup failed or timed out, from
+	// msgLookupFailed log lines. They run the model, as designed.
 	LookupFailures []LookupFailure `json:"lookupFailures,omitempty"`
 	// HeldAnswers lists the owners that completed their flight with an outcome their process
-	// held unwritten ("answered from the outcome this process holds; no model call").
+	// held unwritten, from msgHeldAnswer log lines.
 	HeldAnswers []HeldAnswer `json:"heldAnswers,omitempty"`
 }
 
@@ -95,19 +97,19 @@ type HeldAnswer struct {
 
 // DataLoss is one redis-data-loss fault: Redis was SIGKILLed and started again empty.
 type DataLoss struct {
-	// At is when Redis stopped accepting writes (CLIENT PAUSE WRITE): what it held then was
-	// read, and lost with it. Back is when it answered again, empty.
+	// At is when CLIENT PAUSE WRITE stopped Redis accepting writes, and what it held then was
+	// read and lost with it. Back is when it answered again, empty.
 	At   time.Time `json:"at"`
 	Back time.Time `json:"back"`
-	// Events is how many of History.Events were read up to this loss (this loss's own read
-	// included): Events[i] with i >= Events was written after it.
+	// Events is how many of History.Events were read up to this loss, this loss's own read
+	// included. Events[i] with i >= Events was written after it.
 	Events int `json:"events"`
-	// Unanswered lists the tasks surely enqueued before At that had no terminal event then
-	// (those of an earlier loss's list left out): their stream entries went with Redis, so
+	// Unanswered lists the tasks surely enqueued before At that had no terminal event then,
+	// leaving out those of an earlier loss's list. Their stream entries went with Redis, so
 	// nobody may ever answer them.
 	Unanswered []string `json:"unanswered,omitempty"`
 	// Archived is the archive's row of every key the run had sent, read while Redis was
-	// paused (keys without one are absent).
+	// paused. Keys without a row are absent.
 	Archived map[string]ArchivedRow `json:"archived,omitempty"`
 }
 
@@ -117,8 +119,8 @@ type ArchivedRow struct {
 	Token  int64  `json:"token"`
 }
 
-// ArchiveAnswer is an owner that ended its flight with the archived outcome of the key
-// (token ArchivedToken) instead of a model call, under its own new Token.
+// ArchiveAnswer is an owner that ended its flight with the key's archived outcome of token
+// ArchivedToken instead of a model call, under its own new Token.
 type ArchiveAnswer struct {
 	Key           string    `json:"key"`
 	TaskID        string    `json:"taskId"`
@@ -144,11 +146,11 @@ type Enqueue struct {
 	Key    string    `json:"key"`
 	Stage  string    `json:"stage"`
 	At     time.Time `json:"at"`
-	// Unsure: the XADD answered an error (Redis was restarting); the task may or may not be
-	// on the stream, so it need not get an event.
+	// Unsure is set when the XADD answered an error while Redis was restarting. The task may
+	// or may not be on the stream, so it need not get an event.
 	Unsure bool `json:"unsure,omitempty"`
-	// Resends names the task this one sends again: its stream entry went with Redis
-	// (redis-data-loss), and its client sent it again under a new id.
+	// Resends names the task this one sends again. Its stream entry went with Redis in a
+	// redis-data-loss fault, and its client sent it again under a new id.
 	Resends string `json:"resends,omitempty"`
 }
 
@@ -160,10 +162,10 @@ type ModelRun struct {
 	Reason   string    `json:"reason"`
 	Attempt  int       `json:"attempt"`
 	Consumer string    `json:"consumer"` // stream consumer "<process>/<n>"
-	At       time.Time `json:"at"`       // log time (millisecond precision)
+	At       time.Time `json:"at"`       // log time, to the millisecond
 }
 
-// Completion is a result Redis accepted from a consumer: complete (or restore) answered OK.
+// Completion is a result Redis accepted from a consumer: complete or restore answered OK.
 type Completion struct {
 	Key      string    `json:"key"`
 	TaskID   string    `json:"taskId"`
@@ -173,8 +175,8 @@ type Completion struct {
 	At       time.Time `json:"at"`
 }
 
-// RunFailure is a retryable model failure a flight recorded (its meta is FAILED, retryable,
-// for FailureTTL).
+// RunFailure is a retryable model failure a flight recorded. Its meta is FAILED, retryable,
+// for FailureTTL.
 type RunFailure struct {
 	Key      string    `json:"key"`
 	TaskID   string    `json:"taskId"`
@@ -183,8 +185,8 @@ type RunFailure struct {
 	At       time.Time `json:"at"`
 }
 
-// Handover is an owner that gave its running flight up without spending the attempt (or
-// tried to: "handing the flight over failed"); either way its run stopped.
+// Handover is an owner that gave its running flight up without spending the attempt, or
+// tried to and logged msgHandoverFail. Either way its run stopped.
 type Handover struct {
 	Key      string    `json:"key"`
 	Token    int64     `json:"token"`
@@ -198,16 +200,17 @@ type Handover struct {
 type Cancel struct {
 	Key string    `json:"key"`
 	At  time.Time `json:"at"`
-	// Crash: the canceller ran with FLIGHTDECK_FAULT_CRASH_AFTER=cancel:1 (it dies after the
-	// cancel script, before answering the parked tasks).
+	// Crash is set when the canceller ran with FLIGHTDECK_FAULT_CRASH_AFTER=cancel:1. It dies
+	// after the cancel script, before answering the parked tasks.
 	Crash bool `json:"crash,omitempty"`
-	// Exit is the canceller's exit status (86: crashed after the script as told; 0: done).
+	// Exit is the canceller's exit status. 86 means it crashed after the script as told, and
+	// 0 means done.
 	Exit   int    `json:"exit"`
 	Output string `json:"output,omitempty"`
 }
 
-// ScriptRan reports whether the cancel script ran (the flight may be CANCELLED): the
-// canceller finished, or crashed after the script as its knob told it to.
+// ScriptRan reports whether the cancel script ran, so that the flight may be CANCELLED. It
+// did when the canceller finished, or crashed after the script as its knob told it to.
 func (c Cancel) ScriptRan() bool { return c.Exit == 0 || c.Exit == faults.CrashExitCode }
 
 // Flight is a flight's stored state at the end of the run.
@@ -216,7 +219,7 @@ type Flight struct {
 	Status     string `json:"status,omitempty"`
 	OwnerToken int64  `json:"ownerToken,omitempty"`
 	Parked     int    `json:"parked,omitempty"`
-	// ResultStored: the result key exists.
+	// ResultStored reports whether the result key exists.
 	ResultStored bool `json:"resultStored,omitempty"`
 }
 
@@ -224,12 +227,12 @@ type Flight struct {
 type Backlog struct {
 	Stage   string `json:"stage"`
 	Pending int64  `json:"pending"` // XPENDING count of the group, parked entries included
-	// Parked counts the pending entries held by the parking consumer (topics.ParkingConsumer):
-	// followers nobody answered.
+	// Parked counts the pending entries held by the parking consumer topics.ParkingConsumer.
+	// They are followers nobody answered.
 	Parked int64 `json:"parked,omitempty"`
 	// Holders counts the pending entries per consumer name.
 	Holders map[string]int64 `json:"holders,omitempty"`
-	Lag     int64            `json:"lag"` // entries never delivered to the group (-1: unknown)
+	Lag     int64            `json:"lag"` // entries never delivered to the group, -1 for unknown
 }
 
 // Fault is one injected fault.
@@ -239,24 +242,24 @@ type Fault struct {
 	At     time.Time `json:"at"`
 	For    string    `json:"for,omitempty"` // how long it lasted
 	Note   string    `json:"note,omitempty"`
-	// Key and Token name the flight a flight fault acted on (delete-flight-keys,
-	// pause-under-lease, canceller-crash): its key and the owner token it had then.
+	// Key and Token name the flight a flight fault acted on: its key and the owner token it
+	// had then. The flight faults are delete-flight-keys, pause-under-lease and canceller-crash.
 	Key   string `json:"key,omitempty"`
 	Token int64  `json:"token,omitempty"`
-	// LeaseUntil (pause-under-lease) is when the paused owner's lease lapses at the
-	// earliest: its last heartbeat before the pause plus its lease. No other run of Key may
-	// start before it.
+	// LeaseUntil is when the paused owner of a pause-under-lease fault loses its lease at
+	// the earliest: its last heartbeat before the pause plus its lease. No other run of Key
+	// may start before it.
 	LeaseUntil time.Time `json:"leaseUntil,omitempty"`
 }
 
-// DeadLetter is an entry a consumer moved to a dead-letter stream (ai:tasks:<stage>:dlq).
+// DeadLetter is an entry a consumer moved to a dead-letter stream ai:tasks:<stage>:dlq.
 type DeadLetter struct {
 	Stage    string `json:"stage"`
 	TaskID   string `json:"taskId,omitempty"` // from the payload, when it is a task
 	Reason   string `json:"reason"`
 	Detail   string `json:"detail"`
 	Consumer string `json:"consumer"`
-	At       string `json:"at"` // the DLQ entry id (its ms time)
+	At       string `json:"at"` // the DLQ entry id, which is its time in ms
 }
 
 // Exit is a consumer process that exited on its own.
@@ -271,19 +274,19 @@ type Exit struct {
 type LogStats struct {
 	Lines        int `json:"lines"`
 	NotJSON      int `json:"notJson"`
-	Refused      int `json:"refused"`      // "result refused: ..." (another owner, or the run was closed)
-	Aborted      int `json:"aborted"`      // "run aborted by the flight; acquiring again" (stale token, cancel, expiry)
-	Restored     int `json:"restored"`     // "the flight was gone when the result arrived; written back"
-	MetaBack     int `json:"metaBack"`     // "the flight's meta was gone; written back by its owner" (heartbeat)
-	Spooled      int `json:"spooled"`      // "result write failed: uncertain outcome spooled..."
-	SpoolWritten int `json:"spoolWritten"` // outcomes written back from spools (flush loop and start)
+	Refused      int `json:"refused"`      // msgRefused lines: another owner, or the run was closed
+	Aborted      int `json:"aborted"`      // msgAborted lines: stale token, cancel or expiry
+	Restored     int `json:"restored"`     // msgRestored lines
+	MetaBack     int `json:"metaBack"`     // msgMetaBack lines, written by the heartbeat
+	Spooled      int `json:"spooled"`      // msgSpooled lines: an uncertain outcome spooled
+	SpoolWritten int `json:"spoolWritten"` // outcomes written back from spools by the flush loop and at start
 	SpoolRefused int `json:"spoolRefused"` // spooled outcomes the write-back found stale or done
 	SpoolAdopted int `json:"spoolAdopted"` // outcomes adopted from the spools of stopped processes
-	FailedCalls  int `json:"failedCalls"`  // "model call failed..." (retryable or for good)
-	HandedOver   int `json:"handedOver"`   // "flight handed over; the attempt is not spent" (and failed handovers)
+	FailedCalls  int `json:"failedCalls"`  // msgFailedCall lines, retryable or for good
+	HandedOver   int `json:"handedOver"`   // msgHandedOver lines and failed handovers
 	PickedUp     int `json:"pickedUp"`     // entries a consumer restarted under its name picked up again
 	Released     int `json:"released"`     // held entries handed over to the other consumers at shutdown
-	FaultCrashes int `json:"faultCrashes"` // fault-injection exits ("fault":"crash_after_script")
+	FaultCrashes int `json:"faultCrashes"` // fault-injection exits, with "fault":"crash_after_script"
 	Errors       int `json:"errors"`       // level error
 	Panics       int `json:"panics"`       // non-JSON lines starting a Go panic
 }
@@ -366,10 +369,10 @@ type ParsedLog struct {
 	Stats          LogStats
 }
 
-// ParseLog reads one consumer process's JSON log and returns its model runs, its accepted
-// completions, retryable failures, handovers, archive answers and failed archive lookups,
-// and counts of notable lines. Lines that are
-// not JSON (a panic, a fatal error, go-redis's own lines) are counted, never fatal.
+// ParseLog reads one consumer process's JSON log and returns what it tells the history:
+// model runs, accepted completions, retryable failures, handovers, archive answers, held
+// answers, failed archive lookups and counts of notable lines. Lines that are not JSON, such
+// as a panic, a fatal error or go-redis's own lines, are counted, never fatal.
 func ParseLog(r io.Reader) (ParsedLog, error) {
 	var (
 		p        ParsedLog
@@ -410,7 +413,7 @@ func (p *ParsedLog) parseLine(line []byte, restored *[]string) {
 	}
 	at, _ := time.Parse(time.RFC3339Nano, l.Time)
 	if l.Fault == faultCrashMarker {
-		st.FaultCrashes++ // an error line on purpose: not counted in Errors
+		st.FaultCrashes++ // an error line on purpose, not counted in Errors
 		return
 	}
 	if l.Level == "error" || l.Level == "fatal" || l.Level == "panic" {
@@ -424,7 +427,7 @@ func (p *ParsedLog) parseLine(line []byte, restored *[]string) {
 		p.Completions = append(p.Completions, Completion{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
 			Consumer: l.Consumer, At: at})
 	case l.Message == msgRestored:
-		// A write-back is followed by the run's "owner completed" line, which records it; mark it.
+		// A write-back is followed by the run's "owner completed" line, which records it. Mark it.
 		st.Restored++
 		*restored = append(*restored, l.RequestKey+"\x00"+strconv.FormatInt(l.Token, 10))
 	case l.Message == msgMetaBack:
@@ -446,8 +449,8 @@ func (p *ParsedLog) parseLine(line []byte, restored *[]string) {
 	case strings.HasPrefix(l.Message, msgSpooled):
 		st.Spooled++
 	case l.Message == msgSpoolBack || l.Message == msgSpoolAtStart:
-		// The write-back logs counts only, no keys or tokens: such write-backs are checked
-		// through the events and the stored flight (rule 3), not as Completions.
+		// The write-back logs counts only, no keys or tokens. Rule 3 checks such write-backs
+		// through the events and the stored flight, not as Completions.
 		st.SpoolWritten += l.Written
 		st.SpoolRefused += l.Refused
 	case strings.HasPrefix(l.Message, msgSpoolAdopted):

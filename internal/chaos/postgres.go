@@ -18,26 +18,27 @@ import (
 )
 
 // ErrNoPostgres is returned when the archive is asked for but PostgreSQL's server programs
-// (initdb, postgres) are not installed (`make deps` installs them).
+// initdb and postgres are not installed. `make deps` installs them.
 var ErrNoPostgres = errors.New("chaos: no PostgreSQL server programs for the archive")
 
 // ErrPostgresStart is returned when the run's PostgreSQL exits at start or does not accept
-// connections in time (its log says why).
+// connections in time. Its log says why.
 var ErrPostgresStart = errors.New("chaos: postgres did not start")
 
 // archiveDB is the database the run's consumers archive their outcomes in.
 const archiveDB = "flightdeck"
 
-// pgServer is the run's own PostgreSQL child, the durable archive of the consumers
-// (Config.Archive). Its data lives in a directory of its own (owned by the "postgres" OS
-// user when the run is root: initdb refuses root), its log in the run's directory. Like
-// internal/testkit/pgtest it trades durability against a machine crash for speed (fsync off); the
-// chaos faults never touch it. (internal/testkit/pgtest takes a testing.TB, hence this small twin.)
+// pgServer is the run's own PostgreSQL child, the durable archive of the consumers set by
+// Config.Archive. Its data lives in a directory of its own and its log in the run's
+// directory. When the run is root, the "postgres" OS user owns the data, since initdb
+// refuses root. Like internal/testkit/pgtest it runs with fsync off, trading durability
+// against a machine crash for speed. The chaos faults never touch it. pgtest takes a
+// testing.TB, hence this small twin.
 type pgServer struct {
 	bin  string // directory of initdb and postgres
 	dir  string // data/ and the socket
 	port int
-	cred *syscall.Credential // nil: run as the current user
+	cred *syscall.Credential // nil to run as the current user
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -45,7 +46,7 @@ type pgServer struct {
 // startPostgres initialises a server in a new temporary directory, starts it on a free
 // loopback port with its log in logPath, and creates the archive database.
 func startPostgres(ctx context.Context, logPath string) (*pgServer, error) {
-	bin, err := pgbin.Dir() // the tests' lookup: $FLIGHTDECK_TEST_PG_BIN, Debian's, PATH
+	bin, err := pgbin.Dir() // the tests' lookup of $FLIGHTDECK_TEST_PG_BIN, Debian's, PATH
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoPostgres, err)
 	}
@@ -108,7 +109,7 @@ func (s *pgServer) command(ctx context.Context, name string, args ...string) *ex
 
 // start runs postgres on s.port and waits until it accepts connections.
 func (s *pgServer) start(ctx context.Context, logf *os.File) error {
-	// Not CommandContext: the server outlives the start's context; stop ends it.
+	// Not CommandContext: the server outlives the start's context. stop ends it.
 	cmd := s.command(context.Background(), "postgres", "-D", filepath.Join(s.dir, "data"), "-p", strconv.Itoa(s.port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+s.dir,
 		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=100", "-c", "shared_buffers=32MB")
@@ -141,7 +142,7 @@ func (s *pgServer) url(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, db)
 }
 
-// URL is the archive database's URL, as the consumers get it (--archive).
+// URL is the archive database's URL, as the consumers get it with --archive.
 func (s *pgServer) URL() string { return s.url(archiveDB) }
 
 func (s *pgServer) ping(ctx context.Context) error {
@@ -169,13 +170,13 @@ func (s *pgServer) createDB(ctx context.Context) error {
 	return nil
 }
 
-// stop ends the server and deletes its directory; the log stays in the run's directory.
+// stop ends the server and deletes its directory. The log stays in the run's directory.
 func (s *pgServer) stop() {
 	s.kill()
 	s.remove()
 }
 
-// kill ends the server process: a fast shutdown (SIGINT), SIGKILL after 15 s.
+// kill ends the server process with a fast shutdown by SIGINT, and SIGKILL after 15 s.
 func (s *pgServer) kill() {
 	if s.cmd == nil {
 		return

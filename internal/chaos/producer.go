@@ -13,7 +13,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// chaosStages are the stages the run uses; key i goes to chaosStages[i%2].
+// chaosStages are the stages the run uses. Key i goes to chaosStages[i%2].
 var chaosStages = []string{"interview-evaluation", "interview-followup"}
 
 // keySpec is what a key's tasks ask of the simulated model. It is part of the input, so it
@@ -24,13 +24,13 @@ type keySpec struct {
 	FailAttempts int    `json:"failAttempts,omitempty"`
 }
 
-// maxLatency is the longest simulated model call; the stages' runningTTL (runner.go) stays
+// maxLatency is the longest simulated model call. The stages' runningTTL in runner.go stays
 // above it by a second, so that an attempt expires only when its owner stopped.
 const maxLatency = 3 * time.Second
 
-// specFor draws key id's behaviour from the seed alone: most keys answer in 50-900 ms, some
-// take 1.5-3 s (longer than the lease, so only heartbeats keep them owned), a few fail
-// retryably once (a retry run), a very few fail for good (FAILED events).
+// specFor draws key id's behaviour from the seed alone. Most keys answer in 50-900 ms. Some
+// take 1.5-3 s, longer than the lease, so only heartbeats keep them owned. A few fail
+// retryably once, giving a retry run, and a very few fail for good with FAILED events.
 func specFor(seed uint64, id int) keySpec {
 	r := rand.New(rand.NewPCG(seed, 0x6b6579<<20|uint64(id)))
 	switch p := r.Float64(); {
@@ -56,8 +56,8 @@ func taskFor(seed uint64, id int, taskID string, now time.Time) topics.Task {
 		EnqueuedAt: topics.FormatTime(now)}
 }
 
-// producer sends tasks at a rate over a sliding window of keys: at any time Keys keys are
-// live, each for KeyLife, so every key gets several duplicates (some in bursts) while new
+// producer sends tasks at a rate over a sliding window of keys. At any time Keys keys are
+// live, each for KeyLife, so every key gets several duplicates, some in bursts, while new
 // keys keep the model busy throughout the run.
 type producer struct {
 	w       broker.Writer
@@ -74,7 +74,7 @@ type producer struct {
 	seq      int
 }
 
-// window returns the key ids live at elapsed: [lo, lo+keys).
+// window returns lo, the lowest key id live at elapsed. Ids lo to lo+keys-1 are live.
 func (p *producer) window(elapsed time.Duration) int {
 	step := p.keyLife / time.Duration(p.keys)
 	if step <= 0 {
@@ -106,9 +106,9 @@ func (p *producer) run(ctx context.Context, start time.Time, until time.Time) {
 	}
 }
 
-// resend sends the tasks named again, each under a new id (Enqueue.Resends naming the old
-// one), as their clients do when a task's stream entry was lost with Redis; it returns how
-// many it sent.
+// resend sends the tasks named again, each under a new id with Enqueue.Resends naming the
+// old one, as their clients do when a task's stream entry was lost with Redis. It returns
+// how many it sent.
 func (p *producer) resend(ctx context.Context, taskIDs []string) int {
 	if len(taskIDs) == 0 {
 		return 0
@@ -143,8 +143,8 @@ func (p *producer) resend(ctx context.Context, taskIDs []string) int {
 	return n
 }
 
-// ask sends one task of each key named (keys the producer sent before), as users asking
-// for an answer again later do; it returns how many it sent.
+// ask sends one task of each key named, as users asking for an answer again later do. Only
+// keys the producer sent before count. It returns how many it sent.
 func (p *producer) ask(ctx context.Context, keys []string) int {
 	p.mu.Lock()
 	idOf := make(map[string]int, len(p.keyNames))
@@ -162,8 +162,8 @@ func (p *producer) ask(ctx context.Context, keys []string) int {
 	return n
 }
 
-// send enqueues n tasks of key id in one pipeline and records them; resends, when given
-// (n long), names the task each one sends again.
+// send enqueues n tasks of key id in one pipeline and records them. resends, when given,
+// has n entries and names the task each one sends again.
 func (p *producer) send(ctx context.Context, id, n int, resends []string) {
 	now := time.Now()
 	p.mu.Lock()
@@ -177,7 +177,7 @@ func (p *producer) send(ctx context.Context, id, n int, resends []string) {
 		k, err := handlers.TaskKey(tasks[0])
 		if err != nil {
 			p.mu.Unlock()
-			panic(err) // the task is built here; a bad key is a bug of this file
+			panic(err) // the task is built here, so a bad key is a bug of this file
 		}
 		key = k
 		p.keyNames[id] = key
@@ -191,7 +191,7 @@ func (p *producer) send(ctx context.Context, id, n int, resends []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, t := range tasks {
-		// The leading len(ids) XADDs are known to be done; the rest may or may not be.
+		// The leading len(ids) XADDs are known to be done. The rest may or may not be.
 		e := Enqueue{TaskID: t.TaskID, Key: key, Stage: t.Stage, At: now, Unsure: err != nil && i >= len(ids)}
 		if resends != nil {
 			e.Resends = resends[i]

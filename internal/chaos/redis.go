@@ -16,17 +16,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisServer is the run's own redis-server child, with AOF on (appendfsync always) in its
-// own directory, so that a restart on the same port keeps the data, as production would.
-// (internal/testkit/redistest takes a testing.TB and keeps nothing on disk, hence this small twin.)
+// redisServer is the run's own redis-server child, in its own directory with AOF on and
+// appendfsync always, so that a restart on the same port keeps the data, as production
+// would. internal/testkit/redistest takes a testing.TB and keeps nothing on disk, hence this
+// small twin.
 type redisServer struct {
 	bin  string
 	port int
 	dir  string
 	log  string
-	args []string // extra redis-server arguments (cluster mode)
-	// conf, for a sentinel, is its configuration file (which it rewrites as it learns the
-	// deployment): the process runs redis-server conf --sentinel.
+	args []string // extra redis-server arguments, as in cluster mode
+	// conf, for a sentinel, is its configuration file, which it rewrites as it learns the
+	// deployment. The process runs redis-server conf --sentinel.
 	conf string
 
 	mu   sync.Mutex
@@ -39,8 +40,8 @@ func startRedis(dir string, extra ...string) (*redisServer, error) {
 	return startServer(dir, "", extra)
 }
 
-// startServer starts redis-server on a free loopback port in dir: a sentinel with its
-// configuration file conf, or a server when conf is "".
+// startServer starts redis-server on a free loopback port in dir. It starts a sentinel with
+// its configuration file conf, or a server when conf is "".
 func startServer(dir, conf string, extra []string) (*redisServer, error) {
 	bin, err := redisServerBin()
 	if err != nil {
@@ -127,7 +128,7 @@ func (s *redisServer) start() error {
 	return errors.New("redis-server did not answer PING within 30s")
 }
 
-// ping answers nil once the server serves commands (not while it loads the AOF).
+// ping returns nil once the server serves commands, not while it loads the AOF.
 func (s *redisServer) ping() error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
@@ -136,8 +137,8 @@ func (s *redisServer) ping() error {
 	return c.Ping(ctx).Err()
 }
 
-// stop signals the server (SIGTERM: a clean shutdown; SIGKILL: a crash) and waits for it to
-// exit; after 15 s it is killed.
+// stop signals the server and waits for it to exit. SIGTERM is a clean shutdown and SIGKILL
+// a crash. After 15 s it is killed.
 func (s *redisServer) stop(sig syscall.Signal) {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
@@ -157,7 +158,7 @@ func (s *redisServer) stop(sig syscall.Signal) {
 }
 
 // restart stops the server with sig, waits down, and starts it again on the same port and
-// directory (the AOF brings the data back).
+// directory. The AOF brings the data back.
 func (s *redisServer) restart(sig syscall.Signal, down time.Duration) error {
 	s.stop(sig)
 	time.Sleep(down)
@@ -171,9 +172,9 @@ func (s *redisServer) restart(sig syscall.Signal, down time.Duration) error {
 	return fmt.Errorf("restart redis-server: %w", err)
 }
 
-// restartEmpty SIGKILLs the server, deletes its data (the AOF directory and files, any RDB
-// snapshot), waits down and starts it again, empty, on the same port: a Redis that lost
-// its data (a host replaced, a disk gone, persistence off).
+// restartEmpty SIGKILLs the server, deletes its AOF directory, AOF files and any RDB
+// snapshot, waits down and starts it again, empty, on the same port. It acts out a Redis
+// that lost its data to a replaced host, a lost disk or persistence turned off.
 func (s *redisServer) restartEmpty(down time.Duration) error {
 	s.stop(syscall.SIGKILL)
 	var errs []error
@@ -188,10 +189,10 @@ func (s *redisServer) restartEmpty(down time.Duration) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("chaos: delete the Redis data: %w", err)
 	}
-	return s.restart(syscall.SIGKILL, down) // stopped already: restart only waits and starts
+	return s.restart(syscall.SIGKILL, down) // stopped already, so restart only waits and starts
 }
 
-// signal sends sig (SIGSTOP, SIGCONT) to the running server.
+// signal sends sig, such as SIGSTOP or SIGCONT, to the running server.
 func (s *redisServer) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,7 +201,7 @@ func (s *redisServer) signal(sig syscall.Signal) {
 	}
 }
 
-// running reports whether the server process is up (possibly paused).
+// running reports whether the server process is up. It may be paused.
 func (s *redisServer) running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

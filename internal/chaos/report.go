@@ -31,7 +31,7 @@ func (o *Outcome) Summary(cfg Config) Summary {
 		Unavailable: o.Unavailable}
 }
 
-// WriteTable writes the figures as a readable table, then the violations (at most max).
+// WriteTable writes the figures as a readable table, then at most maxViolations violations.
 func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	s := o.Summary(cfg)
 	f := s.Figures

@@ -24,7 +24,7 @@ import (
 
 // Config configures a chaos run. Zero fields take the defaults named.
 type Config struct {
-	// Seed seeds every random choice of the run (faults, keys, their behaviour). Defaults to 1.
+	// Seed seeds every random choice of the run: faults, keys and their behaviour. Defaults to 1.
 	Seed uint64
 	// Duration is how long tasks are produced and faults injected. Defaults to 5 min.
 	Duration time.Duration
@@ -34,52 +34,52 @@ type Config struct {
 	Keys int
 	// KeyLife is how long a key receives tasks. Defaults to 10 s.
 	KeyLife time.Duration
-	// Rate is the number of producer sends per second (a tenth of them bursts of 2-4
-	// duplicates). Defaults to 20.
+	// Rate is the number of producer sends per second, a tenth of them bursts of 2-4
+	// duplicates. Defaults to 20.
 	Rate float64
-	// FaultEvery is the mean gap between faults (drawn in [0.4, 1.6] x it). Defaults to 5 s,
-	// less for short runs, so that the first round (every fault kind once) fits in Duration.
+	// FaultEvery is the mean gap between faults, each gap drawn between 0.4 and 1.6 times
+	// it. Defaults to 5 s, less for short runs, so that the first round of every fault kind
+	// once fits in Duration.
 	FaultEvery time.Duration
 	// Drain bounds the wait, after the last fault, for every task to be answered and nothing
 	// to be pending. Defaults to 2 min.
 	Drain time.Duration
 	// Out is the directory for logs, the AOF, the history and the report. Defaults to a new
-	// directory under os.TempDir().
+	// directory under os.TempDir.
 	Out string
-	// ConsumerBin is a built consumer binary; empty builds ./cmd/consumer with `go build`.
+	// ConsumerBin is a built consumer binary. Empty builds ./cmd/consumer with `go build`.
 	ConsumerBin string
-	// ProducerBin is a built producer binary (the canceller-crash fault runs its cancel
-	// command); empty builds ./cmd/producer with `go build`.
+	// ProducerBin is a built producer binary, whose cancel command the canceller-crash fault
+	// runs. Empty builds ./cmd/producer with `go build`.
 	ProducerBin string
-	// RedisCluster runs the run on its own Redis Cluster (3 masters + 3 replicas, AOF with
-	// fsync always, cluster-node-timeout 2 s) instead of one redis-server: the consumers get
-	// the cluster REDIS_URL, the producer and the checker a cluster client, and the
-	// cluster-master-kill fault is drawn. The single-node Redis faults (restart, pause) are
-	// skipped in cluster mode.
+	// RedisCluster runs on the run's own Redis Cluster of 3 masters and 3 replicas, with AOF,
+	// fsync always and cluster-node-timeout 2 s, instead of one redis-server. It gives the
+	// consumers the cluster REDIS_URL and the producer and checker a cluster client, draws the
+	// cluster-master-kill fault and skips the single-node Redis restart and pause faults.
 	RedisCluster bool
-	// Cluster, when set, is an external cluster to run on instead (implies cluster mode).
-	// Nil with RedisCluster: the run starts its own.
+	// Cluster, when set, is an external cluster to run on instead, which implies cluster
+	// mode. When it is nil and RedisCluster is set, the run starts its own.
 	Cluster Cluster
-	// Sentinel runs the run on its own Redis Sentinel deployment (a master and a replica,
-	// AOF with fsync always, three sentinels) instead of one redis-server: the consumers and
-	// the producer get the failover URL, and the sentinel-master-kill fault is drawn. The
+	// Sentinel runs on the run's own Redis Sentinel deployment instead of one redis-server:
+	// a master and a replica with AOF and fsync always, and three sentinels. The consumers
+	// and the producer get the failover URL, the sentinel-master-kill fault is drawn and the
 	// single-node Redis faults are skipped.
 	Sentinel bool
-	// Durability is the stages' durability: "async" (the default) or "replicated" (each
-	// claim and outcome waits for a replica; meant for Sentinel runs).
+	// Durability is the stages' durability: "async", the default, or "replicated", where
+	// each claim and outcome waits for a replica. "replicated" is meant for Sentinel runs.
 	Durability string
-	// Archive starts the run's own PostgreSQL (initdb on a free loopback port) and gives it
-	// to every consumer as its durable archive (--archive URL); on the run's own single
-	// node it also draws the redis-data-loss fault (Redis SIGKILLed, its data deleted, started
-	// again empty), and the checker holds the archive to its promise (rule 7).
+	// Archive starts the run's own PostgreSQL on a free loopback port and gives it to every
+	// consumer as its durable archive with --archive URL. On the run's own single node it
+	// also draws the redis-data-loss fault, which SIGKILLs Redis, deletes its data and starts
+	// it again empty, and the checker's rule 7 holds the archive to its promise.
 	Archive bool
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
 }
 
-// Stage timings of the run: a short lease so that takeovers happen within seconds, and short
-// flight TTLs so that an outage of every consumer outlives a flight's records within seconds
-// (runningTTL stays above the longest simulated model call, producer.go's maxLatency).
+// Stage timings of the run. A short lease makes takeovers happen within seconds. Short
+// flight TTLs make an outage of every consumer outlive a flight's records within seconds.
+// runningTTL stays above maxLatency, the longest simulated model call.
 const (
 	heartbeatInterval = 200 * time.Millisecond
 	lease             = 1200 * time.Millisecond
@@ -111,7 +111,7 @@ func (c *Config) setDefaults() {
 		kinds := drawableKinds(c.mode(), c.Archive)
 		d := c.Duration
 		if slices.Contains(kinds, FaultRedisDataLoss) {
-			d -= dataLossBlocks // the injector waits for the loss and the re-sends
+			d -= dataLossBlocks // the injector waits for the loss and the resends
 		}
 		c.FaultEvery = defaultFaultEvery(d, len(kinds))
 	}
@@ -135,11 +135,12 @@ func (c *Config) mode() redisMode {
 }
 
 // dataLossBlocks is about how long a redis-data-loss fault keeps the injector busy: the
-// reads while Redis is paused, its 0.2-2 s down time, the re-sends.
+// reads while Redis is paused, its 0.2-2 s down time and the resends.
 const dataLossBlocks = 3 * time.Second
 
-// defaultFaultEvery is 5 s, or less when the first round (kinds faults and their gaps, plus
-// ~16 s that the faults themselves block the injector) would not fit in d; at least 1 s.
+// defaultFaultEvery is 5 s, or less when the first round would not fit in d, but at least
+// 1 s. The first round is kinds faults and their gaps, plus about 16 s that the faults
+// themselves block the injector.
 func defaultFaultEvery(d time.Duration, kinds int) time.Duration {
 	return min(5*time.Second, max(time.Second, (d-16*time.Second)/time.Duration(kinds+1)))
 }
@@ -169,8 +170,8 @@ type env struct {
 	rdb       redis.UniversalClient
 	redisURL  string
 	waitRedis func(time.Duration) bool
-	// archiveURL and archive are the run's PostgreSQL archive (Config.Archive); empty, nil
-	// without it.
+	// archiveURL and archive are the run's PostgreSQL archive set by Config.Archive. They are
+	// empty and nil without it.
 	archiveURL string
 	archive    *postgres.Store
 	closers    []func()
@@ -182,8 +183,9 @@ func (e *env) close() {
 	}
 }
 
-// Run performs a chaos run and checks its history. An error means the run itself could not
-// be carried out (no redis-server, the build failed); violations are in the report.
+// Run performs a chaos run and checks its history, whose violations are in the report. An
+// error means the run itself could not be carried out, for example with no redis-server or
+// a failed build.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	cfg.setDefaults()
 	if cfg.Consumers < 2 {
@@ -259,7 +261,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 
-	// Recovery: Redis up, every consumer running and continued; then drain.
+	// Recovery: Redis up, every consumer running and continued. Then drain.
 	if e.rs != nil {
 		e.rs.signal(syscall.SIGCONT)
 	}
@@ -331,7 +333,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	return o, nil
 }
 
-// startArchive starts the run's PostgreSQL and opens the archive on it (Config.Archive).
+// startArchive starts the run's PostgreSQL and opens the archive on it when Config.Archive is set.
 func (e *env) startArchive(ctx context.Context) error {
 	if !e.cfg.Archive {
 		return nil
@@ -352,8 +354,8 @@ func (e *env) startArchive(ctx context.Context) error {
 }
 
 // awaited returns the tasks the drain waits for: every task surely enqueued, except those
-// answered before a data loss (their events were read then) and those unanswered at one
-// (their entries went with Redis: they may never be answered).
+// answered before a data loss and those unanswered at one. The events of the first were
+// read at the loss. The entries of the second went with Redis, so they may never be answered.
 func awaited(enq []Enqueue, losses []DataLoss, lossEvents []topics.Event) map[string]bool {
 	want := map[string]bool{}
 	for _, e := range enq {
@@ -408,7 +410,7 @@ func (e *env) prepare(ctx context.Context) error {
 	return nil
 }
 
-// startRedis starts the run's redis-server (or cluster) and its client.
+// startRedis starts the run's redis-server, cluster or Sentinel deployment and its client.
 func (e *env) startRedis() error {
 	cfg := &e.cfg
 	if cfg.Sentinel {

@@ -19,13 +19,11 @@ import (
 // sentinelMasterName is the name the run's sentinels monitor their master under.
 const sentinelMasterName = "flightdeck"
 
-// localSentinel is the run's own Redis Sentinel deployment (Config.Sentinel): two
-// redis-server processes, a master and its replica (AOF on, appendfsync always, each in its
-// own directory), and three sentinels (quorum 2, a master silent for 1 s is down). It
-// implements Cluster with one master: KillMaster SIGKILLs whichever server is the master now
-// and waits until every sentinel names the other one and it answers as a master;
-// RestartMaster starts the killed server again on its port and directory, where the
-// sentinels make it a replica of the new master.
+// localSentinel is the run's own Redis Sentinel deployment, set by Config.Sentinel. It is
+// two redis-server processes, a master and its replica, each in its own directory with AOF
+// on and appendfsync always. Three sentinels watch them with quorum 2, and a master silent
+// for 1 s is down. localSentinel implements Cluster with one master. RestartMaster starts
+// the killed server again on its port and directory, where the sentinels make it a replica.
 type localSentinel struct {
 	servers   []*redisServer
 	sentinels []*redisServer
@@ -215,7 +213,7 @@ func (s *localSentinel) KillMaster(int) error {
 	})
 }
 
-// RestartMaster starts the killed server again (with its AOF) and waits until the sentinels
+// RestartMaster starts the killed server again with its AOF and waits until the sentinels
 // made it a replica of the new master, in sync.
 func (s *localSentinel) RestartMaster(int) error {
 	s.mu.Lock()

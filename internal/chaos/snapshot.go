@@ -17,8 +17,8 @@ import (
 
 // What the runner reads from Redis after the run: the events, dead letters, backlog.
 
-// drain waits until every task of want (its ids; emptied as events arrive) has an event and
-// no entry is pending or undelivered, or until timeout.
+// drain waits until every task of want has an event and no entry is pending or undelivered,
+// or until timeout. want holds task ids and is emptied as events arrive.
 func drain(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, want map[string]bool, timeout time.Duration, logf func(string, ...any)) bool {
 	from := map[string]string{}
 	for _, s := range chaosStages {
@@ -115,8 +115,8 @@ func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, ks topics.K
 	return out, nil
 }
 
-// backlog reads each task stream's pending entries (per holder, the parking consumer's
-// included) and lag in group flightdeck.
+// backlog reads each task stream's pending entries per holder, the parking consumer's
+// included, and lag in group flightdeck.
 func backlog(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace) ([]Backlog, error) {
 	var out []Backlog
 	for _, s := range chaosStages {
@@ -133,9 +133,9 @@ func backlog(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace)
 				b.Pending += g.Pending
 				lag := g.Lag
 				// The lag XINFO GROUPS reports derives from the group's entries-read counter,
-				// which Redis 7.0 does not keep in step on replicas (redis/redis#12898, fixed
-				// in later releases): after a cluster failover the promoted replica reports a
-				// lag of entries long delivered. Count the undelivered entries instead.
+				// which Redis 7.0 does not keep in step on replicas. This is redis/redis#12898,
+				// fixed in later releases. After a cluster failover the promoted replica reports
+				// a lag of entries long delivered. Count the undelivered entries instead.
 				if g.Lag != 0 {
 					undelivered, err := rdb.XRangeN(ctx, stream, "("+g.LastDeliveredID, "+", 1_000_000).Result()
 					if err != nil {
@@ -148,7 +148,7 @@ func backlog(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace)
 					continue
 				}
 				// Who holds them: a parked follower nobody answered sits under the parking
-				// consumer; anything else under a consumer process.
+				// consumer, anything else under a consumer process.
 				p, err := rdb.XPending(ctx, stream, topics.ConsumerGroup).Result()
 				if err != nil {
 					return nil, fmt.Errorf("chaos: XPENDING %s: %w", stream, err)
@@ -167,8 +167,8 @@ func backlog(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace)
 	return out, nil
 }
 
-// redisDiagnostics writes the server's command statistics and slow log (since its last
-// restart) for a look at where Redis spent its time; best effort.
+// redisDiagnostics writes the server's command statistics and its slow log since its last
+// restart, for a look at where Redis spent its time. It is best effort.
 func redisDiagnostics(ctx context.Context, rdb redis.UniversalClient, path string) {
 	var b strings.Builder
 	if s, err := rdb.Info(ctx, "commandstats", "stats", "persistence", "cpu").Result(); err == nil {

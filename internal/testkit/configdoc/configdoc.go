@@ -1,10 +1,10 @@
 // Package configdoc reads the reference tables of docs/CONFIGURATION.md so that tests can hold
-// them to the code: the flags of each command, the stage file's fields, the environment
+// them to the code: the flags of each command, the stage file's fields and the environment
 // variables. It is used by tests only.
 //
 // The document is a list of sections, one per heading. A reference row is a table row whose
-// first cell starts with a code span: the name (`--redis`, `retry.initial`, `REDIS_URL`),
-// then the default, then the meaning.
+// first cell starts with a code span. Its cells are the name, such as `--redis`,
+// `retry.initial` or `REDIS_URL`, then the default, then the meaning.
 package configdoc
 
 import (
@@ -30,10 +30,10 @@ type Row struct {
 	Line int
 }
 
-// Default returns the row's second cell (the default), "" when it has none.
+// Default returns the row's second cell, the default, or "" when it has none.
 func (r Row) Default() string { return r.cell(1) }
 
-// Meaning returns the row's third cell (what the name means), "" when it has none.
+// Meaning returns the row's third cell, what the name means, or "" when it has none.
 func (r Row) Meaning() string { return r.cell(2) }
 
 func (r Row) cell(i int) string {
@@ -102,7 +102,7 @@ func Parse(path, text string) *Doc {
 		}
 		spans := CodeSpans(cells[0])
 		if len(spans) == 0 || !strings.HasPrefix(strings.TrimSpace(cells[0]), "`") {
-			continue // a header row, or a row that names nothing
+			continue // a header row or a row that names nothing
 		}
 		cur.Rows = append(cur.Rows, Row{Name: strings.TrimLeft(spans[0], "-"), Cells: cells, Line: i + 1})
 	}
@@ -110,7 +110,7 @@ func Parse(path, text string) *Doc {
 	return d
 }
 
-// splitRow returns the cells of a table row, trimmed; "\|" is a | inside a cell.
+// splitRow returns the cells of a table row, trimmed. "\|" is a | inside a cell.
 func splitRow(line string) []string {
 	line = strings.TrimSpace(line)
 	line = strings.TrimPrefix(line, "|")
@@ -132,7 +132,7 @@ func splitRow(line string) []string {
 	return append(cells, strings.TrimSpace(cell.String()))
 }
 
-// Section returns the section whose title is title, nil when there is none.
+// Section returns the section whose title is title, or nil when there is none.
 func (d *Doc) Section(title string) *Section {
 	for _, s := range d.sections {
 		if s.Title == title {
@@ -142,7 +142,7 @@ func (d *Doc) Section(title string) *Section {
 	return nil
 }
 
-// Sections returns every section, in order; the first holds the lines before any heading.
+// Sections returns every section, in order. The first holds the lines before any heading.
 func (d *Doc) Sections() []*Section { return d.sections }
 
 // At names a line of the document for a message: "docs/CONFIGURATION.md:12".
@@ -174,12 +174,13 @@ func FlagMentions(s string) []string {
 var envRef = regexp.MustCompile(`^\$[A-Za-z_]`)
 
 // CheckDefault reports whether cell, a default as the document writes it, states def. A nil
-// def (a default derived from another setting, or from somewhere else) accepts any cell.
+// def, for a default derived from another setting or from somewhere else, accepts any cell.
 //
-// An empty string def is a value the code fills in later, or none: the cell's first code span,
-// if it has one, must be `""` or name an environment variable ("`$REDIS_URL`, else ...").
-// Any other def must be the cell's first code span that does not name an environment variable.
-// A duration may be written in any form time.ParseDuration reads ("1m" for 1m0s).
+// An empty string def is a value the code fills in later, or none. The cell's first code
+// span, if it has one, must then be `""` or name an environment variable, as in
+// "`$REDIS_URL`, else ...". Any other def must be the cell's first code span that does not
+// name an environment variable. A duration may be written in any form time.ParseDuration
+// reads, such as "1m" for 1m0s.
 func CheckDefault(cell string, def any) error {
 	if def == nil {
 		return nil
@@ -227,8 +228,8 @@ func equal(s string, v any) bool {
 	return s == fmt.Sprint(v)
 }
 
-// FlagDefault returns the default of f as a typed value when its flag.Value tells it
-// (flag.Getter, read before any parse), else its DefValue string.
+// FlagDefault returns the default of f as a typed value when its flag.Value is a flag.Getter,
+// read before any parse, else its DefValue string.
 func FlagDefault(f *flag.Flag) any {
 	if g, ok := f.Value.(flag.Getter); ok {
 		return g.Get()
@@ -240,12 +241,12 @@ func FlagDefault(f *flag.Flag) any {
 type Entry struct {
 	// Name is the name as the row's first cell writes it, without leading dashes.
 	Name string
-	// Default is the value CheckDefault holds the row's default to (nil: any).
+	// Default is the value CheckDefault holds the row's default to, nil for any.
 	Default any
 }
 
 // CheckRows holds section s to entries: every entry has exactly one row, whose default states
-// the entry's (CheckDefault) and whose meaning is not empty, and every row names an entry.
+// the entry's by CheckDefault and whose meaning is not empty, and every row names an entry.
 // Each error names the line it is about.
 func CheckRows(d *Doc, s *Section, entries []Entry) []error {
 	var errs []error
@@ -316,16 +317,16 @@ func CheckMentions(d *Doc, s *Section, known func(name string) bool) []error {
 type Field struct {
 	// Path is the setting's name, nested ones joined by dots: "retry.initial".
 	Path string
-	// Value is the setting's value in the struct value it was read from; nil under a nil
+	// Value is the setting's value in the struct value it was read from, nil under a nil
 	// pointer to a struct.
 	Value any
 }
 
-// YAMLFields returns the settings of v, a struct, from the yaml tags of its exported fields:
-// a field of struct type (or pointer to one) contributes its own fields under its name, an
-// embedded one tagged ",inline" its fields at its own level. A
-// pointer to a scalar is read through (nil when it is nil). Fields tagged "-" or without a
-// tag are left out. The result is sorted by path.
+// YAMLFields returns the settings of v, a struct, from the yaml tags of its exported fields,
+// sorted by path. A field of struct type or pointer to one contributes its own fields under
+// its name, and an embedded one tagged ",inline" its fields at its own level. A pointer to a
+// scalar is read through, nil when it is nil, and fields tagged "-" or without a tag are left
+// out.
 func YAMLFields(v any) ([]Field, error) {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Struct {

@@ -12,8 +12,8 @@ import (
 // Module is the project's module path, with its trailing slash.
 const Module = "github.com/flightdeck-ai/flightdeck/"
 
-// Only fails t unless file imports exactly one package of the project, want (a path below
-// Module, such as "client").
+// Only fails t unless file imports exactly one package of the project, want. want is a path
+// below Module, such as "client".
 func Only(t testing.TB, file, want string) {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)

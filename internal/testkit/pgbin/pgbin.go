@@ -1,4 +1,4 @@
-// Package pgbin finds PostgreSQL's server programs (initdb, postgres, pg_ctl), for the test
+// Package pgbin finds PostgreSQL's server programs initdb, postgres and pg_ctl, for the test
 // helper and the chaos run that start private servers.
 package pgbin
 
@@ -11,11 +11,11 @@ import (
 	"strconv"
 )
 
-// ErrNotFound: no PostgreSQL server programs on this machine.
+// ErrNotFound is returned when this machine has no PostgreSQL server programs.
 var ErrNotFound = errors.New("pgbin: initdb not found (run `make deps`, which installs postgresql)")
 
 // Dir returns the directory holding initdb and postgres: $FLIGHTDECK_TEST_PG_BIN when set,
-// else the newest /usr/lib/postgresql/<version>/bin (Debian), else the directory of initdb on
+// else the newest Debian /usr/lib/postgresql/<version>/bin, else the directory of initdb on
 // PATH.
 func Dir() (string, error) {
 	if d := os.Getenv("FLIGHTDECK_TEST_PG_BIN"); d != "" {

@@ -1,13 +1,14 @@
-// Package pgtest gives tests a real PostgreSQL: a private server that the helper initialises
-// (initdb) into a temporary directory and runs on a free loopback port, or the server named
-// by FLIGHTDECK_TEST_PG_URL when that is set. Either way each call of New gets a database of
-// its own, dropped (or deleted with the private server) at the end of the test.
+// Package pgtest gives tests a real PostgreSQL. It is either a private server that the
+// helper initialises with initdb into a temporary directory and runs on a free loopback
+// port, or the server named by FLIGHTDECK_TEST_PG_URL when that is set. Either way each call
+// of New gets a database of its own, dropped or deleted with the private server at the end
+// of the test.
 //
-// initdb refuses to run as root: when the test runs as root, the helper runs initdb and
-// postgres as the "postgres" OS user (the Debian package creates it). The private server
-// trades durability against a machine crash for speed (fsync off; a process crash loses no
-// committed row) and can be stopped and restarted on the same port,
-// so that fault tests can take the database away in the middle of a run. It never uses the
+// initdb refuses to run as root, so when the test runs as root the helper runs initdb and
+// postgres as the "postgres" OS user, which the Debian package creates. The private server
+// runs with fsync off, trading durability against a machine crash for speed. A process
+// crash loses no committed row. The server can be stopped and restarted on the same port, so
+// that fault tests can take the database away in the middle of a run. It never uses the
 // machine's own PostgreSQL on port 5432.
 package pgtest
 
@@ -36,7 +37,8 @@ import (
 )
 
 // EnvURL names the variable that points tests at an existing server instead of a private
-// one: a URL whose user may create databases, e.g. postgres://postgres@127.0.0.1:5433/postgres.
+// one. Its value is a URL whose user may create databases, such as
+// postgres://postgres@127.0.0.1:5433/postgres.
 const EnvURL = "FLIGHTDECK_TEST_PG_URL"
 
 // Server is a private PostgreSQL child process. Its methods are safe for concurrent use.
@@ -45,7 +47,7 @@ type Server struct {
 	bin  string // directory of initdb and postgres
 	dir  string // owned by the server's user: data/ and the socket
 	port int
-	cred *syscall.Credential // nil: run as the current user
+	cred *syscall.Credential // nil to run as the current user
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -53,7 +55,7 @@ type Server struct {
 	exited chan struct{} // closed when cmd has exited
 }
 
-// BinDir returns the directory holding initdb and postgres (pgbin.Dir).
+// BinDir returns the directory holding initdb and postgres, as pgbin.Dir finds it.
 func BinDir() (string, error) { return pgbin.Dir() }
 
 // Start initialises and starts a private server and stops it in tb.Cleanup.
@@ -165,7 +167,7 @@ func (s *Server) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, db)
 }
 
-// Stop kills the server (SIGKILL, as in a crash); committed data stays in its directory.
+// Stop kills the server with SIGKILL, as in a crash. Committed data stays in its directory.
 func (s *Server) Stop() { s.kill() }
 
 func (s *Server) kill() {
@@ -180,16 +182,16 @@ func (s *Server) kill() {
 	_ = cmd.Process.Kill()
 	<-gone
 	logf.Close()
-	// The backends notice that the postmaster is gone and exit; Restart needs them gone (their
-	// shared memory blocks a new postmaster).
+	// The backends notice that the postmaster is gone and exit. Restart needs them gone,
+	// since their shared memory blocks a new postmaster.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && childrenLeft(s.dir) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// childrenLeft reports whether a process still runs from the server's directory (a backend
-// of the killed postmaster).
+// childrenLeft reports whether a process still runs from the server's directory, such as a
+// backend of the killed postmaster.
 func childrenLeft(dir string) bool {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -239,8 +241,9 @@ type Target struct {
 	Server *Server
 }
 
-// New returns a fresh database for tb: on the server of FLIGHTDECK_TEST_PG_URL when it is
-// set (dropped at the end of the test), else on a private server.
+// New returns a fresh database for tb, on the server of FLIGHTDECK_TEST_PG_URL when it is
+// set, else on a private server. On the shared server the database is dropped at the end of
+// the test.
 func New(tb testing.TB) *Target {
 	tb.Helper()
 	if u := os.Getenv(EnvURL); u != "" {
@@ -256,8 +259,8 @@ func (s *Server) NewDatabase(tb testing.TB) string {
 	return createDatabase(tb, s.URL("postgres"))
 }
 
-// createDatabase creates a database with a random name on the server of admin (a URL) and
-// returns its URL; the database is dropped in tb.Cleanup.
+// createDatabase creates a database with a random name on the server at the URL admin and
+// returns its URL. The database is dropped in tb.Cleanup.
 func createDatabase(tb testing.TB, admin string) string {
 	tb.Helper()
 	var b [4]byte

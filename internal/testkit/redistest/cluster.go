@@ -64,7 +64,7 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// Node returns the i-th node's server (to stop or pause one master).
+// Node returns the i-th node's server, to stop or pause one master.
 func (c *Cluster) Node(i int) *Server { return c.nodes[i] }
 
 // URL is the cluster form of REDIS_URL: redis://<first>?addr=<second>&addr=<third>...

@@ -10,8 +10,8 @@ import (
 )
 
 // InfoNumber reads one number of an INFO section of rdb's server: the value of the line named
-// line, or, when field is set, that field of a "k=v,k=v" value (INFO commandstats:
-// line "cmdstat_fcall", field "usec"). A line or field that is not there reads as 0.
+// line, or, when field is set, that field of a "k=v,k=v" value, such as field "usec" of line
+// "cmdstat_fcall" in INFO commandstats. A line or field that is not there reads as 0.
 func InfoNumber(ctx context.Context, rdb redis.UniversalClient, section, line, field string) (float64, error) {
 	info, err := rdb.Info(ctx, section).Result()
 	if err != nil {

@@ -24,7 +24,7 @@ type Link struct {
 	conns []net.Conn
 }
 
-// StartLink listens on a free loopback port and forwards each connection to target; it is
+// StartLink listens on a free loopback port and forwards each connection to target. It is
 // closed in Cleanup.
 func StartLink(tb testing.TB, target string) *Link {
 	tb.Helper()
@@ -115,7 +115,7 @@ func (l *Link) close() {
 }
 
 // StartReplica starts a private server that replicates master through a Link, and returns
-// both once the replica is in sync and acknowledges writes (WAIT).
+// both once the replica is in sync and acknowledges writes to WAIT.
 func StartReplica(tb testing.TB, master *Server) (*Server, *Link) {
 	tb.Helper()
 	// A full sync starts at once, not after the default 5 s of waiting for more replicas.
@@ -127,8 +127,8 @@ func StartReplica(tb testing.TB, master *Server) (*Server, *Link) {
 	r := Start(tb, &Options{Args: []string{"--replicaof", host, port}})
 	WaitInSync(tb, r, 10*time.Second)
 	// After a full sync the master streams writes to the replica only once the replica
-	// acknowledged the sync (its first REPLCONF ACK, up to a second later): until then a WAIT
-	// after a write times out.
+	// acknowledged the sync with its first REPLCONF ACK, up to a second later. Until then a
+	// WAIT after a write times out.
 	mc := master.Client()
 	waitFor(tb, 10*time.Second, "the replica to acknowledge a write", func(ctx context.Context) bool {
 		if err := mc.Set(ctx, "redistest:replicated", time.Now().UnixNano(), 0).Err(); err != nil {
@@ -150,7 +150,7 @@ func WaitInSync(tb testing.TB, srv *Server, timeout time.Duration) {
 	})
 }
 
-// Promote makes a replica a master (REPLICAOF NO ONE), as a failover does.
+// Promote makes a replica a master with REPLICAOF NO ONE, as a failover does.
 func Promote(ctx context.Context, srv *Server) error {
 	c := srv.Client()
 	if err := c.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {

@@ -1,12 +1,12 @@
 // Package redistest gives tests a real Redis: a private redis-server child on a free loopback
-// port, or the server named by REDIS_URL when that is set. A private server may serve TLS
-// only, with a CA and certificates made for it, and may load ACL users (Options).
+// port, or the server named by REDIS_URL when that is set. Through Options a private server
+// may serve TLS only, with a CA and certificates made for it, and may load ACL users.
 //
 // A private server keeps nothing on disk and is stopped in t.Cleanup. It can be stopped,
-// restarted on the same port, paused (SIGSTOP) and resumed, so that fault tests can take Redis
-// away in the middle of a run. With REDIS_URL set, tests share one server and isolate
-// themselves by key prefix (see Prefix); fault tests that need their own server call Start
-// directly, which always starts a private child.
+// restarted on the same port, paused with SIGSTOP and resumed, so that fault tests can take
+// Redis away in the middle of a run. With REDIS_URL set, tests share one server and isolate
+// themselves by key prefix, as Prefix makes. Fault tests that need their own server call
+// Start directly, which always starts a private child.
 package redistest
 
 import (
@@ -37,8 +37,8 @@ type Server struct {
 	port int
 	dir  string
 	args []string
-	tls  *TLSFiles // nil: plain TCP
-	// sentinel is the sentinel configuration of a sentinel process ("" for a server).
+	tls  *TLSFiles // nil for plain TCP
+	// sentinel is the sentinel configuration of a sentinel process, "" for a server.
 	sentinel string
 
 	mu  sync.Mutex
@@ -47,20 +47,20 @@ type Server struct {
 
 // Options tune a private server. The zero value is a plain server with no persistence.
 type Options struct {
-	// Args are extra redis-server arguments, e.g. "--requirepass", "x". Defaults to none.
+	// Args are extra redis-server arguments, such as "--requirepass", "x". Defaults to none.
 	Args []string
-	// TLS makes the server listen with TLS only (--tls-port on the free port, --port 0), with
-	// a CA, a server and a client certificate made for it in a temporary directory (see
-	// Server.TLS). Clients may present the client certificate; they need not. Defaults to
-	// false.
+	// TLS makes the server listen with TLS only, with --tls-port on the free port and --port
+	// 0, and makes a CA, a server and a client certificate for it in a temporary directory,
+	// as Server.TLS returns. Clients may present the client certificate but need not.
+	// Defaults to false.
 	TLS bool
-	// ACL holds ACL file lines loaded with --aclfile, e.g. "user app on >secret ~ai:* +ping".
+	// ACL holds ACL file lines loaded with --aclfile, such as "user app on >secret ~ai:* +ping".
 	// A "default" user that the lines do not name keeps full access without a password, so
-	// Client and Target helpers still work. Defaults to none (no ACL file).
+	// Client and Target helpers still work. Defaults to none, with no ACL file.
 	ACL []string
-	// Sentinel runs the process as a Redis Sentinel (redis-server --sentinel) with these
-	// configuration lines, e.g. "sentinel monitor mymaster 127.0.0.1 6379 2". Defaults to
-	// none: a server.
+	// Sentinel runs the process as a Redis Sentinel, redis-server --sentinel, with these
+	// configuration lines, such as "sentinel monitor mymaster 127.0.0.1 6379 2". Defaults to
+	// none, which starts a server.
 	Sentinel []string
 }
 
@@ -73,7 +73,7 @@ func Binary() (string, error) {
 }
 
 // Start starts a private redis-server on a free loopback port and stops it in tb.Cleanup.
-// It fails the test when no redis-server binary is found (the Makefile installs one).
+// It fails the test when no redis-server binary is found, such as the one the Makefile installs.
 func Start(tb testing.TB, opts *Options) *Server {
 	tb.Helper()
 	if opts == nil {
@@ -113,11 +113,11 @@ func Start(tb testing.TB, opts *Options) *Server {
 	return nil
 }
 
-// Addr is the host:port the server listens on; it stays the same across Restart.
+// Addr is the host:port the server listens on. It stays the same across Restart.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// URL is a redis:// URL for the server, rediss:// for a TLS server (whose clients need the
-// test CA: TLS().CAFile).
+// URL is a redis:// URL for the server, or rediss:// for a TLS server. Clients of a TLS
+// server need the test CA, TLS().CAFile.
 func (s *Server) URL() string {
 	if s.tls != nil {
 		return "rediss://" + s.Addr()
@@ -128,8 +128,8 @@ func (s *Server) URL() string {
 // TLS returns the files of a TLS server, or nil when the server speaks plain TCP.
 func (s *Server) TLS() *TLSFiles { return s.tls }
 
-// Client returns a new go-redis client for the server as the default user (on a TLS server:
-// trusting the test CA, presenting the client certificate), closed in Cleanup.
+// Client returns a new go-redis client for the server as the default user, closed in
+// Cleanup. On a TLS server it trusts the test CA and presents the client certificate.
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(s.options())
 	s.tb.Cleanup(func() { _ = c.Close() })
@@ -232,7 +232,7 @@ func (s *Server) ping() error {
 	return c.Ping(ctx).Err()
 }
 
-// Stop kills the server (SIGKILL: no shutdown save, like a crash). Keys are lost.
+// Stop kills the server with SIGKILL, like a crash, so there is no shutdown save. Keys are lost.
 func (s *Server) Stop() {
 	s.kill()
 }
@@ -269,8 +269,8 @@ func (s *Server) Restart() {
 }
 
 // Pause stops the server process with SIGSTOP: connections stay open but nothing answers.
-// It returns once the process is stopped (kill returns before the signal takes effect, and a
-// server still running then may answer a command the test meant it to miss).
+// It returns once the process is stopped, since kill returns before the signal takes effect
+// and a server still running then may answer a command the test meant it to miss.
 func (s *Server) Pause() { s.signal(syscall.SIGSTOP, true) }
 
 // Resume continues a paused server with SIGCONT, and returns once it runs again.
@@ -287,9 +287,9 @@ func (s *Server) signal(sig syscall.Signal, stopped bool) {
 	for time.Now().Before(deadline) {
 		b, err := os.ReadFile(stat)
 		if err != nil {
-			return // no procfs: as good as the signal
+			return // with no procfs, trust the signal
 		}
-		// The state follows the command name, which is in parentheses: "pid (comm) S ...".
+		// The state follows the command name, which is in parentheses, as in "pid (comm) S ...".
 		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 		if len(f) > 0 && (f[0] == "T" || f[0] == "t") == stopped {
 			return
@@ -301,11 +301,11 @@ func (s *Server) signal(sig syscall.Signal, stopped bool) {
 
 // Target is a Redis for one test: a client and a key prefix unique to the test.
 type Target struct {
-	// Client talks to the server; it is closed in Cleanup.
+	// Client talks to the server and is closed in Cleanup.
 	Client *redis.Client
 	// URL is the server's URL, for child processes.
 	URL string
-	// Prefix is unique to the test; pass it as topics.Keyspace.Prefix.
+	// Prefix is unique to the test. Pass it as topics.Keyspace.Prefix.
 	Prefix string
 	// Server is the private server, or nil when REDIS_URL is used.
 	Server *Server

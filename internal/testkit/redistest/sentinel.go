@@ -14,11 +14,12 @@ import (
 const MasterName = "mymaster"
 
 // Sentinel is a private Redis Sentinel deployment: a master, one replica and three sentinels
-// that monitor them (quorum 2, a master silent for 1 s is down), all stopped in Cleanup.
+// that monitor them with quorum 2, where a master silent for 1 s is down. All are stopped in
+// Cleanup.
 type Sentinel struct {
 	tb testing.TB
-	// Master and Replica are the servers as started; after a failover the replica is the
-	// master (see CurrentMaster).
+	// Master and Replica are the servers as started. After a failover the replica is the
+	// master, as CurrentMaster tells.
 	Master, Replica *Server
 	// Sentinels are the three sentinel processes.
 	Sentinels []*Server
@@ -121,10 +122,11 @@ func (s *Sentinel) WaitPromoted(old string, timeout time.Duration) string {
 	return addr
 }
 
-// Rejoin restarts srv, a killed master, as an unpromotable replica (replica-priority 0) of
-// the current master. A private server comes back empty, and as a master until the sentinels
-// demote it (some seconds later, and a master's INFO carries no priority): a false failover
-// on a loaded machine could promote it in that window and wipe the deployment's data.
+// Rejoin restarts srv, a killed master, as a replica of the current master with
+// replica-priority 0, so that it cannot be promoted. A private server comes back empty and
+// as a master until the sentinels demote it some seconds later, and a master's INFO carries
+// no priority, so a false failover on a loaded machine could promote it in that window and
+// wipe the deployment's data.
 func (s *Sentinel) Rejoin(srv *Server) {
 	s.tb.Helper()
 	ctx := context.Background()

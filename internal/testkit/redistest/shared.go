@@ -9,15 +9,15 @@ import (
 )
 
 // Shared is a private redis-server that lives as long as the test binary, for Example
-// functions, which have no *testing.T. Its zero value is ready; TestMain calls Stop.
+// functions, which have no *testing.T. Its zero value is ready, and TestMain calls Stop.
 type Shared struct {
 	once sync.Once
 	tb   processTB
 	srv  *Server
 }
 
-// URL starts the server on first use and empties it (FLUSHALL) on every call, so that each
-// example starts from nothing. It panics when the server cannot start.
+// URL starts the server on first use and empties it with FLUSHALL on every call, so that
+// each example starts from nothing. It panics when the server cannot start.
 func (s *Shared) URL() string {
 	s.once.Do(func() { s.srv = Start(&s.tb, nil) })
 	if err := s.srv.Client().FlushAll(context.Background()).Err(); err != nil {
@@ -29,10 +29,10 @@ func (s *Shared) URL() string {
 // Stop stops the server, if it started, and removes its files.
 func (s *Shared) Stop() { s.tb.cleanup() }
 
-// RunMain is a TestMain body for a package whose examples use s: it runs m with the spool
-// directory default (FLIGHTDECK_SPOOL_DIR, read by a consumer configured without SpoolDir) in
-// a private temporary directory rather than the user's home, stops s, and returns m's exit
-// code.
+// RunMain is a TestMain body for a package whose examples use s. It runs m with
+// FLIGHTDECK_SPOOL_DIR, the spool directory a consumer configured without SpoolDir reads, set
+// to a private temporary directory rather than the user's home, then stops s and returns m's
+// exit code.
 func (s *Shared) RunMain(m *testing.M) int {
 	spool, err := os.MkdirTemp("", "flightdeck-test-spool")
 	if err != nil {
@@ -48,8 +48,8 @@ func (s *Shared) RunMain(m *testing.M) int {
 	return m.Run()
 }
 
-// processTB is the testing.TB of a Shared server: it implements what Start and Server use
-// (Helper, Fatalf, TempDir, Cleanup); any other method panics on the embedded nil TB.
+// processTB is the testing.TB of a Shared server. It implements what Start and Server use:
+// Helper, Fatalf, TempDir and Cleanup. Any other method panics on the embedded nil TB.
 type processTB struct {
 	testing.TB
 

@@ -17,7 +17,7 @@ import (
 )
 
 // TLSFiles are the PEM files of a TLS server started with Options.TLS: a test CA made for the
-// server, the server's certificate (for 127.0.0.1 and localhost) and key, and a client
+// server, the server's certificate for 127.0.0.1 and localhost and its key, and a client
 // certificate and key signed by the same CA.
 type TLSFiles struct {
 	CAFile, CertFile, KeyFile     string
@@ -47,7 +47,7 @@ func (f *TLSFiles) ClientConfig(withCert bool) (*tls.Config, error) {
 }
 
 // makeTLSFiles writes a fresh CA, server and client certificates with their keys into dir.
-// Keys are ECDSA P-256; certificates are valid from an hour ago for a day.
+// Keys are ECDSA P-256, and certificates are valid from an hour ago for a day.
 func makeTLSFiles(dir string) (*TLSFiles, error) {
 	f := &TLSFiles{
 		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "server.crt"),
