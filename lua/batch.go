@@ -20,13 +20,13 @@ var ErrBatcherClosed = errors.New("lua: batcher closed")
 // maxBatch bounds the calls of one pipeline.
 const maxBatch = 128
 
-// Batcher sends the FCALLs of concurrent callers in pipelines, one in flight at a time per
-// lane (plain calls, and replicated calls: FCallReplicated), on a single Redis node; the calls
-// made while a pipeline is out leave together in the next one (DESIGN.md section 5).
+// Batcher sends the FCALLs of concurrent callers to a single Redis node in pipelines, one in
+// flight at a time for plain calls and one for FCallReplicated calls. Calls made while a
+// pipeline is out leave together in the next one (docs/DESIGN.md section 5).
 type Batcher struct {
 	rdb  *redis.Client
 	in   chan *call // plain calls
-	rin  chan *call // replicated calls (FCallReplicated), a lane of their own
+	rin  chan *call // replicated calls from FCallReplicated, a lane of their own
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -40,14 +40,14 @@ type call struct {
 	args []any
 	cmd  *redis.Cmd
 	done chan struct{}
-	// wait, when positive, asks for a WAIT 1 after the call (FCallReplicated); acked and
-	// waitErr are its answer.
+	// wait, when positive, asks for a WAIT 1 after the call, as FCallReplicated does. acked
+	// and waitErr are its answer.
 	wait    time.Duration
 	acked   int64
 	waitErr error
 }
 
-// NewBatcher returns a running batcher on rdb (which it does not close).
+// NewBatcher returns a running batcher on rdb. The batcher never closes rdb.
 func NewBatcher(rdb *redis.Client) *Batcher {
 	b := &Batcher{rdb: rdb, in: make(chan *call, maxBatch), rin: make(chan *call, maxBatch),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -65,8 +65,9 @@ func (b *Batcher) FCall(ctx context.Context, function string, keys []string, arg
 	return cmd
 }
 
-// FCallReplicated queues the call in the lane of replicated calls, whose pipelines each end
-// with one WAIT 1 (the longest timeout of their calls), and waits for both replies.
+// FCallReplicated queues the call in the lane of replicated calls and waits for its reply and
+// the WAIT's. Each pipeline of that lane ends with one WAIT 1 that uses the longest timeout
+// of its calls.
 func (b *Batcher) FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64, error) {
 	c := &call{ctx: ctx, fn: function, keys: keys, args: args, done: make(chan struct{}), wait: max(timeout, time.Millisecond)}
 	cmd, answered := b.queue(c)
@@ -76,8 +77,8 @@ func (b *Batcher) FCallReplicated(ctx context.Context, timeout time.Duration, fu
 	return cmd, c.acked, c.waitErr
 }
 
-// queue hands c to the loop and waits for its reply (answered true: c's fields are the
-// loop's answer) or for its context.
+// queue hands c to the loop and waits for its reply or for its context. answered is true
+// when c's fields hold the loop's answer.
 func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	ctx := c.ctx
 	select {
@@ -103,8 +104,8 @@ func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	}
 }
 
-// Close stops the batcher once the pipeline in flight returned; calls queued behind it fail
-// with ErrBatcherClosed.
+// Close stops the batcher once the pipeline in flight has returned. Calls queued behind it
+// fail with ErrBatcherClosed.
 func (b *Batcher) Close() error {
 	b.once.Do(func() { close(b.stop) })
 	<-b.done
@@ -166,8 +167,8 @@ func (b *Batcher) send(batch []*call) {
 }
 
 // pipeline sends calls as one pipeline, followed by WAIT 1 wait when wait is positive, and
-// hands each call its reply. The pipeline's I/O is bounded by the client's timeouts; a caller
-// whose context ends first stops waiting, the others still get their replies.
+// hands each call its reply. The client's timeouts bound the pipeline's I/O. A caller whose
+// context ends first stops waiting, and the others still get their replies.
 func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
 	var w *redis.Cmd
 	_, _ = b.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {

@@ -9,30 +9,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The flight library on a shared Redis (DESIGN.md section 1, docs/SECURITY.md): Redis
-// Functions are global to the server, and FUNCTION LOAD REPLACE lets whoever may load
+// The flight library on a shared Redis, see docs/DESIGN.md section 1 and docs/SECURITY.md.
+// Redis Functions are global to the server, and FUNCTION LOAD REPLACE lets whoever may load
 // functions replace the code every caller of a library runs. So a consumer never replaces the
-// library: it loads it only when it is missing (and only if its credential may), and checks
-// at start that the library Redis holds under its name is this build's code, byte for byte.
-// Replacing a library is an operator's act (LoadLibrary with replace, `consumer
-// --load-functions`).
+// library. It loads it only when it is missing and its credential may, and checks at start
+// that the library Redis holds under its name is this build's code, byte for byte.
+// Replacing a library is an operator's act: LoadLibrary with replace, or
+// `consumer --load-functions`.
 
 // Errors of the flight library.
 var (
-	// ErrNoFunctions reports a Redis without Redis Functions (older than 7.0).
+	// ErrNoFunctions reports a Redis without Redis Functions, older than 7.0.
 	ErrNoFunctions = errors.New("lua: Redis 7.0 or later is required (FUNCTION LOAD)")
 	// ErrLibraryMissing reports that Redis does not hold the flight library and the caller's
-	// credential may not load it: an operator loads it (`consumer --load-functions`).
+	// credential may not load it. An operator loads it with `consumer --load-functions`.
 	ErrLibraryMissing = errors.New("lua: the flight function library is not loaded and this credential may not load it")
 	// ErrLibraryTampered reports that Redis holds other code under the flight library's
 	// name: somebody replaced it. Nothing calls it until an operator loads it again.
 	ErrLibraryTampered = errors.New("lua: the flight function library in Redis is not this build's code")
 )
 
-// EnsureLibrary checks, on every master of a cluster, that Redis holds the flight library with
-// exactly this build's code. A missing library is loaded (FUNCTION LOAD, never REPLACE) when
-// the credential may; otherwise the error is ErrLibraryMissing. Other code under the library's
-// name gives ErrLibraryTampered. Both name the library and the remedy.
+// EnsureLibrary checks on every master of a cluster that Redis holds the flight library with
+// exactly this build's code, and loads a missing one with FUNCTION LOAD, never REPLACE. It
+// fails with ErrLibraryMissing when the credential may not load it and ErrLibraryTampered
+// when other code has the library's name, both naming the library and the remedy.
 func EnsureLibrary(ctx context.Context, c redis.UniversalClient) error {
 	return onMasters(ctx, c, func(ctx context.Context, n redis.Cmdable) error {
 		for attempt := 0; ; attempt++ {
@@ -51,14 +51,14 @@ func EnsureLibrary(ctx context.Context, c redis.UniversalClient) error {
 			if err := loadOn(ctx, n, false); err != nil && !alreadyExists(err) {
 				return err
 			}
-			// Loaded (or another consumer loaded it first): check what is there now.
+			// Loaded, here or by another consumer first: check what is there now.
 		}
 	})
 }
 
-// LoadLibrary loads the flight library on every master of a cluster; replace also replaces a
-// library of that name that holds other code (FUNCTION LOAD REPLACE). It is the operator's
-// load (`consumer --load-functions`); consumers load only what is missing.
+// LoadLibrary is the operator's load of the flight library on every master of a cluster, as in
+// `consumer --load-functions`. With replace, FUNCTION LOAD REPLACE also replaces other code of
+// that name. Consumers load only what is missing.
 func LoadLibrary(ctx context.Context, c redis.UniversalClient, replace bool) error {
 	return onMasters(ctx, c, func(ctx context.Context, n redis.Cmdable) error {
 		err := loadOn(ctx, n, replace)
@@ -76,8 +76,8 @@ func LoadLibrary(ctx context.Context, c redis.UniversalClient, replace bool) err
 	})
 }
 
-// loadMissing loads the library where it is missing (a call found no function), never
-// replacing one.
+// loadMissing loads the library where it is missing, after a call found no function. It never
+// replaces one.
 func loadMissing(ctx context.Context, c redis.UniversalClient) error {
 	return onMasters(ctx, c, func(ctx context.Context, n redis.Cmdable) error {
 		if err := loadOn(ctx, n, false); err != nil && !alreadyExists(err) {

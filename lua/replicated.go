@@ -14,7 +14,7 @@ import (
 // a Batcher, or Replicating on a client.
 type ReplicatedCaller interface {
 	// FCallReplicated sends the call and returns its reply, how many replicas acknowledged it
-	// within timeout, and the WAIT's own error (a refused or failed WAIT counts none).
+	// within timeout, and the WAIT's own error. A refused or failed WAIT counts no replica.
 	FCallReplicated(ctx context.Context, timeout time.Duration, function string, keys []string, args ...any) (*redis.Cmd, int64, error)
 }
 
@@ -57,8 +57,8 @@ func (r Replicating) FCallReplicated(ctx context.Context, timeout time.Duration,
 	kind, addr := redirection(cmd.Err())
 	switch kind {
 	case "MOVED":
-		// The slot moved for good: the client reloads its map of the cluster (in the
-		// background), and the call goes to the new master once the map names it.
+		// The slot moved for good. The client reloads its map of the cluster in the
+		// background, and the call goes to the new master once the map names it.
 		cc.ReloadState(ctx)
 		for range 10 {
 			if n, err := cc.MasterForKey(ctx, keys[0]); err == nil && n.Options().Addr == addr {
@@ -78,7 +78,7 @@ func (r Replicating) FCallReplicated(ctx context.Context, timeout time.Duration,
 	return cmd, acked, werr
 }
 
-// pipelineWait sends the call (after ASKING when asking) and WAIT 1 timeout in one pipeline.
+// pipelineWait sends the call and WAIT 1 timeout in one pipeline, after ASKING when asking.
 func pipelineWait(ctx context.Context, node redis.Cmdable, asking bool, timeout time.Duration, function string, keys []string, args []any) (*redis.Cmd, int64, error) {
 	var cmd, wait *redis.Cmd
 	_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -93,11 +93,11 @@ func pipelineWait(ctx context.Context, node redis.Cmdable, asking bool, timeout 
 	return cmd, n, err
 }
 
-// waitMillis is timeout as WAIT's argument: at least 1 ms (0 would wait for ever).
+// waitMillis is timeout as WAIT's argument: at least 1 ms, since 0 would wait for ever.
 func waitMillis(timeout time.Duration) int64 { return max(timeout.Milliseconds(), 1) }
 
-// redirection parses a cluster redirection ("MOVED <slot> <addr>", "ASK <slot> <addr>")
-// answered to a call sent straight to a node: its kind and address, or "" when err is none.
+// redirection parses a "MOVED <slot> <addr>" or "ASK <slot> <addr>" error answered to a call
+// sent straight to a node. It returns the kind and address, or "" when err is neither.
 func redirection(err error) (kind, addr string) {
 	if err == nil {
 		return "", ""
@@ -109,8 +109,8 @@ func redirection(err error) (kind, addr string) {
 	return f[0], f[2]
 }
 
-// masterAt is the cluster's master client at addr, or nil. (ForEachMaster calls fn on every
-// master at once.)
+// masterAt is the cluster's master client at addr, or nil. ForEachMaster calls fn on every
+// master at once, hence the atomic pointer.
 func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.Client {
 	var found atomic.Pointer[redis.Client]
 	_ = cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
@@ -122,7 +122,7 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.
 	return found.Load()
 }
 
-// sleep waits d or until ctx ends (false).
+// sleep waits d or until ctx ends. It returns false when ctx ended first.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

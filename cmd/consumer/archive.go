@@ -16,8 +16,8 @@ import (
 )
 
 // archiveURL returns the archive's URL: --archive, else $FLIGHTDECK_ARCHIVE_URL, else the
-// content of the file named by $FLIGHTDECK_ARCHIVE_URL_FILE (for a password in a secret);
-// "" for none. Setting both variables is an error.
+// content of the file named by $FLIGHTDECK_ARCHIVE_URL_FILE, which keeps a password in a
+// secret. It returns "" for none. Setting both variables is an error.
 func archiveURL(flagURL string, getenv func(string) string) (string, error) {
 	if flagURL != "" {
 		return flagURL, nil
@@ -38,9 +38,9 @@ func archiveURL(flagURL string, getenv func(string) string) (string, error) {
 	return v, nil
 }
 
-// archiveDeployment returns the archive deployment of a consumer: --archive-deployment, else
-// $FLIGHTDECK_ARCHIVE_DEPLOYMENT (the flag's default), else the key prefix (an empty prefix
-// is the default one).
+// archiveDeployment returns the archive deployment of a consumer: --archive-deployment, whose
+// default is $FLIGHTDECK_ARCHIVE_DEPLOYMENT, else the key prefix. An empty prefix stands for
+// the default one.
 func archiveDeployment(flagValue, prefix string) string {
 	switch {
 	case flagValue != "":
@@ -51,11 +51,11 @@ func archiveDeployment(flagValue, prefix string) string {
 	return topics.DefaultPrefix
 }
 
-// openArchive returns the archive of cfg with its schema applied; an archive that does not
-// answer at start is no reason not to start (outcomes are spooled until it answers, and the
-// schema is applied then), so that is a warning, not an error. With adopt, it moves the
-// legacy rows of tenants (all without tenants) into the deployment once the schema is
-// applied (postgres.Store.AdoptLegacy), and logs how many.
+// openArchive returns the archive of cfg with its schema applied. An archive that does not
+// answer at start is a warning, not an error: outcomes are spooled until it answers, and the
+// schema is applied then. With adopt, once the schema is applied, it moves the legacy rows of
+// tenants into the deployment with postgres.Store.AdoptLegacy and logs how many. No tenants
+// means all of them.
 func openArchive(ctx context.Context, log *zerolog.Logger, cfg postgres.Config, adopt bool, tenants []string) (*postgres.Store, error) {
 	s, err := postgres.New(cfg)
 	if err != nil {

@@ -12,10 +12,10 @@ import (
 	"github.com/flightdeck-ai/flightdeck/lua"
 )
 
-// loadFunctions is `consumer --load-functions`: the operator's load of the flight function
-// library (FUNCTION LOAD REPLACE, on every master of a cluster), under a credential that may
-// load functions, which the consumers' own credentials on a shared Redis may not
-// (docs/SECURITY.md). It waits for Redis as a consumer does, loads, and returns.
+// loadFunctions is `consumer --load-functions`: the operator loads the flight function library
+// with FUNCTION LOAD REPLACE on every master of a cluster. It needs a credential that may load
+// functions, which the consumers' own credentials on a shared Redis may not, see
+// docs/SECURITY.md. It waits for Redis as a consumer does, loads, and returns.
 func loadFunctions(ctx context.Context, log *zerolog.Logger, newClient func() redis.UniversalClient, url string,
 	wait time.Duration) error {
 	if err := waitForRedis(ctx, log, newClient, url, wait); err != nil {

@@ -23,8 +23,8 @@ import (
 
 // httpSettings are the checked HTTP flags and dashboard tokens.
 type httpSettings struct {
-	// addr serves the dashboard and the probes; health the probes and /metrics only.
-	// Listen addresses as admin.ListenAddr returns them; "" when off.
+	// addr serves the dashboard and the probes, health the probes and /metrics only. Both
+	// are listen addresses as admin.ListenAddr returns them, "" when off.
 	addr, health string
 	// allowed are the --http-allowed-hosts entries.
 	allowed []string
@@ -32,8 +32,8 @@ type httpSettings struct {
 	token, readToken string
 }
 
-// newHTTPSettings checks --http, --health, --http-allowed-hosts and the dashboard tokens
-// (read only when --http is set).
+// newHTTPSettings checks --http, --health, --http-allowed-hosts and the dashboard tokens.
+// It reads the tokens only when --http is set.
 func newHTTPSettings(httpAddr, healthAddr, allowed string) (httpSettings, error) {
 	var (
 		s   httpSettings
@@ -161,7 +161,7 @@ func (s httpSettings) serve(log *zerolog.Logger, c *handlers.Consumer, reg *prom
 	if err != nil {
 		return stop, err
 	}
-	// The Host check needs the bound address (port 0 picks one).
+	// The Host check needs the bound address, since port 0 picks one.
 	policy, err := admin.NewHostPolicy(s.addr, httpLn.Addr(), s.allowed)
 	if err != nil {
 		return stop, fmt.Errorf("--http-allowed-hosts: %w", err)
@@ -180,7 +180,8 @@ func (s httpSettings) serve(log *zerolog.Logger, c *handlers.Consumer, reg *prom
 	return stop, nil
 }
 
-// probes serves /healthz (the process is up), /readyz (the consumer is ready) and /metrics.
+// probes serves /healthz, /readyz and /metrics. /healthz says the process is up, /readyz
+// that the consumer is ready.
 func probes(c *handlers.Consumer, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -193,7 +194,7 @@ func probes(c *handlers.Consumer, reg *prometheus.Registry) *http.ServeMux {
 		fmt.Fprintln(w, "ready")
 		if p := c.Status().EvictionPolicy; p != "" && p != "noeviction" {
 			// Shown, not a reason to stop taking work: Redis may evict keys, and the operator
-			// decides (--require-noeviction refuses to start instead).
+			// decides. --require-noeviction refuses to start instead.
 			fmt.Fprintln(w, "warning: Redis maxmemory-policy is", p+": it may evict task streams, parked entries, fences and results")
 		}
 		if a := c.Status().Archive; a != "" {
@@ -205,9 +206,9 @@ func probes(c *handlers.Consumer, reg *prometheus.Registry) *http.ServeMux {
 	return mux
 }
 
-// secretFromEnv reads a secret from $NAME, or from the file named by $NAME_FILE (surrounding
-// white space trimmed); never from a flag, which would show in a process listing. Setting
-// both, or naming an empty file, is an error; no error repeats the secret.
+// secretFromEnv reads a secret from $NAME, or from the file named by $NAME_FILE with
+// surrounding white space trimmed. It never reads a flag, which would show in a process
+// listing. Setting both, or naming an empty file, is an error. No error repeats the secret.
 func secretFromEnv(name string) (string, error) {
 	v, f := os.Getenv(name), os.Getenv(name+"_FILE")
 	switch {

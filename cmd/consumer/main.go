@@ -11,12 +11,12 @@
 //	         [--log-level info] [--log-format json]
 //	consumer --load-functions [--redis URL]
 //
-// The Redis URL comes from --redis, else REDIS_URL, else redis://127.0.0.1:6379/0; put a
-// password in REDIS_URL (or REDIS_URL_FILE) rather than on the command line; logs and errors
+// The Redis URL comes from --redis, else REDIS_URL, else redis://127.0.0.1:6379/0. Put a
+// password in REDIS_URL or REDIS_URL_FILE rather than on the command line. Logs and errors
 // show it redacted. The OpenAI adapter reads OPENAI_BASE_URL, OPENAI_MODEL and
-// OPENAI_API_KEY or OPENAI_API_KEY_FILE. The dashboard (--http) answers its API only with a
-// token: FLIGHTDECK_UI_READ_TOKEN (reads) or FLIGHTDECK_UI_TOKEN (reads and the cancel and
-// requeue actions), or the files named by their _FILE variants; each at least 16 bytes.
+// OPENAI_API_KEY or OPENAI_API_KEY_FILE. The --http dashboard answers its API only with a
+// token of at least 16 bytes: FLIGHTDECK_UI_READ_TOKEN for reads, or FLIGHTDECK_UI_TOKEN for
+// reads and the cancel and requeue actions. Their _FILE variants name files that hold them.
 // --health serves the probes and /metrics alone, for an address other hosts reach.
 package main
 
@@ -47,7 +47,7 @@ import (
 )
 
 func main() {
-	// go-redis logs dial failures on its own, outside the JSON log; the consumer reports
+	// go-redis logs dial failures on its own, outside the JSON log. The consumer reports
 	// Redis errors itself.
 	redis.SetLogger(quietLogger{})
 	err := run(os.Args[1:])
@@ -96,8 +96,8 @@ type options struct {
 	version     *bool
 }
 
-// newFlags returns the consumer's flag set and the options it parses into. getenv gives the
-// defaults some flags take from the environment (os.Getenv in main). The configuration
+// newFlags returns the consumer's flag set and the options it parses into. getenv, os.Getenv
+// in main, gives the defaults some flags take from the environment. The configuration
 // reference, docs/CONFIGURATION.md, is checked against this flag set.
 func newFlags(getenv func(string) string) (*flag.FlagSet, *options) {
 	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
@@ -164,13 +164,13 @@ func run(args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	// No error or log line repeats the URL's password (nor a user-only URL's user, which
-	// go-redis takes as the password).
+	// No error or log line repeats the URL's password, nor a user-only URL's user, which
+	// go-redis takes as the password.
 	defer func() { err = redisconn.RedactError(err, url) }()
 	newClient, err := redisconn.UniversalFromEnv(url, os.Getenv)
 	if err != nil {
-		// A malformed --redis / $REDIS_URL, or a TLS file its variables name that cannot be
-		// read, is a mistake in how the consumer was started (exit 2).
+		// A malformed --redis or $REDIS_URL, or an unreadable TLS file its variables name, is
+		// a mistake in how the consumer was started: exit 2.
 		return &cli.UsageError{Err: err}
 	}
 	if *o.loadFuncs {
@@ -225,7 +225,7 @@ func run(args []string) (err error) {
 		}
 		defer store.Close()
 	}
-	var arch archive.Store // nil unless there is an archive (a nil *postgres.Store is not)
+	var arch archive.Store // nil without an archive: a nil *postgres.Store would make it non-nil
 	if store != nil {
 		arch = store
 	}
@@ -258,7 +258,7 @@ func run(args []string) (err error) {
 	}
 	start := log.Info().Str("name", c.Name()).Strs("stages", models).Str("redis", redisconn.RedactURL(url))
 	if redisconn.IsFailover(url) {
-		// Which master the sentinels name now; the client follows every promotion after it.
+		// Log which master the sentinels name now. The client follows every promotion after it.
 		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		name, addr, err := redisconn.FailoverMaster(mctx, url, redisconn.TLSFilesFromEnv(os.Getenv))
 		cancel()
@@ -274,8 +274,8 @@ func run(args []string) (err error) {
 }
 
 // stageModels applies --concurrency to the stages and returns the OpenAI adapter of every
-// stage whose model is "openai": the settings from the environment with the stage's own
-// overrides (its openai block), one adapter per stage. Other stages run the sim model.
+// stage whose model is "openai", one adapter per stage. Each has the settings from the
+// environment, overridden by the stage's openai block. Other stages run the sim model.
 func stageModels(log *zerolog.Logger, stages []handlers.StageConfig, concurrency int,
 	getenv func(string) string) (*handlers.Mux, error) {
 	mux := handlers.NewMux()
@@ -323,7 +323,7 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 		return zerolog.Logger{}, cli.Usagef("--log-format %q: want json or console", format)
 	}
 	// Milliseconds in log times: the chaos checker and people ordering takeovers need them.
-	// (zerolog keeps the format in a package variable; only this wiring code sets it.)
+	// zerolog keeps the format in a package variable, and only this wiring code sets it.
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	return l.Level(lvl).With().Timestamp().Logger(), nil
 }

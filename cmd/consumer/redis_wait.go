@@ -22,10 +22,10 @@ const (
 	waitMax   = 5 * time.Second
 )
 
-// waitForRedis pings Redis until it answers, so that a consumer started before its Redis (a
-// compose file, a node reboot) comes up by itself. Every failed try is one warning line with
-// the redacted address and the reason; after limit it gives up with an error (limit 0: one
-// try). It returns ctx's error when ctx ends first.
+// waitForRedis pings Redis until it answers, so that a consumer started before its Redis, as
+// in a compose file or after a node reboot, comes up by itself. Every failed try is one
+// warning line with the redacted address and the reason. After limit it gives up with an
+// error, and limit 0 means one try. It returns ctx's error when ctx ends first.
 func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() redis.UniversalClient, url string,
 	limit time.Duration) error {
 	rdb := newClient()
@@ -53,8 +53,8 @@ func waitForRedis(ctx context.Context, log *zerolog.Logger, newClient func() red
 			return ctx.Err()
 		}
 		if d := dials.take(); d != nil && errors.Is(err, context.DeadlineExceeded) {
-			// The client retried the dial until the ping's deadline: say why it failed
-			// (connection refused, no such host) rather than only that time ran out.
+			// The client retried the dial until the ping's deadline. Say why it failed, such as
+			// connection refused or no such host, rather than only that time ran out.
 			err = fmt.Errorf("%w (%v)", err, d)
 		}
 		err = redisconn.RedactError(err, url)

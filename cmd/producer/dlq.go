@@ -19,7 +19,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// The dlq subcommands act through the dashboard's own code (admin.Inspector): the CLI and the
+// The dlq subcommands act through the dashboard's own code, admin.Inspector. The CLI and the
 // page list, requeue and purge dead letters the same way.
 
 // dlqUsage is the synopsis of 'producer dlq'.
@@ -48,8 +48,8 @@ func (a *app) dlq(ctx context.Context, args []string) error {
 	}
 }
 
-// inspector connects and returns the dashboard's Inspector over stages (every registered
-// stage when none is given) and the Redis client, for the caller to close.
+// inspector connects and returns the dashboard's Inspector over stages and the Redis client,
+// for the caller to close. No stages means every registered stage.
 func (a *app) inspector(ctx context.Context, stages []string) (*admin.Inspector, redis.UniversalClient, error) {
 	rdb, c, err := a.connect(ctx)
 	if err != nil {
@@ -77,7 +77,7 @@ func (a *app) inspector(ctx context.Context, stages []string) (*admin.Inspector,
 	return in, rdb, nil
 }
 
-// stageFlag registers --stage; required says whether the subcommand needs it.
+// stageFlag registers --stage. required says whether the subcommand needs it.
 func stageFlag(fs *flag.FlagSet, required bool) *string {
 	what := "the `stage` whose DLQ (<prefix>:tasks:<stage>:dlq) to act on"
 	if !required {
@@ -100,8 +100,8 @@ func checkStageName(stage string, required bool) error {
 	return nil
 }
 
-// dlqRow is one line of 'producer dlq ls': the dashboard's view (the payload cut to
-// admin.MaxPayloadBytes) and how long ago (Redis clock) the entry was dead-lettered.
+// dlqRow is one line of 'producer dlq ls'. It holds the dashboard's view, with the payload cut
+// to admin.MaxPayloadBytes, and the entry's age by the Redis clock.
 type dlqRow struct {
 	admin.DeadLetterView
 	AgeMs int64 `json:"ageMs"`
@@ -252,7 +252,7 @@ func dlqError(err error, stage string, ids []string) error {
 	return err
 }
 
-// notInDLQError: dead letters a command named are not in the stage's DLQ (exit status 1).
+// notInDLQError reports dead letters a command named that are not in the stage's DLQ: exit 1.
 type notInDLQError struct{ msg string }
 
 func (e notInDLQError) Error() string { return e.msg }

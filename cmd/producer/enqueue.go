@@ -39,7 +39,7 @@ func (w *waitOpts) register(fs *flag.FlagSet) {
 type job struct {
 	total  int
 	stages []string
-	// next returns the next tasks to enqueue after done tasks; it may block to pace them.
+	// next returns the next tasks to enqueue after done tasks. It may block to pace them.
 	next     func(ctx context.Context, done int) ([]topics.Task, error)
 	single   bool // one task: no progress bar
 	anyStage bool // --any-stage: no check of the stages against the stage registry
@@ -139,7 +139,7 @@ func (a *app) enqueue(ctx context.Context, args []string) error {
 	})
 }
 
-// readTasks reads a JSONL file of tasks; empty fields take def's stage, tenant, session and
+// readTasks reads a JSONL file of tasks. Empty fields take def's stage, tenant, session and
 // versions. Every task is checked before anything is enqueued.
 func (a *app) readTasks(name string, def topics.Task) ([]topics.Task, error) {
 	var r io.Reader = a.stdin
@@ -159,8 +159,8 @@ func (a *app) readTasks(name string, def topics.Task) ([]topics.Task, error) {
 		if len(trimSpace(b)) == 0 {
 			continue
 		}
-		// Field names as exactly as the consumers read them: a misspelt field would be
-		// dead-lettered there (or, in a key field, silently change the key).
+		// Check field names exactly as the consumers read them. A misspelt field would be
+		// dead-lettered there, or silently change the key if it is a key field.
 		if err := topics.CheckFieldNames(b, topics.Limits{}); err != nil {
 			return nil, usagef("%s:%d: %v", name, line, err)
 		}
@@ -247,7 +247,7 @@ func (a *app) load(ctx context.Context, args []string) error {
 		next: func(ctx context.Context, done int) ([]topics.Task, error) {
 			k := min(chunk, n-done)
 			if perSec > 0 {
-				// Take what the bucket holds now (at least one token), so that a full bucket
+				// Take what the bucket holds now, at least one token, so that a full bucket
 				// goes out in one round trip and a steady rate one task at a time.
 				k = min(max(int(lim.Tokens()), 1), burst, n-done)
 			}
@@ -268,10 +268,10 @@ func (a *app) load(ctx context.Context, args []string) error {
 	})
 }
 
-// submit enqueues a job's tasks and prints each task's receipt (without --wait) or, with
-// --wait, their terminal events, the receipts of the tasks still missing at the timeout with
-// hints at the cause, and a summary. It refuses stages that no consumer has registered
-// (unless --any-stage). It subscribes to the result streams before the first enqueue, so
+// submit enqueues a job's tasks. Without --wait it prints each task's receipt. With --wait it
+// prints their terminal events, the receipts of the tasks still missing at the timeout with
+// hints at the cause, and a summary. Unless --any-stage is set, it refuses stages that no
+// consumer has registered. It subscribes to the result streams before the first enqueue, so
 // that every arrival time is measured when the event comes.
 func (a *app) submit(ctx context.Context, j job) error {
 	format, err := a.eventFormat(*j.format)
@@ -307,7 +307,7 @@ func (a *app) submit(ctx context.Context, j job) error {
 		go w.loop(ch)
 	}
 
-	// With --wait the bar counts the events (the waiter draws it), else the enqueued tasks.
+	// With --wait the waiter's bar counts the events. Otherwise this one counts the enqueued tasks.
 	bar := newProgress(a.stderr, j.total, "", showBar && w == nil)
 	done := 0
 	var enqErr error

@@ -106,11 +106,11 @@ type inspection struct {
 		Result int64 `json:"result"`
 		Fence  int64 `json:"fence"`
 	} `json:"ttlMs"`
-	// Result is the stored result when it is JSON of at most 2 KB; ResultText holds it (or
-	// its first 2 KB) otherwise.
+	// Result is the stored result when it is JSON of at most 2 KB. Otherwise ResultText
+	// holds it, cut to its first 2 KB.
 	shownResult
-	// Archived is the key's row in the durable archive, with --archive (or
-	// $FLIGHTDECK_ARCHIVE_URL); absent without one, null when the archive holds none.
+	// Archived is the key's row in the durable archive of --archive or $FLIGHTDECK_ARCHIVE_URL.
+	// It is absent without an archive, and null when the archive holds no row.
 	Archived *archivedRow `json:"archived,omitempty"`
 	// ArchiveError says why the archive could not be read.
 	ArchiveError string `json:"archiveError,omitempty"`
@@ -118,9 +118,9 @@ type inspection struct {
 	Claim *claimRow `json:"claim,omitempty"`
 }
 
-// claimRow is a key's takeover claim in the archive, as inspect prints it: the token of the
-// last owner that took the flight over (older owners' writes are refused after a Redis data
-// loss).
+// claimRow is a key's takeover claim in the archive, as inspect prints it. It holds the token
+// of the last owner that took the flight over. After a Redis data loss, older owners' writes
+// are refused.
 type claimRow struct {
 	OwnerToken int64  `json:"ownerToken"`
 	ClaimedAt  string `json:"claimedAt"`
@@ -129,7 +129,7 @@ type claimRow struct {
 }
 
 // shownResult is a result as inspect prints it: Result when it is JSON of at most 2 KB,
-// else ResultText (its first 2 KB) and its size.
+// else ResultText, cut to its first 2 KB, and its size.
 type shownResult struct {
 	Result          json.RawMessage `json:"result,omitempty"`
 	ResultText      string          `json:"resultText,omitempty"`
@@ -228,7 +228,7 @@ func (a *app) inspect(ctx context.Context, args []string) error {
 		return err
 	}
 	if out == nil {
-		// No flight yet: its tasks may wait in the stage's scheduled set (--in, notBefore).
+		// No flight yet: its tasks may wait in the stage's scheduled set, from --in or notBefore.
 		if sched, err := c.Scheduled(ctx, key); isTaskKey(key) && err == nil && len(sched) > 0 {
 			return a.printIndented(struct {
 				RequestKey string                 `json:"requestKey"`
@@ -250,8 +250,8 @@ func (a *app) printIndented(v any) error {
 	return err
 }
 
-// flightInspection reads the flight of key (and its archived row in the deployment of acfg,
-// when acfg names a URL); nil when neither Redis nor the archive knows the key.
+// flightInspection reads the flight of key, and its archived row in acfg's deployment when
+// acfg names a URL. It returns nil when neither Redis nor the archive knows the key.
 func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, key string,
 	acfg postgres.Config) (*inspection, error) {
 	archiveURL := acfg.URL
@@ -289,7 +289,7 @@ func flightInspection(ctx context.Context, rdb redis.UniversalClient, ks topics.
 		out.Parked = []string{}
 	}
 	out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = ttlMs(m.MetaTTL), ttlMs(m.ResultTTL), ttlMs(m.FenceTTL)
-	if m.Status == "" { // Redis has no flight for the key; the archive has its row
+	if m.Status == "" { // Redis has no flight for the key, the archive has its row
 		out.TTLMs.Meta, out.TTLMs.Result, out.TTLMs.Fence = -2, -2, -2
 	}
 	out.shownResult = show([]byte(d.Result))
@@ -319,8 +319,8 @@ func ttlMs(d time.Duration) int64 {
 	return d.Milliseconds()
 }
 
-// checkKeyArg refuses, as a usage mistake, an argument that cannot be a flight key (a
-// consumer's keys are ai:<stage>:v<n>:<tenant>:...; an in-process executor's may be any).
+// checkKeyArg refuses, as a usage mistake, an argument that cannot be a flight key. A
+// consumer's keys are ai:<stage>:v<n>:<tenant>:..., an in-process executor's may be any.
 func checkKeyArg(key string) error {
 	if err := flight.CheckKey(key); err != nil {
 		return usagef("%q is not a request key (%v): a consumer's keys are ai:<stage>:v<n>:<tenant>:..., as enqueue prints them", key, err)
@@ -347,8 +347,8 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	// Tasks of the key still waiting in the scheduled set (a notBefore ahead, a long retry
-	// delay) are cancelled too: they have no flight to cancel yet, or would find it.
+	// Tasks of the key still waiting in the scheduled set, with a notBefore ahead or a long
+	// retry delay, are cancelled too. They have no flight to cancel yet, or would find it.
 	var scheduled int
 	if isTaskKey(key) { // only a consumer's keys have tasks in a scheduled set
 		var serr error
@@ -387,8 +387,8 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 	return nil
 }
 
-// isTaskKey reports whether key is one a consumer builds for a task (flight.TaskKey): only
-// those have tasks in a scheduled set.
+// isTaskKey reports whether key is one a consumer builds for a task with flight.TaskKey.
+// Only those have tasks in a scheduled set.
 func isTaskKey(key string) bool {
 	_, ok := flight.ParseKey(key)
 	return ok

@@ -14,18 +14,18 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Output formats of the events (enqueue --wait, load --wait, tail).
+// Output formats of the events that enqueue --wait, load --wait and tail print.
 const (
 	formatJSON  = "json"
 	formatTable = "table"
 )
 
-// formatFlag registers --format for the events; "" picks by the output (eventFormat).
+// formatFlag registers --format for the events. Its default "" lets eventFormat pick by the output.
 func formatFlag(fs *flag.FlagSet) *string {
 	return fs.String("format", "", "output `format` of the events: table or json (default: table when stdout is a terminal, json otherwise)")
 }
 
-// listFormatFlag registers --format for a listing (stages, dlq ls): a table by default.
+// listFormatFlag registers --format for a listing such as stages or dlq ls, a table by default.
 func listFormatFlag(fs *flag.FlagSet) *string {
 	return fs.String("format", formatTable, "output `format`: table or json")
 }
@@ -38,8 +38,8 @@ func checkFormat(f string) error {
 	return nil
 }
 
-// eventFormat checks --format; "" is table when stdout is a terminal and json otherwise, so
-// that pipes and files get JSON lines.
+// eventFormat checks --format. An empty f is table when stdout is a terminal and json
+// otherwise, so that pipes and files get JSON lines.
 func (a *app) eventFormat(f string) (string, error) {
 	if f != "" {
 		return f, checkFormat(f)
@@ -50,8 +50,8 @@ func (a *app) eventFormat(f string) (string, error) {
 	return formatJSON, nil
 }
 
-// Widths of the table's columns; longer values are shortened in the middle (ids, keys) or
-// at the end (results, errors).
+// Widths of the table's columns. Longer ids and keys are shortened in the middle, longer
+// results and errors at the end.
 const (
 	colTask   = 36
 	colStage  = 22
@@ -63,7 +63,7 @@ const (
 )
 
 // eventPrinter writes events one per line as JSON, or as rows of aligned columns under a
-// header (written before the first row). Rows have fixed widths, so that the columns stay
+// header written before the first row. Rows have fixed widths, so that the columns stay
 // aligned while events stream in.
 type eventPrinter struct {
 	out    io.Writer
@@ -126,7 +126,7 @@ func pad(s string, w int) string {
 	return s + strings.Repeat(" ", max(w-utf8.RuneCountInString(s), 0))
 }
 
-// outcome is an event's result (compact JSON, or where it is stored) or error, on one line.
+// outcome is an event's error or result on one line: compact JSON, or where it is stored.
 func outcome(e topics.Event) string {
 	if e.Status != topics.StatusSucceeded {
 		msg := e.Error
@@ -167,8 +167,8 @@ func shortEnd(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// shortMiddle cuts s to n runes by replacing its middle with "…", keeping the head (the
-// prefix and stage of a key) and the tail (the part that tells keys apart).
+// shortMiddle cuts s to n runes by replacing its middle with "…". It keeps the head, such as
+// a key's prefix and stage, and the tail, the part that tells keys apart.
 func shortMiddle(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
 		return s

@@ -13,14 +13,14 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
 )
 
-// stale: a stage whose consumers have not registered it for this long has no live consumer
-// (a live one registers its stages on every liveness beat, every second by default), and a
-// task stream whose consumers have not read or claimed for this long has no live reader.
+// stale is how long a stage may go unregistered before it counts as having no live consumer.
+// A live one registers its stages on every liveness beat, every second by default. A task
+// stream whose consumers have not read or claimed for this long has no live reader.
 const stale = 5 * time.Second
 
-// hints explains, on stderr, why the events of the missing tasks did not come: per stage,
-// one or two lines from the stage registry and the consumer group of the streams the tasks
-// were written to. What cannot be read (a Redis error, an ACL) is said in one line.
+// hints explains on stderr why the events of the missing tasks did not come. Per stage it
+// prints one or two lines from the stage registry and the consumer group of the streams the
+// tasks were written to. When a Redis error or an ACL stops a read, it says so in one line.
 func (a *app) hints(ctx context.Context, rdb redis.UniversalClient, c *client.Client, missing []client.Receipt) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -47,7 +47,7 @@ func (a *app) hints(ctx context.Context, rdb redis.UniversalClient, c *client.Cl
 	}
 	for _, stage := range stages {
 		if p, ok := paused[stage]; ok {
-			// That is the cause: the streams' state (unread entries) only follows from it.
+			// That is the cause: the unread entries on the streams only follow from it.
 			fmt.Fprintf(a.stderr, "producer: stage %s: the stage is paused (by %s, %s ago): its consumers read none of its tasks until it is resumed on the dashboard\n",
 				stage, p.By, ago(time.Duration(now-p.At)*time.Millisecond))
 			continue
@@ -68,8 +68,8 @@ func (a *app) hints(ctx context.Context, rdb redis.UniversalClient, c *client.Cl
 }
 
 // stageHints says what stops the events of a stage: a partition count the consumers do not
-// use, and the worst of its streams (no group, no reader, behind, pending, or all answered).
-// now is the Redis clock in Unix ms; parts the producer's partition count.
+// use, and the worst of its streams: no group, no reader, behind, pending, or all answered.
+// now is the Redis clock in Unix ms, and parts the producer's partition count.
 func stageHints(stage string, info *client.StageInfo, now int64, parts int, sts []client.StreamStatus) []string {
 	var out []string
 	registry := "; no consumer has ever registered this stage (a typo, or another --prefix?)"

@@ -18,7 +18,7 @@ import (
 type taskInspection struct {
 	TaskID string `json:"taskId"`
 	Stage  string `json:"stage,omitempty"`
-	// Entry is the task's stream entry ("" when it was trimmed, or is beyond --scan); Task
+	// Entry is the task's stream entry, empty when it was trimmed or is beyond --scan. Task is
 	// its payload.
 	Entry  string          `json:"entry,omitempty"`
 	Stream string          `json:"stream,omitempty"`
@@ -26,10 +26,10 @@ type taskInspection struct {
 	// Pending says who holds the entry while it is not answered: a consumer, or ~parked for
 	// a task that follows a running flight.
 	Pending *pendingEntry `json:"pending,omitempty"`
-	// RequestKey is the task's flight key; Event its terminal event (null: none yet).
+	// RequestKey is the task's flight key. Event is its terminal event, null while there is none.
 	RequestKey string        `json:"requestKey,omitempty"`
 	Event      *topics.Event `json:"event"`
-	// Flight is the flight of RequestKey (as inspect KEY prints it), when Redis or the archive
+	// Flight is the flight of RequestKey as inspect KEY prints it, when Redis or the archive
 	// knows it.
 	Flight *inspection `json:"flight,omitempty"`
 }
@@ -42,7 +42,7 @@ type pendingEntry struct {
 }
 
 // inspectTask finds task id among the newest scan entries of the task and result streams of
-// stage (every registered stage when ""), then prints it with its flight.
+// stage, then prints it with its flight. An empty stage means every registered stage.
 func (a *app) inspectTask(ctx context.Context, id, stage string, scan int, acfg postgres.Config) error {
 	if err := topics.CheckID(id, topics.Limits{}); err != nil {
 		return usagef("--task: %v", err)
@@ -154,7 +154,7 @@ func findNewest(ctx context.Context, rdb redis.UniversalClient, stream, needle s
 }
 
 // pendingOf returns who holds entry id of stream in the consumer group, or nil when it is not
-// pending (answered, or never read).
+// pending because it was answered or never read.
 func pendingOf(ctx context.Context, rdb redis.UniversalClient, stream, id string) (*pendingEntry, error) {
 	ps, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: topics.ConsumerGroup,
 		Start: id, End: id, Count: 1}).Result()

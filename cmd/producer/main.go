@@ -1,6 +1,6 @@
-// Command producer enqueues Flightdeck tasks and watches their terminal events: one task, a
-// JSONL file or a generated load; it can also follow result streams, inspect a flight and
-// cancel it. It is a thin shell over package client; run it with -h for the usage.
+// Command producer enqueues Flightdeck tasks and watches their terminal events. It enqueues
+// one task, a JSONL file or a generated load. It can also follow result streams, inspect a
+// flight and cancel it. It is a thin shell over package client. Run it with -h for the usage.
 package main
 
 import (
@@ -97,7 +97,7 @@ Run 'producer <command> -h' for the options of one command.
 const defaultStages = "interview-evaluation,interview-followup,interview-extraction,interview-demeanor"
 
 func main() {
-	// go-redis logs dial failures on its own; the commands report errors themselves.
+	// go-redis logs dial failures on its own. The commands report errors themselves.
 	redis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
@@ -114,7 +114,7 @@ type app struct {
 	redisURL string
 	prefix   string
 	parts    int
-	horizon  time.Duration // enqueue --schedule-horizon (0: the topics default)
+	horizon  time.Duration // enqueue --schedule-horizon, 0 for the topics default
 	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
@@ -123,12 +123,12 @@ type app struct {
 	lastFlags *flag.FlagSet
 }
 
-// newApp returns the app of one run with the global options at their defaults: the Redis URL
-// from getenv ($REDIS_URL or $REDIS_URL_FILE), else redis://127.0.0.1:6379/0.
+// newApp returns the app of one run with the global options at their defaults. The Redis URL
+// comes from $REDIS_URL or $REDIS_URL_FILE through getenv, else redis://127.0.0.1:6379/0.
 func newApp(getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) (*app, error) {
 	u, err := redisconn.URL("", getenv)
 	if err != nil {
-		return nil, err // it names the variable; run prints it as before
+		return nil, err // the error names the variable, and run prints it
 	}
 	return &app{redisURL: u, stdin: stdin, stdout: stdout, stderr: stderr, prefix: topics.DefaultPrefix}, nil
 }
@@ -234,7 +234,7 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 	fs.IntVar(&a.parts, "partitions", a.parts, "task stream `partitions` per stage")
 }
 
-// urlFlag is a string flag whose value is shown with its password redacted (in -h output).
+// urlFlag is a string flag whose value -h output shows with its password redacted.
 type urlFlag struct{ p *string }
 
 func (f urlFlag) String() string {
@@ -246,7 +246,7 @@ func (f urlFlag) String() string {
 
 func (f urlFlag) Set(s string) error { *f.p = s; return nil }
 
-// redactURL returns s without its secrets (redisconn.RedactURL).
+// redactURL returns s without its secrets, as redisconn.RedactURL does.
 func redactURL(s string) string { return redisconn.RedactURL(s) }
 
 // newFlagSet returns a subcommand's flag set with the global options and a usage line.
@@ -301,9 +301,9 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *client.Clien
 		}
 		rdb = redisconn.NewClient(opt)
 	}
-	// HELLO without arguments (the connection's own properties) needs no permission: a
-	// producer under the documented ACL, which grants no PING, is told at once when Redis is
-	// unreachable or refuses its password, before any command of its own.
+	// HELLO without arguments needs no permission. A producer under the documented ACL, which
+	// grants no PING, learns at once that Redis is unreachable or refuses its password, before
+	// any command of its own.
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Do(pctx, "hello").Err(); err != nil {

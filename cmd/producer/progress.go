@@ -8,9 +8,9 @@ import (
 )
 
 // progress draws "\r[=====>    ] 1234/5000 events" on stderr, redrawn at most every 100 ms.
-// It counts enqueued tasks (unit "") or, with --wait, terminal events received (unit
-// "events"). Whoever prints other lines on the same terminal clears the bar first and draws
-// it again after (clear, draw). It is not safe for concurrent use.
+// It counts enqueued tasks with unit "", or with --wait the terminal events received with
+// unit "events". Whoever prints other lines on the same terminal calls clear first and draw
+// after. It is not safe for concurrent use.
 type progress struct {
 	out     io.Writer
 	total   int
@@ -27,8 +27,8 @@ func newProgress(out io.Writer, total int, unit string, enabled bool) *progress 
 	return &progress{out: out, total: total, unit: unit, enabled: enabled}
 }
 
-// set redraws the bar for done, unless it was drawn less than 100 ms ago (the last count
-// is always drawn).
+// set redraws the bar for done, unless it was drawn less than 100 ms ago. The last count
+// is always drawn.
 func (p *progress) set(done int) {
 	if !p.enabled || (p.onLine && done < p.total && time.Since(p.drawn) < 100*time.Millisecond) {
 		return

@@ -17,7 +17,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// anyStageUsage is the help text of --any-stage (enqueue and load).
+// anyStageUsage is the help text of --any-stage for enqueue and load.
 const anyStageUsage = "enqueue even to a stage that no consumer has registered (the stage registry)"
 
 // stageRefusal is an enqueue refused because a stage is not registered: a usage mistake, printed
@@ -50,21 +50,21 @@ type stageRow struct {
 	Model      string `json:"model"`
 	Consumer   string `json:"consumer"`
 	LastSeen   string `json:"lastSeen,omitempty"`
-	// LastSeenAgoMs is how long ago (Redis clock) the consumer last registered the stage.
+	// LastSeenAgoMs is how long ago, by the Redis clock, the consumer last registered the stage.
 	LastSeenAgoMs int64 `json:"lastSeenAgoMs"`
-	// Backlog counts the entries no consumer has read yet (-1: Redis cannot tell).
+	// Backlog counts the entries no consumer has read yet, or is -1 when Redis cannot tell.
 	Backlog int64 `json:"backlog"`
 	// Pending counts the entries read and not yet answered, parked ones included.
 	Pending int64 `json:"pending"`
-	// Scheduled counts the tasks waiting in the stage's scheduled set (a notBefore ahead, a
-	// long retry delay).
+	// Scheduled counts the tasks waiting in the stage's scheduled set, with a notBefore ahead
+	// or a long retry delay.
 	Scheduled int64 `json:"scheduled"`
-	// Paused says who paused the stage (its consumers read none of its tasks until it is
-	// resumed); absent when it runs.
+	// Paused says who paused the stage, and is absent when it runs. Its consumers read none
+	// of its tasks until it is resumed.
 	Paused *topics.PauseInfo `json:"paused,omitempty"`
 }
 
-// pausedStages returns the paused stages among stages (the dashboard pauses and resumes them).
+// pausedStages returns the paused stages among stages. The dashboard pauses and resumes them.
 func pausedStages(ctx context.Context, rdb redis.UniversalClient, ks topics.Keyspace, stages []string) (map[string]topics.PauseInfo, error) {
 	if len(stages) == 0 {
 		return nil, nil
@@ -137,7 +137,7 @@ func (a *app) stages(ctx context.Context, args []string) error {
 			}
 			rows[i].Pending += st.Pending
 		}
-		// The scheduled set, and the one a version without its index kept (drained when due).
+		// The scheduled set, and the one a version without its index kept, drained when due.
 		var set, legacy *redis.IntCmd
 		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			set, legacy = p.ZCard(ctx, c.Keyspace().Scheduled(s.Name)), p.ZCard(ctx, c.Keyspace().ScheduledLegacy(s.Name))

@@ -13,16 +13,16 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// waiter prints the first terminal event of each enqueued task as it arrives. Events are read
-// by loop (from a subscription opened before the first enqueue) and matched to receipts by
-// a client.Tally, whatever comes first.
+// waiter prints the first terminal event of each enqueued task as it arrives. loop reads the
+// events from a subscription opened before the first enqueue. A client.Tally matches them to
+// receipts, whichever comes first.
 type waiter struct {
 	a       *app
 	tally   *client.Tally
 	cancel  context.CancelFunc // ends the subscription
 	printer *eventPrinter
 
-	mu      sync.Mutex // serializes counting and printing; guards the fields below
+	mu      sync.Mutex // serializes counting and printing, guards the fields below
 	stopped bool       // set by stop: nothing is counted or printed afterwards
 	events  int        // the events printed
 	bar     *progress  // events received / tasks, on stderr
@@ -51,7 +51,7 @@ func (w *waiter) loop(ch <-chan topics.StreamEvent) {
 	}
 }
 
-// expect registers a receipt; an event that came before it is printed now.
+// expect registers a receipt. An event that came before it is printed now.
 func (w *waiter) expect(r client.Receipt) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -79,7 +79,7 @@ func (w *waiter) say(line string) {
 	w.bar.draw(w.events)
 }
 
-// stop ends the subscription; once it returns nothing more is counted or printed, so the
+// stop ends the subscription. Once it returns, nothing more is counted or printed, so the
 // tally's summary matches the printed events. It does not wait for the subscription's
 // current XREAD to return.
 func (w *waiter) stop() {
