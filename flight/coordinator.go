@@ -164,6 +164,8 @@ type Ownership struct {
 	// never reached the flight: when the call does not answer them, the consumer acquires
 	// them as usual.
 	Joined []Task
+	// Usage is what the owner's call reported it used: the owner's event carries it.
+	Usage *Usage
 }
 
 // AcquireParams are the arguments of Acquire.

@@ -2,6 +2,7 @@ package flight
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -257,6 +258,9 @@ type Failure struct {
 	// EntryReleased says the owner's task gave its stream entry up: it waits for the retry
 	// in the stage's scheduled set and comes back under a new entry.
 	EntryReleased bool
+	// Free says the attempt never called the model (a limiter made it wait): the failure is
+	// retryable, never final, and the next attempt does not count.
+	Free bool
 }
 
 // Fail records the owner's failed attempt; the flight becomes FAILED. A final failure (not
@@ -277,12 +281,17 @@ func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time
 	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
 		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
 	ask := c.wbFence != nil
-	if shared != "" || f.RetryIn > 0 || f.EntryReleased || ask {
+	if shared != "" || f.RetryIn > 0 || f.EntryReleased || ask || f.Free {
 		argv = append(argv, shared, ms(max(f.RetryIn, 0)), flag(f.EntryReleased))
 	}
 	askAt := -1
-	if ask {
-		askAt = len(argv)
+	if ask || f.Free {
+		if ask {
+			askAt = len(argv)
+		}
+		argv = append(argv, flag(ask))
+	}
+	if f.Free {
 		argv = append(argv, flag(true))
 	}
 	return c.settleAsking(ctx, "fail", lua.Fail, o, argv, askAt)
@@ -394,6 +403,20 @@ func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run t
 	b = strconv.AppendInt(b, int64(max(o.Attempts, 1)), 10)
 	b = append(b, `,"runMs":`...)
 	b = strconv.AppendInt(b, run.Milliseconds(), 10)
+	if u := o.Usage; u != nil {
+		b = append(b, `,"usage":{`...)
+		if u.Model != "" {
+			b = append(b, `"model":`...)
+			q, _ := json.Marshal(u.Model) // a provider's string: escaped as JSON
+			b = append(b, q...)
+			b = append(b, ',')
+		}
+		b = append(b, `"promptTokens":`...)
+		b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
+		b = append(b, `,"completionTokens":`...)
+		b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
+		b = append(b, '}')
+	}
 	b = append(b, ',')
 	b = append(b, c.tailFields()...)
 	if inline && len(result) <= maxInline {

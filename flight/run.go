@@ -36,6 +36,13 @@ type Owner struct {
 	FailureTTL time.Duration
 	// Retention is how long the archive keeps the outcomes this owner records.
 	Retention time.Duration
+	// Limiter, when set, is the stage's limiter: each call takes from it first, and is
+	// settled with what the call reported (ReportUsage, ReportRemaining) after.
+	Limiter *Limiter
+	// LimitWait is the longest limiter wait the owner sits out holding the flight; a longer
+	// one ends the run (EndRetry, Throttled) with the flight waiting for it, its attempt not
+	// spent. ReleaseAfter: a wait longer than it gives the task's stream entry up.
+	LimitWait, ReleaseAfter time.Duration
 }
 
 // Run is one owner run's context and caller.
@@ -48,6 +55,8 @@ type Run struct {
 	Abort      <-chan struct{}
 	AbortCause error
 	Caller     Caller
+	// Tokens is the call's token estimate, taken from the limiter before the call.
+	Tokens int
 }
 
 // Caller is the caller's side of an owner run. Its methods run on the goroutine that called
@@ -128,6 +137,10 @@ type End struct {
 	CallErr, Err error
 	// RunTime is how long the call took.
 	RunTime time.Duration
+	// Usage is what the call reported it used (ReportUsage); nil for none.
+	Usage *Usage
+	// Throttled is the limiter's wait that ended an EndRetry run before its call.
+	Throttled Throttled
 }
 
 // msgHeldAnswer is logged by an owner that completes its flight with an outcome its process
@@ -167,11 +180,23 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	defer cancel(nil)
 	var hb beats
 	stopHeartbeat := w.startHeartbeat(runCtx, cancel, r, o, &hb)
+	res, limited, th := w.admit(runCtx, r, o)
+	if th.Wait > 0 {
+		cancel(nil)
+		stopHeartbeat()
+		return w.throttled(ctx, r, o, th)
+	}
+	callCtx, report := withReport(runCtx)
 	start := time.Now()
-	out, callErr := Guarded(func() ([]byte, error) { return r.Caller.Call(runCtx, func() { hb.progress.Add(1) }) },
+	out, callErr := Guarded(func() ([]byte, error) { return r.Caller.Call(callCtx, func() { hb.progress.Add(1) }) },
 		func(p *guard.PanicError) {
 			r.Caller.Log(slog.LevelError, "the call panicked; the flight fails", nil, "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
 		})
+	usage, rem := report.result()
+	if limited {
+		w.settleLimit(ctx, r, res, usage, rem, callErr)
+	}
+	o.Usage = usage
 	var release func(settled bool)
 	if callErr == nil {
 		// Held from the moment it exists until Redis took or refused it (settle releases it;
@@ -192,9 +217,13 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	}
 	r.Caller.Finishing()
 	if callErr != nil {
-		return w.fail(ctx, r, o, callErr, run)
+		e := w.fail(ctx, r, o, callErr, run)
+		e.Usage = usage
+		return e
 	}
-	return w.settle(ctx, r, o, out, run, release)
+	e := w.settle(ctx, r, o, out, run, release)
+	e.Usage = usage
+	return e
 }
 
 // settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
@@ -253,7 +282,11 @@ func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Du
 
 // fail records the call's failure: final, or retried after its RetryIn.
 func (w *Owner) fail(ctx context.Context, r Run, o Ownership, callErr error, run time.Duration) End {
-	f := r.Caller.Failure(callErr, o)
+	return w.failWith(ctx, r, o, r.Caller.Failure(callErr, o), callErr, run)
+}
+
+// failWith records failure f of the flight o owns; callErr is the call's error.
+func (w *Owner) failWith(ctx context.Context, r Run, o Ownership, f Failure, callErr error, run time.Duration) End {
 	st, err := w.write(ctx, writing{op: "fail", o: o, f: f, run: run})
 	e := End{Op: "fail", Verdict: Judge(err), Settlement: st, Failure: f, CallErr: callErr, Err: err, RunTime: run}
 	switch {

@@ -229,9 +229,13 @@ register('acquire', function()
   end
 
   if status == 'FAILED' then
-    if meta.retryable == '1' and attempts < maxA then
-      -- A retry delay (a provider's Retry-After, the stage's backoff) holds for every task.
+    -- An attempt a limiter stopped before its call (free) does not count.
+    local free = meta.free == '1'
+    if meta.retryable == '1' and (free or attempts < maxA) then
+      -- A retry delay (a provider's Retry-After, the stage's backoff, a limiter's wait)
+      -- holds for every task.
       if now < num(meta.retryAt, 0) then return acqFollow(meta) end
+      if free then return acqTakeOver('retry', attempts, meta) end
       return acqTakeOver('retry', attempts + 1, meta)
     end
     return acqFinal('FAILED_FINAL', meta, nil)

@@ -34,7 +34,7 @@ register('cancel', function()
     return tail({ 'ALREADY', meta.taskId or '', meta.cancelReason or meta.error or '', status })
   end
   local open = status == 'PENDING' or status == 'RUNNING' or
-    (status == 'FAILED' and meta.retryable == '1' and attempts < maxA) or
+    (status == 'FAILED' and meta.retryable == '1' and (attempts < maxA or meta.free == '1')) or
     (status == 'EXPIRED' and attempts < maxA)
   if not open then return tail({ 'STATE', meta.taskId or '', '', status or '' }) end
 

@@ -19,6 +19,9 @@
 --             retry in the stage's scheduled set and comes back under a new entry)
 -- ARGV[29] (optional) -> "1": ask first, as complete's ARGV[24] (GONE when the meta is gone,
 --             LAPSED when the caller's own record lets another caller take it over)
+-- ARGV[30] (optional, after ARGV[29]) -> "1": the attempt never called the model (a limiter
+--             made it wait): the failure is retryable, never final, and the next attempt does
+--             not count (the meta records free)
 --
 -- Accepted from the same tokens as complete (complete.lua). Output:
 --   { code, final, settled, <answer tail> }
@@ -42,6 +45,8 @@ register('fail', function()
   local label = V[26]
   if label == nil or label == '' then label = 'owner' end
   local retryIn = num(V[27], 0)
+  local free = V[30] == '1'
+  if free then retryable = '1' end
 
   local function record(meta)
     redis.call('HSET', K[1], 'status', 'FAILED', 'updatedAt', nowStr, 'retryable', retryable,
@@ -53,6 +58,7 @@ register('fail', function()
       meta.retryAt = fmt(nowMs() + retryIn)
     end
     if V[28] == '1' then redis.call('HSET', K[1], 'entry', '') end
+    if free then redis.call('HSET', K[1], 'free', '1') end
     if label ~= 'owner' then redis.call('HSET', K[1], 'shared', label) end
     redis.call('PEXPIRE', K[1], ttl)
     if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], ttl) end
@@ -62,6 +68,7 @@ register('fail', function()
 
   local function isFinal(meta)
     local _, _, _, _, _, pinnedMax = pinned(meta, '0 0 0 0 0 ' .. fmt(maxA))
+    if free then return false end
     return retryable ~= '1' or num(meta.attempts, 0) >= pinnedMax
   end
 

@@ -414,7 +414,7 @@ local function settleCaller(meta)
       answer(outcomeOf(meta, st, result), 'follower')
       return 'answered'
     end
-  elseif st == 'CANCELLED' or (st == 'FAILED' and (meta.retryable ~= '1' or attempts >= maxA))
+  elseif st == 'CANCELLED' or (st == 'FAILED' and meta.free ~= '1' and (meta.retryable ~= '1' or attempts >= maxA))
     or (st == 'EXPIRED' and attempts >= maxA) then
     answer(failureOf(meta), 'follower')
     return 'answered'

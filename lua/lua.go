@@ -49,6 +49,8 @@ var (
 	cancelSrc string
 	//go:embed handover.lua
 	handoverSrc string
+	//go:embed limit.lua
+	limitSrc string
 	//go:embed stream_touch.lua
 	streamTouchSrc string
 	//go:embed liveness.lua
@@ -72,7 +74,7 @@ type library struct {
 
 func newLibrary() library {
 	body := strings.Join([]string{libSrc, acquireSrc, startSrc, heartbeatSrc, completeSrc, failSrc,
-		cancelSrc, handoverSrc}, "\n")
+		cancelSrc, handoverSrc, limitSrc}, "\n")
 	sum := sha256.Sum256([]byte(body))
 	v := hex.EncodeToString(sum[:6])
 	lib := library{name: "flightdeck_" + v, prefix: "fd_" + v + "_"}
@@ -146,6 +148,14 @@ var Cancel = fn("cancel")
 
 // Handover gives a running flight up without spending its attempt.
 var Handover = fn("handover")
+
+// LimitTake takes one call's requests, tokens and concurrency slot from a named limiter, or
+// says how long to wait. See limit.lua.
+var LimitTake = fn("limit_take")
+
+// LimitSettle corrects a limiter after a call: the tokens the provider counted, the budget it
+// says remains, and a 429's hold.
+var LimitSettle = fn("limit_settle")
 
 // StreamTouch keeps (or hands over) custody of the task entries a consumer holds.
 var StreamTouch = redis.NewScript(streamTouchSrc)

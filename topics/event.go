@@ -98,6 +98,9 @@ type Event struct {
 	QueuedMs int64 `json:"queuedMs"`
 	// RunMs is how long the model run took, in milliseconds.
 	RunMs int64 `json:"runMs"`
+	// Usage is what the model call used, as its provider reported it: on the event of the task
+	// whose call it was. Omitted when the call reported none.
+	Usage *Usage `json:"usage,omitempty"`
 	// FinishedAt is when the outcome was final. On the wire it is TimeLayout in UTC
 	// (millisecond precision); decoding accepts any RFC 3339 time.
 	FinishedAt time.Time `json:"finishedAt"`
@@ -108,6 +111,18 @@ type Event struct {
 	// such an event by it (client.Receipt.Matches). Omitted when empty.
 	Entry string `json:"entry,omitempty"`
 }
+
+// Usage is what one model call used, as its provider reported it.
+type Usage struct {
+	// Model is the model that answered. Omitted when not reported.
+	Model string `json:"model,omitempty"`
+	// PromptTokens and CompletionTokens are the provider's counts.
+	PromptTokens     int `json:"promptTokens"`
+	CompletionTokens int `json:"completionTokens"`
+}
+
+// Tokens returns the prompt and completion tokens together.
+func (u Usage) Tokens() int { return u.PromptTokens + u.CompletionTokens }
 
 // eventJSON is Event without its methods, so that MarshalJSON and UnmarshalJSON can
 // reuse the struct tags; the outer FinishedAt shadows the embedded one.

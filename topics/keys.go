@@ -163,3 +163,11 @@ func (k Keyspace) StageOf(taskStream string) string {
 	}
 	return s
 }
+
+// LimiterKeys returns the keys of the named limiter in the order limit_take and limit_settle
+// take them: its state, its running calls, its active tenants. All three share the {name}
+// hash tag.
+func (k Keyspace) LimiterKeys(name string) []string {
+	b := k.p() + ":limit:" + tag(name)
+	return []string{b, b + ":running", b + ":tenants"}
+}
