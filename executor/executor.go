@@ -85,6 +85,14 @@ type StageOptions struct {
 	// ArchiveRetention is how long Config.Archive keeps the stage's outcomes.
 	// Defaults to the archive's default (30 days for package archive).
 	ArchiveRetention time.Duration
+	// Limiter names the fleet-wide limiter whose Limit the stage's calls take from; stages
+	// and consumers naming one limiter share its budget. Empty: none.
+	Limiter string
+	// Limit is the limiter's budget; required with Limiter.
+	Limit *flight.Limit
+	// EstimateTokens is the tokens a call reserves from a limiter with tokensPerMinute before
+	// it runs; fn reports what it used with flight.ReportUsage. Defaults to 1024.
+	EstimateTokens int
 }
 
 func (o StageOptions) withDefaults() StageOptions {
@@ -97,6 +105,9 @@ func (o StageOptions) withDefaults() StageOptions {
 	}
 	if o.WaitTimeout == 0 {
 		o.WaitTimeout = o.Policy.Lease
+	}
+	if o.EstimateTokens == 0 {
+		o.EstimateTokens = 1024
 	}
 	if o.Budget.Coordination == 0 {
 		o.Budget.Coordination = 500 * time.Millisecond
@@ -297,6 +308,18 @@ func New(cfg Config) (*Executor, error) {
 				FailureTTL: o.Policy.FailureTTL, Retention: o.ArchiveRetention}
 			if cfg.Archive != nil {
 				st.owner.Archive = cfg.Archive
+			}
+			if o.Limiter != "" || o.Limit != nil {
+				if o.Limit == nil {
+					return nil, fmt.Errorf("executor: stage %s: limiter %q has no Limit", st.name, o.Limiter)
+				}
+				lim, err := cfg.Coordinator.NewLimiter(o.Limiter, *o.Limit)
+				if err != nil {
+					return nil, fmt.Errorf("executor: stage %s: %w", st.name, err)
+				}
+				// An in-process caller waits for its call anyway: up to a lease in place, longer
+				// by following the flight until its retryAt.
+				st.owner.Limiter, st.owner.LimitWait = lim, o.Policy.Lease
 			}
 		}
 	}

@@ -126,7 +126,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 	o.Task = flight.Task{ID: "exec-" + uuid.NewString()}
 	d.Owner = &o
 	c := &caller{fn: fn, budget: st.opt.Budget.Execution, log: &e.log, key: o.Key, token: o.Token}
-	end := st.owner.Run(ctx, d, flight.Run{Context: ctx, Caller: c})
+	end := st.owner.Run(ctx, d, flight.Run{Context: ctx, Caller: c, Tokens: st.opt.EstimateTokens})
 	if p, ok := errors.AsType[*guard.PanicError](end.CallErr); ok {
 		panic(p) // the flight failed for good; Local raises it again in every caller of this run
 	}

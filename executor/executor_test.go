@@ -836,3 +836,26 @@ func TestPanicFailsTheFlight(t *testing.T) {
 		t.Errorf("no panic line in the owner's log:\n%s", n1.log.String())
 	}
 }
+
+// TestExecutorLimiter: two keys' calls on a limiter of one call a second: the second waits
+// for the budget in place and runs; the calls' reported usage is charged to the limiter.
+func TestExecutorLimiter(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	opt := fastPolicy()
+	opt.Policy.Lease, opt.HeartbeatInterval = 3*time.Second, 200*time.Millisecond
+	opt.Limiter, opt.Limit = "exec", &flight.Limit{RequestsPerMinute: 60, Burst: time.Second}
+	n := newNode(t, srv, redistest.Prefix(), "n1", opt)
+	fn := func(ctx context.Context, _ func()) ([]byte, error) {
+		flight.ReportUsage(ctx, flight.Usage{PromptTokens: 10, CompletionTokens: 5})
+		return []byte(`"ok"`), nil
+	}
+	start := time.Now()
+	for _, key := range []string{"k1", "k2"} {
+		if res, err := n.e.Do(context.Background(), stage, key, fn); err != nil || string(res.Value) != `"ok"` {
+			t.Fatalf("%s: %+v %v", key, res, err)
+		}
+	}
+	if d := time.Since(start); d < 700*time.Millisecond {
+		t.Errorf("two calls in %v on a limiter of one a second", d)
+	}
+}

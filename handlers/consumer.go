@@ -45,6 +45,7 @@ type Consumer struct {
 	batch    *lua.Batcher    // the handlers' flight calls on a single node (nil on a cluster)
 	archive  *archive.Writer // nil without Config.Archive
 	procs    map[string]*processor
+	limiters map[string]*flight.Limiter // by name, shared by the stages that name one
 	subs     map[string]*stream.Subscriber
 	life     *lifecycle
 	stop     context.CancelFunc
@@ -164,6 +165,14 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 			Retention: s.ArchiveRetention}
 		if c.archive != nil {
 			proc.owner.Archive = c.archive
+		}
+		if s.Limit != nil {
+			lim, err := c.limiter(coord, s.Limiter, *s.Limit)
+			if err != nil {
+				c.closeClients()
+				return nil, fmt.Errorf("handlers: stage %s: %w", s.Name, err)
+			}
+			proc.owner.Limiter, proc.owner.ReleaseAfter = lim, scheduleAfter
 		}
 		c.procs[s.Name] = proc
 		sub, err := stream.NewSubscriber(stream.Config{Client: c.reads, Consumer: cfg.Name, Capacity: s.Concurrency,
@@ -361,6 +370,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.stopped.Store(true)
 	c.log.Info().Msg("consumer stopped")
 	return nil
+}
+
+// limiter returns the process's limiter of name, made on first use: stages that name one
+// limiter share it.
+func (c *Consumer) limiter(coord *flight.Coordinator, name string, l flight.Limit) (*flight.Limiter, error) {
+	if lim, ok := c.limiters[name]; ok {
+		return lim, nil
+	}
+	lim, err := coord.NewLimiter(name, l)
+	if err != nil {
+		return nil, err
+	}
+	if c.limiters == nil {
+		c.limiters = map[string]*flight.Limiter{}
+	}
+	c.limiters[name] = lim
+	return lim, nil
 }
 
 func (c *Consumer) closeClients() {

@@ -22,6 +22,9 @@ type metrics struct {
 	scheduled    *prometheus.CounterVec
 	eviction     *prometheus.GaugeVec
 	unreplicated *prometheus.CounterVec
+	limiterWaits *prometheus.CounterVec
+	limitFactor  *prometheus.GaugeVec
+	tokens       *prometheus.CounterVec
 }
 
 // newMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -54,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "The consumer's coordination circuit breaker: 0 closed, 1 half-open, 2 open."}),
 		spooled: executor.ResultWriteFailures(nil),
 		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_scheduled_tasks_total",
-			Help: "Tasks put in the stage's scheduled set (why: not_before, retry) and moved back to its stream (why: due)."},
+			Help: "Tasks put in the stage's scheduled set (why: not_before, retry, limiter) and moved back to its stream (why: due)."},
 			[]string{"stage", "why"}),
 		eviction: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flightdeck_redis_maxmemory_policy",
 			Help: "Redis's maxmemory-policy as the consumer last read it (1 for that policy); any but noeviction may drop keys."},
@@ -62,9 +65,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		unreplicated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_unreplicated_calls_total",
 			Help: "Claims (op acquire, given up) and outcomes (complete, fail) of replicated stages that no replica acknowledged in time."},
 			[]string{"stage", "op"}),
+		limiterWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_limiter_waits_total",
+			Help: "Owner calls a limiter made wait, holding no handler (why: held, concurrency, requests, tokens, share)."},
+			[]string{"stage", "limiter", "why"}),
+		limitFactor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flightdeck_limiter_factor",
+			Help: "The factor on a limiter's rates: 1, lowered by the provider's 429s and raised back by successes."},
+			[]string{"limiter"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_model_tokens_total",
+			Help: "Tokens the owners' model calls used, as the provider reported them (kind: prompt, completion)."},
+			[]string{"stage", "kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait, m.breaker, m.scheduled, m.eviction, m.unreplicated)
+		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait,
+			m.breaker, m.scheduled, m.eviction, m.unreplicated, m.limiterWaits, m.limitFactor, m.tokens)
 		m.spooled = executor.ResultWriteFailures(reg) // shared with an Executor on reg
 	}
 	return m

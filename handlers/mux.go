@@ -42,6 +42,13 @@ func Permanent(code string, err error) error { return model.Permanent(code, err)
 // Retry-After (model.RetryLater).
 func RetryLater(d time.Duration, err error) error { return model.RetryLater(d, err) }
 
+// Usage is what a handler's model call used (ReportUsage).
+type Usage = model.Usage
+
+// ReportUsage records, from inside a handler, what its model call used: the stage's limiter
+// is charged it and the owner's event carries it (model.ReportUsage).
+func ReportUsage(ctx context.Context, u Usage) { model.ReportUsage(ctx, u) }
+
 // Mux routes each stage to the code that runs its tasks, as asynq's ServeMux routes task
 // types: HandleFunc registers a function, Handle a model adapter. A Consumer given a Mux
 // (Config.Handlers) consumes every stage registered in it, besides Config.Stages. Register

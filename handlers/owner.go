@@ -27,7 +27,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	p.life.running.Add(1)
 	defer p.life.running.Add(-1)
 	t.owned = d
-	r := flight.Run{Context: p.life.owners, Caller: t}
+	r := flight.Run{Context: p.life.owners, Caller: t, Tokens: p.stage.EstimateTokens + (len(t.task.Input)+3)/4}
 	if t.lockLost != nil {
 		r.Abort, r.AbortCause = t.lockLost, errSessionLockLost
 	}
@@ -107,6 +107,13 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 	if nr := (*flight.NotReplicatedError)(nil); errors.As(e.Err, &nr) {
 		p.metrics.unreplicated.WithLabelValues(t.task.Stage, nr.Op).Inc()
 	}
+	if u := e.Usage; u != nil {
+		p.metrics.tokens.WithLabelValues(t.task.Stage, "prompt").Add(float64(u.PromptTokens))
+		p.metrics.tokens.WithLabelValues(t.task.Stage, "completion").Add(float64(u.CompletionTokens))
+	}
+	if l := p.owner.Limiter; l != nil {
+		p.metrics.limitFactor.WithLabelValues(l.Name()).Set(l.Factor())
+	}
 	switch e.How {
 	case flight.EndCompleted:
 		if e.Settlement.Restored {
@@ -131,6 +138,14 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 		t.observeSettled(topics.SharedOwner, topics.StatusFailed, e.Settlement)
 		stream.Acked(t.msg)
 	case flight.EndRetry:
+		if th := e.Throttled; th.Wait > 0 {
+			p.metrics.limiterWaits.WithLabelValues(t.task.Stage, p.owner.Limiter.Name(), th.Why).Inc()
+			if debugOn(p.log) {
+				l := t.logger()
+				l.Debug().Str("why", th.Why).Dur("wait", th.Wait).Msg("limiter: the call waits")
+			}
+			return false, t.wait(ctx, time.Now().Add(th.Wait), "limiter")
+		}
 		t.warn().Err(e.CallErr).Dur("retryIn", e.Failure.RetryIn).Msg("model call failed; the flight retries")
 		return false, t.wait(ctx, time.Now().Add(e.Failure.RetryIn), "retry")
 	case flight.EndClosed:

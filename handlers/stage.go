@@ -43,6 +43,15 @@ type StageConfig struct {
 	// single-flight) and BYPASS runs every task; both still publish one event per task.
 	// Defaults to HYBRID.
 	Mode executor.Mode `yaml:"mode"`
+	// Limiter names the limiter (the stage file's limiters) whose budget the stage's model
+	// calls take from, fleet-wide; stages naming one limiter share it. Empty: none.
+	Limiter string `yaml:"limiter"`
+	// Limit is the named limiter's budget, set from the stage file's limiters.
+	Limit *flight.Limit `yaml:"-"`
+	// EstimateTokens is the output part of a call's token estimate, which a limiter with
+	// tokensPerMinute reserves before the call (the input adds a token per 4 bytes).
+	// Defaults to openai.maxTokens, else 1024.
+	EstimateTokens int `yaml:"estimateTokens"`
 	// Policy is the stage's flight policy, its fields at the stage's level in the file.
 	// MaxParked defaults to 10000 here (DESIGN.md section 7).
 	flight.Policy `yaml:",inline"`
@@ -129,6 +138,12 @@ func (c StageConfig) WithDefaults() StageConfig {
 	if c.MaxParked == 0 {
 		c.MaxParked = 10000
 	}
+	if c.EstimateTokens == 0 {
+		c.EstimateTokens = 1024
+		if c.OpenAI != nil && c.OpenAI.MaxTokens > 0 {
+			c.EstimateTokens = c.OpenAI.MaxTokens
+		}
+	}
 	c.Policy = c.Policy.WithDefaults()
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = time.Second
@@ -204,6 +219,19 @@ func (c StageConfig) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Limiter != "" && c.Limit == nil {
+		errs = append(errs, fmt.Errorf("limiter %q has no limit", c.Limiter))
+	}
+	if c.Limit != nil {
+		if c.Limiter == "" {
+			errs = append(errs, errors.New("a limit needs a limiter name"))
+		} else if err := c.Limit.WithDefaults().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("limiter %s: %w", c.Limiter, err))
+		}
+	}
+	if c.EstimateTokens < 0 {
+		errs = append(errs, fmt.Errorf("estimateTokens %d must not be negative", c.EstimateTokens))
+	}
 	if c.OpenAI != nil && c.Model != "openai" {
 		errs = append(errs, fmt.Errorf("openai settings given, but the stage's model is %q", c.Model))
 	}
@@ -215,7 +243,8 @@ func (c StageConfig) Validate() error {
 
 // fileConfig is the YAML stage file: {stages: {<name>: {<field>: <value>}}}.
 type fileConfig struct {
-	Stages map[string]yaml.Node `yaml:"stages"`
+	Stages   map[string]yaml.Node    `yaml:"stages"`
+	Limiters map[string]flight.Limit `yaml:"limiters"`
 }
 
 // errNoStages: a stage file without a stages mapping (empty, or the stages not under it).
@@ -228,8 +257,9 @@ var errNoStages = errors.New("no stages: want stages: {<stage name>: {<field>: <
 // empty set of overrides.
 func decodeStageFile(raw []byte) (fileConfig, error) {
 	var strict struct {
-		Stages map[string]StageConfig `yaml:"stages"`
-		Extra  map[string]yaml.Node   `yaml:",inline"`
+		Stages   map[string]StageConfig  `yaml:"stages"`
+		Limiters map[string]flight.Limit `yaml:"limiters"`
+		Extra    map[string]yaml.Node    `yaml:",inline"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
@@ -249,8 +279,8 @@ func decodeStageFile(raw []byte) (fileConfig, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if k != "stages" && !strings.HasPrefix(k, "x-") {
-			return fileConfig{}, fmt.Errorf("line %d: %q is not a stage file key: want stages: {<stage name>: {...}} (x-... keys are free)",
+		if k != "stages" && k != "limiters" && !strings.HasPrefix(k, "x-") {
+			return fileConfig{}, fmt.Errorf("line %d: %q is not a stage file key: want stages: {<stage name>: {...}} and limiters: {<name>: {...}} (x-... keys are free)",
 				top[k].Line, k)
 		}
 	}
@@ -271,6 +301,7 @@ func decodeStageFile(raw []byte) (fileConfig, error) {
 // is valid.
 func LoadStages(path string, only []string) ([]StageConfig, error) {
 	stages := defaultStages()
+	var limiters map[string]flight.Limit
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -288,6 +319,7 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 			sc.Name = name
 			stages[name] = sc
 		}
+		limiters = fc.Limiters
 	}
 	names := only
 	if len(names) == 0 {
@@ -307,6 +339,13 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 			sort.Strings(known)
 			return nil, fmt.Errorf("%w %q (known: %s; define it in the stage config file)",
 				ErrUnknownStage, n, strings.Join(known, ", "))
+		}
+		if sc.Limiter != "" {
+			l, ok := limiters[sc.Limiter]
+			if !ok {
+				return nil, fmt.Errorf("handlers: stage %s: limiter %q is not in the stage file's limiters", n, sc.Limiter)
+			}
+			sc.Limit = &l
 		}
 		sc = sc.WithDefaults()
 		if err := sc.Validate(); err != nil {

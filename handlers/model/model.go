@@ -140,6 +140,20 @@ func RetryLater(d time.Duration, err error) error {
 	return &Error{Retryable: true, Type: TypeRateLimited, Code: "retry_later", RetryAfter: d, Err: err}
 }
 
+// Usage is what one model call used, as its provider reported it.
+type Usage = flight.Usage
+
+// Remaining is the budget a provider says is left after a call; -1 where it said nothing.
+type Remaining = flight.Remaining
+
+// ReportUsage records, from inside Model.Call, what the call used: the owner charges it to
+// the stage's limiter and carries it in its event. Several reports of one call add up.
+func ReportUsage(ctx context.Context, u Usage) { flight.ReportUsage(ctx, u) }
+
+// ReportRemaining records, from inside Model.Call, the budget the provider says is left (its
+// x-ratelimit-remaining-* headers); the stage's limiter lowers its view to it.
+func ReportRemaining(ctx context.Context, r Remaining) { flight.ReportRemaining(ctx, r) }
+
 // Classify turns err into an *Error:
 //   - nil stays nil;
 //   - an *Error anywhere in err's chain is returned as is;

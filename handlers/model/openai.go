@@ -290,6 +290,7 @@ func (o *OpenAI) Call(ctx context.Context, req Request, progress ProgressFunc) (
 	// Bodies are read to EOF (within their caps) where that is cheap, so the connection is
 	// reused; a stream is closed without draining, so a stalled server cannot hold the call.
 	defer resp.Body.Close()
+	reportRemaining(ctx, resp.Header)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, o.statusError(ctx, resp)
 	}
@@ -308,6 +309,9 @@ func (o *OpenAI) Call(ctx context.Context, req Request, progress ProgressFunc) (
 	}
 	if out.Model == "" {
 		out.Model = o.cfg.Model
+	}
+	if out.Usage != nil {
+		ReportUsage(ctx, Usage{Model: out.Model, PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens})
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
@@ -543,6 +547,24 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// reportRemaining reports the budget the provider's x-ratelimit-remaining-requests and
+// -tokens headers give, when it sent either.
+func reportRemaining(ctx context.Context, h http.Header) {
+	req, tok := headerInt(h, "X-Ratelimit-Remaining-Requests"), headerInt(h, "X-Ratelimit-Remaining-Tokens")
+	if req >= 0 || tok >= 0 {
+		ReportRemaining(ctx, Remaining{Requests: req, Tokens: tok})
+	}
+}
+
+// headerInt is the header's value as a non-negative integer, or -1.
+func headerInt(h http.Header, name string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get(name)))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // retryAfter parses a Retry-After header value: delay seconds or an HTTP date.
