@@ -21,7 +21,7 @@ type BreakerConfig struct {
 	// Jitter: each node adds a random share of up to this much to OpenTimeout, chosen once, so
 	// that a fleet does not probe a recovering Redis in lockstep. Defaults to OpenTimeout / 5.
 	Jitter time.Duration
-	// HalfOpenProbes is how many calls may probe while half-open; that many successes close
+	// HalfOpenProbes is how many calls may probe while half-open. That many successes close
 	// the breaker. Defaults to 3.
 	HalfOpenProbes uint32
 }
@@ -42,17 +42,17 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	return c
 }
 
-// Breaker guards coordination calls with a circuit breaker (sony/gobreaker/v2): after
+// Breaker guards coordination calls with a sony/gobreaker/v2 circuit breaker. After
 // FailureThreshold consecutive coordination failures it opens and refuses calls without making
-// them; after OpenTimeout plus this node's jitter it lets HalfOpenProbes calls probe, which
-// close it again. Only coordination failures count (IsCoordinationFailure). Safe for concurrent
-// use.
+// them. After OpenTimeout plus this node's jitter it lets HalfOpenProbes calls probe, which
+// close it again. Only coordination failures count, see IsCoordinationFailure. Safe for
+// concurrent use.
 type Breaker struct {
 	cb *gobreaker.CircuitBreaker[any]
 }
 
-// NewBreaker returns a breaker; onChange (may be nil) is called on every state change with
-// the new state ("closed", "half-open", "open").
+// NewBreaker returns a breaker. onChange, which may be nil, is called on every state change
+// with the new state: "closed", "half-open" or "open".
 func NewBreaker(cfg BreakerConfig, onChange func(from, to string)) *Breaker {
 	cfg = cfg.withDefaults()
 	timeout := cfg.OpenTimeout
@@ -87,9 +87,9 @@ func (b *Breaker) State() string { return b.cb.State().String() }
 func (b *Breaker) Open() bool { return b.cb.State() == gobreaker.StateOpen }
 
 // Guard runs one coordination call through the breaker. While the breaker is open it returns a
-// *CoordinationError (errors.Is flight.ErrCoordinationUnavailable) without calling f, so no command
-// reaches Redis; a coordination failure of f is wrapped the same way; other errors (state
-// machine answers) pass through unchanged.
+// *CoordinationError matching flight.ErrCoordinationUnavailable without calling f, so no
+// command reaches Redis. A coordination failure of f is wrapped the same way. Other errors,
+// the state machine's answers, pass through unchanged.
 func Guard[T any](b *Breaker, f func() (T, error)) (T, error) {
 	var zero T
 	v, err := b.cb.Execute(func() (any, error) { return f() })

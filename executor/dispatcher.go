@@ -22,7 +22,7 @@ type dispatcher struct {
 	rdb     redis.UniversalClient
 	max     int // most waiters at once
 	log     zerolog.Logger
-	blocked func() bool // true while no Redis call may be made (breaker open)
+	blocked func() bool // true while no Redis call may be made, such as with the breaker open
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{} // request key -> wake channels

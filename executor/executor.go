@@ -1,6 +1,6 @@
-// Package executor runs expensive calls of in-process callers once across a fleet: a caller
-// leads in its process (L1, Local), then owns or follows the key's flight in Redis (L2), and
-// degrades per stage (Mode) behind a circuit breaker when Redis fails.
+// Package executor runs expensive calls of in-process callers once across a fleet. A caller
+// leads in its process at L1, in Local, then owns or follows the key's flight in Redis at L2.
+// Each stage degrades by its Mode behind a circuit breaker when Redis fails.
 package executor
 
 import (
@@ -30,10 +30,10 @@ type Mode string
 
 // The four modes.
 const (
-	// ModeDistributedOnly coordinates through Redis (L1 + L2) and fails fast with
+	// ModeDistributedOnly coordinates through Redis at L1 and L2 and fails fast with
 	// flight.ErrCoordinationUnavailable when Redis cannot be used.
 	ModeDistributedOnly Mode = "DISTRIBUTED_ONLY"
-	// ModeLocalOnly uses in-process single-flight (L1) only.
+	// ModeLocalOnly uses in-process single-flight, L1, only.
 	ModeLocalOnly Mode = "LOCAL_ONLY"
 	// ModeHybrid coordinates through Redis and falls back to in-process single-flight when
 	// coordination fails before ownership is known.
@@ -42,16 +42,16 @@ const (
 	ModeBypass Mode = "BYPASS"
 )
 
-// Budget splits a call's time: coordination calls (acquire, start, each wait), the model run,
-// and storing the result each get their own deadline.
+// Budget splits a call's time. Coordination calls such as acquire, start and each wait, the
+// model run, and storing the result each get their own deadline.
 type Budget struct {
-	// Coordination bounds each coordination round trip (acquire, start, heartbeat). It must
+	// Coordination bounds each coordination round trip: acquire, start, heartbeat. It must
 	// exceed a replicated policy's ReplicationTimeout. Defaults to 500 ms, plus the
 	// ReplicationTimeout under DurabilityReplicated.
 	Coordination time.Duration
 	// Execution bounds the function's run. Defaults to the policy's RunningTTL.
 	Execution time.Duration
-	// Result bounds storing the result (complete or fail, and its events). Defaults to 2 s,
+	// Result bounds storing the result: complete or fail, and its events. Defaults to 2 s,
 	// or the ReplicationTimeout plus 1 s under DurabilityReplicated when that is longer.
 	Result time.Duration
 }
@@ -60,38 +60,38 @@ type Budget struct {
 type StageOptions struct {
 	// Mode defaults to ModeHybrid.
 	Mode Mode
-	// Policy is the stage's flight policy, as a stage file's stage embeds it; zero fields take
+	// Policy is the stage's flight policy, as a stage file's stage embeds it. Zero fields take
 	// their defaults.
 	flight.Policy
 	// HeartbeatInterval is how often an owner renews its lease. Defaults to Lease / 5.
 	HeartbeatInterval time.Duration
-	// WaitTimeout: a follower waiting this long without news re-acquires (the owner may be
-	// dead, and the re-acquire then takes over); it never runs the function just because
+	// WaitTimeout: a follower waiting this long without news re-acquires. The owner may be
+	// dead, and the re-acquire then takes over. It never runs the function just because
 	// waiting took long. Defaults to the lease.
 	WaitTimeout time.Duration
-	// L1Replay keeps a successful result in process memory this long. Defaults to 0 (off).
+	// L1Replay keeps a successful result in process memory this long. Defaults to 0, off.
 	L1Replay time.Duration
 	// Budget splits the call's time. Zero fields take their defaults.
 	Budget Budget
-	// DegradedConcurrency caps concurrent function runs of the stage in degraded mode (and in
-	// LOCAL_ONLY and BYPASS), so a fleet running everything locally cannot swamp the model.
+	// DegradedConcurrency caps concurrent function runs of the stage in degraded mode, and in
+	// LOCAL_ONLY and BYPASS, so a fleet running everything locally cannot swamp the model.
 	// Defaults to 4.
 	DegradedConcurrency int
-	// DegradedRate caps function runs per second in degraded mode (0 = no cap).
+	// DegradedRate caps function runs per second in degraded mode. 0 means no cap.
 	// Defaults to 0.
 	DegradedRate float64
 	// DegradedBurst is the rate limiter's burst. Defaults to 1.
 	DegradedBurst int
 	// ArchiveRetention is how long Config.Archive keeps the stage's outcomes.
-	// Defaults to the archive's default (30 days for package archive).
+	// Defaults to the archive's default, 30 days for package archive.
 	ArchiveRetention time.Duration
-	// Limiter names the fleet-wide limiter whose Limit the stage's calls take from; stages
-	// and consumers naming one limiter share its budget. Empty: none.
+	// Limiter names the fleet-wide limiter whose Limit the stage's calls take from. Stages
+	// and consumers naming one limiter share its budget. Empty means none.
 	Limiter string
-	// Limit is the limiter's budget; required with Limiter.
+	// Limit is the limiter's budget. Required with Limiter.
 	Limit *flight.Limit
 	// EstimateTokens is the tokens a call reserves from a limiter with tokensPerMinute before
-	// it runs; fn reports what it used with flight.ReportUsage. Defaults to 1024.
+	// it runs. fn reports what it used with flight.ReportUsage. Defaults to 1024.
 	EstimateTokens int
 }
 
@@ -143,18 +143,18 @@ type Config struct {
 	Client redis.UniversalClient
 	// NodeID names this process as flight owner. Defaults to "<hostname>-<pid>".
 	NodeID string
-	// Stages are the per-stage options; Do refuses other stages with flight.ErrUnknownStage.
+	// Stages are the per-stage options. Do refuses other stages with flight.ErrUnknownStage.
 	Stages map[string]StageOptions
 	// Breaker configures the coordination circuit breaker.
 	Breaker BreakerConfig
-	// SpoolDir is the base directory of the spool of uncertain outcomes: this executor's file
-	// is in its deployment's subdirectory (flight.DeploymentSpoolDir) and named after NodeID, and the
-	// spools of dead processes found there are adopted and written back (flight.OpenSpoolDir: the
-	// directory must be this user's own). Defaults to flight.DefaultSpoolDir(os.Getenv).
+	// SpoolDir is the base directory of the spool of uncertain outcomes. This executor's file
+	// is in its deployment's subdirectory, flight.DeploymentSpoolDir, and named after NodeID.
+	// The spools of dead processes found there are adopted and written back by
+	// flight.OpenSpoolDir, so the directory must be this user's own. Defaults to flight.DefaultSpoolDir(os.Getenv).
 	SpoolDir string
 	// Deployment names the Redis in the spool directory's name, beside the keyspace prefix.
-	// Defaults to redisconn.ClientDeployment of the client; a Sentinel client has none, so give
-	// it (redisconn.Deployment of its URL, as the consumer does).
+	// Defaults to redisconn.ClientDeployment of the client. A Sentinel client has none, so give
+	// it as the consumer does, with redisconn.Deployment of its URL.
 	Deployment string
 	// FlushInterval is how often spooled outcomes are written back. Defaults to 1 s.
 	FlushInterval time.Duration
@@ -162,21 +162,21 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Registry receives the singleflight_* metrics. Defaults to none.
 	Registry prometheus.Registerer
-	// Archive, when set, is consulted before an owner runs the function: a key whose final
-	// outcome it holds is answered from it (lazy rehydrate, Result.Shared "archive"), and
-	// every outcome an owner settles is recorded in it. When it is also a Fencer (package
-	// archive's Writer), an owner that takes a flight over claims the key in it before it
-	// runs the function; give the Coordinator flight.ArchiveFence(<the archive>.Fence, ...) as its
-	// WriteBackFence (New logs a warning when it has none) so
-	// that an older owner's write-back after a Redis data loss is refused. Defaults to none.
+	// Archive, when set, is consulted before an owner runs the function. A key whose final
+	// outcome it holds is answered from it by lazy rehydrate, with Result.Shared "archive", and
+	// every outcome an owner settles is recorded in it. When it is also a Fencer, as package
+	// archive's Writer is, an owner that takes a flight over claims the key in it before it
+	// runs the function. Give the Coordinator flight.ArchiveFence(<the archive>.Fence, ...) as its
+	// WriteBackFence, so that an older owner's write-back after a Redis data loss is refused.
+	// New logs a warning when it has none. Defaults to none.
 	Archive flight.Archive
-	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once;
-	// past it Do answers flight.ErrTooManyWaiters. Defaults to 10000.
+	// MaxWaiters bounds the followers of other nodes' flights waiting in this process at once.
+	// Past it, Do answers flight.ErrTooManyWaiters. Defaults to 10000.
 	MaxWaiters int
 }
 
-// Fn is the expensive call. progress reports that it made progress (streamed a chunk,
-// finished a step); the owner's heartbeat carries it, so a run whose heartbeat is fresh but
+// Fn is the expensive call. progress reports that it made progress, such as a streamed chunk
+// or a finished step. The owner's heartbeat carries it, so a run whose heartbeat is fresh but
 // whose progress stalled past the stall timeout is taken over.
 type Fn func(ctx context.Context, progress func()) ([]byte, error)
 
@@ -184,21 +184,21 @@ type Fn func(ctx context.Context, progress func()) ([]byte, error)
 type Result struct {
 	// Value is the function's result.
 	Value []byte
-	// Shared tells how this call got it: owner (ran the function under coordination),
-	// follower (another owner's run), hit (a stored result), local (degraded or local mode),
-	// archive (the durable archive's outcome, with no run).
+	// Shared tells how this call got it: owner ran the function under coordination, follower
+	// took another owner's run, hit a stored result, local ran in degraded or local mode, and
+	// archive took the durable archive's outcome, with no run.
 	Shared topics.Shared
-	// Token is the flight's fencing token (0 for local runs).
+	// Token is the flight's fencing token, or 0 for local runs.
 	Token int64
 	// Uncertain is true when the value could not be stored in Redis: it was spooled and is
 	// written back when Redis answers again. The function is never run again for it.
 	Uncertain bool
 }
 
-// Executor runs functions once per key: L1 in-process single-flight in front of the L2 Redis
-// state machine, with per-stage modes, a circuit breaker on coordination, degraded-mode caps,
-// time budgets and a spool for uncertain outcomes. Safe for concurrent use; call Start before
-// Do and Close when done.
+// Executor runs functions once per key. It puts L1 in-process single-flight in front of the L2
+// Redis state machine, with per-stage modes, a circuit breaker on coordination, degraded-mode
+// caps, time budgets and a spool for uncertain outcomes. Safe for concurrent use. Call Start
+// before Do and Close when done.
 type Executor struct {
 	cfg     Config
 	log     zerolog.Logger
@@ -219,7 +219,7 @@ type stageRuntime struct {
 	name     string
 	opt      StageOptions
 	l1       *Local[Result]
-	owner    *flight.Owner // the owner lifecycle of the stage's flights (coordinated stages)
+	owner    *flight.Owner // the owner lifecycle of the stage's flights, for coordinated stages
 	sem      *semaphore.Weighted
 	limiter  *rate.Limiter
 	degraded atomic.Bool
@@ -375,12 +375,13 @@ func (e *Executor) breakerChanged(from, to string) {
 	}
 }
 
-// Do runs fn for key under the stage's mode: at most once across the fleet (DISTRIBUTED_ONLY,
-// HYBRID while Redis answers), once per process (LOCAL_ONLY, HYBRID degraded), or every time
-// (BYPASS). Concurrent callers of one key in this process share one run (L1); a caller whose
-// ctx ends returns ctx's error without cancelling the run others wait for. A panic in fn is
-// re-raised in every caller waiting on that run. A model error is never retried locally: it
-// fails the flight (retried by the state machine while attempts and retryability allow).
+// Do runs fn for key under the stage's mode. DISTRIBUTED_ONLY, and HYBRID while Redis answers,
+// run it at most once across the fleet. LOCAL_ONLY and degraded HYBRID run it once per process,
+// and BYPASS every time. Concurrent callers of one key in this process share one L1 run. A
+// caller whose ctx ends returns ctx's error without cancelling the run others wait for. A panic
+// in fn is re-raised in every caller waiting on that run. A model error is never retried
+// locally: it fails the flight, which the state machine retries while attempts and
+// retryability allow.
 func (e *Executor) Do(ctx context.Context, stage, key string, fn Fn) (Result, error) {
 	st, ok := e.stages[stage]
 	if !ok {
@@ -432,8 +433,8 @@ func (e *Executor) runLocal(ctx context.Context, st *stageRuntime, fn Fn, degrad
 }
 
 // fallback handles a coordination failure before ownership is known. A key whose outcome
-// this process holds unwritten (section 6, "Held outcomes") is answered with it, in every
-// mode: fn is not run again for it.
+// this process holds unwritten is answered with it, in every mode, and fn is not run again
+// for it (DESIGN.md section 6, "Held outcomes").
 func (e *Executor) fallback(ctx context.Context, st *stageRuntime, key string, fn Fn, cause error) (Result, error) {
 	if v, _, ok := e.spool.Held(key); ok {
 		return Result{Value: v, Shared: topics.SharedLocal, Uncertain: true}, nil

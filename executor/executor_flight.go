@@ -16,13 +16,13 @@ import (
 )
 
 // distributed is the L1 leader's path through the state machine. Final outcomes answer the
-// stream tasks parked on the flight in the acquire script itself; an owner's complete or fail
-// answers them with its own event (task id "exec-<uuid>", which wakes in-process followers on
-// every node).
+// stream tasks parked on the flight in the acquire script itself. An owner's complete or fail
+// answers them with its own event, with task id "exec-<uuid>", which wakes in-process
+// followers on every node.
 func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string, fn Fn) (Result, error) {
 	pol := st.opt.Policy
 	// Active on the key until the loop ends: an outcome of the key released meanwhile stays
-	// held for this caller's own check (Spool.Enter).
+	// held for this caller's own check, see Spool.Enter.
 	defer e.spool.Enter(key)()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -40,8 +40,8 @@ func (e *Executor) distributed(ctx context.Context, st *stageRuntime, key string
 				return Result{}, ctx.Err()
 			}
 			if d.Action != "" {
-				// The decision was taken but answering parked tasks failed (Redis Cluster,
-				// mode return): they stay parked and are answered by the next caller.
+				// The decision was taken but answering parked tasks failed, as on Redis Cluster in mode
+				// return. They stay parked and are answered by the next caller.
 				e.log.Warn().Err(err).Str("requestKey", key).Msg("answering parked tasks failed")
 			} else {
 				return e.fallback(ctx, st, key, fn, err)
@@ -90,7 +90,7 @@ func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) err
 		return err
 	}
 	if err != nil {
-		// Cannot listen: wait out the timeout, then acquire again (never run at once).
+		// Cannot listen: wait out the timeout, then acquire again. Never run at once.
 		<-wctx.Done()
 		return ctx.Err()
 	}
@@ -117,10 +117,10 @@ type regResult struct {
 	unregister func()
 }
 
-// own runs fn as the flight's owner (acquire already started it) through the one owner
-// lifecycle (flight.Owner) and turns how the run ended into the caller's result. again asks
-// the caller to acquire again (the flight expired, was taken over, or a retryable failure
-// left attempts).
+// own runs fn as the flight's owner, which acquire already started, through the one owner
+// lifecycle flight.Owner, and turns how the run ended into the caller's result. again asks
+// the caller to acquire again: the flight expired, was taken over, or a retryable failure
+// left attempts.
 func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision, fn Fn) (res Result, again bool, err error) {
 	o := *d.Owner
 	o.Task = flight.Task{ID: "exec-" + uuid.NewString()}
@@ -128,7 +128,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 	c := &caller{fn: fn, budget: st.opt.Budget.Execution, log: &e.log, key: o.Key, token: o.Token}
 	end := st.owner.Run(ctx, d, flight.Run{Context: ctx, Caller: c, Tokens: st.opt.EstimateTokens})
 	if p, ok := errors.AsType[*guard.PanicError](end.CallErr); ok {
-		panic(p) // the flight failed for good; Local raises it again in every caller of this run
+		panic(p) // the flight failed for good, and Local raises it again in every caller of this run
 	}
 	res = Result{Value: end.Value, Shared: topics.SharedOwner, Token: o.Token}
 	switch end.How {
@@ -149,7 +149,7 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 		if end.How == flight.EndRefused && end.Op == "complete" {
 			c.logger().Info().Err(end.Err).Msg("result refused by the flight; following its owner")
 		}
-		return Result{}, true, nil // another owner runs it now (or will): follow or take over
+		return Result{}, true, nil // another owner runs it now or will, so follow or take over
 	case flight.EndClosed:
 		switch {
 		case end.Verdict == flight.VerdictCancelled && end.Op == "complete":
@@ -163,8 +163,8 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 		}
 		return Result{}, true, nil // the next acquire answers the expiry
 	case flight.EndSpooled:
-		// The model answered, the write failed (or its reply was lost): the value is handed
-		// over and spooled; the write-back answers everybody.
+		// The model answered but the write failed or its reply was lost. The value is handed
+		// over and spooled, and the write-back answers everybody.
 		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
 		e.metrics.spooled.Set(float64(e.spool.Len()))
 		c.logger().Warn().Err(end.Err).Msg("result write failed: uncertain outcome spooled for write-back")
@@ -175,11 +175,11 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 			return Result{}, false, errCancelled()
 		}
 		if end.Handed {
-			return Result{}, false, ctx.Err() // the caller gave up; the flight was handed over
+			return Result{}, false, ctx.Err() // the caller gave up, and the flight was handed over
 		}
 		return Result{}, true, nil
 	}
-	// EndError (EndHanded needs a BeforeComplete, which the executor has none of).
+	// EndError. EndHanded needs a BeforeComplete, which the executor has none of.
 	if end.Op == "complete" && end.Value != nil {
 		e.metrics.resultWriteFailure.WithLabelValues(st.name).Inc()
 		c.logger().Error().Err(end.Err).Msg("uncertain outcome could not be spooled")
@@ -187,12 +187,12 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 		return res, false, end.Err
 	}
 	if end.Op == "fail" {
-		return Result{}, false, end.CallErr // the failure could not be recorded; fn is not run again here
+		return Result{}, false, end.CallErr // the failure could not be recorded, and fn is not run again here
 	}
 	return Result{}, false, end.Err
 }
 
-// caller is an in-process caller's side of an owner run (flight.Caller).
+// caller is an in-process caller's side of an owner run, a flight.Caller.
 type caller struct {
 	fn     Fn
 	budget time.Duration // Budget.Execution
@@ -256,7 +256,7 @@ func zerologLevel(l slog.Level) zerolog.Level {
 }
 
 // recordFinal archives the outcome an acquire answered the caller with when it ended the
-// flight for good (flight.Decision.Final), as a consumer does.
+// flight for good, as a consumer does. See flight.Decision.Final.
 func (e *Executor) recordFinal(st *stageRuntime, key string, d flight.Decision) {
 	if e.cfg.Archive == nil {
 		return
@@ -273,14 +273,14 @@ func errCancelled() error {
 
 func resFallback(r Result, err error) (Result, bool, error) { return r, false, err }
 
-// tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey; "" for other
-// keys.
+// tenantOf reads the tenant out of a key built by SemanticKey or NamespacedKey. It returns
+// "" for other keys.
 func tenantOf(key string) string {
 	s, _ := flight.ParseKey(key)
 	return s.Tenant
 }
 
-// flushLoop writes spooled uncertain outcomes back while coordination works; each write-back
+// flushLoop writes spooled uncertain outcomes back while coordination works. Each write-back
 // answers the tasks waiting for its flight.
 func (e *Executor) flushLoop(ctx context.Context) {
 	t := time.NewTicker(e.cfg.FlushInterval)

@@ -23,9 +23,9 @@ type PanicError = guard.PanicError
 type LocalConfig struct {
 	// Replay is how long a successful result is replayed to later callers of the same key
 	// without running fn, counted from the moment fn returned. Errors and panics are never
-	// replayed. 0 turns replay off; negative is invalid. Defaults to 0.
+	// replayed. 0 turns replay off, and negative is invalid. Defaults to 0.
 	Replay time.Duration
-	// MaxReplay bounds the number of replayed results kept; storing one more evicts the oldest.
+	// MaxReplay bounds the number of replayed results kept. Storing one more evicts the oldest.
 	// Negative is invalid. Defaults to 10000.
 	MaxReplay int
 	// Now reads the clock for replay expiry. Defaults to time.Now.
@@ -58,24 +58,24 @@ type LocalResult[V any] struct {
 	// Value is fn's value. Every caller of a flight, and every replay of it, gets the same
 	// V: treat pointers, slices and maps in it as read-only.
 	Value V
-	// Leader: this call started the flight; fn ran with this call's context values.
+	// Leader: this call started the flight, and fn ran with this call's context values.
 	Leader bool
-	// Shared: the flight's outcome went to more than one caller (x/sync's Result.Shared).
+	// Shared: the flight's outcome went to more than one caller, like x/sync's Result.Shared.
 	// False for replays.
 	Shared bool
-	// Replayed: the value is a stored result of an earlier successful flight; fn did not run.
+	// Replayed: the value is a stored result of an earlier successful flight. fn did not run.
 	Replayed bool
 }
 
 // Local is level 1 of Flightdeck: in-process single-flight per key, built on
 // golang.org/x/sync/singleflight's DoChan, with optional replay of successful results.
 //
-// Unlike singleflight.Group, a caller can give up (its ctx) without cancelling the work the
-// others wait for, and a panic (or runtime.Goexit) in fn is re-raised in every caller's
+// Unlike singleflight.Group, a caller can give up through its ctx without cancelling the work
+// the others wait for. A panic or runtime.Goexit in fn is re-raised in every caller's
 // goroutine instead of crashing the process.
 //
 // A Local is safe for concurrent use and must not be copied after first use. The zero value is
-// ready to use and does not replay; NewLocal builds one with replay.
+// ready to use and does not replay. NewLocal builds one with replay.
 type Local[V any] struct {
 	g       singleflight.Group
 	waiting atomic.Int64 // Do calls waiting for a flight, see Waiting
@@ -86,7 +86,7 @@ type Local[V any] struct {
 	maxReplay int
 	now       func() time.Time
 
-	mu sync.Mutex // protects the fields below; taken before g's own mutex, never after
+	mu sync.Mutex // protects the fields below, taken before g's own mutex, never after
 	// forgets counts Forget calls. A Do call reads it before joining a flight; a leader whose
 	// count changed before its fn started does not store its result for replay, since a
 	// Forget of its key may have come before it could register in running.
@@ -121,8 +121,8 @@ type localCall[V any] struct {
 	pan  *PanicError // fn panicked or called runtime.Goexit
 }
 
-// NewLocal returns a Local configured by cfg (zero fields take their defaults). It panics if
-// cfg is invalid (a negative Replay or MaxReplay): that is a programming error.
+// NewLocal returns a Local configured by cfg, whose zero fields take their defaults. It panics
+// if cfg is invalid with a negative Replay or MaxReplay: that is a programming error.
 func NewLocal[V any](cfg LocalConfig) *Local[V] {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -133,20 +133,20 @@ func NewLocal[V any](cfg LocalConfig) *Local[V] {
 
 // Do runs fn once per key among concurrent callers and gives its outcome to all of them.
 //
-// With replay on, a result replayed for key is returned at once (Replayed) without running fn.
-// Otherwise the call joins the key's flight, or starts one (Leader) that runs fn in a
-// goroutine of its own with context.WithoutCancel(ctx): the leader's values, not its
-// cancellation, so that no single caller leaving cancels the work the others wait for. fn is
-// expected to bound its own run time.
+// With replay on, a result replayed for key is returned at once, with Replayed set, without
+// running fn. Otherwise the call joins the key's flight, or starts one as Leader. The leader's
+// fn runs in a goroutine of its own with context.WithoutCancel(ctx). It keeps the leader's
+// values but not its cancellation, so that no single caller leaving cancels the work the
+// others wait for. fn is expected to bound its own run time.
 //
-// Every caller, the leader's included, returns ctx.Err() as soon as its own ctx is done; the
-// flight goes on for the others (and its result is still stored for replay). A ctx done before
+// Every caller, the leader's included, returns ctx.Err() as soon as its own ctx is done. The
+// flight goes on for the others, and its result is still stored for replay. A ctx done before
 // the call returns ctx.Err() without starting or joining a flight.
 //
 // fn's error goes to every caller of the flight and is not replayed. If fn panics or calls
 // runtime.Goexit, every caller still waiting panics in its own goroutine with a *PanicError
-// holding the original value (ErrGoexit for Goexit) and stack; if all have left, the panic
-// is dropped. The process never crashes from a goroutine of Local's.
+// holding the original value and stack, with ErrGoexit for Goexit. If all have left, the
+// panic is dropped. The process never crashes from a goroutine of Local's.
 func (l *Local[V]) Do(ctx context.Context, key string, fn func(ctx context.Context) (V, error)) (LocalResult[V], error) {
 	if err := ctx.Err(); err != nil {
 		return LocalResult[V]{}, err
@@ -196,7 +196,7 @@ func (l *Local[V]) Forget(key string) {
 }
 
 // Waiting reports how many Do calls are waiting for a flight right now, over all keys, the
-// leaders' callers included; replays are not counted. For metrics and tests.
+// leaders' callers included. Replays are not counted. For metrics and tests.
 func (l *Local[V]) Waiting() int { return int(l.waiting.Load()) }
 
 // lead runs in singleflight's goroutine of a new flight. It runs fn in one more goroutine,

@@ -25,7 +25,7 @@ type Metrics struct {
 	spooled            prometheus.Gauge
 }
 
-// NewMetrics creates the collectors and registers them with reg (nil: not registered).
+// NewMetrics creates the collectors and registers them with reg. A nil reg registers nothing.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
@@ -62,10 +62,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// ResultWriteFailures returns the counter singleflight_result_write_failure_total{stage}
-// (model results that could not be stored: uncertain outcomes, spooled) registered with reg
-// (nil: not registered). Executors and consumers count on the same counter: when reg holds it
-// already, that one is returned, so both can share one registry.
+// ResultWriteFailures returns the counter singleflight_result_write_failure_total{stage},
+// registered with reg unless reg is nil. It counts model results that could not be stored:
+// uncertain outcomes, spooled. Executors and consumers count on the same counter: when reg
+// holds it already, that one is returned, so both can share one registry.
 func ResultWriteFailures(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "singleflight_result_write_failure_total",
 		Help: "Model results that could not be stored (uncertain outcomes, spooled for write-back)."}, []string{"stage"})

@@ -12,18 +12,19 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Answering (DESIGN.md section 3, "Answers"): the scripts that settle tasks (acquire, complete,
-// fail, cancel) build the terminal events themselves. On a single Redis node they also write
-// them and acknowledge the answered entries in the same script, atomically (answer mode
-// "write"). On Redis Cluster the result and task streams live in other slots than the flight,
-// so the scripts hand the events back and settle writes them here, then acknowledges the
-// entries, releases the waiter fields and parks the caller's entry, in that order (mode
-// "return"). A crash between two of those steps leaves the entries pending and the waiters in
-// place: the next caller of the flight, or a consumer's parked-entry check, answers them again.
+// Answering: the scripts that settle tasks, which are acquire, complete, fail and cancel,
+// build the terminal events themselves (DESIGN.md section 3, "Answers"). On a single Redis
+// node they also write them and acknowledge the answered entries atomically in the same
+// script. That is answer mode "write". On Redis Cluster the result and task streams live in
+// other slots than the flight. So the scripts hand the events back, and settle writes them
+// here, then acknowledges the entries, releases the waiter fields and parks the caller's
+// entry, in that order. That is mode "return". A crash between two of those steps leaves the
+// entries pending and the waiters in place: the next caller of the flight, or a consumer's
+// parked-entry check, answers them again.
 
-// answerArgv returns the answer block (lib.lua ARGV[1..11]) for a call made for task t; body
-// is the caller's own SUCCEEDED event body when the caller built it ("" otherwise), and
-// maxInline the largest result the events the script builds inline (other tasks' events).
+// answerArgv returns the answer block, lib.lua's ARGV[1..11], for a call made for task t.
+// body is the caller's own SUCCEEDED event body when the caller built it, or "" otherwise.
+// maxInline is the largest result that the events the script builds for other tasks inline.
 func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int, body any) []any {
 	argv := make([]any, 11, 28)
 	argv[0], argv[1], argv[2], argv[3] = c.mode, c.maxLenArg, c.group, topics.ParkingConsumer
@@ -40,8 +41,8 @@ type tailStamp struct {
 }
 
 // tailFields is the JSON of the events' finishedAt and consumer fields, now. finishedAt
-// shows milliseconds, so the string is made once per millisecond (formatting a time costs
-// more than the rest of a call's arguments).
+// shows milliseconds, so the string is made once per millisecond. Formatting a time costs
+// more than the rest of a call's arguments.
 func (c *Coordinator) tailFields() string {
 	now := time.Now()
 	ms := now.UnixMilli()
@@ -70,8 +71,8 @@ func (c *Coordinator) answerKeys(key, stage string) []string {
 	return append(keys, streams...)
 }
 
-// stageStreams returns stage's result stream followed by its task streams (made once per
-// stage).
+// stageStreams returns stage's result stream followed by its task streams, made once per
+// stage.
 func (c *Coordinator) stageStreams(stage string) []string {
 	if v, ok := c.streams.Load(stage); ok {
 		return v.([]string)
@@ -81,17 +82,17 @@ func (c *Coordinator) stageStreams(stage string) []string {
 	return s
 }
 
-// answerTail is the tail of an answering script's reply (lib.lua).
+// answerTail is the tail of an answering script's reply, see lib.lua.
 type answerTail struct {
-	n        int             // events built (written, in mode write)
-	events   []string        // payloads to write (mode return)
+	n        int             // events built, written in mode write
+	events   []string        // payloads to write in mode return
 	acks     []string        // entry refs to acknowledge
 	released []string        // waiter fields to delete
 	park     string          // the caller's entry ref to park, or ""
 	waited   []time.Duration // how long each answered parked task waited
 }
 
-// errMalformedTail is parseTail's error (made once: parseTail runs for every call).
+// errMalformedTail is parseTail's error, made once because parseTail runs for every call.
 var errMalformedTail = fmt.Errorf("%w: malformed answer tail", ErrProtocol)
 
 // parseTail reads the answer tail that starts at res[at]. In mode write it holds no payloads.
@@ -165,7 +166,7 @@ func (c *Coordinator) parseTail(res []any, at int) (answerTail, error) {
 
 // settle writes what a script handed back in answer mode return: the events, then the
 // acknowledgements, released waiter fields and the parked entry. In mode write it does
-// nothing (the script did it all).
+// nothing, since the script did it all.
 func (c *Coordinator) settle(ctx context.Context, key, stage string, t answerTail) error {
 	if c.mode == "write" || (len(t.events) == 0 && len(t.acks) == 0 && len(t.released) == 0 && t.park == "") {
 		return nil

@@ -1,6 +1,6 @@
-// Package flight coordinates expensive calls so that each semantic request key runs once
-// across a fleet: the Redis state machine client (Coordinator, level 2), semantic keys, and
-// the stage policy the state machine runs with.
+// Package flight makes each semantic request key run once across a fleet. It holds the
+// Redis state machine client Coordinator, which is level 2, the semantic keys, and the stage
+// policy the state machine runs with.
 package flight
 
 import (
@@ -38,20 +38,20 @@ type Action string
 
 // Actions answered by Acquire.
 const (
-	// ActionOwner: the caller owns the flight; Decision.Owner is its handle for the owner calls.
+	// ActionOwner: the caller owns the flight. Decision.Owner is its handle for the owner calls.
 	ActionOwner Action = "OWNER"
 	// ActionFollowerWait: another owner runs the flight. A caller with a stream entry was
-	// parked (Reason "parked"): the entry moved to the parking consumer and whoever ends the
-	// flight answers it. Otherwise (Reason "not_parked" or "full") the caller checks again later.
+	// parked with Reason "parked": the entry moved to the parking consumer and whoever ends the
+	// flight answers it. With Reason "not_parked" or "full" the caller checks again later.
 	ActionFollowerWait Action = "FOLLOWER_WAIT"
 	// ActionResultHit: the flight succeeded; the caller's task and the parked ones are answered.
 	// Decision.Result holds the result when AcquireParams.WantResult is set.
 	ActionResultHit Action = "RESULT_HIT"
-	// ActionFailedFinal: the flight failed with no attempt left; see Decision.ErrorType/Code.
+	// ActionFailedFinal: the flight failed with no attempt left. See Decision.ErrorType and ErrorCode.
 	ActionFailedFinal Action = "FAILED_FINAL"
 	// ActionCancelled: the flight was cancelled.
 	ActionCancelled Action = "CANCELLED"
-	// ActionExpired: the flight expired with no attempt left, or (Reason "deadline_passed")
+	// ActionExpired: the flight expired with no attempt left. With Reason "deadline_passed",
 	// the caller's own deadline passed before it could start or follow.
 	ActionExpired Action = "EXPIRED"
 )
@@ -64,7 +64,7 @@ const (
 	ReasonNew            Reason = "new"             // no flight existed
 	ReasonRetry          Reason = "retry"           // the last attempt failed retryably
 	ReasonTakeover       Reason = "takeover"        // the owner's heartbeat is older than its lease
-	ReasonHandover       Reason = "handover"        // the owner gave the flight up (attempt not spent)
+	ReasonHandover       Reason = "handover"        // the owner gave the flight up and the attempt is not spent
 	ReasonExpired        Reason = "expired"         // runningTTL spent or progress stalled
 	ReasonResultLost     Reason = "result_lost"     // SUCCEEDED, but the result key is gone
 	ReasonParked         Reason = "parked"          // follower: the entry is parked on the flight
@@ -73,15 +73,15 @@ const (
 	ReasonDeadlinePassed Reason = "deadline_passed" // the caller's deadline passed first
 )
 
-// Task is the task a coordinator call is made for. The scripts answer it (write its terminal
-// event) and acknowledge its stream entry once the flight's outcome settles it, in the same
-// script on a single Redis node. The zero Task is an in-process caller: no event, no entry.
+// Task is the task a coordinator call is made for. Once the flight's outcome settles it, the
+// scripts write its terminal event and acknowledge its stream entry in the same script on a
+// single Redis node. The zero Task is an in-process caller with no event and no entry.
 type Task struct {
-	// ID is the task id its event carries; "" for callers that get no event.
+	// ID is the task id its event carries. It is "" for callers that get no event.
 	ID string
-	// Stream and Entry locate its task stream entry; both "" for callers without one.
+	// Stream and Entry locate its task stream entry. Both are "" for callers without one.
 	Stream, Entry string
-	// Queued is how long it waited before a consumer started it (the event's queuedMs).
+	// Queued is how long it waited before a consumer started it. It is the event's queuedMs.
 	Queued time.Duration
 }
 
@@ -96,14 +96,14 @@ func (t Task) ref() string {
 // Decision is the answer of Acquire.
 type Decision struct {
 	Action Action
-	// Reason qualifies ActionOwner, ActionFollowerWait and ActionExpired; for the other
+	// Reason qualifies ActionOwner, ActionFollowerWait and ActionExpired. For the other
 	// final actions it is the stored error code.
 	Reason Reason
-	// Token is the current owner's fencing token (the caller's own when it is the owner).
+	// Token is the current owner's fencing token. It is the caller's own when it is the owner.
 	Token int64
 	// Attempts counts owner attempts of the flight so far.
 	Attempts int
-	// OwnerID and OwnerTaskID name the current (or last) owner and its task.
+	// OwnerID and OwnerTaskID name the current or last owner and its task.
 	OwnerID, OwnerTaskID string
 	// Status is the flight's status after the call.
 	Status Status
@@ -115,22 +115,22 @@ type Decision struct {
 	// follower that was not parked checks again once HeartbeatAt + Lease has passed.
 	HeartbeatAt time.Time
 	Lease       time.Duration
-	// ExpireAt ends the current attempt; Now is the Redis time of the decision.
+	// ExpireAt ends the current attempt. Now is the Redis time of the decision.
 	ExpireAt, Now time.Time
 	// Shared is the label of the caller's own event when the call answered the caller's task
-	// (the final actions): owner when the task is the flight's owner task, else hit or
-	// follower; "" when the call did not answer it.
+	// with a final action. It is owner when the task is the flight's owner task, else hit or
+	// follower, and "" when the call did not answer it.
 	Shared topics.Shared
-	// Answered counts the terminal events the call wrote: the caller's task's (when the call
-	// settled it) and the parked tasks'. Waited says how long each answered parked task waited.
+	// Answered counts the terminal events the call wrote: the caller's task's, when the call
+	// settled it, and the parked tasks'. Waited says how long each answered parked task waited.
 	Answered int
 	Waited   []time.Duration
 	// Owner is the caller's handle for the owner calls when Action is ActionOwner.
 	Owner *Ownership
 }
 
-// RecheckIn is how long a follower that was not parked waits before acquiring again: until
-// the current owner's lease could have lapsed, and at least min.
+// RecheckIn is how long a follower that was not parked waits before acquiring again. It waits
+// until the current owner's lease could have lapsed, and at least min.
 func (d Decision) RecheckIn(min time.Duration) time.Duration {
 	if d.HeartbeatAt.IsZero() || d.Now.IsZero() {
 		return min
@@ -138,8 +138,8 @@ func (d Decision) RecheckIn(min time.Duration) time.Duration {
 	return max(d.HeartbeatAt.Add(d.Lease).Sub(d.Now)+10*time.Millisecond, min)
 }
 
-// Ownership is an owner's handle on its flight: what the owner calls (Start, Heartbeat,
-// Complete, Fail, Handover) need, including what writes the meta back when it is gone.
+// Ownership is an owner's handle on its flight. It holds what the owner calls Start, Heartbeat,
+// Complete, Fail and Handover need, including what writes the meta back when the meta is gone.
 type Ownership struct {
 	Key   string
 	Token int64
@@ -151,18 +151,18 @@ type Ownership struct {
 	Stage, Tenant, SessionID string
 	// Policy is the owner's policy, pinned in the meta at ownership.
 	Policy Policy
-	// ExpireAt ends the attempt (start + RunningTTL, Redis time).
+	// ExpireAt ends the attempt. It is start + RunningTTL, in Redis time.
 	ExpireAt time.Time
 	// MaxInline is the largest result the owner's own event carries inline.
 	MaxInline int
 	// MaxSharedInline is the largest result inlined in the events of the other tasks the
-	// owner's calls answer (joined, parked). Defaults to DefaultMaxSharedInline.
+	// owner's calls answer, joined or parked. Defaults to DefaultMaxSharedInline.
 	MaxSharedInline int
-	// Joined are tasks of the same key that the owner's consumer held back instead of
-	// acquiring (its in-process followers, with their stream entries): Complete answers them
-	// with the owner's task, as followers, in the same call (Settlement.JoinedAnswered). They
-	// never reached the flight: when the call does not answer them, the consumer acquires
-	// them as usual.
+	// Joined are tasks of the same key, with their stream entries, that the owner's consumer
+	// held back as in-process followers instead of acquiring. Complete answers them as
+	// followers with the owner's task in the same call and counts them in
+	// Settlement.JoinedAnswered. They never reached the flight: when the call does not answer
+	// them, the consumer acquires them as usual.
 	Joined []Task
 	// Usage is what the owner's call reported it used: the owner's event carries it.
 	Usage *Usage
@@ -170,38 +170,38 @@ type Ownership struct {
 
 // AcquireParams are the arguments of Acquire.
 type AcquireParams struct {
-	// Key is the request key (see Key); it becomes the {hash tag} of the flight's keys.
+	// Key is the request key, see Key. It becomes the {hash tag} of the flight's keys.
 	Key string
 	// OwnerID names the calling node or consumer.
 	OwnerID string
-	// Task is the caller's task: a follower with a stream entry is parked; a final outcome
+	// Task is the caller's task. A follower with a stream entry is parked, and a final outcome
 	// answers it. Zero for in-process callers.
 	Task Task
 	// Stage, Tenant and SessionID are stored in the meta.
 	Stage, Tenant, SessionID string
-	// Policy is the caller's stage policy (zero fields take their defaults): pinned in the
+	// Policy is the caller's stage policy. Zero fields take their defaults. It is pinned in the
 	// meta when the caller becomes the owner. A live flight is judged by its owner's policy.
 	Policy Policy
 	// Start makes an owner RUNNING at once (acquire and start in one call).
 	Start bool
-	// Deadline, when set, is the caller's deadline: once it passed, the caller gets
-	// ActionExpired (reason deadline_passed) instead of owning or following a flight; a
+	// Deadline, when set, is the caller's deadline. Once it passed, the caller gets
+	// ActionExpired with reason deadline_passed instead of owning or following a flight. A
 	// stored outcome still answers it.
 	Deadline time.Time
 	// WantResult returns the result of ActionResultHit in Decision.Result.
 	WantResult bool
-	// MaxInline is the largest result the caller's own event inlines once it owns the flight
-	// (Ownership.MaxInline). Defaults to DefaultMaxInline.
+	// MaxInline is the largest result the caller's own event inlines once it owns the flight.
+	// It becomes Ownership.MaxInline. Defaults to DefaultMaxInline.
 	MaxInline int
 	// MaxSharedInline is the largest result inlined in the events of tasks answered by another
-	// task's run: this call's (a hit, the parked tasks a final outcome answers) and, once the
-	// caller owns the flight, those its complete answers (Ownership.MaxSharedInline). Larger
-	// results travel as resultRef only, so that a burst of small duplicates cannot copy a big
-	// result into the result stream once per task. Defaults to DefaultMaxSharedInline; never
-	// above MaxInline.
+	// task's run. That covers this call's hit, the parked tasks a final outcome answers, and,
+	// once the caller owns the flight, the tasks its complete answers via
+	// Ownership.MaxSharedInline. Larger results travel as resultRef only, so that a burst of
+	// small duplicates cannot copy a big result into the result stream once per task. Defaults
+	// to DefaultMaxSharedInline and is never above MaxInline.
 	MaxSharedInline int
-	// Run is the runMs of the events this call writes (an owner that acquires again after
-	// its run was cancelled reports how long it ran).
+	// Run is the runMs of the events this call writes. An owner that acquires again after its
+	// run was cancelled reports how long it ran.
 	Run time.Duration
 }
 
@@ -218,31 +218,31 @@ type Config struct {
 	// Consumer names the answering process in the events it writes. Defaults to
 	// DefaultNodeID().
 	Consumer string
-	// ResultMaxLen caps the result streams (XADD MAXLEN ~). Zero means
-	// topics.DefaultResultMaxLen; negative turns the cap off.
+	// ResultMaxLen caps the result streams with XADD MAXLEN ~. Zero means
+	// topics.DefaultResultMaxLen. Negative turns the cap off.
 	ResultMaxLen int64
-	// AnswerAfterScript writes answers (events, acknowledgements) after each script instead
-	// of inside it, as on Redis Cluster, whose clients always do. Defaults to false.
+	// AnswerAfterScript writes answers, events and acknowledgements, after each script instead
+	// of inside it, as clients on Redis Cluster always do. Defaults to false.
 	AnswerAfterScript bool
 	// WriteBackFence, when set, is asked before an owner writes a flight that Redis may not
-	// show as another owner's: its records are gone, or its own record lets another caller
-	// take it over (a rollback may have lost that takeover). Complete, fail and heartbeat
-	// then ask first. It returns the largest owner token known for the key outside Redis (the
-	// durable archive's; ArchiveFence), ok false when it knows none or cannot tell. A token
-	// larger than the owner's refuses the write with ErrStaleToken. Defaults to nil: Redis's
-	// fence only.
+	// show as another owner's. That is a flight whose records are gone, or whose own record lets
+	// another caller take it over, since a rollback may have lost that takeover. Complete, fail
+	// and heartbeat then ask first. It returns the largest owner token known for the key outside
+	// Redis, such as the durable archive's ArchiveFence, with ok false when it knows none or
+	// cannot tell. A token larger than the owner's refuses the write with ErrStaleToken.
+	// Defaults to nil, which means Redis's fence only.
 	WriteBackFence func(ctx context.Context, key string) (token int64, ok bool)
-	// Calls, when set, sends the flight calls (FCALL) instead of Client: a lua.Batcher on
+	// Calls, when set, sends the flight calls (FCALL) instead of Client. It is a lua.Batcher on
 	// Client's node, so that the calls of concurrent callers share pipelines. Leave it nil on
 	// Redis Cluster. The coordinator does not close it.
 	Calls lua.FCaller
 }
 
-// Coordinator is the Go side of the flight scripts in lua/. It is safe for concurrent use and
-// holds no state of its own besides its configuration: every decision is taken in Redis.
+// Coordinator is the Go side of the flight scripts in lua/. It is safe for concurrent use.
+// Besides its configuration it holds no state of its own: every decision is taken in Redis.
 type Coordinator struct {
 	rdb   redis.UniversalClient
-	calls lua.FCaller // sends the FCALLs: rdb, or Config.Calls
+	calls lua.FCaller // sends the FCALLs: rdb or Config.Calls
 	// repl sends the FCALLs of replicated policies: Config.Calls when it can, else rdb.
 	repl     lua.ReplicatedCaller
 	ks       topics.Keyspace
@@ -256,13 +256,13 @@ type Coordinator struct {
 	// tail is the last tailFields string and the Unix millisecond it was made in.
 	tail      atomic.Pointer[tailStamp]
 	maxLenArg string       // maxLen as a script argument
-	streams   sync.Map     // stage -> its result stream and task streams (stageStreams)
-	policies  sync.Map     // Policy -> its pinned form (pinnedOf)
+	streams   sync.Map     // stage -> its result stream and task streams as stageStreams
+	policies  sync.Map     // Policy -> its pinned form from pinnedOf
 	nPolicies atomic.Int32 // entries in policies
 }
 
-// maxPinnedCache bounds the policies whose pinned form a coordinator keeps (stage policies are
-// few; a caller that varies its policy per call gets it computed).
+// maxPinnedCache bounds the policies whose pinned form a coordinator keeps. Stage policies are
+// few. A caller that varies its policy per call gets it computed each time.
 const maxPinnedCache = 64
 
 // pinnedOf returns p.pinned(), kept for the first maxPinnedCache policies.
@@ -320,14 +320,14 @@ func (c *Coordinator) Keyspace() topics.Keyspace { return c.ks }
 // Client returns the coordinator's Redis client.
 func (c *Coordinator) Client() redis.UniversalClient { return c.rdb }
 
-// FencesWriteBacks reports whether the coordinator checks an archive fence before a spooled
-// outcome's write-back (Config.WriteBackFence).
+// FencesWriteBacks reports whether the coordinator checks an archive fence, set by
+// Config.WriteBackFence, before a spooled outcome's write-back.
 func (c *Coordinator) FencesWriteBacks() bool { return c.wbFence != nil }
 
-// Load checks that Redis holds this build's flight function library, loading it when it is
-// missing and the credential may (lua.EnsureLibrary: lua.ErrLibraryMissing,
-// lua.ErrLibraryTampered), and loads the plain scripts (on every master of a cluster). A
-// consumer calls it at start and refuses to run when it fails.
+// Load checks that Redis holds this build's flight function library and loads the plain
+// scripts on every master of a cluster. It loads a missing library when the credential may,
+// see lua.EnsureLibrary, lua.ErrLibraryMissing and lua.ErrLibraryTampered. A consumer calls
+// it at start and refuses to run when it fails.
 func (c *Coordinator) Load(ctx context.Context) error {
 	if err := lua.EnsureLibrary(ctx, c.rdb); err != nil {
 		return fmt.Errorf("flight: %w", err)
@@ -346,8 +346,8 @@ func (c *Coordinator) Load(ctx context.Context) error {
 	return load(ctx, c.rdb)
 }
 
-// Acquire runs the acquire script: it makes the caller the owner of p.Key's flight, parks it
-// as a follower, or answers it (and the parked tasks) from the flight's outcome. See
+// Acquire runs the acquire script. It makes the caller the owner of p.Key's flight, parks it
+// as a follower, or answers it and the parked tasks from the flight's outcome. See
 // DESIGN.md section 3 for every row.
 func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, error) {
 	if err := CheckKey(p.Key); err != nil {
@@ -439,8 +439,8 @@ func parseDecision(res []any) (Decision, error) {
 	}
 }
 
-// replyInt reads an integer of a script's reply: an integer, or its decimal string (a script
-// passes a time it has as a string rather than parse it).
+// replyInt reads an integer of a script's reply: an integer, or its decimal string. A script
+// passes a time it has as a string rather than parse it.
 func replyInt(v any) int64 {
 	switch x := v.(type) {
 	case int64:
@@ -476,11 +476,11 @@ const MaxKeyLen = 512
 const DefaultMaxInline = 64 << 10
 
 // defaultMaxSharedInline is the largest result inlined in the events of tasks answered by
-// another task's run (followers, joined tasks, hits) unless a caller says otherwise.
+// another task's run, such as followers, joined tasks and hits, unless a caller says otherwise.
 const defaultMaxSharedInline = 1 << 10
 
-// sharedInline returns the shared cap: shared, else DefaultMaxSharedInline, never above own
-// (a caller whose own events inline less inlines no more in others').
+// sharedInline returns the shared cap: shared, else DefaultMaxSharedInline, never above own.
+// A caller whose own events inline less inlines no more in others'.
 func sharedInline(shared, own int) int {
 	if shared <= 0 {
 		shared = defaultMaxSharedInline
@@ -491,9 +491,9 @@ func sharedInline(shared, own int) int {
 	return shared
 }
 
-// CheckKey reports a request key that cannot name a flight: empty, longer than MaxKeyLen, or
-// holding anything but printable ASCII without whitespace, braces (which would break the Redis
-// Cluster hash tag), quotes or backslashes (keys travel unescaped inside events).
+// CheckKey reports a request key that cannot name a flight. A key must be non-empty, at most
+// MaxKeyLen bytes, and printable ASCII without whitespace, braces, quotes or backslashes.
+// Braces would break the Redis Cluster hash tag, and keys travel unescaped inside events.
 func CheckKey(key string) error {
 	switch {
 	case key == "":

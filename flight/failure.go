@@ -8,9 +8,9 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/guard"
 )
 
-// FailureOf returns the failure an owner records for its call's error: the error's own when it
-// has one (a Failure() Failure method, as the model adapters' errors have). Otherwise a
-// cancelled context is final, a timeout is retryable, and anything else is retryable; an
+// FailureOf returns the failure an owner records for its call's error. That is the error's
+// own when it has a Failure() Failure method, as the model adapters' errors have. Otherwise a
+// cancelled context is final, a timeout is retryable, and anything else is retryable. An
 // error's ErrorType() and ErrorCode() methods name its class, and a Retryable() bool method has
 // the last word.
 func FailureOf(err error) Failure {
@@ -48,8 +48,8 @@ func FailureOf(err error) Failure {
 	return f
 }
 
-// Guarded runs call and returns a panic in it as a final failure of type "panic" (FailureOf),
-// after passing the panic with its stack to logPanic. The error unwraps to the *guard.PanicError.
+// Guarded runs call and returns a panic in it as a final failure of type "panic", see
+// FailureOf, after passing the panic with its stack to logPanic. The error unwraps to the *guard.PanicError.
 func Guarded(call func() ([]byte, error), logPanic func(*guard.PanicError)) (out []byte, err error) {
 	p, err := guard.Run(func() (err error) {
 		out, err = call()
@@ -63,7 +63,7 @@ func Guarded(call func() ([]byte, error), logPanic func(*guard.PanicError)) (out
 }
 
 // panicked is the error of a call that panicked: a final failure of type "panic", whose
-// message is the panic's value (the stack goes to the log, not to the event).
+// message is the panic's value. The stack goes to the log, not to the event.
 type panicked struct{ p *guard.PanicError }
 
 func (e panicked) Error() string { return "panic: " + fmt.Sprint(e.p.Value) }

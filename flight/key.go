@@ -21,12 +21,12 @@ type KeyParams struct {
 	Stage string
 	// Tenant is always part of the key: no result is shared across tenants. Required.
 	Tenant string
-	// Input is the task input (any JSON). Key order and whitespace do not change the key.
+	// Input is the task input, any JSON. Key order and whitespace do not change the key.
 	Input json.RawMessage
 	// ModelVersion and PromptVersion enter the hash: a new prompt is a new key.
 	ModelVersion, PromptVersion string
-	// Params are extra key parameters (any JSON, optional) that change the answer.
-	// Irrelevant fields (timestamps, request ids) must stay out of Input and Params.
+	// Params are optional extra key parameters, any JSON, that change the answer.
+	// Irrelevant fields such as timestamps and request ids must stay out of Input and Params.
 	Params json.RawMessage
 	// Version is the key scheme version. Defaults to 1.
 	Version int
@@ -40,9 +40,10 @@ var (
 
 // SemanticKey returns ai:<stage>:v<version>:<tenant>:<sha256 of the canonical JSON of input,
 // modelVersion, promptVersion and params>. Two inputs that differ only in key order or
-// whitespace get the same key; numbers are compared by their literal text (1 and 1.0 differ).
-// Input or params with an object that has a member name twice are refused (ErrInvalidKey and
-// ErrDuplicateMember): a canonical form would keep one of them, a model reads both.
+// whitespace get the same key. Numbers are compared by their literal text, so 1 and 1.0
+// differ. Input or params with an object that has a member name twice are refused with
+// ErrInvalidKey and ErrDuplicateMember: a canonical form would keep one of them, a model
+// reads both.
 func SemanticKey(p KeyParams) (string, error) {
 	if err := checkScope(p.Stage, p.Tenant); err != nil {
 		return "", err
@@ -82,8 +83,8 @@ func scopedKey(s KeyScope, rest string) string {
 	return "ai:" + s.Stage + ":v" + strconv.Itoa(s.Version) + ":" + s.Tenant + ":" + rest
 }
 
-// ParseKey returns the scope of a key built by SemanticKey or NamespacedKey; ok is false for
-// any other key (a Coordinator caller may run flights under keys of its own).
+// ParseKey returns the scope of a key built by SemanticKey or NamespacedKey. ok is false
+// for any other key, since a Coordinator caller may run flights under keys of its own.
 func ParseKey(key string) (s KeyScope, ok bool) {
 	parts := strings.SplitN(key, ":", 5)
 	if len(parts) != 5 || parts[0] != "ai" || parts[4] == "" || !validStage(parts[1]) || !validTenant(parts[3]) {
@@ -98,8 +99,8 @@ func ParseKey(key string) (s KeyScope, ok bool) {
 }
 
 // keyDocument is the document a semantic key hashes: json.Marshal of {input, modelVersion,
-// promptVersion, params}, which escapes <, > and & (also inside the raw input and params).
-// When none of the parts holds a byte that Marshal would rewrite it is built by hand.
+// promptVersion, params}, which escapes <, > and &, also inside the raw input and params.
+// When none of the parts holds a byte that Marshal would rewrite, it is built by hand.
 func keyDocument(input, params json.RawMessage, model, prompt string) ([]byte, error) {
 	if plainJSON(input) && plainJSON(params) && plainString(model) && plainString(prompt) {
 		doc := make([]byte, 0, len(input)+len(params)+len(model)+len(prompt)+64)
@@ -121,10 +122,10 @@ func keyDocument(input, params json.RawMessage, model, prompt string) ([]byte, e
 	}{input, model, prompt, params})
 }
 
-// plainJSON reports whether Marshal copies the canonical document b unchanged: it holds no <,
-// > or & (escaped by Marshal), and no raw U+2028 or U+2029 (Marshal escapes them; a canonical
-// form never holds them raw, since canonicalFast declines them and the general path escapes
-// them, so that check only guards the claim).
+// plainJSON reports whether Marshal copies the canonical document b unchanged. b must hold
+// no <, > or &, which Marshal escapes, and no raw U+2028 or U+2029, which Marshal escapes
+// too. A canonical form never holds those two raw: canonicalFast declines them and the
+// general path escapes them, so that check only guards the claim.
 func plainJSON(b []byte) bool {
 	return bytes.IndexAny(b, "<>&\u2028\u2029") < 0
 }
@@ -143,8 +144,8 @@ func plainString(s string) bool {
 
 // NamespacedKey turns a caller-supplied request key into a flight key that cannot reach
 // another tenant's or stage's flight: ai:<stage>:v<version>:<tenant>:rk:<requestKey>. The
-// caller's key may hold only [A-Za-z0-9._:/=+-] (no braces, no '*', no whitespace), at most
-// 200 bytes.
+// caller's key may hold only [A-Za-z0-9._:/=+-], so no braces, '*' or whitespace, and is at
+// most 200 bytes.
 func NamespacedKey(stage, tenant, requestKey string, version int) (string, error) {
 	if err := checkScope(stage, tenant); err != nil {
 		return "", err
@@ -158,8 +159,8 @@ func NamespacedKey(stage, tenant, requestKey string, version int) (string, error
 	return scopedKey(KeyScope{Stage: stage, Version: version, Tenant: tenant}, "rk:"+requestKey), nil
 }
 
-// validStage and validTenant are stageRe and tenantRe without the regexp engine (they run
-// for every task).
+// validStage and validTenant are stageRe and tenantRe without the regexp engine. They run
+// for every task.
 func validStage(s string) bool {
 	if len(s) == 0 || len(s) > 64 || s[0] == '-' {
 		return false
@@ -195,9 +196,10 @@ func checkScope(stage, tenant string) error {
 }
 
 // Canonical returns the canonical form of a JSON document: object keys sorted, no
-// insignificant whitespace, numbers kept as written. It rejects invalid or trailing JSON, and
-// an object with a member name twice, compared after JSON unescaping ("\u0061" is "a"): that
-// error wraps ErrDuplicateMember and names the member's path from $ (as in $.rubric[2].id).
+// insignificant whitespace, numbers kept as written. It rejects invalid or trailing JSON. It
+// also rejects an object with a member name twice, compared after JSON unescaping, so
+// "\u0061" is "a". That error wraps ErrDuplicateMember and names the member's path from $,
+// as in $.rubric[2].id.
 func Canonical(doc json.RawMessage) (json.RawMessage, error) {
 	if out, ok := canonicalFast(doc); ok {
 		return out, nil

@@ -15,11 +15,11 @@ import (
 )
 
 // Limit is a named limiter's budget, shared by the whole fleet and by every stage that names
-// it (DESIGN.md section 10). Zero fields are no limit.
+// it. Zero fields are no limit (DESIGN.md section 10).
 type Limit struct {
 	// RequestsPerMinute caps model calls per minute.
 	RequestsPerMinute int `yaml:"requestsPerMinute"`
-	// TokensPerMinute caps the tokens of model calls per minute: each call reserves its
+	// TokensPerMinute caps the tokens of model calls per minute. Each call reserves its
 	// estimate and is charged what the provider reported.
 	TokensPerMinute int `yaml:"tokensPerMinute"`
 	// Concurrency caps the calls running at once.
@@ -27,7 +27,7 @@ type Limit struct {
 	// Burst is how much of a minute's budget may be spent at once. Defaults to 10 s.
 	Burst time.Duration `yaml:"burst"`
 	// Fairness "fair" gives each tenant that uses the limiter its weighted share of it while
-	// others wait; "none" serves calls as they come. Defaults to "fair".
+	// others wait. "none" serves calls as they come. Defaults to "fair".
 	Fairness string `yaml:"fairness"`
 	// Weights are tenants' weights under fair sharing. A tenant not listed weighs 1.
 	Weights map[string]float64 `yaml:"weights"`
@@ -83,7 +83,7 @@ type Limiter struct {
 	c     *Coordinator
 	keys  []string
 	head  []any // the limits block of both functions
-	// factor is the adaptive factor (thousandths) the last settle reported, for metrics.
+	// factor is the adaptive factor in thousandths that the last settle reported, for metrics.
 	factor atomic.Int64
 }
 
@@ -119,8 +119,8 @@ type Reservation struct {
 // Throttled is the answer of a take that must wait: how long, and which budget is spent.
 type Throttled struct {
 	Wait time.Duration
-	// Why is held (a provider's 429), concurrency, requests, tokens or share (the tenant's
-	// fair share).
+	// Why is held for a provider's 429, concurrency, requests, tokens, or share for the
+	// tenant's fair share.
 	Why string
 }
 
@@ -151,8 +151,8 @@ func (l *Limiter) Take(ctx context.Context, tenant string, tokens int, ttl time.
 // Usage is what one model call used, as its provider reported it.
 type Usage = topics.Usage
 
-// Remaining is the budget a provider says is left (its x-ratelimit-remaining-* headers); -1
-// where it said nothing.
+// Remaining is the budget a provider says is left, from its x-ratelimit-remaining-*
+// headers. A field is -1 where it said nothing.
 type Remaining struct {
 	Requests, Tokens int
 }
@@ -167,10 +167,9 @@ const (
 	CallError   CallOutcome = "error"
 )
 
-// Settle ends reservation r: used, when known, replaces the estimate (refunding or charging
-// the difference); rem lowers the limiter's view of what is left; a CallLimited outcome holds
-// the whole limiter for hold (1 s when zero) and lowers its rates, and CallOK raises them
-// back.
+// Settle ends reservation r. used, when known, replaces the estimate, refunding or charging
+// the difference. rem lowers the limiter's view of what is left. A CallLimited outcome holds
+// the whole limiter for hold, 1 s when zero, and lowers its rates. CallOK raises them back.
 func (l *Limiter) Settle(ctx context.Context, r Reservation, used *Usage, rem Remaining, outcome CallOutcome, hold time.Duration) error {
 	u := -1
 	if used != nil {

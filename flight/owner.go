@@ -15,23 +15,23 @@ import (
 type Settlement struct {
 	// Restored is true when the flight's meta was gone and the call wrote it back.
 	Restored bool
-	// Final is true (Fail) when no attempt is left: the failure is the flight's outcome.
+	// Final is true in Fail when no attempt is left: the failure is the flight's outcome.
 	Final bool
 	// Answered: the caller's task got its terminal event and its entry was acknowledged.
 	// Parked: the caller's entry is parked on the flight's current owner, who answers it.
-	// Neither: the task is still the caller's (a retryable failure, or ErrStaleToken with the
-	// flight gone: acquire again).
+	// Neither: the task is still the caller's. That follows a retryable failure, or
+	// ErrStaleToken with the flight gone, and the caller acquires again.
 	Answered, Parked bool
-	// Events counts the terminal events the call wrote; Waited says how long each answered
+	// Events counts the terminal events the call wrote. Waited says how long each answered
 	// parked task waited.
 	Events int
 	Waited []time.Duration
-	// JoinedAnswered (Complete) is true when the call answered Ownership.Joined too.
+	// JoinedAnswered is true when Complete answered Ownership.Joined too.
 	JoinedAnswered bool
 }
 
-// ownerReply runs an owner script that does not answer tasks (start, heartbeat, handover) and
-// maps its code to nil or a sentinel error; it returns the code.
+// ownerReply runs an owner script that does not answer tasks: start, heartbeat or handover.
+// It returns the script's code and maps the code to nil or a sentinel error.
 func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function, key string, token int64, args ...any) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
@@ -76,8 +76,8 @@ func codeErr(op, key, code, status string) error {
 	}
 }
 
-// Start moves the owner's flight from PENDING to RUNNING and starts the runningTTL clock
-// (owners that acquired with AcquireParams.Start are RUNNING already). It is idempotent for
+// Start moves the owner's flight from PENDING to RUNNING and starts the runningTTL clock.
+// Owners that acquired with AcquireParams.Start are RUNNING already. It is idempotent for
 // the current owner. Errors: ErrGone, ErrStaleToken, ErrCancelled, ErrExpired, *StateError.
 func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 	_, err := c.ownerReply(ctx, "start", lua.Start, o.Key, o.Token)
@@ -85,12 +85,12 @@ func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 }
 
 // Heartbeat renews the owner's lease. progress is an opaque counter from the model adapter:
-// when it differs from the last one reported, the flight's progressAt moves ("" reports none).
-// ErrCancelled and ErrExpired tell the owner to abort its model call; ErrStaleToken tells it
-// another owner took over. When the meta is gone the heartbeat writes it back (restored true)
-// if the fence admits the token and Config.WriteBackFence knows no larger one, so the flight
-// goes on under its owner. An owner whose own record lets another caller take the flight
-// over asks Config.WriteBackFence first, as Complete does.
+// when it differs from the last one reported, the flight's progressAt moves, and "" reports
+// none. ErrCancelled and ErrExpired tell the owner to abort its model call. ErrStaleToken
+// tells it another owner took over. When the meta is gone, the heartbeat writes it back and
+// answers restored true if the fence admits the token and Config.WriteBackFence knows no
+// larger one, so the flight goes on under its owner. An owner whose own record lets another
+// caller take the flight over asks Config.WriteBackFence first, as Complete does.
 func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
 	p := o.Policy.WithDefaults()
 	beat := func(ask bool) (string, error) {
@@ -102,7 +102,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress strin
 	code, err := beat(c.wbFence != nil)
 	if errors.Is(err, ErrGone) || errors.Is(err, errLapsed) {
 		// Asked first: the meta is gone and the fence admits the token, or the owner's own
-		// record lets another owner take the flight over (it may be a rollback).
+		// record lets another owner take the flight over. That record may be a rollback.
 		if c.fencedOff(ctx, o) {
 			return false, fmt.Errorf("flight: heartbeat %q: %w", o.Key, ErrStaleToken)
 		}
@@ -112,7 +112,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress strin
 }
 
 // fencedOff asks Config.WriteBackFence whether a larger token than o's is known for its key
-// outside Redis: then o's flight, gone from Redis, must not be written back.
+// outside Redis. If so, o's flight, gone from Redis, must not be written back.
 func (c *Coordinator) fencedOff(ctx context.Context, o Ownership) bool {
 	if c.wbFence == nil {
 		return false
@@ -121,16 +121,16 @@ func (c *Coordinator) fencedOff(ctx context.Context, o Ownership) bool {
 	return ok && t > o.Token
 }
 
-// Handover gives the owner's running flight up without spending its attempt: the next
-// acquire takes it over at once (reason handover). Errors: ErrGone, ErrStaleToken,
+// Handover gives the owner's running flight up without spending its attempt. The next
+// acquire takes it over at once with reason handover. Errors: ErrGone, ErrStaleToken,
 // *StateError.
 func (c *Coordinator) Handover(ctx context.Context, o Ownership) error {
 	_, err := c.ownerReply(ctx, "handover", lua.Handover, o.Key, o.Token)
 	return err
 }
 
-// settleCall runs an answering owner script (complete, fail) and returns its code, status
-// element, the third element and the caller's settlement.
+// settleCall runs an answering owner script, complete or fail, and returns the caller's
+// settlement.
 func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any) (Settlement, error) {
 	if err := CheckKey(o.Key); err != nil {
 		return Settlement{}, err
@@ -153,7 +153,7 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	}
 	joined := false
 	if op == "complete" && len(o.Joined) > 0 {
-		// The reply ends with how many joined tasks it answered (complete.lua).
+		// The reply ends with how many joined tasks it answered, see complete.lua.
 		n, _ := res[len(res)-1].(int64)
 		joined, res = n > 0, res[:len(res)-1]
 	}
@@ -183,32 +183,32 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	if err := codeErr(op, o.Key, code, status); err != nil || confirmed {
 		return st, err
 	}
-	// Taken on the master only: the caller writes it again (a retry answers ALREADY) or
-	// spools it until a replica has it.
+	// Taken on the master only. The caller writes it again, and a retry answers ALREADY, or
+	// it spools it until a replica has it.
 	return st, notReplicated(op, o.Key, o.Token, waitErr)
 }
 
-// Complete stores result and makes the flight SUCCEEDED; the owner's task and every parked
-// task are answered (in the same script on a single Redis node). run is the model call's
-// duration (the events' runMs). It follows one rule for live owners and written-back
-// outcomes alike (DESIGN.md section 3): the current owner's token is accepted while the
-// flight is PENDING, RUNNING or EXPIRED by its own heartbeat; with the meta gone, a token the
-// fence admits writes the flight back (Settlement.Restored), unless Config.WriteBackFence
-// knows a larger token of the key (ErrStaleToken). With Config.WriteBackFence the script
-// also answers first when the owner's own record lets another caller take the flight over
-// (its lease lapsed, its attempt ran out or stalled): that record may be a rollback (a
-// failover lost the acquire of the owner that took over), so the fence is asked before the
-// write, and a larger token refuses it (ErrStaleToken, the task unsettled). A retry of the
-// same token's complete (a lost reply) succeeds again. Refusals, with what became of the owner's task:
-// ErrCancelled and ErrExpired (the run was closed: the task is answered with that outcome),
-// ErrStaleToken (another owner: the task is answered from the flight or parked on it; neither
-// when a larger token's meta is gone too), *StateError (the token's own flight FAILED).
+// Complete stores result and makes the flight SUCCEEDED. The owner's task and every parked
+// task are answered in the same script on a single Redis node. run is the model call's
+// duration, the events' runMs. Live owners and written-back outcomes follow one rule: the
+// current owner's token is accepted while the flight is PENDING, RUNNING or EXPIRED by its
+// own heartbeat. With the meta gone, a token the fence admits writes the flight back and sets
+// Settlement.Restored, unless Config.WriteBackFence knows a larger token of the key, which
+// answers ErrStaleToken. With Config.WriteBackFence the script also answers first when the
+// owner's own record lets another caller take the flight over, because its lease lapsed or
+// its attempt ran out or stalled. That record may be a rollback, so the fence is asked before
+// the write, and a larger token refuses it with ErrStaleToken, the task unsettled. A retry of
+// the same token's complete after a lost reply succeeds again. Refusals, with what became of
+// the owner's task: ErrCancelled and ErrExpired mean the run was closed and the task is
+// answered with that outcome. ErrStaleToken means another owner: the task is answered from
+// the flight or parked on it, or neither when a larger token's meta is gone too. *StateError
+// means the token's own flight FAILED. See DESIGN.md section 3.
 func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, run time.Duration) (Settlement, error) {
 	return c.complete(ctx, o, result, run, "")
 }
 
-// complete is Complete; a shared label other than "" replaces "owner" in the owner's event
-// (the call then carries the arguments that write a meta back at once).
+// complete is Complete. A shared label other than "" replaces "owner" in the owner's event,
+// and the call then carries the arguments that write a meta back at once.
 func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, run time.Duration, shared string) (Settlement, error) {
 	p := o.Policy.WithDefaults()
 	inline := "0"
@@ -234,8 +234,8 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 	}
 	st, err := c.settleAsking(ctx, "complete", lua.Complete, o, argv, askAt)
 	if !ask && errors.Is(err, ErrGone) && !joined {
-		// The meta is gone: call again with what it takes to write it back (the common call
-		// leaves these out).
+		// The meta is gone: call again with what it takes to write it back. The common call
+		// leaves these out.
 		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))
 		return c.settleCall(ctx, "complete", lua.Complete, o, argv)
 	}
@@ -246,35 +246,35 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 type Failure struct {
 	// Retryable lets a later acquire retry while attempts are left.
 	Retryable bool
-	// Type is the error class (timeout, rate_limited, upstream, bad_request, ...).
+	// Type is the error class: timeout, rate_limited, upstream, bad_request, ...
 	Type string
 	// Code is the specific error code.
 	Code string
 	// Message is a human-readable description.
 	Message string
-	// RetryIn, for a retryable failure, delays the next attempt: every acquire before it
-	// parks (the flight records retryAt). Zero: the next acquire retries.
+	// RetryIn, for a retryable failure, delays the next attempt. Every acquire before it
+	// parks, and the flight records retryAt. Zero means the next acquire retries.
 	RetryIn time.Duration
-	// EntryReleased says the owner's task gave its stream entry up: it waits for the retry
+	// EntryReleased says the owner's task gave its stream entry up. It waits for the retry
 	// in the stage's scheduled set and comes back under a new entry.
 	EntryReleased bool
-	// Free says the attempt never called the model (a limiter made it wait): the failure is
-	// retryable, never final, and the next attempt does not count.
+	// Free says the attempt never called the model because a limiter made it wait. The failure
+	// is retryable, never final, and the next attempt does not count.
 	Free bool
 }
 
-// Fail records the owner's failed attempt; the flight becomes FAILED. A final failure (not
-// retryable, or no attempt left by the owner's pinned maxAttempts) answers the owner's task
-// and every parked task (Settlement.Final); a retryable one leaves them waiting for the next
-// attempt, and the owner's task stays the owner's. Tokens are judged as by Complete; a retry
-// of the same token's fail succeeds again; with Config.WriteBackFence, a meta that is gone or
-// a record that lets another caller take the flight over is checked against it first, as by
-// Complete.
+// Fail records the owner's failed attempt, and the flight becomes FAILED. A final failure,
+// one not retryable or with no attempt left by the owner's pinned maxAttempts, answers the
+// owner's task and every parked task and sets Settlement.Final. A retryable one leaves them
+// waiting for the next attempt, and the owner's task stays the owner's. Tokens are judged as
+// by Complete. A retry of the same token's fail succeeds again. With Config.WriteBackFence,
+// a meta that is gone or a record that lets another caller take the flight over is checked
+// against it first, as by Complete.
 func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time.Duration) (Settlement, error) {
 	return c.fail(ctx, o, f, run, "")
 }
 
-// fail is Fail; a shared label other than "" replaces "owner" in the owner's event.
+// fail is Fail. A shared label other than "" replaces "owner" in the owner's event.
 func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time.Duration, shared string) (Settlement, error) {
 	p := o.Policy.WithDefaults()
 	argv := c.answerArgv(o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline), "")
@@ -297,10 +297,10 @@ func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time
 	return c.settleAsking(ctx, "fail", lua.Fail, o, argv, askAt)
 }
 
-// settleAsking is settleCall for complete and fail; askAt is the index of the ask flag in argv
-// (-1: none). When it is "1", an answer GONE or LAPSED (nothing written) is judged by
-// Config.WriteBackFence: a larger token known there refuses the write (ErrStaleToken), else
-// the call is made again without asking.
+// settleAsking is settleCall for complete and fail. askAt is the index of the ask flag in
+// argv, or -1 for none. When that flag is "1", an answer GONE or LAPSED, which wrote nothing,
+// is judged by Config.WriteBackFence: a larger token known there refuses the write with
+// ErrStaleToken, else the call is made again without asking.
 func (c *Coordinator) settleAsking(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any, askAt int) (Settlement, error) {
 	st, err := c.settleCall(ctx, op, s, o, argv)
 	if askAt < 0 || argv[askAt] != flag(true) || !(errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
@@ -315,36 +315,36 @@ func (c *Coordinator) settleAsking(ctx context.Context, op string, s *lua.Functi
 
 // CancelParams are the arguments of Cancel besides the key and reason.
 type CancelParams struct {
-	// Stage is the flight's stage (its result stream receives the events). Required.
+	// Stage is the flight's stage. Its result stream receives the events. Required.
 	Stage string
-	// TTL is how long the CANCELLED record stays; while it does, the key runs no model call.
+	// TTL is how long the CANCELLED record stays. While it does, the key runs no model call.
 	// Defaults to 1 min.
 	TTL time.Duration
 }
 
 // CancelOutcome is the answer of Cancel.
 type CancelOutcome struct {
-	// Already is true when the flight was cancelled before; Reason is then the first cancel's.
+	// Already is true when the flight was cancelled before. Reason is then the first cancel's.
 	Already bool
 	// Reason is the cancel reason the events carry.
 	Reason string
 	// Previous is the status the flight had before this cancel.
 	Previous Status
-	// OwnerTaskID is the owner's task: the owner answers it when its heartbeat sees the cancel
-	// (or whoever gets its entry, when the owner is gone).
+	// OwnerTaskID is the owner's task. The owner answers it when its heartbeat sees the cancel,
+	// or whoever gets its entry answers it when the owner is gone.
 	OwnerTaskID string
-	// Answered counts the parked tasks answered CANCELLED by this call; Waited says how long
+	// Answered counts the parked tasks answered CANCELLED by this call. Waited says how long
 	// each waited.
 	Answered int
 	Waited   []time.Duration
 }
 
-// Cancel makes a flight that may still run the model CANCELLED (anyone may call it): PENDING
-// or RUNNING, or FAILED (retryable) or EXPIRED with attempts left. Its parked tasks are
-// answered CANCELLED (in the same script on a single Redis node) and the fence closes the
-// owner's token: no result of its run is accepted. A second cancel answers Already, with the
-// first reason, and answers tasks still parked. Errors: ErrNotFound, *StateError for a flight
-// that already ended.
+// Cancel makes a flight that may still run the model CANCELLED. Anyone may call it. Such a
+// flight is PENDING or RUNNING, or FAILED retryably or EXPIRED with attempts left. Its parked
+// tasks are answered CANCELLED in the same script on a single Redis node, and the fence closes
+// the owner's token, so no result of its run is accepted. A second cancel answers Already,
+// with the first reason, and answers tasks still parked. Errors: ErrNotFound, and *StateError
+// for a flight that already ended.
 func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelParams) (CancelOutcome, error) {
 	if err := CheckKey(key); err != nil {
 		return CancelOutcome{}, err
@@ -382,9 +382,9 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 	return out, codeErr("cancel", key, code, st)
 }
 
-// successBody builds the body of the SUCCEEDED events of o's complete (every field but taskId,
-// shared and queuedMs), as lib.lua's outcomeOf would from the meta, so that the script writes
-// it as it is.
+// successBody builds the body of the SUCCEEDED events of o's complete, every field but
+// taskId, shared and queuedMs. It builds it as lib.lua's outcomeOf would from the meta, so
+// that the script writes it as it is.
 func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run time.Duration) []byte {
 	maxInline := o.MaxInline
 	if maxInline <= 0 {
@@ -407,7 +407,7 @@ func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run t
 		b = append(b, `,"usage":{`...)
 		if u.Model != "" {
 			b = append(b, `"model":`...)
-			q, _ := json.Marshal(u.Model) // a provider's string: escaped as JSON
+			q, _ := json.Marshal(u.Model) // a provider's string, escaped as JSON
 			b = append(b, q...)
 			b = append(b, ',')
 		}

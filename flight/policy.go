@@ -18,23 +18,23 @@ type Policy struct {
 	// StallTimeout: a RUNNING flight whose reported progress is older than this is EXPIRED
 	// although its heartbeat is fresh. Zero turns the check off. Defaults to 0.
 	StallTimeout time.Duration `yaml:"stallTimeout"`
-	// ResultTTL is how long a result (and the SUCCEEDED meta) answers duplicates.
+	// ResultTTL is how long a result and the SUCCEEDED meta answer duplicates.
 	// Defaults to 10 min.
 	ResultTTL time.Duration `yaml:"resultTTL"`
 	// FailureTTL is how long a FAILED, CANCELLED or EXPIRED meta is kept. It also outlives an
 	// active flight's expireAt by this much. Defaults to 1 min.
 	FailureTTL time.Duration `yaml:"failureTTL"`
-	// MaxAttempts bounds owner attempts of one flight (new, retries, takeovers and expiry
-	// takeovers all count). Defaults to 3.
+	// MaxAttempts bounds owner attempts of one flight. New attempts, retries, takeovers and
+	// expiry takeovers all count. Defaults to 3.
 	MaxAttempts int `yaml:"maxAttempts"`
-	// MaxParked bounds the task ids parked on one flight; past it acquire answers
+	// MaxParked bounds the task ids parked on one flight. Past it, acquire answers
 	// FOLLOWER_WAIT with reason "full" and parks nothing. Zero means no cap. Defaults to 0.
 	MaxParked int `yaml:"maxParked"`
-	// Durability is what a call that makes an owner or settles an outcome (acquire, complete,
-	// fail) waits for before it returns. Defaults to DurabilityAsync.
+	// Durability is what a call that makes an owner or settles an outcome waits for before it
+	// returns. Such calls are acquire, complete and fail. Defaults to DurabilityAsync.
 	Durability Durability `yaml:"durability"`
 	// ReplicationTimeout bounds the wait for a replica's acknowledgement under
-	// DurabilityReplicated; at most 2 s. Defaults to 1 s.
+	// DurabilityReplicated. At most 2 s. Defaults to 1 s.
 	ReplicationTimeout time.Duration `yaml:"replicationTimeout"`
 }
 
@@ -44,16 +44,16 @@ type Durability string
 
 // The durabilities (DESIGN.md section 3, "Replicated claims").
 const (
-	// DurabilityAsync: a call returns once the master applied it; Redis replicates it
+	// DurabilityAsync: a call returns once the master applied it. Redis replicates it
 	// afterwards, and a failover in between can lose it.
 	DurabilityAsync Durability = "async"
-	// DurabilityReplicated: a call returns once a replica acknowledged it (WAIT 1), else it
+	// DurabilityReplicated: a call returns once a replica acknowledged it with WAIT 1. Else it
 	// fails with ErrNotReplicated and a claim is given up (DESIGN.md section 3).
 	DurabilityReplicated Durability = "replicated"
 )
 
-// maxReplicationTimeout bounds ReplicationTimeout: the WAIT rides in the call's pipeline,
-// whose reply must come within the client's read timeout (3 s by default).
+// maxReplicationTimeout bounds ReplicationTimeout. The WAIT rides in the call's pipeline,
+// whose reply must come within the client's read timeout, 3 s by default.
 const maxReplicationTimeout = 2 * time.Second
 
 // WithDefaults returns p with every zero field set to its default.
@@ -115,12 +115,12 @@ func (p Policy) Validate() error {
 
 // FenceTTL is how long a flight's fence outlives its last change: twice runningTTL +
 // failureTTL + resultTTL. A token that finds neither meta nor fence and is older than this is
-// refused (nothing proves it was not superseded). Call it on WithDefaults' result.
+// refused, since nothing proves it was not superseded. Call it on WithDefaults' result.
 func (p Policy) FenceTTL() time.Duration {
 	return 2 * (p.RunningTTL + p.FailureTTL + p.ResultTTL)
 }
 
-// pinned is the policy as the meta's policy field holds it (PinnedPolicy parses it).
+// pinned is the policy as the meta's policy field holds it. PinnedPolicy parses it.
 func (p Policy) pinned() string {
 	return strconv.FormatInt(ms(p.Lease), 10) + " " + strconv.FormatInt(ms(p.RunningTTL), 10) + " " +
 		strconv.FormatInt(ms(p.StallTimeout), 10) + " " + strconv.FormatInt(ms(p.ResultTTL), 10) + " " +

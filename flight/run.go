@@ -12,46 +12,46 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/guard"
 )
 
-// Owner is the one owner lifecycle, shared by the stream consumer and the in-process executor
-// (DESIGN.md section 6): Run takes the flight an acquire made its caller own, answers it from
-// an outcome the process holds or the archive keeps, or runs the call under a heartbeat lease
-// and completes or fails the flight, spooling a result Redis cannot take. One Owner serves one
-// stage.
+// Owner is the one owner lifecycle, shared by the stream consumer and the in-process
+// executor. Run takes the flight an acquire made its caller own. It answers the flight from an
+// outcome the process holds or the archive keeps, or runs the call under a heartbeat lease and
+// completes or fails the flight, spooling a result Redis cannot take. One Owner serves one
+// stage (DESIGN.md section 6).
 type Owner struct {
 	Coord *Coordinator
 	Spool *Spool
 	// Archive is the durable archive, or nil for none.
 	Archive Archive
-	// Guard runs each coordination call, such as through a circuit breaker; nil calls directly.
+	// Guard runs each coordination call, such as through a circuit breaker. Nil calls directly.
 	Guard func(call func() error) error
-	// Heartbeat is how often the lease is renewed; HeartbeatTimeout bounds each renewal.
+	// Heartbeat is how often the lease is renewed. HeartbeatTimeout bounds each renewal.
 	Heartbeat, HeartbeatTimeout time.Duration
-	// Timeout bounds each archive lookup and claim; AskTimeout each question about a run's
-	// fence (an unanswered one takes the outcome); HandoverTimeout each handover.
+	// Timeout bounds each archive lookup and claim. AskTimeout bounds each question about a
+	// run's fence, and an unanswered one takes the outcome. HandoverTimeout bounds each handover.
 	Timeout, AskTimeout, HandoverTimeout time.Duration
-	// WriteTimeout bounds each complete, fail and rehydrate; WriteFor is how long one is tried
-	// again while Redis is unavailable (zero: once).
+	// WriteTimeout bounds each complete, fail and rehydrate. WriteFor is how long one is tried
+	// again while Redis is unavailable. Zero means once.
 	WriteTimeout, WriteFor time.Duration
-	// FailureTTL is the stage's: an archived failure older than it answers nobody.
+	// FailureTTL is the stage's. An archived failure older than it answers nobody.
 	FailureTTL time.Duration
 	// Retention is how long the archive keeps the outcomes this owner records.
 	Retention time.Duration
-	// Limiter, when set, is the stage's limiter: each call takes from it first, and is
-	// settled with what the call reported (ReportUsage, ReportRemaining) after.
+	// Limiter, when set, is the stage's limiter. Each call takes from it first and is settled
+	// after with what the call reported through ReportUsage and ReportRemaining.
 	Limiter *Limiter
-	// LimitWait is the longest limiter wait the owner sits out holding the flight; a longer
-	// one ends the run (EndRetry, Throttled) with the flight waiting for it, its attempt not
-	// spent. ReleaseAfter: a wait longer than it gives the task's stream entry up.
+	// LimitWait is the longest limiter wait the owner sits out holding the flight. A longer
+	// one ends the run as EndRetry with Throttled set, the flight waiting for it and its attempt
+	// not spent. A wait longer than ReleaseAfter gives the task's stream entry up.
 	LimitWait, ReleaseAfter time.Duration
 }
 
 // Run is one owner run's context and caller.
 type Run struct {
 	// Context is what the call runs under. When it ends with the call failed, the run hands
-	// the flight over without spending the attempt (EndAborted, Handed).
+	// the flight over without spending the attempt, as EndAborted with Handed set.
 	Context context.Context
-	// Abort, when it is closed, ends the call with AbortCause and hands the flight over (a
-	// lost session lock). Nil: never.
+	// Abort, when it is closed, ends the call with AbortCause and hands the flight over, as
+	// for a lost session lock. Nil means never.
 	Abort      <-chan struct{}
 	AbortCause error
 	Caller     Caller
@@ -62,19 +62,19 @@ type Run struct {
 // Caller is the caller's side of an owner run. Its methods run on the goroutine that called
 // Owner.Run, except Log, which the heartbeat calls too.
 type Caller interface {
-	// Call runs the model; progress moves the flight's progressAt.
+	// Call runs the model. Calling progress moves the flight's progressAt.
 	Call(ctx context.Context, progress func()) ([]byte, error)
-	// Failure classifies the call's error for its Fail (FailureOf, or more).
+	// Failure classifies the call's error for its Fail, with FailureOf or more.
 	Failure(err error, o Ownership) Failure
 	// Finishing is told that what is left is a short write.
 	Finishing()
-	// BeforeComplete is called before the complete: it returns the joined tasks that ride in
-	// it (Ownership.Joined), or ok false to hand the flight over instead (EndHanded). After a
-	// true answer AfterComplete is told the complete's settlement and whether the result was
+	// BeforeComplete is called before the complete. It returns the joined tasks that ride in
+	// it as Ownership.Joined, or ok false to hand the flight over instead with EndHanded. After a
+	// true answer, AfterComplete is told the complete's settlement and whether the result was
 	// spooled, whatever happens, a panic included.
 	BeforeComplete(ctx context.Context) (joined []Task, ok bool)
 	AfterComplete(st Settlement, spooled bool)
-	// Log receives the run's notes: level, message, error (nil: none) and key-value pairs.
+	// Log receives the run's notes: level, message, error or nil for none, and key-value pairs.
 	Log(level slog.Level, msg string, err error, kv ...any)
 }
 
@@ -83,45 +83,46 @@ type Ending uint8
 
 // The endings. The caller settles its task from End, switching on its Ending once.
 const (
-	// EndCompleted: the result is stored (End.Value); End.Held when it was the outcome this
-	// process held, with no call.
+	// EndCompleted: the result is stored in End.Value. End.Held is set when it was the outcome
+	// this process held, with no call.
 	EndCompleted Ending = iota
-	// EndArchived: the archive's outcome (End.Archived) answered the flight, with no call;
+	// EndArchived: the archive's outcome, End.Archived, answered the flight with no call.
 	// End.Verdict is VerdictCancelled when the flight turned out cancelled.
 	EndArchived
-	// EndFailed: the call failed for good; the failure (End.Failure) is the flight's outcome.
+	// EndFailed: the call failed for good. The failure, End.Failure, is the flight's outcome.
 	EndFailed
 	// EndRetry: the call failed and the flight retries after End.Failure.RetryIn.
 	EndRetry
-	// EndClosed: the flight was cancelled or expired for good (End.Verdict); a result may never
-	// be stored.
+	// EndClosed: the flight was cancelled or expired for good, see End.Verdict. A result may
+	// never be stored.
 	EndClosed
-	// EndRefused: another owner holds the flight (End.Verdict stale or conflict); End.Settlement
-	// says whether the caller's task was answered or parked.
+	// EndRefused: another owner holds the flight, and End.Verdict is stale or conflict.
+	// End.Settlement says whether the caller's task was answered or parked.
 	EndRefused
-	// EndSpooled: Redis could not take the result; it is spooled for the write-back, which
+	// EndSpooled: Redis could not take the result. It is spooled for the write-back, which
 	// answers the flight's tasks. End.Err is Redis's error.
 	EndSpooled
-	// EndAborted: the call was ended before it answered, by the flight (End.Verdict stale,
-	// cancelled or expired: acquire again) or by the caller (End.Handed).
+	// EndAborted: the call was ended before it answered. Either the flight ended it, with
+	// End.Verdict stale, cancelled or expired, and the caller acquires again, or the caller
+	// ended it and End.Handed is set.
 	EndAborted
-	// EndHanded: BeforeComplete refused; the flight was handed over, its attempt not spent.
+	// EndHanded: BeforeComplete refused. The flight was handed over, its attempt not spent.
 	EndHanded
-	// EndError: Redis refused or lost a call that leaves the outcome unknown: the failure's
-	// record (End.CallErr is the call's error), an archived outcome's write, or a spool that
-	// could not take the result (End.Value).
+	// EndError: Redis refused or lost a call that leaves the outcome unknown. The call was the
+	// failure's record, with End.CallErr the call's error, or an archived outcome's write, or it
+	// is a spool that could not take the result in End.Value.
 	EndError
 )
 
 // End is the end of an owner run.
 type End struct {
 	How Ending
-	// Op is the last coordination call: "complete", "fail" or "rehydrate" ("" for none).
+	// Op is the last coordination call: "complete", "fail", "rehydrate", or "" for none.
 	Op      string
 	Verdict Verdict
 	// Settlement is what the last call settled.
 	Settlement Settlement
-	// Value is the result (EndCompleted, EndSpooled, an unspooled EndError).
+	// Value is the result of EndCompleted, EndSpooled and an unspooled EndError.
 	Value []byte
 	// Held is true when the value was the outcome this process held.
 	Held bool
@@ -133,19 +134,19 @@ type End struct {
 	Handed bool
 	// Cause is why an EndAborted call ended.
 	Cause error
-	// CallErr is the call's own error; Err the one the run ended with.
+	// CallErr is the call's own error. Err is the one the run ended with.
 	CallErr, Err error
 	// RunTime is how long the call took.
 	RunTime time.Duration
-	// Usage is what the call reported it used (ReportUsage); nil for none.
+	// Usage is what the call reported it used through ReportUsage, or nil for none.
 	Usage *Usage
 	// Throttled is the limiter's wait that ended an EndRetry run before its call.
 	Throttled Throttled
 }
 
 // msgHeldAnswer is logged by an owner that completes its flight with an outcome its process
-// holds instead of a call; msgArchiveAnswer by one answered from the archive. cmd/chaos
-// reads both.
+// holds instead of a call. msgArchiveAnswer is logged by one answered from the archive.
+// cmd/chaos reads both.
 const (
 	msgHeldAnswer    = "answered from the outcome this process holds; no model call"
 	msgArchiveAnswer = "answered from the archive; no model call"
@@ -167,8 +168,8 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 		w.claim(ctx, r, d)
 	}
 	if isHeld {
-		// This process has the key's outcome in hand, unwritten: the call is not run again for
-		// it; this owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
+		// This process has the key's outcome in hand, unwritten. The call is not run again for
+		// it: this owner's flight takes that result (DESIGN.md section 6, "Held outcomes").
 		r.Caller.Log(slog.LevelInfo, msgHeldAnswer, nil, "heldToken", heldToken)
 		r.Caller.Finishing()
 		e := w.settle(ctx, r, o, held, 0, w.Spool.Hold(o.Key, o.Token, held))
@@ -199,8 +200,8 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	o.Usage = usage
 	var release func(settled bool)
 	if callErr == nil {
-		// Held from the moment it exists until Redis took or refused it (settle releases it;
-		// this only when something panics before).
+		// Held from the moment it exists until Redis took or refused it. Settle releases it, and
+		// this defer only when something panics before.
 		release = w.Spool.Hold(o.Key, o.Token, out)
 		defer release(false)
 	}
@@ -226,7 +227,7 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 	return e
 }
 
-// settle completes the flight o owns with v, which the caller holds (Spool.Hold) until settle
+// settle completes the flight o owns with v. The caller holds v with Spool.Hold until settle
 // returns and calls release: Redis took it or refused it, or it was spooled.
 func (w *Owner) settle(ctx context.Context, r Run, o Ownership, v []byte, run time.Duration, release func(settled bool)) End {
 	var c completion
@@ -241,11 +242,11 @@ func (w *Owner) settle(ctx context.Context, r Run, o Ownership, v []byte, run ti
 	return w.complete(ctx, o, v, run, &c)
 }
 
-// completion is what settle's deferred calls are told, set as soon as it is known (a panic
-// after the write still tells the joined tasks that it answered them).
+// completion is what settle's deferred calls are told, set as soon as it is known. A panic
+// after the write still tells the joined tasks that it answered them.
 type completion struct {
 	st               Settlement
-	settled, spooled bool // nobody else takes the result; it was spooled
+	settled, spooled bool // nobody else takes the result, and it was spooled
 }
 
 // complete is settle's write.
@@ -259,21 +260,21 @@ func (w *Owner) complete(ctx context.Context, o Ownership, v []byte, run time.Du
 		w.record(o, StatusSucceeded, v, Failure{})
 		e.How = EndCompleted
 	case e.Verdict.Closed():
-		c.settled = true // it may never be stored: nobody takes it
+		c.settled = true // it may never be stored, so nobody takes it
 		e.How = EndClosed
 	case e.Verdict.Refused():
 		e.How = EndRefused
 	default:
 		// The call answered but the result cannot be stored: an uncertain outcome. The spool
-		// keeps it until the write-back, which answers the flight's tasks; the call is not run
+		// keeps it until the write-back, which answers the flight's tasks. The call is not run
 		// again for it.
 		if serr := w.Spool.Add(o.Outcome(v)); serr != nil {
 			e.How, e.Err = EndError, fmt.Errorf("%w: %w (spool: %w)", ErrUncertainOutcome, err, serr)
 			return e
 		}
 		c.settled, c.spooled = true, true
-		// The archive takes the result now: the write-back to Redis may come much later (a
-		// larger token still wins, there and in the archive).
+		// The archive takes the result now, since the write-back to Redis may come much later.
+		// A larger token still wins, there and in the archive.
 		w.record(o, StatusSucceeded, v, Failure{})
 		e.How = EndSpooled
 	}
@@ -285,7 +286,7 @@ func (w *Owner) fail(ctx context.Context, r Run, o Ownership, callErr error, run
 	return w.failWith(ctx, r, o, r.Caller.Failure(callErr, o), callErr, run)
 }
 
-// failWith records failure f of the flight o owns; callErr is the call's error.
+// failWith records failure f of the flight o owns. callErr is the call's error.
 func (w *Owner) failWith(ctx context.Context, r Run, o Ownership, f Failure, callErr error, run time.Duration) End {
 	st, err := w.write(ctx, writing{op: "fail", o: o, f: f, run: run})
 	e := End{Op: "fail", Verdict: Judge(err), Settlement: st, Failure: f, CallErr: callErr, Err: err, RunTime: run}
@@ -306,8 +307,8 @@ func (w *Owner) failWith(ctx context.Context, r Run, o Ownership, f Failure, cal
 }
 
 // rehydrate answers the flight o owns from the archive when it holds the key's final
-// outcome (Archived.Answers): done reports that the run ended there. A lookup that fails or
-// finds nothing runs the call.
+// outcome, see Archived.Answers. done reports that the run ended there. A lookup that fails
+// or finds nothing runs the call.
 func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done bool) {
 	lctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	a, ok, err := w.Archive.Lookup(lctx, o.Key)
@@ -319,8 +320,8 @@ func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done 
 	if !ok || !a.Answers(w.FailureTTL) {
 		return End{}, false
 	}
-	// An outcome archived before Redis judged it (a spooled result) may be of a run that was
-	// closed meanwhile: it may never be stored.
+	// An outcome archived before Redis judged it, such as a spooled result, may be of a run
+	// that was closed meanwhile. It may never be stored.
 	if a.Status != StatusCancelled && w.runClosed(ctx, r, o.Key, a.Token, "archived outcome") {
 		return End{}, false
 	}
@@ -345,10 +346,10 @@ func (w *Owner) rehydrate(ctx context.Context, r Run, o Ownership) (e End, done 
 	return e, true
 }
 
-// claim records in the archive, when it keeps a fence (Fencer), that d's owner took the
-// flight over from an owner that may still be running (NeedsClaim), before the call: after a
-// Redis data loss that owner's write-back is refused by it. A claim that fails is logged and
-// the run goes on.
+// claim records in the archive, when it keeps a fence as a Fencer, that d's owner took the
+// flight over before the call from an owner that may still be running, see needsClaim. After
+// a Redis data loss the claim makes the archive refuse that owner's write-back. A claim that
+// fails is logged and the run goes on.
 func (w *Owner) claim(ctx context.Context, r Run, d Decision) {
 	f, ok := w.Archive.(Fencer)
 	if !ok {
@@ -360,10 +361,10 @@ func (w *Owner) claim(ctx context.Context, r Run, d Decision) {
 	}
 }
 
-// runClosed asks, for an owner about to complete its flight with what (the outcome of
-// token's run: held by this process, or archived), whether that run was closed for good
-// (Coordinator.RunClosed): the owner then runs the call instead. An unanswered question takes
-// the outcome (the call is not run twice).
+// runClosed asks whether token's run was closed for good, using Coordinator.RunClosed, for
+// an owner about to complete its flight with that run's outcome. what names the outcome:
+// held by this process, or archived. When the run was closed the owner runs the call
+// instead. An unanswered question takes the outcome, so the call is not run twice.
 func (w *Owner) runClosed(ctx context.Context, r Run, key string, token int64, what string) bool {
 	cctx, cancel := context.WithTimeout(ctx, w.AskTimeout)
 	defer cancel()
@@ -378,8 +379,8 @@ func (w *Owner) runClosed(ctx context.Context, r Run, key string, token int64, w
 	return closed
 }
 
-// writing is one settling call: complete (v), fail (f) or rehydrate (a) of o's flight. It is
-// a value, not a closure, so that an owner without a Guard writes without an allocation.
+// writing is one settling call of o's flight: complete with v, fail with f, or rehydrate with
+// a. It is a value, not a closure, so that an owner without a Guard writes without an allocation.
 type writing struct {
 	op  string
 	o   Ownership
@@ -399,9 +400,9 @@ func (c *writing) call(ctx context.Context, coord *Coordinator) (Settlement, err
 	return coord.Rehydrate(ctx, c.o, c.a)
 }
 
-// write runs a settling call through Guard, each try bounded by WriteTimeout, again while
-// Redis is unavailable for up to WriteFor: the call already ran, and giving up would make the
-// next owner run it again. A retry after a lost reply is accepted as the same outcome.
+// write runs a settling call through Guard, each try bounded by WriteTimeout. It tries again
+// while Redis is unavailable, for up to WriteFor: the call already ran, and giving up would
+// make the next owner run it again. A retry after a lost reply is accepted as the same outcome.
 func (w *Owner) write(ctx context.Context, c writing) (st Settlement, err error) {
 	deadline := time.Now().Add(w.WriteFor)
 	ctx = context.WithoutCancel(ctx)
@@ -426,7 +427,7 @@ func (w *Owner) write(ctx context.Context, c writing) (st Settlement, err error)
 	}
 }
 
-// record archives an outcome of the flight o owned; f describes a failure.
+// record archives an outcome of the flight o owned. f describes a failure.
 func (w *Owner) record(o Ownership, status Status, result []byte, f Failure) {
 	if w.Archive != nil {
 		w.Archive.Record(o.Archived(status, result, f, w.Retention))
@@ -440,7 +441,7 @@ func (w *Owner) guard(call func() error) error {
 	return w.Guard(call)
 }
 
-// handover gives the running flight up without spending its attempt: the next acquire takes
+// handover gives the running flight up without spending its attempt. The next acquire takes
 // it over at once.
 func (w *Owner) handover(r Run, o Ownership, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.HandoverTimeout)
@@ -454,7 +455,7 @@ func (w *Owner) handover(r Run, o Ownership, why string) {
 
 // startHeartbeat starts the owner's heartbeat and returns the function that waits for it to
 // stop once ctx is done. The first beat is due one Heartbeat after the start, so a call that
-// returns sooner starts no goroutine at all; a run with an Abort channel starts it at once, to
+// returns sooner starts no goroutine at all. A run with an Abort channel starts it at once, to
 // watch the channel.
 func (w *Owner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, hb *beats) (wait func()) {
 	done := make(chan struct{})
@@ -478,7 +479,7 @@ func (w *Owner) startHeartbeat(ctx context.Context, cancel context.CancelCauseFu
 	}
 }
 
-// heartbeat renews the lease every Heartbeat until ctx ends; it cancels the run when the
+// heartbeat renews the lease every Heartbeat until ctx ends. It cancels the run when the
 // flight refuses it and when Abort is closed.
 func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, hb *beats) {
 	tick := time.NewTicker(w.Heartbeat)
@@ -487,7 +488,7 @@ func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.Abort: // nil (never ready) without one
+		case <-r.Abort: // nil without one, so never ready
 			cancel(r.AbortCause)
 			return
 		case <-tick.C:
@@ -498,9 +499,9 @@ func (w *Owner) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r
 	}
 }
 
-// beat renews the lease once; it answers false, having cancelled the run, when the flight
-// refused it (stale token, cancelled, expired). A meta that vanished is written back by the
-// heartbeat itself; a failed beat is not fatal: the lease decides.
+// beat renews the lease once. It answers false, having cancelled the run, when the flight
+// refused it with a stale token, cancelled or expired. A meta that vanished is written back
+// by the heartbeat itself. A failed beat is not fatal: the lease decides.
 func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run, o Ownership, hb *beats) bool {
 	prog := ""
 	if n := hb.progress.Load(); n > 0 {
@@ -524,7 +525,7 @@ func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run,
 		cancel(err)
 		return false
 	case ctx.Err() == nil:
-		// The first failure of a streak is a warning; the rest, a beat an interval while Redis
+		// The first failure of a streak is a warning. The rest, one beat an interval while Redis
 		// or the breaker stays away, are debug lines.
 		level := slog.LevelWarn
 		if hb.failing {
@@ -537,7 +538,7 @@ func (w *Owner) beat(ctx context.Context, cancel context.CancelCauseFunc, r Run,
 }
 
 // beats is a run's heartbeat state: the call's progress counter, and whether the last beat
-// failed (only the heartbeat's goroutine reads and writes it).
+// failed. Only the heartbeat's goroutine reads and writes failing.
 type beats struct {
 	progress atomic.Int64
 	failing  bool

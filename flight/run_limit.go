@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// ErrThrottled is the error of an owner run that a limiter stopped before its call: the
-// flight waits for the limiter (its retryAt), and the attempt is not spent.
+// ErrThrottled is the error of an owner run that a limiter stopped before its call. The
+// flight waits for the limiter with its retryAt, and the attempt is not spent.
 var ErrThrottled = errors.New("flight: limiter budget spent")
 
 // admit takes the call's budget from the stage's limiter, sitting out waits up to LimitWait.
@@ -44,8 +44,8 @@ func (w *Owner) admit(ctx context.Context, r Run, o Ownership) (Reservation, boo
 	}
 }
 
-// throttled ends a run the limiter made wait th.Wait: the flight records a free retryable
-// failure whose retryAt holds every task of the key until then (EndRetry).
+// throttled ends a run the limiter made wait th.Wait, as EndRetry. The flight records a free
+// retryable failure whose retryAt holds every task of the key until then.
 func (w *Owner) throttled(ctx context.Context, r Run, o Ownership, th Throttled) End {
 	f := Failure{Retryable: true, Type: "rate_limited", Code: "limiter_" + th.Why, Free: true, RetryIn: th.Wait,
 		Message:       fmt.Sprintf("limiter %s: %s budget spent; the call waits %v", w.Limiter.Name(), th.Why, th.Wait.Round(time.Millisecond)),
@@ -55,8 +55,8 @@ func (w *Owner) throttled(ctx context.Context, r Run, o Ownership, th Throttled)
 	return e
 }
 
-// settleLimit settles the call's reservation with what the call reported and how it ended:
-// a provider's rate limit (429) holds the whole limiter for its Retry-After.
+// settleLimit settles the call's reservation with what the call reported and how it ended.
+// A provider's rate limit, a 429, holds the whole limiter for its Retry-After.
 func (w *Owner) settleLimit(ctx context.Context, r Run, res Reservation, used *Usage, rem Remaining, callErr error) {
 	outcome, hold := CallOK, time.Duration(0)
 	if callErr != nil {

@@ -13,29 +13,29 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// ErrLockLost: the caller's token no longer holds the session lock (its lease ran out and
-// perhaps another holder took the lock, or it was released). Nothing was written; the caller
+// ErrLockLost: the caller's token no longer holds the session lock. Its lease ran out and
+// perhaps another holder took the lock, or it was released. Nothing was written. The caller
 // must stop its heavy work and write nothing under that token.
 var ErrLockLost = errors.New("flight: session lock lost")
 
 // sessionFenceTTL is how long a session's fence counter outlives its last use. Tokens stay
-// strictly increasing without it (they are at least Redis TIME in microseconds); it only
+// strictly increasing without it, since they are at least Redis TIME in microseconds. It only
 // guards against a Redis clock that steps back while the counter lives.
 const sessionFenceTTL = 7 * 24 * time.Hour
 
-// SessionLock serializes heavy stages per interview session across the fleet (DESIGN.md
-// sections 2 and 7): at most one holder per session of a tenant at a time (two tenants'
-// sessions of the same id are different sessions), for one lease that the holder
-// renews. Each acquisition gets a fencing token, strictly increasing per session, also across
-// releases, lease expiries and the loss of the fence key; pass it along with writes so that a
-// holder whose lease ran out can be refused downstream.
+// SessionLock serializes heavy stages per interview session across the fleet: at most one
+// holder per session of a tenant at a time, for one lease that the holder renews. Two
+// tenants' sessions of the same id are different sessions. Each acquisition gets a fencing
+// token, strictly increasing per session, also across releases, lease expiries and the loss
+// of the fence key. Pass it along with writes so that a holder whose lease ran out can be
+// refused downstream (DESIGN.md sections 2 and 7).
 //
-// A holder is a string naming the caller (node and task, for example). Acquiring again under
+// A holder is a string naming the caller, such as node and task. Acquiring again under
 // the same holder string while it holds the lock returns the same token and renews the lease,
 // so two callers must never share a holder string.
 //
-// The state lives in Redis under topics.Keyspace.SessionLock and SessionFence (lua/
-// session_lock.lua); a SessionLock holds only its client and keyspace and is safe for
+// The state lives in Redis under topics.Keyspace.SessionLock and SessionFence, see
+// lua/session_lock.lua. A SessionLock holds only its client and keyspace and is safe for
 // concurrent use. It does not close the client.
 type SessionLock struct {
 	rdb redis.UniversalClient
@@ -127,7 +127,7 @@ func (l *SessionLock) tryAcquire(ctx context.Context, tenant, sessionID, holder 
 	return r, nil
 }
 
-// TryAcquire tries once to take the lock of tenant's session sessionID for holder, for one lease (at least 1 ms).
+// TryAcquire tries once to take the lock of tenant's session sessionID for holder, for one lease of at least 1 ms.
 // With ok true the caller holds the lock with token until the lease ends: it renews the lease
 // with Renew and frees the lock with Release. With ok false another holder has the lock and
 // token is that holder's token. A holder that already holds the lock gets ok true, its
@@ -141,9 +141,9 @@ func (l *SessionLock) TryAcquire(ctx context.Context, tenant, sessionID, holder 
 }
 
 // Acquire waits for sessionID's lock and returns the caller's token. It tries, then sleeps
-// poll with ±50% jitter (never past the current holder's lease end) and tries again, until it
-// holds the lock or ctx ends; then it returns ctx's error, wrapped. A Redis error ends the wait
-// too. poll must be positive; see TryAcquire for the rest.
+// poll with ±50% jitter, never past the current holder's lease end, and tries again, until it
+// holds the lock or ctx ends. Then it returns ctx's error, wrapped. A Redis error ends the
+// wait too. poll must be positive. See TryAcquire for the rest.
 func (l *SessionLock) Acquire(ctx context.Context, tenant, sessionID, holder string, lease, poll time.Duration) (int64, error) {
 	if poll <= 0 {
 		return 0, fmt.Errorf("flight: session lock %q: poll %v is not positive", sessionID, poll)
@@ -182,9 +182,9 @@ func (l *SessionLock) Acquire(ctx context.Context, tenant, sessionID, holder str
 	}
 }
 
-// Renew restarts the lease of the holder of token at lease (at least 1 ms). It answers
-// ErrLockLost, wrapped, when token no longer holds sessionID's lock; the lock is then left as
-// it is. Renew well within the lease (every third of it, say).
+// Renew restarts the lease of the holder of token at lease, at least 1 ms. It answers
+// ErrLockLost, wrapped, when token no longer holds sessionID's lock, and the lock is then left
+// as it is. Renew well within the lease, such as every third of it.
 func (l *SessionLock) Renew(ctx context.Context, tenant, sessionID string, token int64, lease time.Duration) error {
 	if err := checkSession(tenant, sessionID); err != nil {
 		return fmt.Errorf("flight: session lock %q: %w", sessionID, err)
@@ -203,8 +203,8 @@ func (l *SessionLock) Renew(ctx context.Context, tenant, sessionID string, token
 }
 
 // Release frees sessionID's lock when token still holds it. It answers ErrLockLost, wrapped,
-// when it does not (the lease ran out, or the lock was released already); the lock is then
-// left as it is. The fence counter stays, so the next token is larger.
+// when it does not because the lease ran out or the lock was released already. The lock is
+// then left as it is. The fence counter stays, so the next token is larger.
 func (l *SessionLock) Release(ctx context.Context, tenant, sessionID string, token int64) error {
 	if err := checkSession(tenant, sessionID); err != nil {
 		return fmt.Errorf("flight: session lock %q: %w", sessionID, err)

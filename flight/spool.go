@@ -14,8 +14,8 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/journal"
 )
 
-// Outcome is one uncertain outcome (DESIGN.md section 6): the owner's model answered, but the
-// result could not be written to Redis. It is kept in a Spool until Restore writes it back.
+// Outcome is one uncertain outcome: the owner's model answered, but the result could not be
+// written to Redis. It is kept in a Spool until Restore writes it back (DESIGN.md section 6).
 type Outcome struct {
 	// Stage and Tenant are stored in the meta if Restore has to create it.
 	Stage, Tenant string
@@ -26,31 +26,31 @@ type Outcome struct {
 	// OwnerID and Attempts describe the owner's run, for a meta Restore creates.
 	OwnerID  string
 	Attempts int
-	// Task is the owner's task: Restore answers it (and acknowledges its entry) with the
-	// parked ones. Zero for in-process owners.
+	// Task is the owner's task. Restore answers it with the parked ones and acknowledges its
+	// entry. Zero for in-process owners.
 	Task Task
-	// Joined are the tasks the owner's complete carried (Ownership.Joined): Restore answers
+	// Joined are the tasks the owner's complete carried as Ownership.Joined. Restore answers
 	// them with the owner's task, as that complete would have.
 	Joined []Task
 	// Result is the model's answer, written back as is.
 	Result []byte
-	// ResultTTL is the stage's resultTTL; zero takes Policy's default (10 min). It counts from
+	// ResultTTL is the stage's resultTTL. Zero takes Policy's default of 10 min. It counts from
 	// the write-back. Must be zero or at least 1 ms.
 	ResultTTL time.Duration
-	// RunningTTL and FailureTTL are the owner's policy's; with ResultTTL they set how long the
-	// written-back fence lives (Policy.FenceTTL), as long as the owner's own would have. Zero
+	// RunningTTL and FailureTTL are the owner's policy's. With ResultTTL they set how long the
+	// written-back fence lives, by Policy.FenceTTL, as long as the owner's own would have. Zero
 	// takes Policy's defaults. Each must be zero or at least 1 ms.
 	RunningTTL, FailureTTL time.Duration
-	// Durability and ReplicationTimeout are the owner's policy's: a replicated outcome is
-	// written back only once a replica acknowledged it (else it stays in the spool).
+	// Durability and ReplicationTimeout are the owner's policy's. A replicated outcome is
+	// written back only once a replica acknowledged it, else it stays in the spool.
 	Durability         Durability
 	ReplicationTimeout time.Duration
-	// At is when the model answered; it is kept for inspection only.
+	// At is when the model answered. It is kept for inspection only.
 	At time.Time
 }
 
-// Outcome returns the uncertain outcome of o's run that produced result: o's flight, task and
-// joined tasks, and its policy's durations (the write-back keeps the owner's fence TTL), stamped now.
+// Outcome returns the uncertain outcome of o's run that produced result, stamped now. It holds
+// o's flight, task, joined tasks and its policy's durations, so the write-back keeps the owner's fence TTL.
 func (o Ownership) Outcome(result []byte) Outcome {
 	p := o.Policy.WithDefaults()
 	return Outcome{Stage: o.Stage, Tenant: o.Tenant, Key: o.Key, Token: o.Token, OwnerID: o.OwnerID,
@@ -83,10 +83,10 @@ func (o Outcome) clone() Outcome {
 	return o
 }
 
-// spoolVersion is the "v" field of every spool line; lines of other versions are skipped.
+// spoolVersion is the "v" field of every spool line. Lines of other versions are skipped.
 const spoolVersion = 1
 
-// spoolLine is one line of the spool file. Result is base64 (encoding/json's []byte form).
+// spoolLine is one line of the spool file. Result is base64, encoding/json's []byte form.
 type spoolLine struct {
 	V            int         `json:"v"`
 	Stage        string      `json:"stage"`
@@ -156,9 +156,9 @@ func (outcomeCodec) Decode(line []byte) (Outcome, error) {
 }
 
 // Spool is an append-only file of uncertain outcomes, one JSON line each, fsynced at every
-// Add, so that a result the model produced while Redis was down survives a crash of the
-// process until Flush writes it back. It is safe for concurrent use. One Spool owns its file:
-// do not open the same path twice at once (in one process or several).
+// Add. A result the model produced while Redis was down thus survives a crash of the process
+// until Flush writes it back. It is safe for concurrent use. One Spool owns its file: do not
+// open the same path twice at once, in one process or several.
 type Spool struct {
 	// j is the spool's file.
 	j *journal.Journal[Outcome]
@@ -175,32 +175,33 @@ type Spool struct {
 	pending []Outcome
 	// skipped counts the corrupt or truncated lines OpenSpool found.
 	skipped int
-	// dirty is set while the file holds lines that pending does not (skipped ones): the next
-	// Flush rewrites it.
+	// dirty is set while the file holds skipped lines that pending does not. The next Flush
+	// rewrites it.
 	dirty bool
 	// adopted counts outcomes OpenSpoolDir took over from dead processes' spools.
 	adopted int
-	// spooled counts the pending outcomes of each key that has any (held.go), so that a task
-	// of a key with none asks in constant time.
+	// spooled counts the pending outcomes of each key that has any, see held.go, so that a
+	// task of a key with none asks in constant time.
 	spooled map[string]int
-	// keys is the held state of each key this process works on or holds an outcome of
-	// (held.go): with pending, what Held answers.
+	// keys is the held state of each key this process works on or holds an outcome of, see
+	// held.go. With pending, it is what Held answers.
 	keys map[string]*keyHold
-	// answered holds the entries ("<id> <stream>") of the tasks that write-backs answered (the
-	// outcomes' owner tasks and joined tasks), with when, until the tasks' own deliveries ask
-	// (WrittenBack) or answeredFor has passed.
+	// answered holds the entries, as "<id> <stream>", of the owner tasks and joined tasks that
+	// write-backs answered, with when. An entry stays until the task's own delivery asks
+	// WrittenBack or answeredFor has passed.
 	answered map[string]time.Time
 }
 
-// answeredFor is how long the spool remembers the tasks a write-back answered: a task held
+// answeredFor is how long the spool remembers the tasks a write-back answered. A task held
 // without a handler for the write-back comes back within its stage's heartbeat interval.
 const answeredFor = time.Minute
 
-// OpenSpool opens the spool file at path, creating it (mode 0600) and its directories (0700)
-// when missing; a symbolic link, or a file of another user or that others may write, is
-// refused (filelock.ErrUnsafe). It loads the outcomes a previous process left there; corrupt or truncated lines
-// (a crash in the middle of a write) are skipped and counted in Skipped, never an error. They
-// leave the file at the next Flush. The caller closes the spool.
+// OpenSpool opens the spool file at path. When missing, it creates the file with mode 0600
+// and its directories with 0700. A symbolic link, or a file of another user or that others
+// may write, is refused with filelock.ErrUnsafe. It loads the outcomes a previous process
+// left there. Corrupt or truncated lines, as from a crash in the middle of a write, are
+// skipped and counted in Skipped, never an error. They leave the file at the next Flush. The
+// caller closes the spool.
 func OpenSpool(path string) (*Spool, error) {
 	j, err := journal.Open[Outcome](path, outcomeCodec{})
 	if err != nil {
@@ -272,25 +273,25 @@ func (s *Spool) Skipped() int {
 type FlushReport struct {
 	// Written counts outcomes Restore wrote back.
 	Written int
-	// Refused counts outcomes Restore refused (ErrStaleToken, ErrCancelled, ErrExpired,
-	// *StateError): another outcome stands, and these leave the spool as settled.
+	// Refused counts outcomes Restore refused with ErrStaleToken, ErrCancelled, ErrExpired or
+	// *StateError. Another outcome stands, and these leave the spool as settled.
 	Refused int
-	// Kept counts outcomes that stay in the spool for a later Flush (Redis still down, ctx done).
-	// Outcomes added while the Flush ran are not counted; they stay too.
+	// Kept counts outcomes that stay in the spool for a later Flush, because Redis is still
+	// down or ctx is done. Outcomes added while the Flush ran are not counted. They stay too.
 	Kept int
-	// Answered counts the terminal events the write-backs wrote (owners' and parked tasks').
+	// Answered counts the terminal events the write-backs wrote for owners' and parked tasks.
 	Answered int
 }
 
 // Flush writes every pending outcome back with c.Restore, oldest first, one call each under
-// ctx (give the client or ctx a deadline: against a dead Redis every call waits for it).
-// Written and refused outcomes leave the spool (one refused because another token owns the
-// flight stays visible to Held while a caller of its key is active; one whose run was closed
-// does not, held.go), and the tasks their write-backs answered are remembered for WrittenBack;
-// outcomes hit by any other error stay, and so do the rest once ctx is done or Redis fails to
-// answer. The file is then rewritten atomically (temp file, fsync, rename) with what stays.
-// The error joins every outcome's error and a failed rewrite; the report is valid either way.
-// Concurrent Flush calls run one by one; Add may run meanwhile.
+// ctx. Give the client or ctx a deadline: against a dead Redis every call waits for it.
+// Written and refused outcomes leave the spool, and the tasks their write-backs answered are
+// remembered for WrittenBack. One refused because another token owns the flight stays
+// visible to Held while a caller of its key is active. One whose run was closed does not, see
+// held.go. Outcomes hit by any other error stay, and so do the rest once ctx is done or Redis
+// fails to answer. The file is then rewritten atomically with what stays, by temp file, fsync
+// and rename. The error joins every outcome's error and a failed rewrite. The report is valid
+// either way. Concurrent Flush calls run one by one. Add may run meanwhile.
 func (s *Spool) Flush(ctx context.Context, c *Coordinator) (FlushReport, error) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -324,21 +325,21 @@ loop:
 			answered = append(answered, answeredBy(o, st)...)
 		case v.Closed():
 			// Its run was closed: the result may never be stored, and nobody takes it. The
-			// owner's task (and its joined ones) got that outcome.
+			// owner's task and its joined ones got that outcome.
 			rep.Refused++
 			answered = append(answered, answeredBy(o, st)...)
 		case v.Refused():
 			rep.Refused++
 			refused = append(refused, o)
 			if st.Events > 0 {
-				// Answered from the flight's outcome. (An entry no longer pending counts as
-				// answered with nothing written: after a Redis data loss it may not have been;
-				// those tasks acquire.)
+				// Answered from the flight's outcome. An entry no longer pending counts as
+				// answered with nothing written. After a Redis data loss it may not have been, and
+				// those tasks acquire.
 				answered = append(answered, answeredBy(o, st)...)
 			}
 		case v == VerdictUnavailable:
-			// Redis is still away: keep this and the rest for the next flush instead of
-			// paying a connection timeout per outcome.
+			// Redis is still away. Keep this and the rest for the next flush instead of paying a
+			// connection timeout per outcome.
 			kept = append(kept, snap[i:]...)
 			errs = append(errs, err)
 			break loop
@@ -361,13 +362,13 @@ loop:
 	for _, o := range refused {
 		s.orphanLocked(o)
 	}
-	if s.closed { // closed meanwhile: the next OpenSpool and Flush settle the file
+	if s.closed { // closed meanwhile, so the next OpenSpool and Flush settle the file
 		errs = append(errs, fmt.Errorf("flight: spool flush: %w", os.ErrClosed))
 		return rep, errors.Join(errs...)
 	}
 	if err := s.j.Rewrite(next); err != nil {
-		// The old file still holds every line: nothing is lost, settled ones come back after a
-		// restart and are refused then.
+		// The old file still holds every line, so nothing is lost. Settled ones come back after
+		// a restart and are refused then.
 		errs = append(errs, fmt.Errorf("flight: spool flush: %w", err))
 	} else {
 		s.dirty = false
@@ -407,8 +408,8 @@ func (s *Spool) answeredLocked(answered []Task) {
 	}
 }
 
-// WrittenBack reports whether the write-back of a spooled outcome answered t (the outcome's
-// owner task, or one of its joined tasks) within the last minute, and forgets it. A task held
+// WrittenBack reports whether the write-back of a spooled outcome answered t within the last
+// minute, and forgets it. t is the outcome's owner task or one of its joined tasks. A task held
 // without a handler for its outcome's write-back asks it when it comes back: it is then
 // settled, and acquiring the flight would answer it a second time.
 func (s *Spool) WrittenBack(t Task) bool {
@@ -423,8 +424,8 @@ func (s *Spool) WrittenBack(t Task) bool {
 	return time.Since(at) <= answeredFor
 }
 
-// Close closes the spool file. Pending outcomes stay in the file for the next OpenSpool (or
-// OpenSpoolDir of any process); Len and Pending keep answering, Add and Flush fail. A spool
+// Close closes the spool file. Pending outcomes stay in the file for the next OpenSpool, or
+// OpenSpoolDir of any process. Len and Pending keep answering. Add and Flush fail. A spool
 // opened by OpenSpoolDir releases its lock, and removes its files when nothing is pending.
 // Closing twice is a no-op.
 func (s *Spool) Close() error {

@@ -13,20 +13,20 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// ErrSpoolInUse: another live process holds the spool of this name (two processes were given
-// the same name). It is journal.ErrInUse, as archive.ErrSpoolInUse is.
+// ErrSpoolInUse: another live process holds the spool of this name, so two processes were
+// given the same name. It is journal.ErrInUse, as archive.ErrSpoolInUse is.
 var ErrSpoolInUse = journal.ErrInUse
 
-// ErrNoSpoolDir: no spool directory is configured and none can be derived ($HOME and
-// $XDG_STATE_HOME are unset). There is no shared fallback such as /tmp: another user could
+// ErrNoSpoolDir: no spool directory is configured and none can be derived, since $HOME and
+// $XDG_STATE_HOME are unset. There is no shared fallback such as /tmp: another user could
 // plant outcomes there.
 var ErrNoSpoolDir = errors.New("flight: no spool directory: set --spool-dir or $FLIGHTDECK_SPOOL_DIR (or $XDG_STATE_HOME, $HOME)")
 
 // DefaultSpoolDir returns the base spool directory used when none is configured:
 // $FLIGHTDECK_SPOOL_DIR, else $XDG_STATE_HOME/flightdeck/spool, else
-// $HOME/.local/state/flightdeck/spool, else "" (OpenSpoolDir then fails with ErrNoSpoolDir).
+// $HOME/.local/state/flightdeck/spool, else "". With "", OpenSpoolDir fails with ErrNoSpoolDir.
 // Give every process of a host the same directory on a durable volume: a restarted process
-// writes back whatever any earlier process of its deployment left there (DeploymentSpoolDir).
+// writes back whatever any earlier process of its deployment left there. See DeploymentSpoolDir.
 func DefaultSpoolDir(getenv func(string) string) string {
 	if d := getenv("FLIGHTDECK_SPOOL_DIR"); d != "" {
 		return d
@@ -40,12 +40,12 @@ func DefaultSpoolDir(getenv func(string) string) string {
 	return ""
 }
 
-// DeploymentSpoolDir returns the spool directory of one deployment under base: the
+// DeploymentSpoolDir returns the spool directory of one deployment under base. It is the
 // subdirectory named after its keyspace prefix and, when redisID is not "", the Redis it
-// serves (RedisDeployment), so that processes of two deployments on one host never share a
-// spool or a name lock, while a restart of the same deployment finds its own ("" when base
-// is ""; an empty prefix is the default one). The Redis part is cleaned for a file name and
-// followed by a hash of the exact pair, so that two pairs never share a directory.
+// serves, see RedisDeployment. Processes of two deployments on one host thus never share a
+// spool or a name lock, while a restart of the same deployment finds its own. It returns ""
+// when base is "". An empty prefix is the default one. The Redis part is cleaned for a file
+// name and followed by a hash of the exact pair, so that two pairs never share a directory.
 func DeploymentSpoolDir(base, prefix, redisID string) string {
 	if base == "" {
 		return ""
@@ -63,7 +63,7 @@ func DeploymentSpoolDir(base, prefix, redisID string) string {
 	if redisID != "" {
 		sum := sha256.Sum256([]byte(prefix + "\x00" + redisID))
 		readable := unsafeName.ReplaceAllString(redisID, "_")
-		if len(readable) > 64 { // a file name has at most 255 bytes; the hash tells pairs apart
+		if len(readable) > 64 { // a file name has at most 255 bytes, and the hash tells pairs apart
 			readable = readable[:64]
 		}
 		name += "@" + readable + "-" + hex.EncodeToString(sum[:8])
@@ -73,16 +73,16 @@ func DeploymentSpoolDir(base, prefix, redisID string) string {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
-// OpenSpoolDir opens (creating) the spool of the process called name in dir: the file
-// spool-<name>.jsonl, guarded by an exclusive lock on spool-<name>.lock that the spool holds
-// until Close. dir is created (0700) when missing, and must be this process's user's own,
-// writable by nobody else, and its files regular files of that user (filelock.SecureDir,
-// filelock.ErrUnsafe; symbolic links are not followed). A name whose lock another live
-// process holds is refused with ErrSpoolInUse.
+// OpenSpoolDir opens, creating it if needed, the spool of the process called name in dir: the
+// file spool-<name>.jsonl, guarded by an exclusive lock on spool-<name>.lock that the spool
+// holds until Close. dir is created with mode 0700 when missing. It must be this process's
+// user's own and writable by nobody else, and its files must be regular files of that user,
+// see filelock.SecureDir and filelock.ErrUnsafe. Symbolic links are not followed. A name whose
+// lock another live process holds is refused with ErrSpoolInUse.
 // It then adopts every other spool file in dir that no live process holds, whatever name
-// wrote it: their outcomes are appended to this spool (fsynced) and their files removed, so
+// wrote it. Their outcomes are appended to this spool and fsynced, and their files removed, so
 // that the next Flush writes them back. A crash in the middle of an adoption leaves an
-// outcome in two spools at worst; the second write-back is refused as settled.
+// outcome in two spools at worst. The second write-back is refused as settled.
 func OpenSpoolDir(dir, name string) (*Spool, error) {
 	if name == "" {
 		return nil, errors.New("flight: open spool: empty name")

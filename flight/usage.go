@@ -21,9 +21,9 @@ func withReport(ctx context.Context) (context.Context, *callReport) {
 	return context.WithValue(ctx, reportKey{}, r), r
 }
 
-// ReportUsage records what a model call used, from inside the call: the owner charges it to
+// ReportUsage records what a model call used, from inside the call. The owner charges it to
 // the stage's limiter and the ledger, and the owner's event carries it. A call that makes
-// several model requests reports each; the counts add up.
+// several model requests reports each, and the counts add up.
 func ReportUsage(ctx context.Context, u Usage) {
 	r, ok := ctx.Value(reportKey{}).(*callReport)
 	if !ok {
@@ -39,8 +39,8 @@ func ReportUsage(ctx context.Context, u Usage) {
 	r.mu.Unlock()
 }
 
-// ReportRemaining records the budget a provider says is left, from inside the call (its
-// x-ratelimit-remaining-* headers): the stage's limiter lowers its view to it.
+// ReportRemaining records the budget a provider says is left, from inside the call, as given
+// by its x-ratelimit-remaining-* headers. The stage's limiter lowers its view to it.
 func ReportRemaining(ctx context.Context, rem Remaining) {
 	r, ok := ctx.Value(reportKey{}).(*callReport)
 	if !ok {
@@ -51,7 +51,7 @@ func ReportRemaining(ctx context.Context, rem Remaining) {
 	r.mu.Unlock()
 }
 
-// result returns the usage reported (nil for none) and the remaining budget.
+// result returns the usage reported, or nil for none, and the remaining budget.
 func (r *callReport) result() (*Usage, Remaining) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

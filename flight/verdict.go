@@ -2,23 +2,23 @@ package flight
 
 import "errors"
 
-// Verdict is what the state machine made of an owner's call (Complete, Fail, Rehydrate,
-// Restore, Heartbeat): callers switch on Judge(err) once instead of matching errors.
+// Verdict is what the state machine made of an owner's call to Complete, Fail, Rehydrate,
+// Restore or Heartbeat. Callers switch on Judge(err) once instead of matching errors.
 type Verdict uint8
 
 // The verdicts.
 const (
 	// VerdictTaken: the call took effect.
 	VerdictTaken Verdict = iota
-	// VerdictCancelled: the flight was cancelled; the run's result may never be stored.
+	// VerdictCancelled: the flight was cancelled. The run's result may never be stored.
 	VerdictCancelled
-	// VerdictExpired: the flight expired for good; the run's result may never be stored.
+	// VerdictExpired: the flight expired for good. The run's result may never be stored.
 	VerdictExpired
-	// VerdictStale: another owner holds the flight with a larger token; this one is fenced off.
+	// VerdictStale: another owner holds the flight with a larger token. This one is fenced off.
 	VerdictStale
-	// VerdictConflict: the flight is in a state the call does not apply to (*StateError).
+	// VerdictConflict: the flight is in a state the call does not apply to, a *StateError.
 	VerdictConflict
-	// VerdictUnavailable: Redis could not be used (IsCoordinationFailure), so whether the call
+	// VerdictUnavailable: Redis could not be used, see IsCoordinationFailure. Whether the call
 	// took effect is unknown.
 	VerdictUnavailable
 	// VerdictInvalid: anything else, such as a protocol error, an invalid key or token, or a

@@ -1,24 +1,24 @@
-// Package lua holds Flightdeck's Redis scripts, each in its own .lua file that opens with a
-// KEYS/ARGV/Output header.
+// Package lua holds Flightdeck's Redis scripts. Each script is in its own .lua file that opens
+// with a KEYS/ARGV/Output header.
 //
-// The flight scripts (acquire, start, heartbeat, complete, fail, cancel, handover) form one
-// Redis Functions library (FUNCTION LOAD, Redis 7.0 or later): lib.lua holds the helpers they
-// share (the clock, the fence rule, the answering of tasks), defined once when the library
-// loads, and each script's file registers one function. A call then runs only its body, not a
-// prelude: this is what keeps an owner's two calls per task cheap. The library's name and its
-// functions' names carry a hash of its source, so consumers of two versions run side by side
-// during a rolling deploy. Function.Run loads the library on demand (a Redis restarted without
-// persistence forgets it), but never replaces one that is there (library.go: on a Redis shared
-// by tenants only an operator's credential may load it, and a consumer checks at start that
-// the library holds this build's code).
+// The flight scripts acquire, start, heartbeat, complete, fail, cancel and handover form one
+// Redis Functions library, loaded with FUNCTION LOAD on Redis 7.0 or later. lib.lua holds the
+// helpers they share, such as the clock, the fence rule and the answering of tasks, defined
+// once when the library loads. Each script's file registers one function. A call then runs
+// only its body, not a prelude, which keeps an owner's two calls per task cheap. The
+// library's name and its functions' names carry a hash of its source, so consumers of two
+// versions run side by side during a rolling deploy. Function.Run loads the library on
+// demand, since a Redis restarted without persistence forgets it. It never replaces a library
+// that is there: on a Redis shared by tenants only an operator's credential may load it, and
+// a consumer checks at start that the library holds this build's code. See library.go.
 //
-// The other scripts (stream_touch, liveness, session_lock and the scheduled set's
-// schedule_add, schedule_due, schedule_done, schedule_cancel) are plain scripts (EVALSHA with
-// an EVAL fallback). Every key a script touches arrives in KEYS, and the keys of one call
-// share one hash tag (a flight's {requestKey}, a session's {tenant:sessionId}, a stage's
-// {stage} of its scheduled set) or are a single stream, so every script runs unchanged on
-// Redis Cluster; only answer mode "write" (see lib.lua) reaches streams of other slots, and it
-// is used on a single Redis node only.
+// The other scripts are plain scripts, run with EVALSHA and an EVAL fallback: stream_touch,
+// liveness, session_lock, and the scheduled set's schedule_add, schedule_due, schedule_done
+// and schedule_cancel. Every key a script touches arrives in KEYS. The keys of one call share
+// one hash tag or are a single stream. The tag is a flight's {requestKey}, a session's
+// {tenant:sessionId}, or a stage's {stage} of its scheduled set. So every script runs
+// unchanged on Redis Cluster. Only answer mode "write", see lib.lua, reaches streams of other
+// slots, and it is used on a single Redis node only.
 package lua
 
 import (
@@ -67,7 +67,7 @@ var (
 	scheduleCancelSrc string
 )
 
-// library is the flight function library's source and prefix (set once by newLibrary).
+// library is the flight function library's source and prefix, set once by newLibrary.
 type library struct {
 	name, prefix, src string
 }
@@ -84,7 +84,7 @@ func newLibrary() library {
 
 var flightLib = newLibrary()
 
-// Library returns the flight library's name and source (for inspection and tests).
+// Library returns the flight library's name and source, for inspection and tests.
 func Library() (name, src string) { return flightLib.name, flightLib.src }
 
 // Function is one function of the flight library.
@@ -92,16 +92,16 @@ type Function struct {
 	name string
 }
 
-// Name is the function's name in Redis (with the library's version prefix).
+// Name is the function's name in Redis, with the library's version prefix.
 func (f *Function) Name() string { return f.name }
 
-// Run calls the function (FCALL) on c. When Redis does not know it (the library was never
-// loaded, or Redis lost it with a restart) it loads the library, if c may, and calls again.
+// Run calls the function on c with FCALL. When Redis does not know it, because the library
+// was never loaded or Redis lost it with a restart, it loads the library if c may, and calls again.
 func (f *Function) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	return f.RunVia(ctx, c, c, keys, args...)
 }
 
-// RunVia is Run with the call sent through calls (a Batcher, say); c loads the library when
+// RunVia is Run with the call sent through calls, such as a Batcher. c loads the library when
 // Redis does not know it. A library that is there is never replaced: the call runs what
 // EnsureLibrary checked at start. When the library is missing and c may not load it, the
 // call fails with ErrLibraryMissing.
@@ -136,11 +136,11 @@ var Start = fn("start")
 // writes back a meta that is gone.
 var Heartbeat = fn("heartbeat")
 
-// Complete stores the owner's result (or writes back a spooled one), makes the flight
+// Complete stores the owner's result or writes back a spooled one, makes the flight
 // SUCCEEDED and answers every task waiting for it.
 var Complete = fn("complete")
 
-// Fail records a failed attempt; a final failure answers every task waiting for the flight.
+// Fail records a failed attempt. A final failure answers every task waiting for the flight.
 var Fail = fn("fail")
 
 // Cancel makes a flight that may still run CANCELLED and answers its parked tasks.
@@ -157,7 +157,7 @@ var LimitTake = fn("limit_take")
 // says remains, and a 429's hold.
 var LimitSettle = fn("limit_settle")
 
-// StreamTouch keeps (or hands over) custody of the task entries a consumer holds.
+// StreamTouch keeps or hands over custody of the task entries a consumer holds.
 var StreamTouch = redis.NewScript(streamTouchSrc)
 
 // Liveness records a consumer process's heartbeat in the group's liveness hash.
@@ -182,7 +182,7 @@ var ScheduleDone = redis.NewScript(scheduleDoneSrc)
 // their payloads.
 var ScheduleCancel = redis.NewScript(scheduleCancelSrc)
 
-// Scripts lists the plain scripts, for loading them ahead of pipelines (SCRIPT LOAD).
+// Scripts lists the plain scripts, for loading them with SCRIPT LOAD ahead of pipelines.
 func Scripts() []*redis.Script {
 	return []*redis.Script{StreamTouch, Liveness, SessionLock, ScheduleAdd, ScheduleDue, ScheduleDone, ScheduleCancel}
 }

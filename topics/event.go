@@ -18,7 +18,7 @@ type Status string
 const (
 	// StatusSucceeded: the task has a result.
 	StatusSucceeded Status = "SUCCEEDED"
-	// StatusFailed: the model run failed for good; see the error fields.
+	// StatusFailed: the model run failed for good. See the error fields.
 	StatusFailed Status = "FAILED"
 	// StatusCancelled: the task or its flight was cancelled.
 	StatusCancelled Status = "CANCELLED"
@@ -42,13 +42,13 @@ type Shared string
 const (
 	// SharedOwner: this task's handler ran the model.
 	SharedOwner Shared = "owner"
-	// SharedFollower: another task owned the flight; this one waited for its outcome.
+	// SharedFollower: another task owned the flight, and this one waited for its outcome.
 	SharedFollower Shared = "follower"
 	// SharedHit: the outcome was already stored when this task arrived.
 	SharedHit Shared = "hit"
-	// SharedLocal: Redis was unavailable; the consumer ran in-process single-flight.
+	// SharedLocal: Redis was unavailable, so the consumer ran in-process single-flight.
 	SharedLocal Shared = "local"
-	// SharedArchive: Redis no longer knew the key; its outcome came from the durable archive,
+	// SharedArchive: Redis no longer knew the key. Its outcome came from the durable archive,
 	// without a model call.
 	SharedArchive Shared = "archive"
 )
@@ -62,8 +62,8 @@ func (s Shared) Valid() bool {
 	return false
 }
 
-// Event is the terminal event of one task, published once (delivery at least once) on
-// ai:results:<stage>. Clients dedupe by TaskID.
+// Event is the terminal event of one task, published once on ai:results:<stage>. Delivery
+// is at least once, and clients dedupe by TaskID.
 type Event struct {
 	// TaskID is the task the event answers. Required.
 	TaskID string `json:"taskId"`
@@ -82,13 +82,13 @@ type Event struct {
 	OwnerToken int64 `json:"ownerToken"`
 	// Attempts is the number of model runs the flight took.
 	Attempts int `json:"attempts"`
-	// Result is the result JSON, inlined when it is small (see SetResult). Omitted when
+	// Result is the result JSON, inlined when it is small, see SetResult. Omitted when
 	// empty.
 	Result json.RawMessage `json:"result,omitempty"`
-	// ResultRef names the Redis key that holds the result bytes (Keyspace.Result). Omitted
-	// when empty; when Result is empty and ResultRef is set, read the result from there.
+	// ResultRef names the Redis key that holds the result bytes, Keyspace.Result. Omitted
+	// when empty. When Result is empty and ResultRef is set, read the result from there.
 	ResultRef string `json:"resultRef,omitempty"`
-	// ErrorType classifies a failure (e.g. "timeout", "model"). Omitted when empty.
+	// ErrorType classifies a failure, such as "timeout" or "model". Omitted when empty.
 	ErrorType string `json:"errorType,omitempty"`
 	// ErrorCode is a machine-readable failure code. Omitted when empty.
 	ErrorCode string `json:"errorCode,omitempty"`
@@ -101,14 +101,14 @@ type Event struct {
 	// Usage is what the model call used, as its provider reported it: on the event of the task
 	// whose call it was. Omitted when the call reported none.
 	Usage *Usage `json:"usage,omitempty"`
-	// FinishedAt is when the outcome was final. On the wire it is TimeLayout in UTC
-	// (millisecond precision); decoding accepts any RFC 3339 time.
+	// FinishedAt is when the outcome was final. On the wire it is TimeLayout in UTC with
+	// millisecond precision. Decoding accepts any RFC 3339 time.
 	FinishedAt time.Time `json:"finishedAt"`
 	// Consumer is the name of the consumer that published the event. Omitted when empty.
 	Consumer string `json:"consumer,omitempty"`
-	// Entry is the id of the task stream entry the event answers, set on the FAILED event of a
-	// dead-lettered task (errorType invalid_task), which has no request key: a client matches
-	// such an event by it (client.Receipt.Matches). Omitted when empty.
+	// Entry is the id of the task stream entry the event answers. It is set on the FAILED event
+	// of a dead-lettered task with errorType invalid_task, which has no request key: a client
+	// matches such an event by it, see client.Receipt.Matches. Omitted when empty.
 	Entry string `json:"entry,omitempty"`
 }
 
@@ -125,7 +125,7 @@ type Usage struct {
 func (u Usage) Tokens() int { return u.PromptTokens + u.CompletionTokens }
 
 // eventJSON is Event without its methods, so that MarshalJSON and UnmarshalJSON can
-// reuse the struct tags; the outer FinishedAt shadows the embedded one.
+// reuse the struct tags. The outer FinishedAt shadows the embedded one.
 type eventJSON struct {
 	plainEvent
 	FinishedAt string `json:"finishedAt"`
@@ -138,8 +138,8 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	return marshal(eventJSON{plainEvent(e), FormatTime(e.FinishedAt)})
 }
 
-// UnmarshalJSON decodes e; FinishedAt may be any RFC 3339 time, or empty for the zero
-// time. It does not validate; DecodeEvent does.
+// UnmarshalJSON decodes e. FinishedAt may be any RFC 3339 time, or empty for the zero
+// time. It does not validate: DecodeEvent does.
 func (e *Event) UnmarshalJSON(b []byte) error {
 	var aux eventJSON
 	if err := json.Unmarshal(b, &aux); err != nil {
@@ -171,10 +171,10 @@ func (e Event) Validate() error {
 	return nil
 }
 
-// SetResult puts result into e: inline in Result (a compacted copy) when
-// len(result) <= maxInline and result is valid JSON, otherwise not at all. ResultRef is
-// set to ref in both cases ("" clears it), so a client that finds no inline Result reads
-// ref. maxInline <= 0 never inlines.
+// SetResult puts result into e. It inlines a compacted copy in Result when
+// len(result) <= maxInline and result is valid JSON, otherwise it leaves Result out.
+// ResultRef is set to ref in both cases, and "" clears it, so a client that finds no inline
+// Result reads ref. maxInline <= 0 never inlines.
 func (e *Event) SetResult(result []byte, maxInline int, ref string) {
 	e.Result = nil
 	e.ResultRef = ref

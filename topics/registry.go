@@ -4,15 +4,15 @@ import (
 	"time"
 )
 
-// StageInfo is one entry of the stage registry (Keyspace.Stages): a stage that a consumer
-// process consumes, or consumed, as the last consumer that registered it described it. The
-// hash field is the stage name; the value is the JSON of the other fields.
+// StageInfo is one entry of the stage registry, Keyspace.Stages. It describes a stage that a
+// consumer process consumes or consumed, as the last consumer that registered it described
+// it. The hash field is the stage name. The value is the JSON of the other fields.
 type StageInfo struct {
-	// Name is the stage (the hash field; not part of the stored JSON).
+	// Name is the stage. It is the hash field, not part of the stored JSON.
 	Name string `json:"-"`
-	// Partitions is the stage's task stream count (1: the one stream ai:tasks:<stage>).
+	// Partitions is the stage's task stream count. 1 means the one stream ai:tasks:<stage>.
 	Partitions int `json:"partitions"`
-	// Mode is the stage's coordination mode (HYBRID, DISTRIBUTED_ONLY, LOCAL_ONLY, BYPASS).
+	// Mode is the stage's coordination mode: HYBRID, DISTRIBUTED_ONLY, LOCAL_ONLY or BYPASS.
 	Mode string `json:"mode"`
 	// Model is the stage's model adapter.
 	Model string `json:"model"`
@@ -22,7 +22,7 @@ type StageInfo struct {
 	LastSeen int64 `json:"lastSeen"`
 }
 
-// LastSeenTime is LastSeen as a time (the zero time when it is unset).
+// LastSeenTime is LastSeen as a time, or the zero time when it is unset.
 func (s StageInfo) LastSeenTime() time.Time {
 	if s.LastSeen <= 0 {
 		return time.Time{}

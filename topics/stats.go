@@ -5,22 +5,22 @@ import (
 	"time"
 )
 
-// StatsRetention is how long a per-minute stats hash (Keyspace.Stats) lives after its last
-// write: a little over the hour the dashboard charts, so that a stage has at most about 70
-// such hashes at any time.
+// StatsRetention is how long a per-minute stats hash, Keyspace.Stats, lives after its last
+// write. That is a little over the hour the dashboard charts, so that a stage has at most
+// about 70 such hashes at any time.
 const StatsRetention = 70 * time.Minute
 
 // Stats is the per-minute statistics hash of stage for the minute that starts at Unix second
-// 60*minute: what every consumer of the fleet answered in that minute, summed (HINCRBY). Its
-// fields are StatsOutcomePrefix+<shared>_<status> (task counts by outcome, and "parked"),
-// StatsBucketPrefix+<upper bound in seconds> (end-to-end latencies per histogram bucket, not
-// cumulative; "+Inf" for the last), StatsCount and StatsSumMs. It expires StatsRetention after
-// its last write.
+// 60*minute. It holds what every consumer of the fleet answered in that minute, summed with
+// HINCRBY. Its fields are StatsOutcomePrefix+<shared>_<status>, task counts by outcome and
+// "parked", StatsBucketPrefix+<upper bound in seconds>, end-to-end latencies per histogram
+// bucket, not cumulative, with "+Inf" for the last, and StatsCount and StatsSumMs. It expires
+// StatsRetention after its last write.
 func (k Keyspace) Stats(stage string, minute int64) string {
 	return k.p() + ":stats:" + stage + ":" + strconv.FormatInt(minute, 10)
 }
 
-// Fields of the per-minute stats hash (Keyspace.Stats).
+// Fields of the per-minute stats hash, Keyspace.Stats.
 const (
 	// StatsOutcomePrefix prefixes the outcome counters: "o:owner_SUCCEEDED", "o:parked".
 	StatsOutcomePrefix = "o:"
@@ -34,14 +34,14 @@ const (
 )
 
 // Paused is the hash of paused stages: one field per paused stage, holding who paused it and
-// when (PauseInfo JSON). While a stage's field exists its consumers read no new task entries
-// and claim none of other consumers' (they still finish what they hold and answer parked
-// tasks); deleting the field resumes it.
+// when as PauseInfo JSON. While a stage's field exists, its consumers read no new task entries
+// and claim none of other consumers'. They still finish what they hold and answer parked
+// tasks. Deleting the field resumes it.
 func (k Keyspace) Paused() string { return k.p() + ":paused" }
 
 // PauseInfo is the value of a stage's field in the Paused hash.
 type PauseInfo struct {
-	// By says who paused the stage (free text: the dashboard writes its client address).
+	// By says who paused the stage, as free text. The dashboard writes its client address.
 	By string `json:"by"`
 	// At is when, in Unix milliseconds of the Redis clock.
 	At int64 `json:"at"`

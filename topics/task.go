@@ -18,24 +18,24 @@ const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 // FormatTime formats t in UTC with TimeLayout, e.g. for Task.EnqueuedAt.
 func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
 
-// Task is the JSON payload of a task message on ai:tasks:<stage>. A Task is a plain value;
+// Task is the JSON payload of a task message on ai:tasks:<stage>. A Task is a plain value.
 // DecodeTask returns one that satisfies Validate.
 type Task struct {
-	// TaskID identifies this message; clients match terminal events to it. Required,
+	// TaskID identifies this message. Clients match terminal events to it. Required,
 	// [A-Za-z0-9._:-], at most Limits.MaxIDLen bytes.
 	TaskID string `json:"taskId"`
-	// Stage names the pipeline stage, which picks the stage policy; it equals the stage of
+	// Stage names the pipeline stage, which picks the stage policy. It equals the stage of
 	// the stream the task is on. Required, [a-z0-9-], at most 64 bytes, one of
 	// Limits.Stages when that is set.
 	Stage string `json:"stage"`
-	// Tenant owns the task; it is part of every semantic key, so results are never shared
+	// Tenant owns the task. It is part of every semantic key, so results are never shared
 	// across tenants. Required, [a-z0-9_-], at most 64 bytes, one of Limits.Tenants when
 	// that is set.
 	Tenant string `json:"tenant"`
-	// SessionID groups the tasks of one user session (session lock of heavy stages).
+	// SessionID groups the tasks of one user session for the session lock of heavy stages.
 	// Optional, same rules as TaskID.
 	SessionID string `json:"sessionId,omitempty"`
-	// RequestKey, when set, is the single-flight key chosen by the producer; when empty
+	// RequestKey, when set, is the single-flight key chosen by the producer. When empty,
 	// the consumer derives the semantic key from Stage, Tenant, Input, ModelVersion,
 	// PromptVersion and Params. Optional, [A-Za-z0-9._:/=+-], at most Limits.MaxKeyLen
 	// bytes. Only its syntax is checked here, not that it belongs to Tenant.
@@ -43,30 +43,30 @@ type Task struct {
 	// Input is the model input, any JSON value except null. Required, at most
 	// Limits.MaxInputBytes. DecodeTask returns it compacted.
 	Input json.RawMessage `json:"input"`
-	// ModelVersion names the model; it enters the semantic key. Optional, printable ASCII
+	// ModelVersion names the model. It enters the semantic key. Optional, printable ASCII
 	// without spaces, at most 64 bytes.
 	ModelVersion string `json:"modelVersion,omitempty"`
-	// PromptVersion names the prompt template; it enters the semantic key. Optional, same
+	// PromptVersion names the prompt template. It enters the semantic key. Optional, same
 	// rules as ModelVersion.
 	PromptVersion string `json:"promptVersion,omitempty"`
 	// Deadline is the RFC 3339 time after which the task's result is no longer wanted.
-	// Optional; DeadlineTime parses it and CheckDeadline enforces it.
+	// Optional. DeadlineTime parses it and CheckDeadline enforces it.
 	Deadline string `json:"deadline,omitempty"`
 	// Attempt counts earlier deliveries as seen by the producer, starting at 0. Optional,
 	// >= 0.
 	Attempt int `json:"attempt,omitempty"`
-	// EnqueuedAt is the RFC 3339 time (written with FormatTime) at which the producer
-	// enqueued the task, for the producer's own use; consumers measure the queue wait from
-	// the stream entry instead (EntryQueueWait). Optional; EnqueuedTime parses it.
+	// EnqueuedAt is the RFC 3339 time, written with FormatTime, at which the producer
+	// enqueued the task, for the producer's own use. Consumers measure the queue wait from
+	// the stream entry instead, with EntryQueueWait. Optional. EnqueuedTime parses it.
 	EnqueuedAt string `json:"enqueuedAt,omitempty"`
 	// Params holds the key params: a JSON object of extra values that enter the semantic
-	// key (irrelevant values such as request ids must stay out of it). Optional; null is
+	// key. Irrelevant values such as request ids must stay out of it. Optional, and null is
 	// the same as absent. DecodeTask returns it compacted, and nil when null.
 	Params json.RawMessage `json:"params,omitempty"`
-	// NotBefore is the RFC 3339 time before which the task must not start (a scheduled
-	// task, as asynq's ProcessAt or river's ScheduledAt). Optional; a consumer that reads it
-	// earlier keeps it aside (in memory for a moment, in the stage's scheduled set when it
-	// is further away) and starts it then. NotBeforeTime parses it.
+	// NotBefore is the RFC 3339 time before which the task must not start, for a scheduled
+	// task like asynq's ProcessAt or river's ScheduledAt. Optional. A consumer that reads it
+	// earlier keeps it aside and starts it then: in memory for a moment, or in the stage's
+	// scheduled set when it is further away. NotBeforeTime parses it.
 	NotBefore string `json:"notBefore,omitempty"`
 }
 
@@ -82,31 +82,31 @@ func (t Task) NotBeforeTime() (time.Time, bool) { return parseTime(t.NotBefore) 
 // EnqueuedAt is empty or not RFC 3339.
 func (t Task) EnqueuedTime() (time.Time, bool) { return parseTime(t.EnqueuedAt) }
 
-// MaxClockSkew bounds the queue waits that count for metrics and events: a wait longer than
-// this (an entry id given by a producer on a stream idle since long, a time of year 1 or 9999)
-// would put up to ±9.2e9 seconds into the queue-wait histogram.
+// MaxClockSkew bounds the queue waits that count for metrics and events. A longer wait, such
+// as from an entry id given by a producer on a stream idle since long, or a time of year 1 or
+// 9999, would put up to ±9.2e9 seconds into the queue-wait histogram.
 const MaxClockSkew = 24 * time.Hour
 
-// QueueWait returns how long the task has waited since EnqueuedAt, as of now (0 when
-// EnqueuedAt lies ahead of now), and true; or 0 and false when EnqueuedAt is empty, not RFC
-// 3339, or more than MaxClockSkew before or after now.
+// QueueWait returns how long the task has waited since EnqueuedAt, as of now, and true. The
+// wait is 0 when EnqueuedAt lies ahead of now. It returns 0 and false when EnqueuedAt is
+// empty, not RFC 3339, or more than MaxClockSkew before or after now.
 //
-// Deprecated: EnqueuedAt is the producer's claim, which any producer may set 23 hours back;
-// consumers measure the wait from the stream entry with EntryQueueWait.
+// Deprecated: EnqueuedAt is the producer's claim, which any producer may set 23 hours back.
+// Consumers measure the wait from the stream entry with EntryQueueWait.
 func (t Task) QueueWait(now time.Time) (time.Duration, bool) {
 	enq, ok := t.EnqueuedTime()
 	if !ok {
 		return 0, false
 	}
-	d := now.Sub(enq) // saturates: no overflow for any parsed time
+	d := now.Sub(enq) // saturates, so no overflow for any parsed time
 	if d > MaxClockSkew || d < -MaxClockSkew {
 		return 0, false
 	}
 	return max(d, 0), true
 }
 
-// EntryTime returns the time in a stream entry id "<ms>-<seq>" (Redis's clock when the entry
-// was added, unless its producer gave the id) and true, or false when id is not one.
+// EntryTime returns the time in a stream entry id "<ms>-<seq>" and true, or false when id is
+// not one. That is Redis's clock when the entry was added, unless its producer gave the id.
 func EntryTime(id string) (time.Time, bool) {
 	ms, _, ok := strings.Cut(id, "-")
 	n, err := strconv.ParseInt(ms, 10, 64)
@@ -117,10 +117,10 @@ func EntryTime(id string) (time.Time, bool) {
 }
 
 // EntryQueueWait returns how long the task of stream entry entryID has waited for a consumer
-// as of now, and true: since the latest of the entry's time (EntryTime), addedAfter (a time
-// the entry is known to be added after; zero when unknown) and the task's NotBefore, 0 when
-// that lies ahead. It returns 0 and false when entryID holds no time or the wait exceeds
-// MaxClockSkew; such a wait must not be used for a metric or an event.
+// as of now, and true. The wait runs since the latest of the entry's EntryTime, addedAfter and
+// the task's NotBefore, and is 0 when that lies ahead. addedAfter is a time the entry is known
+// to be added after, or zero when unknown. It returns 0 and false when entryID holds no time
+// or the wait exceeds MaxClockSkew. Such a wait must not be used for a metric or an event.
 func (t Task) EntryQueueWait(entryID string, addedAfter, now time.Time) (time.Duration, bool) {
 	from, ok := EntryTime(entryID)
 	if !ok {
@@ -151,8 +151,8 @@ func parseTime(s string) (time.Time, bool) {
 }
 
 // CheckDeadline returns an *InvalidTaskError with ReasonDeadlinePassed when t has a
-// deadline that is not after now, and nil otherwise (no deadline, or an unparsable one,
-// which Validate reports).
+// deadline that is not after now, and nil otherwise. A missing deadline returns nil, and so
+// does an unparsable one, which Validate reports.
 func (t Task) CheckDeadline(now time.Time) error {
 	d, ok := t.DeadlineTime()
 	if !ok || now.Before(d) {
@@ -161,13 +161,14 @@ func (t Task) CheckDeadline(now time.Time) error {
 	return invalid(ReasonDeadlinePassed, "deadline", fmt.Sprintf("%s is not after %s", t.Deadline, FormatTime(now)))
 }
 
-// DefaultScheduleHorizon is how far ahead of now a task's NotBefore may lie unless a stage
-// (handlers.StageConfig.ScheduleHorizon) or a producer (Writer.ScheduleHorizon) says otherwise.
+// DefaultScheduleHorizon is how far ahead of now a task's NotBefore may lie unless a stage's
+// handlers.StageConfig.ScheduleHorizon or a producer's Writer.ScheduleHorizon says otherwise.
 const DefaultScheduleHorizon = 7 * 24 * time.Hour
 
 // CheckNotBefore returns an *InvalidTaskError with ReasonNotBeforeTooFar when t's NotBefore
-// lies more than horizon after now (0 means DefaultScheduleHorizon, a negative horizon no
-// limit), and nil otherwise (no notBefore, or an unparsable one, which Validate reports).
+// lies more than horizon after now, and nil otherwise. A horizon of 0 means
+// DefaultScheduleHorizon, and a negative one means no limit. A missing notBefore returns nil,
+// and so does an unparsable one, which Validate reports.
 func (t Task) CheckNotBefore(now time.Time, horizon time.Duration) error {
 	if horizon == 0 {
 		horizon = DefaultScheduleHorizon
@@ -181,11 +182,11 @@ func (t Task) CheckNotBefore(now time.Time, horizon time.Duration) error {
 }
 
 // Encode validates t under the default Limits and returns its JSON payload. Input and
-// Params are compacted; no HTML escaping is applied. The error is an *InvalidTaskError,
+// Params are compacted, and no HTML escaping is applied. The error is an *InvalidTaskError,
 // or a json error when Input or Params cannot be marshalled.
 func (t Task) Encode() ([]byte, error) { return t.EncodeWith(Limits{}) }
 
-// EncodeWith is Encode under lim (zero fields take their defaults).
+// EncodeWith is Encode under lim. Zero fields of lim take their defaults.
 func (t Task) EncodeWith(lim Limits) ([]byte, error) {
 	lim = lim.WithDefaults()
 	if err := t.validate(lim, true); err != nil {
@@ -201,19 +202,19 @@ func (t Task) EncodeWith(lim Limits) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeTask parses and validates a task payload under lim (zero fields take their
-// defaults). It never panics and bounds its work by the payload size: the size, UTF-8,
+// DecodeTask parses and validates a task payload under lim, whose zero fields take their
+// defaults. It never panics and bounds its work by the payload size: the size, UTF-8,
 // nesting depth and member names are checked before anything is unmarshalled.
 //
 // Decoding is strict, so that every JSON parser reads the same task from an accepted
-// payload: the payload object's member names must be task fields spelled exactly, compared
-// after JSON unescaping ("\u0074enant" is tenant; "Tenant", "TENANT" and "requeſtKey" are
-// not, although encoding/json would fold them), each at most once (ReasonUnknownField,
-// ReasonDuplicateField). Inside input and params any member name goes, but no object may
-// have one twice, at any depth (ReasonDuplicateField, the detail naming the member's path,
-// such as input.answer or params.rubric.items[2].id): a semantic key's canonical form would
-// keep one of the members, a model reads both. Every error is an *InvalidTaskError
-// (errors.Is(err, ErrInvalidTask)).
+// payload. The payload object's member names must be task fields spelled exactly, each at
+// most once, compared after JSON unescaping. So "\u0074enant" is tenant, while "Tenant",
+// "TENANT" and "requeſtKey" are not, although encoding/json would fold them. Violations are
+// ReasonUnknownField and ReasonDuplicateField. Inside input and params any member name goes,
+// but no object at any depth may have one twice. That is ReasonDuplicateField too, with the
+// detail naming the member's path, such as input.answer or params.rubric.items[2].id. A
+// semantic key's canonical form would keep one of the members, while a model reads both.
+// Every error is an *InvalidTaskError, so errors.Is(err, ErrInvalidTask) holds.
 //
 // The returned Task has Input and Params compacted and Params nil when null, so that
 // DecodeTask(t.Encode()) returns t again.

@@ -24,11 +24,11 @@ const (
 	ReasonInvalidUTF8 Reason = "invalid_utf8"
 	// ReasonBadJSON: the payload is not one JSON object, or input is not valid JSON.
 	ReasonBadJSON Reason = "bad_json"
-	// ReasonBadType: a known field holds the wrong JSON type (e.g. a number for taskId).
+	// ReasonBadType: a known field holds the wrong JSON type, such as a number for taskId.
 	ReasonBadType Reason = "bad_type"
 	// ReasonTooDeep: arrays and objects nest deeper than Limits.MaxJSONDepth.
 	ReasonTooDeep Reason = "too_deep"
-	// ReasonMissingField: a required field is absent, empty or (for input) null.
+	// ReasonMissingField: a required field is absent or empty, or input is null.
 	ReasonMissingField Reason = "missing_field"
 	// ReasonBadCharset: a string field holds a byte outside its character set.
 	ReasonBadCharset Reason = "bad_charset"
@@ -49,25 +49,25 @@ const (
 	// ReasonBadNotBefore: notBefore is set but is not an RFC 3339 time.
 	ReasonBadNotBefore Reason = "bad_not_before"
 	// ReasonDeadlinePassed: the deadline is not after now. Only Task.CheckDeadline
-	// returns it; DecodeTask and Validate never look at the clock.
+	// returns it. DecodeTask and Validate never look at the clock.
 	ReasonDeadlinePassed Reason = "deadline_passed"
 	// ReasonNotBeforeTooFar: notBefore lies further ahead than the schedule horizon. Only
-	// Task.CheckNotBefore returns it; DecodeTask and Validate never look at the clock.
+	// Task.CheckNotBefore returns it. DecodeTask and Validate never look at the clock.
 	ReasonNotBeforeTooFar Reason = "not_before_too_far"
 	// ReasonBadAttempt: attempt is negative.
 	ReasonBadAttempt Reason = "bad_attempt"
-	// ReasonUnknownField: the payload object has a member that is not a task field, spelled
-	// exactly (after JSON unescaping): "Tenant", "TENANT" and "requeſtKey" are unknown.
+	// ReasonUnknownField: the payload object has a member that is not a task field spelled
+	// exactly, compared after JSON unescaping. "Tenant", "TENANT" and "requeſtKey" are unknown.
 	ReasonUnknownField Reason = "unknown_field"
-	// ReasonDuplicateField: a task field occurs more than once in the payload object
-	// (after JSON unescaping: "\u0074enant" is tenant), or an object inside input or params
-	// has a member name twice; Field is then input or params and Detail names the path.
+	// ReasonDuplicateField: a task field occurs more than once in the payload object, compared
+	// after JSON unescaping, so "\u0074enant" is tenant. Or an object inside input or params
+	// has a member name twice. Field is then input or params and Detail names the path.
 	ReasonDuplicateField Reason = "duplicate_field"
 )
 
 // InvalidTaskError reports why a task payload or value was refused. errors.Is(err,
-// ErrInvalidTask) holds for it. Retrying the same payload always fails the same way
-// (except ReasonDeadlinePassed, which depends on the clock), so a consumer dead-letters it.
+// ErrInvalidTask) holds for it. Retrying the same payload always fails the same way, so a
+// consumer dead-letters it. The exception is ReasonDeadlinePassed, which depends on the clock.
 type InvalidTaskError struct {
 	// Reason is the machine-readable cause.
 	Reason Reason
@@ -99,13 +99,13 @@ func invalid(r Reason, field, detail string) error {
 }
 
 // Limits bounds what DecodeTask and Task.Validate accept. The zero value means all
-// defaults; a field <= 0 takes its default. A Limits is a plain value, safe to share.
+// defaults, and a field <= 0 takes its default. A Limits is a plain value, safe to share.
 type Limits struct {
 	// MaxPayloadBytes caps the size of the whole payload. Defaults to 1 MiB.
 	MaxPayloadBytes int
-	// MaxInputBytes caps the size of input (compacted JSON). Defaults to 256 KiB.
+	// MaxInputBytes caps the size of input as compacted JSON. Defaults to 256 KiB.
 	MaxInputBytes int
-	// MaxJSONDepth caps the nesting of arrays and objects in the payload; the payload
+	// MaxJSONDepth caps the nesting of arrays and objects in the payload. The payload
 	// object itself is depth 1, so input may nest MaxJSONDepth-1 deep. Defaults to 32.
 	MaxJSONDepth int
 	// MaxIDLen caps the length in bytes of taskId and sessionId. Defaults to 128.
@@ -121,7 +121,7 @@ type Limits struct {
 	Tenants []string
 }
 
-// Default limits; see Limits.
+// Default limits of Limits.
 const (
 	defaultMaxPayloadBytes = 1 << 20
 	defaultMaxInputBytes   = 256 << 10
@@ -156,17 +156,16 @@ func (l *Limits) setDefaults() {
 	}
 }
 
-// Validate checks t against the field rules of DecodeTask under lim (zero fields take
-// their defaults). Producers that build a Task in Go call it, or Encode, before
-// publishing. It does not look at the clock; see CheckDeadline. The error is an
-// *InvalidTaskError.
+// Validate checks t against the field rules of DecodeTask under lim, whose zero fields take
+// their defaults. Producers that build a Task in Go call it, or Encode, before publishing.
+// It does not look at the clock: see CheckDeadline. The error is an *InvalidTaskError.
 func (t Task) Validate(lim Limits) error {
 	lim.setDefaults()
 	return t.validate(lim, true)
 }
 
 // validate checks the field rules. lim must have its defaults set. checkJSON also checks
-// that input and params are valid JSON within the depth limit; DecodeTask skips that
+// that input and params are valid JSON within the depth limit. DecodeTask skips that
 // because it has checked the whole payload already.
 func (t Task) validate(lim Limits, checkJSON bool) error {
 	if err := checkString("taskId", t.TaskID, true, lim.MaxIDLen, isIDByte, idChars); err != nil {
@@ -242,10 +241,8 @@ func (t Task) validate(lim Limits, checkJSON bool) error {
 	return nil
 }
 
-// checkString checks that s is non-empty when required, at most max bytes long and made
-// only of bytes accepted by ok.
-// CheckID reports whether id is a valid taskId under lim (zero fields take their defaults):
-// 1 to MaxIDLen bytes of [A-Za-z0-9._:-]. The error is an *InvalidTaskError.
+// CheckID reports whether id is a valid taskId under lim, whose zero fields take their
+// defaults: 1 to MaxIDLen bytes of [A-Za-z0-9._:-]. The error is an *InvalidTaskError.
 func CheckID(id string, lim Limits) error {
 	lim.setDefaults()
 	return checkString("taskId", id, true, lim.MaxIDLen, isIDByte, idChars)
@@ -263,6 +260,8 @@ func CheckStage(stage string) error {
 	return checkString("stage", stage, true, maxNameLen, isStageByte, stageChars)
 }
 
+// checkString checks that s is non-empty when required, at most max bytes long and made
+// only of bytes accepted by ok.
 func checkString(field, s string, required bool, max int, ok func(byte) bool, chars string) error {
 	if s == "" {
 		if required {
@@ -294,18 +293,18 @@ func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// isIDByte: [A-Za-z0-9._:-] (taskId, sessionId).
+// isIDByte: [A-Za-z0-9._:-], for taskId and sessionId.
 func isIDByte(c byte) bool {
 	return isLower(c) || isUpper(c) || isDigit(c) || c == '.' || c == '_' || c == ':' || c == '-'
 }
 
-// isStageByte: [a-z0-9-]; a stage is part of stream names, so never ':'.
+// isStageByte: [a-z0-9-]. A stage is part of stream names, so never ':'.
 func isStageByte(c byte) bool { return isLower(c) || isDigit(c) || c == '-' }
 
-// isTenantByte: [a-z0-9_-]; a tenant is a segment of the semantic key, so never ':'.
+// isTenantByte: [a-z0-9_-]. A tenant is a segment of the semantic key, so never ':'.
 func isTenantByte(c byte) bool { return isLower(c) || isDigit(c) || c == '_' || c == '-' }
 
-// isKeyByte: [A-Za-z0-9._:/=+-]; a request key sits inside a {hash tag}, so never braces,
+// isKeyByte: [A-Za-z0-9._:/=+-]. A request key sits inside a {hash tag}, so never braces,
 // never '*' or whitespace.
 func isKeyByte(c byte) bool {
 	return isIDByte(c) || c == '/' || c == '=' || c == '+'
@@ -327,9 +326,9 @@ func checkJSONValue(field string, data []byte, maxDepth int) error {
 }
 
 // walkJSON scans data byte by byte and fails as soon as arrays and objects nest deeper than
-// maxDepth, so that no input can make a later Unmarshal recurse deeply; in the same pass it
-// finds a member name that occurs twice in one object (compared after JSON unescaping),
-// which it reports when the scan ends (ReasonDuplicateField, the detail naming its path). It
+// maxDepth, so that no input can make a later Unmarshal recurse deeply. In the same pass it
+// finds a member name that occurs twice in one object, compared after JSON unescaping. It
+// reports that when the scan ends as ReasonDuplicateField, the detail naming its path. It
 // returns the first byte that is not white space. It checks nesting and names only: the
 // caller validates the syntax.
 func walkJSON(field string, data []byte, maxDepth int) (byte, error) {
