@@ -26,8 +26,8 @@ type Limit struct {
 	Concurrency int `yaml:"concurrency"`
 	// Burst is how much of a minute's budget may be spent at once. Defaults to 10 s.
 	Burst time.Duration `yaml:"burst"`
-	// Fairness "fair" gives each tenant that uses the limiter its weighted share of it while
-	// others wait. "none" serves calls as they come. Defaults to "fair".
+	// Fairness "fair" serves tenants that used less than their weighted share of the last
+	// minute first. "none" serves calls as they come. Defaults to "fair".
 	Fairness string `yaml:"fairness"`
 	// Weights are tenants' weights under fair sharing. A tenant not listed weighs 1.
 	Weights map[string]float64 `yaml:"weights"`

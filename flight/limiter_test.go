@@ -122,22 +122,18 @@ func TestLimiterBudgets(t *testing.T) {
 	}
 }
 
-// TestLimiterFairShares: two tenants asking as fast as they can for 3 s share a limiter of
-// 10 requests a second by their weights, and a tenant that comes late is served at its share
-// at once, not behind the other's backlog.
+// TestLimiterFairShares: two tenants asking as fast as they can for 3 s, one four times as
+// often as the other, share a limiter of 10 requests a second by their weights; and a tenant
+// that comes after another spent the burst is served first, not behind it.
 func TestLimiterFairShares(t *testing.T) {
 	r := redistest.New(t)
 	for _, tc := range []struct {
 		name    string
 		weights map[string]float64
-		wantA   float64 // A's share of the grants after B arrived
+		wantA   float64 // A's share of the grants
 	}{{"equal", nil, 0.5}, {"weighted", map[string]float64{"a": 3}, 0.75}} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := newLimiter(t, r, "fair-"+tc.name, flight.Limit{RequestsPerMinute: 600, Burst: time.Second, Weights: tc.weights})
-			// A alone first, spending the burst.
-			for range 20 {
-				take(t, lim, "a", 0, time.Minute)
-			}
 			grants := map[string]int{}
 			deadline := time.Now().Add(3 * time.Second)
 			for time.Now().Before(deadline) {
@@ -150,14 +146,36 @@ func TestLimiterFairShares(t *testing.T) {
 			}
 			total := grants["a"] + grants["b"]
 			t.Logf("grants %v", grants)
-			if total < 25 || total > 40 {
-				t.Errorf("%d grants in 3 s, want about 30 (10 a second)", total)
+			if total < 30 || total > 45 {
+				t.Errorf("%d grants in 3 s, want about 40 (a burst of 10, then 10 a second)", total)
 			}
 			if share := float64(grants["a"]) / float64(total); share < tc.wantA-0.12 || share > tc.wantA+0.12 {
 				t.Errorf("A got %d and B %d: A's share %.2f, want about %.2f", grants["a"], grants["b"], share, tc.wantA)
 			}
 		})
 	}
+	t.Run("late", func(t *testing.T) {
+		lim := newLimiter(t, r, "fair-late", flight.Limit{RequestsPerMinute: 600, Burst: time.Second})
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) { // A alone for 2 s: the burst and 10 a second
+			take(t, lim, "a", 0, time.Minute)
+			time.Sleep(5 * time.Millisecond)
+		}
+		grants := map[string]int{}
+		deadline = time.Now().Add(time.Second)
+		for time.Now().Before(deadline) {
+			for _, tenant := range []string{"a", "a", "a", "a", "b"} {
+				if _, th := take(t, lim, tenant, 0, time.Minute); th.Wait == 0 {
+					grants[tenant]++
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("grants in the second after B came %v", grants)
+		if grants["b"] < 7 {
+			t.Errorf("B got %d of the 10 calls in its first second, A %d: B waits behind A", grants["b"], grants["a"])
+		}
+	})
 }
 
 // TestLimitValidate: a limit with nothing to limit, a negative or an unknown fairness is

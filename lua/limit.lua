@@ -1,13 +1,15 @@
 -- limit_take, limit_settle: a named limiter shared by the fleet (DESIGN.md section 10). It
 -- holds a request bucket and a token bucket (token buckets refilled continuously at the
 -- per-minute rate, each holding at most burst's worth), a set of running calls whose entries
--- expire, a hold set by a provider's 429, an adaptive factor on the rates, and per-tenant
--- share buckets when fairness is on.
+-- expire, a hold set by a provider's 429, an adaptive factor on the rates, and each active
+-- tenant's recent use when fairness is on.
 --
 -- KEYS[1] -> <prefix>limit:{<name>}          hash: r rt (requests: level, updated at), t tt
 --                                               (tokens), hold (ms), f (factor), W (sum of
 --                                               the active tenants' weights) and per tenant
---                                               r:<t> rt:<t> t:<t> tt:<t> q:<t> w:<t>
+--                                               u:<t> v:<t> ut:<t> (requests and tokens used,
+--                                               decayed over a minute, and when), q:<t> (its
+--                                               queue of waiting calls), w:<t> (its weight)
 -- KEYS[2] -> <prefix>limit:{<name>}:running  zset: reservation id -> expires at (ms)
 -- KEYS[3] -> <prefix>limit:{<name>}:tenants  zset: tenant -> last asked at (ms)
 --
@@ -18,14 +20,15 @@
 -- limit_take: V[7] tenant, V[8] tenant weight, V[9] tokens reserved, V[10] reservation id,
 --   V[11] reservation TTL in ms (a call that never settles frees its slot then)
 --   Output: { 1, 0, '' } taken, or { 0, waitMs, why } with why held | concurrency | requests |
---   tokens | share (the tenant's fair share is spent)
+--   tokens | share (the tenant used its fair share of the last minute while others wait)
 -- limit_settle: V[7] tenant, V[8] reservation id ('' for none), V[9] tokens reserved,
 --   V[10] tokens used (-1: unknown, the reservation stands), V[11] outcome ok | limited |
 --   error, V[12] hold ms (limited: the provider's Retry-After, 0 for none), V[13] requests
 --   the provider says remain (-1: not said), V[14] tokens the provider says remain (-1)
 --   Output: { factor in thousandths }
 
-local TENANT_WINDOW = 10000 -- ms: a tenant that asked this recently shares the limiter
+local TENANT_WINDOW = 5000 -- ms: a tenant that asked this recently shares the limiter
+local USE_WINDOW = 60000 -- ms: the time constant of a tenant's decayed use
 local MIN_FACTOR, DOWN, UP = 0.1, 0.5, 0.05
 
 -- limRate is a per-minute limit scaled by the factor and a share, per ms.
@@ -50,22 +53,30 @@ end
 
 -- limFields reads the hash fields of the limiter and of tenant t.
 local function limFields(t)
-  local names = { 'r', 'rt', 't', 'tt', 'hold', 'f', 'W', 'r:' .. t, 'rt:' .. t, 't:' .. t, 'tt:' .. t, 'q:' .. t }
+  local names = { 'r', 'rt', 't', 'tt', 'hold', 'f', 'W', 'U', 'Ut', 'u:' .. t, 'v:' .. t, 'ut:' .. t, 'q:' .. t, 'w:' .. t }
   local vals = redis.call('HMGET', K[1], unpack(names))
   local h = {}
   for i, n in ipairs(names) do h[n] = vals[i] end
   return h
 end
 
--- limPrune lets tenants that stopped asking go (at most 16 a call), their weights with them.
+-- limPrune lets tenants that stopped asking go (at most 16 a call), their weights and their
+-- use with them.
 local function limPrune()
   local gone = redis.call('ZRANGEBYSCORE', K[3], '-inf', nowMs() - TENANT_WINDOW, 'LIMIT', 0, 16)
+  if #gone == 0 then return end
+  local h = redis.call('HMGET', K[1], 'U', 'Ut')
+  local total = num(h[1], 0) * math.exp(-(nowMs() - num(h[2], nowMs())) / USE_WINDOW)
   for _, t in ipairs(gone) do
-    local w = num(redis.call('HGET', K[1], 'w:' .. t), 1)
-    redis.call('HINCRBYFLOAT', K[1], 'W', -w)
-    redis.call('HDEL', K[1], 'w:' .. t, 'r:' .. t, 'rt:' .. t, 't:' .. t, 'tt:' .. t, 'q:' .. t)
+    local v = redis.call('HMGET', K[1], 'w:' .. t, 'u:' .. t, 'v:' .. t, 'ut:' .. t)
+    local use = num(v[2], 0)
+    if num(V[1], 0) == 0 then use = num(v[3], 0) end
+    total = total - use * math.exp(-(nowMs() - num(v[4], nowMs())) / USE_WINDOW)
+    redis.call('HINCRBYFLOAT', K[1], 'W', -num(v[1], 1))
+    redis.call('HDEL', K[1], 'w:' .. t, 'u:' .. t, 'v:' .. t, 'ut:' .. t, 'q:' .. t)
     redis.call('ZREM', K[3], t)
   end
+  redis.call('HSET', K[1], 'U', tostring(math.max(0, total)), 'Ut', nowStr)
 end
 
 -- limJoin marks tenant t active with weight w and returns its share of the limiter.
@@ -84,9 +95,21 @@ local function limExpire()
   for i = 1, 3 do redis.call('PEXPIRE', K[i], V[6]) end
 end
 
+-- limUse returns tenant t's requests and tokens used, decayed to now.
+local function limUse(h, t)
+  local d = math.exp(-(nowMs() - num(h['ut:' .. t], nowMs())) / USE_WINDOW)
+  return num(h['u:' .. t], 0) * d, num(h['v:' .. t], 0) * d
+end
+
+-- limTotal returns the active tenants' use together, decayed to now.
+local function limTotal(h)
+  return num(h.U, 0) * math.exp(-(nowMs() - num(h.Ut, nowMs())) / USE_WINDOW)
+end
+
 register('limit_take', function()
   local t, w, need, id, ttl = V[7], num(V[8], 1), num(V[9], 0), V[10], num(V[11], 60000)
   local rpm, tpm, conc = num(V[1], 0), num(V[2], 0), num(V[3], 0)
+  local fair = V[5] == 'fair'
   local h = limFields(t)
   local now = nowMs()
   local function refuse(wait, why)
@@ -104,58 +127,65 @@ register('limit_take', function()
   end
   local f = num(h.f, 1)
   local share = 1
-  if V[5] == 'fair' then share = limJoin(t, w) end
+  if fair then share = limJoin(t, w) end
   local rr, tr = limRate(rpm, f, 1), limRate(tpm, f, 1)
-  local srr, str = limRate(rpm, f, share), limRate(tpm, f, share)
-  local r, rc = 0, 0
-  local tk, tc = 0, 0
-  local sr, st = 0, 0
+  local r, tk, tc = 0, 0, 0
+  local ur, ut = limUse(h, t)
   local wait, why = 0, ''
   local function consider(ms, reason)
     if ms > wait then wait, why = ms, reason end
   end
+  -- Under fairness a heavy tenant, one whose use of the last minute per weight is above the
+  -- active tenants' average, leaves the upper half of each bucket to the others: a tenant
+  -- that comes later, or uses less, is served first, until the uses even out. The floor
+  -- never stops a call when the bucket is full.
+  local heavy = false
+  local cost, mine = 1, ur
+  if rpm == 0 then cost, mine = need, ut end
+  local total = limTotal(h)
+  if fair and share < 1 then
+    heavy = mine / w > total / math.max(num(h.W, w), 1e-9)
+  elseif fair then
+    -- Alone, a tenant that spent more than a burst of late keeps half of it for whoever
+    -- comes next; its rate is the limiter's still.
+    heavy = (rpm > 0 and ur > limCap(rr, 1)) or (rpm == 0 and tpm > 0 and ut > limCap(tr, 0))
+  end
   if rpm > 0 then
-    r = limLevel(h, 'r', 'rt', rr, 1)
-    consider(limWait(r, 1, rr), 'requests')
-    if V[5] == 'fair' then
-      sr = limLevel(h, 'r:' .. t, 'rt:' .. t, srr, 1)
-      consider(limWait(sr, 1, srr), 'share')
-    end
+    local rc
+    r, rc = limLevel(h, 'r', 'rt', rr, 1)
+    local floor = 0
+    if heavy then floor = math.max(0, math.min(rc / 2, rc - 1)) end
+    consider(limWait(r - floor, 1, rr), 'requests')
   end
   if tpm > 0 then
     -- A call larger than the bucket passes once the bucket is full (it leaves a debt).
     tk, tc = limLevel(h, 't', 'tt', tr, 0)
-    consider(limWait(tk, math.min(need, tc), tr), 'tokens')
-    if V[5] == 'fair' then
-      local scap
-      st, scap = limLevel(h, 't:' .. t, 'tt:' .. t, str, 0)
-      consider(limWait(st, math.min(need, scap), str), 'share')
-    end
+    local floor = 0
+    if heavy then floor = tc / 2 end
+    consider(limWait(tk - floor, math.min(need, tc - floor), tr), 'tokens')
+    -- Tokens come back when calls settle for less than they reserved: such a wait is
+    -- checked again within a second.
+    if why == 'tokens' then wait = math.min(wait, 1000) end
   end
+  if heavy and wait > 0 then why = 'share' end
   if wait > 0 then
-    -- Tokens come back when calls settle for less than they reserved: such a wait is checked
-    -- again within a second.
-    if why == 'tokens' or why == 'share' and rpm == 0 then wait = math.min(wait, 1000) end
-    -- The tenant's waiting calls queue behind each other at its share of the request rate,
-    -- so that they come back spread out rather than all at once.
+    -- The tenant's waiting calls queue behind each other, a heavy tenant's at its share of
+    -- the request rate, so that they come back spread out rather than all at once.
     local step = 0
+    local srr = rr
+    if heavy then srr = limRate(rpm, f, share) end
     if srr > 0 then step = 1 / srr end
     local q = math.max(num(h['q:' .. t], now), now) + step
     redis.call('HSET', K[1], 'q:' .. t, fmt(q))
     return refuse(math.max(wait, q - now), why)
   end
   local set = {}
-  if rpm > 0 then
-    set[#set + 1] = 'r'; set[#set + 1] = tostring(r - 1); set[#set + 1] = 'rt'; set[#set + 1] = nowStr
-    if V[5] == 'fair' then
-      set[#set + 1] = 'r:' .. t; set[#set + 1] = tostring(sr - 1); set[#set + 1] = 'rt:' .. t; set[#set + 1] = nowStr
-    end
-  end
-  if tpm > 0 then
-    set[#set + 1] = 't'; set[#set + 1] = tostring(tk - need); set[#set + 1] = 'tt'; set[#set + 1] = nowStr
-    if V[5] == 'fair' then
-      set[#set + 1] = 't:' .. t; set[#set + 1] = tostring(st - need); set[#set + 1] = 'tt:' .. t; set[#set + 1] = nowStr
-    end
+  local function put(name, v) set[#set + 1] = name; set[#set + 1] = tostring(v) end
+  if rpm > 0 then put('r', r - 1); put('rt', nowStr) end
+  if tpm > 0 then put('t', tk - need); put('tt', nowStr) end
+  if fair then
+    put('u:' .. t, ur + 1); put('v:' .. t, ut + need); put('ut:' .. t, nowStr)
+    put('U', total + cost); put('Ut', nowStr)
   end
   if #set > 0 then redis.call('HSET', K[1], unpack(set)) end
   if conc > 0 and id ~= '' then redis.call('ZADD', K[2], now + ttl, id) end
@@ -178,10 +208,12 @@ register('limit_settle', function()
     if used >= 0 then level = level + reserved - used end
     if remT >= 0 then level = math.min(level, remT) end
     put('t', level); put('tt', nowStr)
-    if used >= 0 and h['tt:' .. t] then
-      local share = math.min(1, num(redis.call('HGET', K[1], 'w:' .. t), 1) / math.max(num(h.W, 1), 1e-9))
-      local str = limRate(tpm, f, share)
-      put('t:' .. t, limLevel(h, 't:' .. t, 'tt:' .. t, str, 0) + reserved - used); put('tt:' .. t, nowStr)
+    if used >= 0 and h['ut:' .. t] then
+      local ur, ut = limUse(h, t)
+      put('u:' .. t, ur); put('v:' .. t, math.max(0, ut + used - reserved)); put('ut:' .. t, nowStr)
+      if rpm == 0 then -- the fair shares count tokens
+        put('U', math.max(0, limTotal(h) + used - reserved)); put('Ut', nowStr)
+      end
     end
   end
   if rpm > 0 and (remR >= 0 or outcome == 'limited') then

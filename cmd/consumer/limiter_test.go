@@ -245,3 +245,56 @@ func TestLimiterUnderLeastACL(t *testing.T) {
 		t.Errorf("Redis refused the documented ACL user (add the commands to docs/SECURITY.md):\n%s", strings.Join(d, "\n"))
 	}
 }
+
+// TestLimiterFairAcrossTenants: on a limiter of 600 calls a minute, tenant A enqueues 5,000
+// tasks and then tenant B 50. Once the consumers have read through A's entries to B's, B's
+// tasks finish within twice the time they take alone: they are not behind A's backlog.
+func TestLimiterFairAcrossTenants(t *testing.T) {
+	srv := openaitest.Start(t, openaitest.Config{})
+	e := newE2E(t)
+	e.limited(srv, 2, "  main:\n    requestsPerMinute: 600\n    burst: 1s\n", "")
+	enqueue := func(tenant string, n int) map[string]bool {
+		want := map[string]bool{}
+		ts := make([]topics.Task, n)
+		for i := range ts {
+			id := tenant + strconv.Itoa(i)
+			ts[i] = topics.Task{TaskID: id, Stage: limitedStage, Tenant: tenant, Input: json.RawMessage(`{"prompt":"` + id + `"}`)}
+			want[id] = true
+		}
+		if _, err := e.w.EnqueueTasks(e.ctx, ts); err != nil {
+			t.Fatal(err)
+		}
+		return want
+	}
+	start := time.Now()
+	want := enqueue("solo", 50)
+	e.allSucceeded(e.collect([]string{limitedStage}, want, time.Minute), want)
+	alone := time.Since(start)
+	time.Sleep(6 * time.Second) // solo leaves the limiter's active tenants, and its budget refills
+
+	enqueue("a", 5000)
+	start = time.Now()
+	want = enqueue("b", 50)
+	info, err := e.rdb.XInfoStream(e.ctx, e.ks.Tasks(limitedStage)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll := make(chan time.Duration, 1)
+	go func() { // when the consumers have read every entry up to B's last
+		for time.Since(start) < time.Minute {
+			if g, err := e.rdb.XInfoGroups(e.ctx, e.ks.Tasks(limitedStage)).Result(); err == nil && len(g) > 0 && g[0].EntriesRead >= info.EntriesAdded {
+				readAll <- time.Since(start)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		readAll <- 0
+	}()
+	e.allSucceeded(e.collect([]string{limitedStage}, want, 2*time.Minute), want)
+	shared := time.Since(start)
+	read := <-readAll
+	t.Logf("B's 50 tasks: %v alone; %v behind A's 5,000, of which %v reading through A's entries", alone, shared, read)
+	if read == 0 || shared-read > 2*alone {
+		t.Errorf("B's tasks took %v after the consumers reached them, more than twice the %v they take alone", shared-read, alone)
+	}
+}
