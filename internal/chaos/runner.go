@@ -528,12 +528,17 @@ func (h *History) addLog(path string) error {
 	return nil
 }
 
-// stageYAML is the stage file of the run: both chaos stages with its short timings.
+// chaosLimiter is the limiter both chaos stages share: tight enough that bursts of owners
+// wait for it (free retries, scheduled waits) while the run's faults strike.
+const chaosLimiter = "  chaos:\n    requestsPerMinute: 300\n    concurrency: 8\n    burst: 2s\n"
+
+// stageYAML is the stage file of the run: both chaos stages with its short timings and the
+// shared limiter.
 func stageYAML(resultTTL time.Duration, durability string) string {
 	var b strings.Builder
-	b.WriteString("stages:\n")
+	b.WriteString("limiters:\n" + chaosLimiter + "stages:\n")
 	for _, s := range chaosStages {
-		fmt.Fprintf(&b, "  %s:\n    heartbeatInterval: %v\n    lease: %v\n    runningTTL: %v\n    failureTTL: %v\n    resultTTL: %v\n",
+		fmt.Fprintf(&b, "  %s:\n    heartbeatInterval: %v\n    lease: %v\n    runningTTL: %v\n    failureTTL: %v\n    resultTTL: %v\n    limiter: chaos\n",
 			s, heartbeatInterval, lease, runningTTL, failureTTL, resultTTL)
 		if durability != "" {
 			fmt.Fprintf(&b, "    durability: %s\n", durability)
