@@ -1,6 +1,6 @@
-// Package guard is the one place a panic is recovered: code Flightdeck does not own (a
-// handler, an executor function, a decoder of hostile input) runs through Run, which turns
-// its panic into a *PanicError the caller settles like any other outcome.
+// Package guard is the one place a panic is recovered. Code Flightdeck does not own, such as a
+// handler, an executor function or a decoder of hostile input, runs through Run, which turns
+// its panic into a *PanicError that the caller settles like any other outcome.
 package guard
 
 import (
@@ -16,7 +16,7 @@ var ErrGoexit = errors.New("guard: function called runtime.Goexit")
 
 // PanicError is a recovered panic with the stack of the goroutine that panicked.
 type PanicError struct {
-	// Value is what the function panicked with (ErrGoexit for runtime.Goexit).
+	// Value is what the function panicked with, ErrGoexit for runtime.Goexit.
 	Value any
 	// Stack is the panicking goroutine's stack, without its first line.
 	Stack []byte
@@ -32,9 +32,8 @@ func (p *PanicError) Unwrap() error {
 }
 
 // Run calls f and returns its error, or the panic it raised as a *PanicError. A *PanicError
-// raised again (by a caller that got it from Run) is returned as it is, with its first stack.
-// If f calls runtime.Goexit, Run does not return: onGoexit, when not nil, is called with the
-// PanicError first.
+// that a caller of Run raises again is returned as it is, with its first stack. If f calls
+// runtime.Goexit, Run does not return, and onGoexit, when not nil, gets the PanicError first.
 func Run(f func() error, onGoexit func(*PanicError)) (p *PanicError, err error) {
 	returned := false
 	defer func() {
@@ -44,7 +43,7 @@ func Run(f func() error, onGoexit func(*PanicError)) (p *PanicError, err error) 
 		r := recover()
 		switch v := r.(type) {
 		case nil:
-			// Only runtime.Goexit unwinds with nothing to recover: since Go 1.21 panic(nil)
+			// Only runtime.Goexit unwinds with nothing to recover. Since Go 1.21, panic(nil)
 			// recovers a *runtime.PanicNilError.
 			if onGoexit != nil {
 				onGoexit(newPanicError(ErrGoexit))
@@ -62,8 +61,8 @@ func Run(f func() error, onGoexit func(*PanicError)) (p *PanicError, err error) 
 
 func newPanicError(v any) *PanicError {
 	stack := debug.Stack()
-	// The first line is "goroutine N [running]:"; the panic is settled or raised again on
-	// another goroutine, so the line would mislead (x/sync's singleflight trims it too).
+	// The first line is "goroutine N [running]:". The panic is settled or raised again on
+	// another goroutine, so that line would mislead. x/sync's singleflight trims it too.
 	if i := bytes.IndexByte(stack, '\n'); i >= 0 {
 		stack = stack[i+1:]
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/guard"
 )
 
-// Pool runs functions on reused goroutines. Create it with New; Close lets its idle
+// Pool runs functions on reused goroutines. Create it with New. Close lets its idle
 // goroutines go.
 type Pool struct {
 	jobs chan job
@@ -37,12 +37,12 @@ func New(idle time.Duration) *Pool {
 }
 
 // Close ends the idle goroutines, and each busy one once its function returned. Do still
-// works after Close (on a goroutine of its own).
+// works after Close, on a goroutine of its own.
 func (p *Pool) Close() {
 	p.once.Do(func() { close(p.stop) })
 }
 
-// Do runs f on a pool goroutine (a new one when none is free) and returns its error. A panic
+// Do runs f on a pool goroutine, a new one when none is free, and returns its error. A panic
 // of f is raised again in the caller as a *guard.PanicError.
 func (p *Pool) Do(f func() error) error {
 	j := job{f: f, done: make(chan outcome, 1)}
@@ -74,7 +74,7 @@ func (p *Pool) worker(j job) {
 	}
 }
 
-// run runs j's function; a runtime.Goexit in it ends this goroutine, and the caller gets it
+// run runs j's function. A runtime.Goexit in it ends this goroutine, and the caller gets it
 // as a panic.
 func run(j job) outcome {
 	p, err := guard.Run(j.f, func(p *guard.PanicError) { j.done <- outcome{panic: p} })
