@@ -9,26 +9,26 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
-// The durable archive (DESIGN.md section 9): an owner consults it before running the model,
-// and records every outcome it settles.
+// The durable archive, described in DESIGN.md section 9. An owner consults it before running
+// the model, and records every outcome it settles.
 
-// lookupTimeout bounds the archive lookup an owner makes before running the model: an
-// archive that does not answer in time costs the model call it could have saved, never
-// more.
+// lookupTimeout bounds the archive lookup an owner makes before running the model. An archive
+// that does not answer in time costs the model call it could have saved, never more.
 func (p *processor) lookupTimeout() time.Duration { return min(p.stage.Lease/4, time.Second) }
 
-// archiveFence is the coordinator's WriteBackFence with an archive (nil without one): the
-// largest owner token the archive knows for the key, of its claim (made by an owner that took
-// the flight over) and of its archived outcome (flight.ArchiveFence). A Redis data loss takes
-// a flight's fence, and a failover can roll a flight back to an owner that was taken over;
-// that owner would write its stale result; the claim of the owner that took over refuses it.
+// archiveFence is the coordinator's WriteBackFence with an archive, nil without one. It is the
+// largest owner token the archive knows for the key, from the claim made by an owner that took
+// the flight over and from the archived outcome, as flight.ArchiveFence reads them. A Redis
+// data loss takes a flight's fence, and a failover can roll a flight back to an owner that was
+// taken over. That owner would write its stale result, and the claim of the owner that took
+// over refuses it.
 func (c *Consumer) archiveFence() func(ctx context.Context, key string) (int64, bool) {
 	if c.archive == nil {
 		return nil
 	}
 	return flight.ArchiveFence(c.archive.Fence, func(key string, err error) {
-		// While the archive is away every such write goes on unchecked: the writer logged
-		// that once; each one is a debug line.
+		// While the archive is away every such write goes on unchecked. The writer logged that
+		// once, and each write is a debug line.
 		ev := c.log.Warn()
 		if errors.Is(err, archive.ErrUnavailable) {
 			ev = c.log.Debug()
@@ -53,8 +53,8 @@ func (t *taskRun) record(status flight.Status, o flight.Ownership, result []byte
 }
 
 // recordDecision archives the outcome an acquire answered the task with when it ended the
-// flight for good there (flight.Decision.Final): the token fence makes a repeated record a
-// no-op.
+// flight for good there, as flight.Decision.Final reports. The token fence makes a repeated
+// record a no-op.
 func (t *taskRun) recordDecision(d flight.Decision) {
 	p := t.p
 	if p.archive == nil {

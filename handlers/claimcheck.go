@@ -15,17 +15,18 @@ import (
 var metaFields = []string{"status", "entry", "heartbeatAt", "policy", "handover", "retryable", "attempts",
 	"updatedAt"}
 
-// claimCheck is the claim rule (DESIGN.md section 5) for the stream subscriber: it judges
-// another consumer's idle entry by the flight of its task.
+// claimCheck is the claim rule for the stream subscriber, described in DESIGN.md section 5.
+// It judges another consumer's idle entry by the flight of its task.
 //
-//   - An entry of a live holder is never idle for a lease (the holder touches every entry it
-//     holds). An idle one is claimed, unless it is the entry of a flight's owner whose
-//     pinned lease has not lapsed (the owner is paused for less than its lease, or its
-//     touches fail while its heartbeats succeed): then the owner still runs it.
-//   - A parked entry is claimed when its flight ended (answer it), vanished (run it), or has
-//     had no owner heartbeat for two leases (its owner's entry is gone too); otherwise it is
-//     kept parked until the next check.
-//   - Entries whose task cannot be read are claimed: the handler dead-letters them.
+//   - An entry of a live holder is never idle for a lease, because the holder touches every
+//     entry it holds. An idle entry is claimed, unless it is the entry of a flight's owner
+//     whose pinned lease has not lapsed. Then the owner still runs it. That happens when the
+//     owner is paused for less than its lease, or its touches fail while its heartbeats
+//     succeed.
+//   - A parked entry is claimed when its flight ended, to answer it, or vanished, to run it.
+//     It is also claimed when the flight has had no owner heartbeat for two leases, since
+//     its owner's entry is gone too. Otherwise it is kept parked until the next check.
+//   - Entries whose task cannot be read are claimed, and the handler dead-letters them.
 func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []stream.Verdict {
 	out := make([]stream.Verdict, len(cands))
 	keys := make([]string, len(cands))
@@ -58,7 +59,7 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		return nil
 	})
 	if err != nil {
-		// Not claiming is always safe; the next pass looks again.
+		// Not claiming is always safe. The next pass looks again.
 		for i := range out {
 			out[i] = stream.Skip
 		}
@@ -80,7 +81,7 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 	return out
 }
 
-// verdict applies the claim rule to one candidate whose flight meta is m (empty: gone).
+// verdict applies the claim rule to one candidate whose flight meta is m, empty when gone.
 func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict {
 	status := m["status"]
 	if status == "" {
@@ -107,7 +108,7 @@ func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict 
 		}
 		return stream.Keep
 	case status == "FAILED" && m["retryable"] == "1" && n("attempts") < int64(max(pol.MaxAttempts, 1)):
-		// A retry is due; its owner's entry brings it. Check only when that stalls.
+		// A retry is due, and its owner's entry brings it. Check only when that stalls.
 		if now-n("updatedAt") > 2*lease {
 			return stream.Claim
 		}

@@ -14,9 +14,9 @@ import (
 
 // redisCollector reports gauges read from Redis at scrape time: pending entries per consumer
 // process, backlog and DLQ length per stage, and parked followers per stage. Reads are cached
-// for cacheFor so that several scrapers do not multiply the load. Every read names its key
-// (XPENDING, XINFO GROUPS, XLEN per stream): nothing enumerates keys, so the consumer needs
-// no SCAN, which an ACL cannot limit to its own prefix.
+// for cacheFor so that several scrapers do not multiply the load. Every read names its key with
+// XPENDING, XINFO GROUPS or XLEN per stream. Nothing enumerates keys, so the consumer needs no
+// SCAN, which an ACL cannot limit to its own prefix.
 type redisCollector struct {
 	rdb      redis.UniversalClient
 	ks       topics.Keyspace
@@ -73,8 +73,8 @@ func (c *redisCollector) read(ctx context.Context) []prometheus.Metric {
 		var backlog, parked int64
 		parkedOK := true
 		for _, tasks := range c.ks.TaskStreams(stage) {
-			// A parked task is a pending entry of the parking consumer (DESIGN.md section 2,
-			// "Parked tasks"): the XPENDING summary counts them per stream.
+			// A parked task is a pending entry of the parking consumer, as DESIGN.md section 2
+			// describes under "Parked tasks". The XPENDING summary counts them per stream.
 			p, err := c.rdb.XPending(ctx, tasks, topics.ConsumerGroup).Result()
 			switch {
 			case err == nil:

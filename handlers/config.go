@@ -23,13 +23,13 @@ import (
 // Config configures a Consumer.
 type Config struct {
 	// NewClient returns a new Redis client. The consumer calls it for the handlers' client and
-	// for the stream subscribers' reads (each topic's XREADGROUP blocks a connection while
-	// idle), and once more to name the deployment when Deployment and RedisURL are unset. The
-	// consumer closes every client it got. Required unless RedisURL is set.
+	// for the stream subscribers' reads, since each topic's XREADGROUP blocks a connection
+	// while idle. It calls it once more to name the deployment when Deployment and RedisURL are
+	// unset. The consumer closes every client it got. Required unless RedisURL is set.
 	NewClient func() redis.UniversalClient
-	// RedisURL is used when NewClient is nil: redis://[user:password@]host:port/db,
-	// rediss:// for TLS, a Sentinel URL (master_name=, the host and addr= as sentinels), or a
-	// cluster URL naming more nodes with addr= query parameters.
+	// RedisURL is used when NewClient is nil. It is redis://[user:password@]host:port/db,
+	// rediss:// for TLS, a Sentinel URL with master_name= and the host and addr= as sentinels,
+	// or a cluster URL naming more nodes with addr= query parameters.
 	RedisURL string
 	// Keyspace names keys and streams. Defaults to the "ai" prefix.
 	Keyspace topics.Keyspace
@@ -37,15 +37,17 @@ type Config struct {
 	// whitespace nor start with '~'. A consumer restarted under the same name picks up its own
 	// pending entries at start. Defaults to "<hostname>-<pid>".
 	Name string
-	// Stages are the stages to consume (see LoadStages). A stage registered in Handlers and
-	// missing here is added with its built-in policy (the four built-in stages) or the
-	// generic defaults. Required unless Handlers registers a stage.
+	// Stages are the stages to consume, as LoadStages returns them. A stage registered in
+	// Handlers and missing here is added with its built-in policy if it is one of the four
+	// built-in stages, else with the generic defaults. Required unless Handlers registers a
+	// stage.
 	Stages []StageConfig
 	// Handlers runs each stage registered in it with its function or model adapter, whatever
-	// the stage's Model names (the stage's Model becomes the adapter's name, "handler" for a
-	// function). Other stages run the adapter that their Model names in Models.
+	// the stage's Model names. The stage's Model becomes the adapter's name, "handler" for a
+	// function. Other stages run the adapter that their Model names in Models.
 	Handlers *Mux
-	// Models are the model adapters by name (StageConfig.Model). Defaults to {"sim": &model.Sim{}}.
+	// Models are the model adapters by StageConfig.Model name.
+	// Defaults to {"sim": &model.Sim{}}.
 	Models map[string]model.Model
 	// Limits bound task messages. Defaults to topics.Limits defaults, with Stages set to the
 	// consumed stages.
@@ -54,59 +56,61 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Registry receives the consumer's metrics. Defaults to none.
 	Registry prometheus.Registerer
-	// RequireNoEviction makes Run refuse to start (ErrEvictionPolicy) unless Redis's
+	// RequireNoEviction makes Run refuse to start with ErrEvictionPolicy unless Redis's
 	// maxmemory-policy is noeviction. Defaults to false: another policy is logged as a warning.
 	RequireNoEviction bool
 	// LivenessInterval is how often the process records that it is alive. Defaults to 1 s.
 	LivenessInterval time.Duration
-	// LivenessTimeout: a process silent this long is shown as gone on the dashboard.
-	// Defaults to 3 x LivenessInterval.
+	// LivenessTimeout is how long a process may be silent before the dashboard shows it as
+	// gone. Defaults to 3 x LivenessInterval.
 	LivenessTimeout time.Duration
-	// ClaimInterval is how often each task stream is scanned for entries to claim (held by a
-	// consumer that stopped touching them for a lease) and parked entries to check.
+	// ClaimInterval is how often each task stream is scanned for parked entries to check and
+	// for entries to claim, those held by a consumer that stopped touching them for a lease.
 	// Defaults to 1 s.
 	ClaimInterval time.Duration
-	// Grace is how long running owners may finish after shutdown begins; the rest are failed
-	// as retryable and their entries left for another consumer. Defaults to 10 s.
+	// Grace is how long running owners may finish after shutdown begins. The rest are failed as
+	// retryable and their entries left for another consumer. Defaults to 10 s.
 	Grace time.Duration
-	// TrimInterval is how often acknowledged task entries are trimmed from the task streams
-	// (XTRIM MINID below every group's delivered and pending entries). Defaults to 30 s.
+	// TrimInterval is how often acknowledged task entries are trimmed from the task streams, by
+	// XTRIM MINID below every group's delivered and pending entries. Defaults to 30 s.
 	TrimInterval time.Duration
 	// Breaker configures the circuit breaker around the consumer's flight acquires.
 	Breaker executor.BreakerConfig
-	// ResultRetention is how long terminal events stay on the result streams: every
-	// TrimInterval each consumer trims its stages' result streams by age (XTRIM MINID ~, by
-	// Redis's clock), as well as by count (ResultMaxLen). Clients whose start point was
-	// trimmed read the flight's stored outcome instead. Zero means 1 h; negative turns the
-	// age trim off.
+	// ResultRetention is how long terminal events stay on the result streams. Every
+	// TrimInterval each consumer trims its stages' result streams by age with XTRIM MINID ~ by
+	// Redis's clock, as well as by count with ResultMaxLen. Clients whose start point was
+	// trimmed read the flight's stored outcome instead. Zero means 1 h. Negative turns the age
+	// trim off.
 	ResultRetention time.Duration
-	// ResultMaxLen caps each result stream (XADD MAXLEN ~): clients that read an event later
-	// than this many newer ones find the task's outcome in its flight instead (client.Await).
-	// Zero means topics.DefaultResultMaxLen (1,000,000); negative turns the cap off.
+	// ResultMaxLen caps each result stream with XADD MAXLEN ~. A client that reads an event
+	// later than this many newer ones finds the task's outcome in its flight instead, as
+	// client.Await does. Zero means topics.DefaultResultMaxLen, 1,000,000. Negative turns the
+	// cap off.
 	ResultMaxLen int64
-	// AnswerAfterScript writes a flight script's answers (events, acknowledgements) in a
-	// second call after the script, as on Redis Cluster, instead of inside it. Defaults to
-	// false on a single node.
+	// AnswerAfterScript writes a flight script's answers, its events and acknowledgements, in a
+	// second call after the script instead of inside it, as on Redis Cluster. Defaults to false
+	// on a single node.
 	AnswerAfterScript bool
-	// Archive is the durable archive of outcomes (package archive), or nil for none. With it,
-	// every outcome an owner settles is archived (batched, off the owner's path; spooled to
-	// SpoolDir while the archive does not answer), and a new owner answers its key from the
-	// archive when it holds the key's final outcome, without a model call. The consumer
+	// Archive is the durable archive of outcomes from package archive, or nil for none. With
+	// it, every outcome an owner settles is archived in batches, off the owner's path, and
+	// spooled to SpoolDir while the archive does not answer. A new owner answers its key from
+	// the archive when it holds the key's final outcome, without a model call. The consumer
 	// does not close it.
 	Archive archive.Store
-	// SpoolDir is the base directory of the spools of uncertain outcomes (results the model
-	// produced but Redis could not store) and of the archive: the consumer keeps its files in
-	// the subdirectory of its deployment (flight.DeploymentSpoolDir: named after the keyspace
-	// prefix and Deployment), named after Name, and adopts and writes back at start the spools that stopped
-	// processes of its deployment left there. The directory must be this process's user's own
-	// and writable by nobody else, or the consumer refuses to start.
-	// Defaults to flight.DefaultSpoolDir(os.Getenv), which has no shared fallback; give it a
-	// durable volume in production.
+	// SpoolDir is the base directory of the archive's spools and of the spools of uncertain
+	// outcomes, the results the model produced but Redis could not store. The consumer keeps
+	// its files in its deployment's subdirectory, which flight.DeploymentSpoolDir names after
+	// the keyspace prefix and Deployment. Its files are named after Name. At start it adopts
+	// and writes back the spools that stopped processes of its deployment left there. The
+	// directory must be owned by this process's user and writable by nobody else, or the
+	// consumer refuses to start. Defaults to flight.DefaultSpoolDir(os.Getenv), which has no
+	// shared fallback. Give it a durable volume in production.
 	SpoolDir string
-	// Deployment names the Redis the consumer serves, for its spool directory: with the
-	// keyspace prefix it keeps two deployments on one host apart. Defaults to RedisURL's
-	// (redisconn.Deployment), else to the address of NewClient's client
-	// (redisconn.ClientDeployment); a Sentinel client given as NewClient has none, so set it.
+	// Deployment names the Redis the consumer serves, for its spool directory. With the
+	// keyspace prefix it keeps two deployments on one host apart. Defaults to
+	// redisconn.Deployment of RedisURL, else to redisconn.ClientDeployment of NewClient's
+	// client. ClientDeployment finds none for a Sentinel client given as NewClient, so set
+	// Deployment then.
 	Deployment string
 }
 
@@ -167,9 +171,9 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// withHandlerStages returns stages with the stages registered in mux added (built-in policy,
-// else generic defaults) and the Model of every stage mux runs set to its adapter's name.
-// stages is not modified.
+// withHandlerStages returns stages plus the stages registered in mux, with the built-in policy
+// or else the generic defaults. It sets the Model of every stage mux runs to its adapter's
+// name. stages is not modified.
 func withHandlerStages(stages []StageConfig, mux *Mux) []StageConfig {
 	if mux == nil {
 		return stages

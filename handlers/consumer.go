@@ -1,6 +1,6 @@
-// Package handlers runs Flightdeck's consumers: watermill handlers that turn task messages
-// into flight runs (Processor), the consumer runtime with its stream subscribers, claim rule,
-// liveness and graceful shutdown (Consumer), and the stage policies. Model adapters live in
+// Package handlers runs Flightdeck's consumers. It holds the watermill handlers that turn task
+// messages into flight runs, the Consumer runtime with its stream subscribers, claim rule,
+// liveness and graceful shutdown, and the stage policies. Model adapters live in
 // handlers/model.
 package handlers
 
@@ -42,7 +42,7 @@ type Consumer struct {
 	eviction *evictionWatch
 	spool    *flight.Spool
 	clients  []redis.UniversalClient
-	batch    *lua.Batcher    // the handlers' flight calls on a single node (nil on a cluster)
+	batch    *lua.Batcher    // the handlers' flight calls on a single node, nil on a cluster
 	archive  *archive.Writer // nil without Config.Archive
 	procs    map[string]*processor
 	limiters map[string]*flight.Limiter // by name, shared by the stages that name one
@@ -55,9 +55,9 @@ type Consumer struct {
 	stopped  atomic.Bool
 }
 
-// NewConsumer validates cfg and prepares a consumer; nothing connects until Run. It opens
-// (and locks) the consumer's spool in its deployment's directory under cfg.SpoolDir, adopting
-// what dead processes of the deployment left there.
+// NewConsumer validates cfg and prepares a consumer. Nothing connects until Run. It opens and
+// locks the consumer's spool in its deployment's directory under cfg.SpoolDir, adopting what
+// dead processes of the deployment left there.
 func NewConsumer(cfg Config) (*Consumer, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -98,9 +98,9 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		}
 	}
 	if len(old) > 0 {
-		// Older versions kept the spools of every deployment in one directory, then those
-		// of every deployment of a prefix (whichever Redis it served): which one they belong
-		// to is the operator's call.
+		// Older versions kept the spools of every deployment in one directory, and later those
+		// of every deployment of a prefix, whichever Redis it served. Which deployment they
+		// belong to is the operator's call.
 		c.log.Warn().Strs("files", old).Str("dir", dir).
 			Msg("spool files of an older version, not adopted: move those of this deployment into its directory to have them written back")
 	}
@@ -127,8 +127,9 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 			return nil, fmt.Errorf("handlers: register metrics: %w", err)
 		}
 	}
-	// On a single node the handlers' flight calls (acquire, complete, ...) share pipelines:
-	// the calls concurrent handlers make while one pipeline is out leave together in the next.
+	// On a single node the handlers' flight calls, such as acquire and complete, share
+	// pipelines. The calls concurrent handlers make while one pipeline is out leave together in
+	// the next.
 	var calls lua.FCaller
 	if one, ok := c.rdb.(*redis.Client); ok {
 		c.batch = lua.NewBatcher(one)
@@ -196,7 +197,7 @@ type Status struct {
 	Name string `json:"name"`
 	// Stages are the stages it consumes, with their modes.
 	Stages map[string]string `json:"stages"`
-	// Started is true once every subscriber runs; Draining once shutdown began.
+	// Started is true once every subscriber runs. Draining is true once shutdown began.
 	Started  bool `json:"started"`
 	Draining bool `json:"draining"`
 	// RunningOwners counts model calls in progress.
@@ -205,13 +206,13 @@ type Status struct {
 	Spooled int `json:"spooled"`
 	// Breaker is the coordination breaker's state: closed, half-open or open.
 	Breaker string `json:"breaker"`
-	// Archive is the durable archive's health: "ok", "down (...)", or "" without one.
+	// Archive is the durable archive's health: "ok", "down" with the reason, or "" if none.
 	Archive string `json:"archive,omitempty"`
-	// EvictionPolicy is Redis's maxmemory-policy as last read ("" when it cannot be read);
-	// any but noeviction may drop keys.
+	// EvictionPolicy is Redis's maxmemory-policy as last read, or "" when it cannot be read.
+	// Any policy but noeviction may drop keys.
 	EvictionPolicy string `json:"evictionPolicy,omitempty"`
-	// Streams counts, per stage, what its subscriber did: entries read, recovered (this
-	// consumer's own, after a restart), claimed, parked, delayed.
+	// Streams counts, per stage, what its subscriber did: entries read, recovered, claimed,
+	// parked and delayed. Recovered entries are this consumer's own, after a restart.
 	Streams map[string]stream.Stats `json:"streams"`
 }
 
@@ -260,14 +261,14 @@ func (c *Consumer) Ready(ctx context.Context) error {
 func (c *Consumer) Started() <-chan struct{} { return c.started }
 
 // Run consumes until ctx ends, then shuts down gracefully and returns. Shutdown order:
-//  1. stop taking new work: the subscribers stop reading and claiming;
-//  2. wait up to Grace for running owners to finish and answer their tasks;
-//  3. hand the remaining owners' flights over without spending their attempt, and their
-//     entries to the other consumers (released: they look idle for long, so they are
-//     claimed at once);
-//  4. close the router; each subscriber then hands over the entries it still holds (tasks
-//     waiting for a retry, a session lock or a lapsed lease);
-//  5. forget this process's liveness, close the Redis clients and the spool.
+//  1. Stop taking new work: the subscribers stop reading and claiming.
+//  2. Wait up to Grace for running owners to finish and answer their tasks.
+//  3. Hand the remaining owners' flights over without spending their attempt, and release
+//     their entries to the other consumers. Released entries look idle for long, so they
+//     are claimed at once.
+//  4. Close the router. Each subscriber then hands over the entries it still holds: tasks
+//     waiting for a retry, a session lock or a lapsed lease.
+//  5. Forget this process's liveness, close the Redis clients and the spool.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.closeClients()
 	if err := c.coord.Load(ctx); err != nil {
@@ -286,9 +287,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("handlers: first liveness beat: %w", err)
 	}
 	if c.spool.Len() > 0 {
-		// Write back what earlier processes spooled before taking any task over, so that a
-		// task whose result is spooled is answered from it. (A task of a key still spooled
-		// waits for the write-back anyway.)
+		// Write back what earlier processes spooled before taking any task over, so that a task
+		// whose result is spooled is answered from it. A task of a key still spooled waits for
+		// the write-back anyway.
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		rep, err := c.spool.Flush(fctx, c.coord)
 		cancel()
@@ -350,7 +351,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// 4: close (the router closes the subscribers, which hand their held entries over).
+	// 4: close. The router closes the subscribers, which hand their held entries over.
 	c.stop()
 	if err := router.Close(); err != nil {
 		c.log.Warn().Err(err).Msg("router close")
@@ -410,7 +411,7 @@ func (c *Consumer) closeClients() {
 	_ = c.spool.Close()
 }
 
-// flushLoop writes spooled uncertain outcomes back every second while there are any; each
+// flushLoop writes spooled uncertain outcomes back every second while there are any. Each
 // write-back answers the tasks waiting for its flight, the owner's own included.
 func (c *Consumer) flushLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
@@ -436,12 +437,12 @@ func (c *Consumer) flushLoop(ctx context.Context) {
 	}
 }
 
-// addStage adds one router handler per task stream (partition) of the stage, on the stage's
+// addStage adds one router handler per task stream partition of the stage, on the stage's
 // subscriber, with the middleware chain PoisonQueue -> Retry -> Recoverer.
 func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
 	proc := c.procs[s.Name]
-	// Only errors of the task itself end in the DLQ: a message that failed because Redis was
-	// away stays pending (nacked, handed out again after a pause) until Redis answers.
+	// Only errors of the task itself end in the DLQ. A message that failed because Redis was
+	// away stays pending until Redis answers: it is nacked and handed out again after a pause.
 	poisonable := func(err error) bool { return !leavesPending(err) && !redisUnavailable(err) }
 	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{p: proc}, c.cfg.Keyspace.DLQ(s.Name), poisonable)
 	if err != nil {

@@ -20,8 +20,8 @@ var ErrEvictionPolicy = errors.New("handlers: Redis may evict keys")
 // evictionRisk is what a policy other than noeviction risks, for the warning and /readyz.
 const evictionRisk = "under memory pressure Redis may drop task streams, parked entries, fences and results; set maxmemory-policy noeviction"
 
-// evictionWatch reads Redis's maxmemory-policy at start and on every liveness beat, warns when
-// it is not noeviction (once per change), and keeps it for Status and the metric.
+// evictionWatch reads Redis's maxmemory-policy at start and on every liveness beat. It warns
+// once per change when the policy is not noeviction, and keeps it for Status and the metric.
 type evictionWatch struct {
 	rdb   redis.UniversalClient
 	log   zerolog.Logger
@@ -29,11 +29,11 @@ type evictionWatch struct {
 
 	mu     sync.Mutex
 	policy string // "" until read
-	blind  bool   // the credential may read the policy neither way: stop asking
+	blind  bool   // the credential may read the policy neither way, so stop asking
 }
 
-// check reads the policy and reports a change; it returns the policy and the error of the
-// read (ErrPolicyRefused once the credential was refused: it does not ask again).
+// check reads the policy and reports a change. It returns the policy and the error of the read.
+// Once the credential was refused, the error is ErrPolicyRefused and check does not ask again.
 func (w *evictionWatch) check(ctx context.Context) (string, error) {
 	w.mu.Lock()
 	blind := w.blind
@@ -73,7 +73,7 @@ func (w *evictionWatch) check(ctx context.Context) (string, error) {
 	return p, nil
 }
 
-// current is the last policy read ("" before the first read or when it cannot be read).
+// current is the last policy read. It is "" before the first read or when it cannot be read.
 func (w *evictionWatch) current() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -9,14 +9,14 @@ import (
 	"github.com/flightdeck-ai/flightdeck/stream"
 )
 
-// Joining (DESIGN.md section 5): a task whose key already has a task in this processor that is
-// acquiring or running the flight (the key's leader) waits for it, up to the stage's JoinWait,
-// instead of making its own call to Redis. The leader's complete answers the joined tasks
-// with its own, in the same script (flight.Ownership.Joined). A joined task that is not
-// answered that way (the leader did not become the owner, failed, was refused, or JoinWait
-// ran out) acquires the flight as usual. Joined tasks never reach the flight: until the
-// complete that answers them, their entries are pending under this consumer like any it
-// holds, so a crash leaves them to be claimed and run like any other.
+// Joining, described in DESIGN.md section 5. The key's leader is a task in this processor that
+// is acquiring or running the key's flight. Another task of the key waits for the leader, up to
+// the stage's JoinWait, instead of making its own call to Redis. The leader's complete answers
+// the joined tasks with its own, in the same script, by flight.Ownership.Joined. A joined task
+// that is not answered that way acquires the flight as usual. That happens when the leader did
+// not become the owner, failed or was refused, or when JoinWait ran out. Joined tasks never
+// reach the flight. Until the complete that answers them, their entries are pending under this
+// consumer like any it holds, so a crash leaves them to be claimed and run like any other.
 
 // joins is the leaders of one processor, by key.
 type joins struct {
@@ -26,7 +26,7 @@ type joins struct {
 
 // joinGroup is one key's leader and the tasks waiting for it.
 type joinGroup struct {
-	closed  bool      // the leader took its joiners (or ended): no task joins any more
+	closed  bool      // the leader took its joiners or ended, so no task joins any more
 	waiting []*joiner // the joiners the leader has not taken
 }
 
@@ -34,7 +34,7 @@ type joinGroup struct {
 type joiner struct {
 	g     *joinGroup
 	task  flight.Task
-	taken bool             // the leader's complete carried it (set by take, read after the verdict)
+	taken bool             // the leader's complete carried it. Set by take, read after the verdict.
 	done  chan joinVerdict // what the leader's complete made of the task
 }
 
@@ -42,20 +42,21 @@ type joiner struct {
 type joinVerdict int
 
 const (
-	// notAnswered: the task acquires the flight itself (checking its entry first when the
-	// complete carried it).
+	// notAnswered means the task acquires the flight itself. It checks its entry first when the
+	// complete carried it.
 	notAnswered joinVerdict = iota
-	// answered: the complete answered it.
+	// answered means the complete answered it.
 	answered
-	// spooled: the complete failed and the leader's spooled outcome carries the task: its
-	// write-back answers it, as the complete would have.
+	// spooled means the complete failed and the leader's spooled outcome carries the task. Its
+	// write-back answers the task, as the complete would have.
 	spooled
 )
 
 func newJoins() *joins { return &joins{m: map[string]*joinGroup{}} }
 
-// enter makes the caller key's leader (g) when no task of key is in flight here, or has it
-// join the leader (j). Neither when the leader already took its joiners: the caller acquires.
+// enter returns g, making the caller key's leader, when no task of key is in flight here.
+// Otherwise it returns j, joining the caller to the leader. It returns neither when the leader
+// already took its joiners, and then the caller acquires.
 func (js *joins) enter(key string, t flight.Task) (g *joinGroup, j *joiner) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
@@ -72,7 +73,7 @@ func (js *joins) enter(key string, t flight.Task) (g *joinGroup, j *joiner) {
 	return g, nil
 }
 
-// take closes g to new joiners and returns those waiting: the leader's complete answers them
+// take closes g to new joiners and returns those waiting. The leader's complete answers them
 // and the leader gives each its verdict.
 func (js *joins) take(g *joinGroup) []*joiner {
 	js.mu.Lock()
@@ -86,7 +87,7 @@ func (js *joins) take(g *joinGroup) []*joiner {
 	return w
 }
 
-// leave withdraws j from its group unless the leader took it; it reports whether it did.
+// leave withdraws j from its group unless the leader took it. It reports whether it did.
 func (js *joins) leave(j *joiner) bool {
 	js.mu.Lock()
 	defer js.mu.Unlock()
@@ -100,7 +101,7 @@ func (js *joins) leave(j *joiner) bool {
 	return false
 }
 
-// end removes key's group g (its leader is done): the joiners it did not take acquire.
+// end removes key's group g once its leader is done. The joiners it did not take acquire.
 func (js *joins) end(key string, g *joinGroup) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
@@ -133,8 +134,8 @@ func giveVerdict(js []*joiner, v joinVerdict) {
 	}
 }
 
-// takeJoined closes the group the task leads (if any) to new joiners and returns the tasks
-// waiting in it: the leader's complete carries them, and the leader gives each its verdict.
+// takeJoined closes the group the task leads, if any, to new joiners and returns the tasks
+// waiting in it. The leader's complete carries them, and the leader gives each its verdict.
 func (t *taskRun) takeJoined() []*joiner {
 	if t.lead == nil {
 		return nil
@@ -142,9 +143,9 @@ func (t *taskRun) takeJoined() []*joiner {
 	return t.p.joins.take(t.lead)
 }
 
-// canJoin reports whether the task may lead or join: a first run of a stream task without a
-// deadline (the acquire judges one), on a stage with joining on, holding no session lock (a
-// session's tasks run one at a time anyway).
+// canJoin reports whether the task may lead or join. It must be a first run of a stream task,
+// on a stage with joining on, holding no session lock, since a session's tasks run one at a
+// time anyway. It must have no deadline, since the acquire judges one.
 func (t *taskRun) canJoin() bool {
 	if _, ok := t.task.DeadlineTime(); ok {
 		return false
@@ -152,11 +153,11 @@ func (t *taskRun) canJoin() bool {
 	return t.p.stage.JoinWait > 0 && !t.retried && t.ent.id != "" && t.ent.stream != "" && t.lockLost == nil
 }
 
-// join waits for the key's leader when there is one. It reports whether the task is settled
-// (answered by the leader's complete, waiting for its spooled outcome's write-back, or
-// released at shutdown); otherwise rode says that the
-// task rode in a complete that did not answer it for sure (its entry is checked before it
-// acquires). A task that becomes the leader gets its group in t.lead.
+// join waits for the key's leader when there is one. settled reports whether the leader's
+// complete answered the task, the task waits for its spooled outcome's write-back, or it was
+// released at shutdown. Otherwise rode says that the task rode in a complete that did not
+// answer it for sure, so its entry is checked before it acquires. A task that becomes the
+// leader gets its group in t.lead.
 func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 	p := t.p
 	g, j := p.joins.enter(t.key, t.flightTask())
@@ -190,17 +191,17 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 	}
 	switch v {
 	case notAnswered:
-		// Not taken (the leader ended first): nothing was sent for it. Taken but not answered
-		// for sure: its entry is checked first.
+		// If the leader ended before taking it, nothing was sent for it. If it was taken but
+		// not answered for sure, its entry is checked first.
 		return false, j.taken
 	case spooled:
-		// Held without a handler until the write-back answers it (run checks the spool
-		// first, and whether the write-back answered it, as for the leader's own task).
+		// Held without a handler until the write-back answers it. As for the leader's own task,
+		// run checks the spool first and whether the write-back answered it.
 		stream.DelayWith(t.msg, p.stage.HeartbeatInterval, noteWriteBack)
 		return true, false
 	}
-	// Counted like a parked follower: its event by the owner (a follower of its call), its
-	// wait here.
+	// Counted like a parked follower. The owner counts its event as a follower of its call, and
+	// its wait is counted here.
 	p.metrics.followerWait.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
 	if debugOn(p.log) {
 		l := t.logger()

@@ -13,11 +13,11 @@ import (
 	"github.com/flightdeck-ai/flightdeck/lua"
 )
 
-// liveness keeps a consumer process's heartbeat in ai:consumers:<group> and answers whether
-// the process behind a consumer name is alive. The dashboard and inspect read it, and a
-// starting process reads it to refuse a name a live process holds (CheckName); claiming does
-// not (an entry's own idle time and its flight's lease decide that). Methods are safe
-// for concurrent use.
+// liveness keeps a consumer process's heartbeat in ai:consumers:<group> and reports whether the
+// process behind a consumer name is alive. The dashboard and inspect read it. A starting
+// process reads it in CheckName to refuse a name a live process holds. Claiming does not read
+// it: an entry's own idle time and its flight's lease decide that. Methods are safe for
+// concurrent use.
 type liveness struct {
 	rdb      redis.UniversalClient
 	key      string
@@ -31,7 +31,7 @@ type liveness struct {
 	eviction *evictionWatch
 
 	mu     sync.Mutex
-	beats  map[string]int64 // process name -> last beat (Redis ms)
+	beats  map[string]int64 // process name -> last beat, in Redis ms
 	now    int64            // Redis ms when beats was read
 	readAt time.Time        // local time when beats was read
 }
@@ -44,8 +44,8 @@ func processOf(consumer string) string {
 	return consumer
 }
 
-// Beat records one heartbeat now, and registers the process's stages (when it has any) with
-// the beat's Redis time.
+// Beat records one heartbeat now. It registers the process's stages, if it has any, with the
+// beat's Redis time.
 func (l *liveness) Beat(ctx context.Context) error {
 	forget := (24 * time.Hour).Milliseconds()
 	now, err := lua.Liveness.Run(ctx, l.rdb, []string{l.key}, l.name, forget).Int64()
@@ -76,13 +76,13 @@ func (l *liveness) Run(ctx context.Context) {
 	}
 }
 
-// Forget removes the process's liveness entry (on shutdown).
+// Forget removes the process's liveness entry on shutdown.
 func (l *liveness) Forget(ctx context.Context) error {
 	return l.rdb.HDel(ctx, l.key, l.name).Err()
 }
 
 // Alive reports whether the process behind the stream consumer name has beaten within the
-// timeout. It reads the liveness hash at most every 500 ms. On a Redis error it answers true:
+// timeout. It reads the liveness hash at most every 500 ms. On a Redis error it returns true:
 // not claiming is always safe, claiming a live consumer's entry is not.
 func (l *liveness) Alive(ctx context.Context, consumer string) bool {
 	proc := processOf(consumer)

@@ -27,7 +27,7 @@ type metrics struct {
 	tokens       *prometheus.CounterVec
 }
 
-// newMetrics creates the collectors and registers them with reg (nil: not registered).
+// newMetrics creates the collectors and registers them with reg, unless reg is nil.
 func newMetrics(reg prometheus.Registerer) *metrics {
 	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900}
 	m := &metrics{

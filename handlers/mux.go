@@ -11,48 +11,48 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// HandlerFunc runs the model call of one flight: the work a stage exists for. task carries the
-// task's input and identity (model.Request); progress, never nil, reports that a long call
-// is still making progress (it feeds the stage's stallTimeout). It returns the result as JSON
-// (any JSON value), which every task of the flight's key receives, or an error:
-//   - a *model.Error says whether another attempt may succeed (model.Permanent and
-//     model.RetryLater build the common ones);
-//   - context.Canceled (the flight was cancelled, or this owner lost it) is final;
-//   - context.DeadlineExceeded and network timeouts are retryable timeouts;
-//   - any other error is a retryable upstream failure.
+// HandlerFunc runs the model call of one flight, the work a stage exists for. task carries the
+// task's input and identity. progress is never nil. It reports that a long call is still
+// making progress and feeds the stage's stallTimeout. The function returns the result as any
+// JSON value, which every task of the flight's key receives, or an error:
+//   - A *model.Error says whether another attempt may succeed. model.Permanent and
+//     model.RetryLater build the common ones.
+//   - context.Canceled is final. It means the flight was cancelled or this owner lost it.
+//   - context.DeadlineExceeded and network timeouts are retryable timeouts.
+//   - Any other error is a retryable upstream failure.
 //
 // Retryable failures are retried by another owner attempt, up to the stage's maxAttempts.
 // The function must return when ctx is done, and must not keep task.Input after it returns.
 // It runs on as many goroutines at once as the stage's concurrency.
 type HandlerFunc func(ctx context.Context, task Request, progress ProgressFunc) (json.RawMessage, error)
 
-// Request is what a handler is given (model.Request): Input, Stage, Tenant, SessionID, TaskID,
+// Request is the model.Request a handler is given: Input, Stage, Tenant, SessionID, TaskID,
 // RequestKey, ModelVersion, PromptVersion, Params, Attempt and Deadline.
 type Request = model.Request
 
-// ProgressFunc reports that a handler's call made progress, such as a streamed chunk; it
-// keeps a long call from being taken over as stalled (model.ProgressFunc).
+// ProgressFunc is model.ProgressFunc. It reports that a handler's call made progress, such as a
+// streamed chunk, which keeps a long call from being taken over as stalled.
 type ProgressFunc = model.ProgressFunc
 
-// Permanent fails every task of the key for good with errorCode code, without a retry
-// (model.Permanent).
+// Permanent fails every task of the key for good with errorCode code, without a retry, as
+// model.Permanent does.
 func Permanent(code string, err error) error { return model.Permanent(code, err) }
 
-// RetryLater retries the task's key no sooner than d from now, as for a provider's
-// Retry-After (model.RetryLater).
+// RetryLater retries the task's key no sooner than d from now, as for a provider's Retry-After.
+// It calls model.RetryLater.
 func RetryLater(d time.Duration, err error) error { return model.RetryLater(d, err) }
 
-// Usage is what a handler's model call used (ReportUsage).
+// Usage is what a handler's model call used, as given to ReportUsage.
 type Usage = model.Usage
 
-// ReportUsage records, from inside a handler, what its model call used: the stage's limiter
-// is charged it and the owner's event carries it (model.ReportUsage).
+// ReportUsage records, from inside a handler, what its model call used. The stage's limiter is
+// charged it and the owner's event carries it. It calls model.ReportUsage.
 func ReportUsage(ctx context.Context, u Usage) { model.ReportUsage(ctx, u) }
 
-// Mux routes each stage to the code that runs its tasks, as asynq's ServeMux routes task
-// types: HandleFunc registers a function, Handle a model adapter. A Consumer given a Mux
-// (Config.Handlers) consumes every stage registered in it, besides Config.Stages. Register
-// everything before NewConsumer; a Mux is not safe for concurrent registration.
+// Mux routes each stage to the code that runs its tasks, as asynq's ServeMux routes task types.
+// HandleFunc registers a function, Handle a model adapter. A Consumer given a Mux as
+// Config.Handlers consumes every stage registered in it, besides Config.Stages. Register
+// everything before NewConsumer. A Mux is not safe for concurrent registration.
 type Mux struct {
 	models map[string]model.Model
 }
@@ -60,9 +60,9 @@ type Mux struct {
 // NewMux returns an empty Mux.
 func NewMux() *Mux { return &Mux{models: map[string]model.Model{}} }
 
-// HandleFunc registers fn as the handler of stage. It panics when stage is not a valid stage
-// name ([a-z0-9-], at most 64 bytes), fn is nil, or stage already has a handler: these are
-// programming errors, found at start.
+// HandleFunc registers fn as the handler of stage. It panics when fn is nil, when stage already
+// has a handler, or when stage is not a valid stage name of [a-z0-9-] and at most 64 bytes.
+// These are programming errors, found at start.
 func (m *Mux) HandleFunc(stage string, fn HandlerFunc) {
 	if fn == nil {
 		panic(fmt.Sprintf("handlers: Mux.HandleFunc(%q): nil function", stage))
@@ -70,8 +70,8 @@ func (m *Mux) HandleFunc(stage string, fn HandlerFunc) {
 	m.Handle(stage, funcModel{fn: fn})
 }
 
-// Handle registers the model adapter mdl (model.NewOpenAI, a model.Sim, your own
-// model.Model) as the handler of stage. It panics as HandleFunc does.
+// Handle registers the model adapter mdl as the handler of stage. mdl may be model.NewOpenAI, a
+// model.Sim or your own model.Model. It panics as HandleFunc does.
 func (m *Mux) Handle(stage string, mdl model.Model) {
 	if err := topics.CheckStage(stage); err != nil {
 		panic(fmt.Sprintf("handlers: Mux.Handle(%q): %v", stage, err))
@@ -104,7 +104,7 @@ func (m *Mux) handler(stage string) (model.Model, bool) {
 	return mdl, ok
 }
 
-// ModelHandler is the model name (StageConfig.Model) of a stage run by a HandleFunc function.
+// ModelHandler is the StageConfig.Model name of a stage run by a HandleFunc function.
 const ModelHandler = "handler"
 
 // funcModel adapts a HandlerFunc to model.Model.

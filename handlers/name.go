@@ -10,19 +10,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNameInUse: a consumer process started under the name of a live one. Two processes under
-// one name would share one pending list, each taking the other's entries for its own, so the
-// second is refused (Consumer.Run returns an error matching ErrNameInUse). A process that
-// died without stopping (SIGKILL, a crash, a lost host) does not hold its name: a restart
-// under it waits at most the liveness timeout, then picks up its own pending entries.
+// ErrNameInUse is matched by the error Consumer.Run returns when the process starts under the
+// name of a live one. Two processes under one name would share one pending list, each taking
+// the other's entries for its own, so the second is refused. A process that died without
+// stopping, by SIGKILL, a crash or a lost host, does not hold its name. A restart under it
+// waits at most the liveness timeout, then picks up its own pending entries.
 var ErrNameInUse = errors.New("handlers: consumer name in use")
 
-// CheckName makes sure that no live process holds the name before this one starts under it.
-// A name with no liveness entry, or with a beat older than the liveness timeout, is free at
-// once (a graceful stop removes the entry). A name with a recent beat is watched until the
-// timeout has passed since that beat: if the beat advances meanwhile another process is
-// alive under the name and CheckName returns an error matching ErrNameInUse; if it does
-// not, the process behind it is dead and the name is free.
+// CheckName makes sure that no live process holds the name before this one starts under it. A
+// name with no liveness entry, or with a beat older than the liveness timeout, is free at once.
+// A graceful stop removes the entry. A name with a recent beat is watched until the timeout has
+// passed since that beat. If the beat advances meanwhile, another process is alive under the
+// name and CheckName returns an error matching ErrNameInUse. If it does not, the process behind
+// it is dead and the name is free.
 func (l *liveness) CheckName(ctx context.Context) error {
 	first, now, ok, err := l.lastBeat(ctx)
 	if err != nil || !ok || now-first > l.timeout.Milliseconds() {
@@ -55,7 +55,7 @@ func (l *liveness) CheckName(ctx context.Context) error {
 	}
 }
 
-// lastBeat reads the name's last beat and the Redis clock (Unix ms); ok is false when the
+// lastBeat reads the name's last beat and the Redis clock, in Unix ms. ok is false when the
 // name has no liveness entry.
 func (l *liveness) lastBeat(ctx context.Context) (beat, now int64, ok bool, err error) {
 	var (

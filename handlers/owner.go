@@ -18,10 +18,11 @@ import (
 // errSessionLockLost cancels a run whose session lock expired under it.
 var errSessionLockLost = errors.New("handlers: session lock lost")
 
-// own runs the flight as its owner (acquire started it) through the one owner lifecycle
-// (flight.Owner; taskRun is its flight.Caller) and settles the message from how the run
-// ended. again asks acquireLoop to acquire again: the flight answers the task (cancelled,
-// expired, another owner) or makes it owner once more (a retry left to this consumer).
+// own runs the flight that acquire started as its owner, through the one owner lifecycle of
+// flight.Owner, with taskRun as its flight.Caller. It settles the message from how the run
+// ended. again asks acquireLoop to acquire again. The flight then answers the task, as
+// cancelled, expired or owned by another, or makes it owner once more for a retry left to this
+// consumer.
 func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err error) {
 	p := t.p
 	p.life.running.Add(1)
@@ -38,7 +39,7 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	return t.ended(ctx, e)
 }
 
-// Call runs the stage's model for the owned flight (flight.Caller).
+// Call runs the stage's model for the owned flight. It implements flight.Caller.
 func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
 	p, d := t.p, t.owned
 	if debugOn(p.log) {
@@ -58,9 +59,9 @@ func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
 	return out, err
 }
 
-// Failure classifies the model's error (flight.Caller). The delay before the next attempt
-// holds for every task of the key (the flight records it); a long one is waited in the
-// scheduled set, this entry given up.
+// Failure classifies the model's error. It implements flight.Caller. The flight records the
+// delay before the next attempt, and it holds for every task of the key. A long delay is waited
+// in the scheduled set, and this entry is given up.
 func (t *taskRun) Failure(err error, o flight.Ownership) flight.Failure {
 	me := model.Classify(err)
 	back := t.p.stage.Retry.Delay(o.Attempts, me.RetryAfter)
@@ -69,12 +70,12 @@ func (t *taskRun) Failure(err error, o flight.Ownership) flight.Failure {
 	return f
 }
 
-// Finishing lets the subscriber read this slot's next task while the short write that is
-// left goes on (flight.Caller).
+// Finishing lets the subscriber read this slot's next task while the short write that is left
+// goes on. It implements flight.Caller.
 func (t *taskRun) Finishing() { stream.Finishing(t.msg) }
 
-// BeforeComplete checks the session lock, which a run that lost it may not complete, and
-// puts the tasks of the key that wait for this one in the complete (flight.Caller).
+// BeforeComplete checks the session lock, since a run that lost it may not complete. It puts
+// the tasks of the key that wait for this one in the complete. It implements flight.Caller.
 func (t *taskRun) BeforeComplete(ctx context.Context) ([]flight.Task, bool) {
 	if t.checkLock != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.p.stage.Lease)
@@ -88,7 +89,7 @@ func (t *taskRun) BeforeComplete(ctx context.Context) ([]flight.Task, bool) {
 	return joinedTasks(t.joined), true
 }
 
-// AfterComplete gives each joined task its verdict (flight.Caller).
+// AfterComplete gives each joined task its verdict. It implements flight.Caller.
 func (t *taskRun) AfterComplete(st flight.Settlement, wasSpooled bool) {
 	v := notAnswered
 	switch {
@@ -101,7 +102,7 @@ func (t *taskRun) AfterComplete(st flight.Settlement, wasSpooled bool) {
 	t.joined = nil
 }
 
-// ended settles the message from how the owner's run ended; again and err are own's.
+// ended settles the message from how the owner's run ended. again and err are own's.
 func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err error) {
 	p := t.p
 	if nr := (*flight.NotReplicatedError)(nil); errors.As(e.Err, &nr) {
@@ -180,7 +181,7 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 	return false, nil
 }
 
-// Log is the owner run's log (flight.Caller): the task's logger.
+// Log writes the owner run's log to the task's logger. It implements flight.Caller.
 func (t *taskRun) Log(level slog.Level, msg string, err error, kv ...any) {
 	if level < slog.LevelInfo && !debugOn(t.p.log) {
 		return
@@ -201,8 +202,8 @@ func (t *taskRun) Log(level slog.Level, msg string, err error, kv ...any) {
 	ev.Fields(kv).Msg(msg)
 }
 
-// warn starts a warning of the task, with the last model call's duration when there was one.
-// Not for the heartbeat goroutine (runTime is the handler's).
+// warn starts a warning of the task, with the last model call's duration when there was one. It
+// is not for the heartbeat goroutine, since runTime is the handler's.
 func (t *taskRun) warn() *zerolog.Event {
 	l := t.logger()
 	e := l.Warn()
@@ -212,8 +213,9 @@ func (t *taskRun) warn() *zerolog.Event {
 	return e
 }
 
-// settled turns a refusal's settlement into the message's fate: answered (acknowledged by
-// the script), parked on the current owner, or neither (acquire again).
+// settled turns a refusal's settlement into the message's fate. The task is answered and
+// acknowledged by the script, or parked on the current owner. Otherwise settled returns true to
+// acquire again.
 func (t *taskRun) settled(st flight.Settlement) bool {
 	switch {
 	case st.Answered:
@@ -231,8 +233,8 @@ func (t *taskRun) observeOwner(status topics.Status, st flight.Settlement) {
 	t.observeSettled(topics.SharedOwner, status, st)
 }
 
-// observeSettled counts the owner's own event (shared: owner, or archive for an outcome
-// taken from the archive) and the parked tasks its call answered.
+// observeSettled counts the owner's own event and the parked tasks its call answered. shared is
+// owner, or archive for an outcome taken from the archive.
 func (t *taskRun) observeSettled(shared topics.Shared, status topics.Status, st flight.Settlement) {
 	m, stage := t.p.metrics, t.task.Stage
 	m.tasks.WithLabelValues(stage, string(shared)+"_"+string(status)).Inc()

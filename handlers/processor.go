@@ -30,8 +30,8 @@ import (
 
 // Errors that end a handler run without acknowledging its message.
 var (
-	// ErrShuttingDown: the consumer is stopping; the entry is handed over to the other
-	// consumers. Never retried, never dead-lettered.
+	// ErrShuttingDown means the consumer is stopping and the entry is handed over to the other
+	// consumers. It is never retried and never dead-lettered.
 	ErrShuttingDown = errors.New("handlers: consumer shutting down")
 )
 
@@ -41,7 +41,7 @@ func leavesPending(err error) bool { return errors.Is(err, ErrShuttingDown) }
 // lifecycle is shared by a consumer's processors: it tells them when to stop taking work
 // and when to abandon running owners.
 type lifecycle struct {
-	// stop is cancelled when handlers must return (after the grace period).
+	// stop is cancelled when handlers must return, after the grace period.
 	stop context.Context
 	// owners is cancelled, with cause ErrShuttingDown, when running owners must give up.
 	owners   context.Context
@@ -49,11 +49,11 @@ type lifecycle struct {
 	running  atomic.Int64 // owner runs in progress
 }
 
-// processor turns the task messages of one stage into flight runs: it decodes and validates
-// each message (dead-lettering what it cannot read, with a FAILED event when the task names
-// itself), acquires the flight, and as owner runs the model with a heartbeat; followers are
-// parked, final outcomes answered, by the flight scripts themselves. Every task gets one
-// terminal event (at least once). Safe for concurrent use.
+// processor turns the task messages of one stage into flight runs. It decodes and validates
+// each message and dead-letters what it cannot read, with a FAILED event when the task names
+// itself. It acquires the flight and, as owner, runs the model with a heartbeat. The flight
+// scripts themselves park followers and answer final outcomes. Every task gets one terminal
+// event, at least once. Safe for concurrent use.
 type processor struct {
 	stage    StageConfig
 	pol      flight.Policy
@@ -74,12 +74,12 @@ type processor struct {
 	archive  *archive.Writer // nil without an archive
 	owner    *flight.Owner   // the owner lifecycle of the stage's flights
 	runs     *warm.Pool      // the goroutines that run handle
-	joins    *joins          // the keys' leaders among the running tasks (join.go)
+	joins    *joins          // the keys' leaders among the running tasks, see join.go
 }
 
 // entry is the stream entry a handler run holds.
 type entry struct {
-	stream string // the task stream (partition) it came from
+	stream string // the task stream partition it came from
 	id     string // stream entry id
 }
 
@@ -91,18 +91,18 @@ func (p *processor) HandlerFunc() message.NoPublishHandlerFunc {
 			stream.Release(msg)
 			return nil
 		}
-		// A run of a message that ran before (the Retry middleware after an error) may find
-		// its task answered meanwhile: it checks its entry before acquiring (stillHeld).
+		// A message that ran before, as after an error under the Retry middleware, may find its
+		// task answered meanwhile. Its run checks its entry with stillHeld before acquiring.
 		retried := msg.Metadata.Get(metaRan) != ""
 		msg.Metadata.Set(metaRan, "1")
-		// On a reused goroutine: watermill starts one per message, and a run is deep enough
+		// Run on a reused goroutine. Watermill starts one per message, and a run is deep enough
 		// that a fresh goroutine's stack would grow and be copied for every task.
 		return p.runs.Do(func() error { return p.handle(msg, retried) })
 	}
 }
 
-// metaRan marks a message whose handler ran once (a reserved _flightdeck_ key: producers
-// cannot set it).
+// metaRan marks a message whose handler ran once. It is a reserved _flightdeck_ key, which
+// producers cannot set.
 const metaRan = "_flightdeck_ran"
 
 func (p *processor) handle(msg *message.Message, retried bool) error {
@@ -143,17 +143,17 @@ func (p *processor) handle(msg *message.Message, retried bool) error {
 	t := &taskRun{p: p, msg: msg, task: task, key: key, ent: ent, corr: corr, received: time.Now(), retried: retried}
 	if nb, ok := task.NotBeforeTime(); ok && nb.After(t.received) {
 		// A task scheduled past the horizon would sit in the scheduled set for as long as it
-		// names (year 9999): it is refused, as producers refuse it before XADD.
+		// names, up to year 9999. It is refused, as producers refuse it before XADD.
 		if err := task.CheckNotBefore(t.received, p.stage.ScheduleHorizon); err != nil {
 			return p.deadLetter(ctx, log(), msg, string(topics.ReasonNotBeforeTooFar),
 				err.Error()+" (the stage's scheduleHorizon)", nil)
 		}
 		return t.wait(ctx, nb, "not_before")
 	}
-	// The wait counts from the entry's id (Redis's clock), bounded by when the subscriber knew
-	// the stream drained (an id a producer gave may lie further back), and from the notBefore;
-	// never from the producer's enqueuedAt. A wait over topics.MaxClockSkew counts as unknown:
-	// queued 0 in events and metrics, and no queue-wait sample.
+	// The wait counts from the entry's id by Redis's clock and from the notBefore, never from
+	// the producer's enqueuedAt. It is bounded by when the subscriber knew the stream drained,
+	// since an id a producer gave may lie further back. A wait over topics.MaxClockSkew counts
+	// as unknown: queued 0 in events and metrics, and no queue-wait sample.
 	var after time.Time
 	if ms, err := strconv.ParseInt(msg.Metadata.Get(stream.MetaAddedAfter), 10, 64); err == nil {
 		after = time.UnixMilli(ms)
@@ -167,7 +167,7 @@ func (p *processor) handle(msg *message.Message, retried bool) error {
 	return t.run(ctx)
 }
 
-// maxLogID bounds an id taken from a message (its correlation id or uuid) where it is logged.
+// maxLogID bounds a logged id taken from a message, its correlation id or uuid.
 const maxLogID = 128
 
 // logID returns s cut to maxLogID bytes.
@@ -178,15 +178,15 @@ func logID(s string) string {
 	return s[:maxLogID]
 }
 
-// TaskKey returns the flight key of a task (flight.TaskKey).
+// TaskKey returns the flight key of a task, as flight.TaskKey does.
 func TaskKey(t topics.Task) (string, error) { return flight.TaskKey(t) }
 
-// deadLetter writes msg to the stage's dead-letter stream with reason, cut to at most
-// topics.MaxDeadLetterBytes in all (payload, raw metadata, detail and uuid; what is cut is
-// named in the detail with its size and SHA-256), and, when its payload names a readable task
-// id, a FAILED terminal event for that task (errorType invalid_task, errorCode the reason,
-// entry the message's stream entry, by which its client matches it), so that a client
-// waiting for it does not hang. The message is then acknowledged.
+// deadLetter writes msg to the stage's dead-letter stream with reason. Payload, raw metadata,
+// detail and uuid are cut to at most topics.MaxDeadLetterBytes in all, and the detail names
+// what is cut with its size and SHA-256. When the payload names a readable task id, deadLetter
+// also writes a FAILED terminal event for that task, so that a client waiting for it does not
+// hang. The event has errorType invalid_task, errorCode the reason, and entry the message's
+// stream entry, by which its client matches it. The message is then acknowledged.
 func (p *processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *message.Message, reason, detail string, raw map[string]any) error {
 	dl := topics.DeadLetter{Stage: p.stage.Name, UUID: msg.UUID, Payload: msg.Payload,
 		Raw: raw, Reason: reason, Detail: detail, Consumer: p.name}.Bound()
@@ -211,8 +211,8 @@ func (p *processor) deadLetter(ctx context.Context, log zerolog.Logger, msg *mes
 	return nil
 }
 
-// namedTaskID returns the taskId a refused payload names, when it is a readable one (a JSON
-// object with a string taskId that passes the id rules), else "".
+// namedTaskID returns the taskId a refused payload names, else "". The payload must be a JSON
+// object with a string taskId that passes the id rules.
 func namedTaskID(payload []byte, lim topics.Limits) string {
 	id := namedField(payload, "taskId")
 	if id == "" || topics.CheckID(id, lim) != nil {
@@ -221,15 +221,15 @@ func namedTaskID(payload []byte, lim topics.Limits) string {
 	return id
 }
 
-// namedField returns the string field name of a JSON object payload, read as DecodeTask
-// reads names (topics.NamedField: exact, not duplicated), or "".
+// namedField returns the string field name of a JSON object payload, or "". It reads names as
+// DecodeTask does, by topics.NamedField: exact and not duplicated.
 func namedField(payload []byte, name string) string { return topics.NamedField(payload, name) }
 
-// redisUnavailable reports errors that mean Redis could not be used for a while (connection
-// refused or reset, timeouts, a closed or exhausted pool, a restarting or failing-over
-// server, a flight library it lost and this consumer may not load again) as opposed to errors
-// of the task itself. A message whose handling failed that way
-// is never dead-lettered: it stays pending and comes back when Redis answers again.
+// redisUnavailable reports errors that mean Redis could not be used for a while, as opposed to
+// errors of the task itself. They include a refused or reset connection, timeouts, a closed or
+// exhausted pool, a restarting or failing-over server, and a flight library Redis lost that
+// this consumer may not load again. A message whose handling failed that way is never
+// dead-lettered: it stays pending and comes back when Redis answers again.
 func redisUnavailable(err error) bool {
 	if err == nil {
 		return false

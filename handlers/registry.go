@@ -12,11 +12,11 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// stageRegistry registers a consumer's stages in the stage registry (topics.Keyspace.Stages):
-// at start and on every liveness beat, so that producers can tell a stage some consumer reads
-// from a mistyped one, and how long ago a consumer last read it. Entries stay after the
-// consumer stops: a stage that had consumers is still a known stage, and its lastSeen shows
-// how stale it is.
+// stageRegistry registers a consumer's stages in the stage registry, topics.Keyspace.Stages, at
+// start and on every liveness beat. Producers use it to tell a stage some consumer reads from a
+// mistyped one, and how long ago a consumer last read it. Entries stay after the consumer
+// stops: a stage that had consumers is still a known stage, and its lastSeen shows how stale it
+// is.
 type stageRegistry struct {
 	rdb    redis.UniversalClient
 	ks     topics.Keyspace
@@ -44,10 +44,10 @@ func newStageRegistry(rdb redis.UniversalClient, ks topics.Keyspace, name string
 	return r
 }
 
-// register writes the consumer's stages as seen at now (Unix ms, the Redis clock of the
-// liveness beat). A nil registry registers nothing. When another consumer registered one of
-// the stages lately with another model, it warns, once per consumer and model: the stage's
-// tasks are split between them, and some get the other model's results.
+// register writes the consumer's stages as seen at now, in Unix ms by the Redis clock of the
+// liveness beat. A nil registry registers nothing. When another consumer registered one of the
+// stages lately with another model, it warns once per consumer and model. The stage's tasks are
+// then split between them, and some get the other model's results.
 func (r *stageRegistry) register(ctx context.Context, now int64) error {
 	if r == nil {
 		return nil

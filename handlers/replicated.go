@@ -7,9 +7,9 @@ import (
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
 )
 
-// checkReplicated warns at start when a stage asks for replicated claims and the master has
-// no replica: each of its claims then waits the replication timeout and is given up, so its
-// tasks wait until a replica connects.
+// checkReplicated warns at start when a stage asks for replicated claims and the master has no
+// replica. Each of the stage's claims then waits the replication timeout and is given up, so
+// its tasks wait until a replica connects.
 func (c *Consumer) checkReplicated(ctx context.Context) {
 	var names []string
 	for _, s := range c.cfg.Stages {

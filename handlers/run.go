@@ -20,9 +20,10 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// taskRun is one handler run of one task. It settles its message before returning nil:
-// acknowledged (the task's event is written), parked on a running flight, delayed (held by
-// this consumer without a handler, handed out again later) or released to other consumers.
+// taskRun is one handler run of one task. Before returning nil it settles its message in one of
+// four ways. Acknowledged means the task's event is written. Parked means it waits on a running
+// flight. Delayed means this consumer holds it without a handler and hands it out again later.
+// Released means it goes back to other consumers.
 type taskRun struct {
 	p        *processor
 	msg      *message.Message
@@ -30,21 +31,22 @@ type taskRun struct {
 	key      string
 	ent      entry
 	corr     string // correlation id
-	retried  bool   // the handler ran for this message before (see stillHeld)
+	retried  bool   // the handler ran for this message before, see stillHeld
 	received time.Time
 	queued   time.Duration
-	// lockLost is closed when the task's session lock was lost while it ran; checkLock renews
-	// the lock once and reports whether the run still holds it (nil: no session lock).
+	// lockLost is closed when the task's session lock was lost while it ran. checkLock renews
+	// the lock once and reports whether the run still holds it. Both are nil without a session
+	// lock.
 	lockLost  chan struct{}
 	checkLock func(context.Context) bool
-	// run is the duration of the last model call (the runMs of events about it).
+	// runTime is the duration of the last model call, the runMs of events about it.
 	runTime time.Duration
-	// token is the flight token the task owns or follows (0 before its first acquire).
+	// token is the flight token the task owns or follows. It is 0 before the first acquire.
 	token atomic.Int64
-	// lead is the group of tasks of the key that wait for this one (join.go); nil when it
-	// does not lead.
+	// lead is the group of tasks of the key that wait for this one, as in join.go. It is nil
+	// when the task does not lead.
 	lead *joinGroup
-	// owned is the decision that made the task owner of its flight (own); joined are the
+	// owned is the decision by which own made the task owner of its flight. joined are the
 	// tasks that ride in its complete.
 	owned  flight.Decision
 	joined []*joiner
@@ -55,10 +57,10 @@ type taskRun struct {
 	logToken int64 // the token log was built with
 }
 
-// logger returns the task's logger: its entry, correlation id, stage, task id, key and, once
-// it acquired, its token. It is built on first use (and again when the token changed), so a
-// task that logs nothing, the common case at level info, builds none. Safe for concurrent use
-// (the owner's heartbeat logs too).
+// logger returns the task's logger, with its entry, correlation id, stage, task id, key and,
+// once it acquired, its token. It is built on first use and again when the token changed, so a
+// task that logs nothing, the common case at level info, builds none. It is safe for concurrent
+// use, since the owner's heartbeat logs too.
 func (t *taskRun) logger() zerolog.Logger {
 	t.logMu.Lock()
 	defer t.logMu.Unlock()
@@ -90,13 +92,14 @@ func (t *taskRun) run(ctx context.Context) error {
 	case executor.ModeBypass, executor.ModeLocalOnly:
 		return t.runUncoordinated(ctx)
 	}
-	// A task whose outcome was spooled (its own run's, or its leader's that it rode in) is
-	// answered by the write-back: it waits for it, and does not acquire once it answered it.
+	// A task whose outcome was spooled is answered by the write-back. The outcome may be its
+	// own run's or that of the leader it rode in. The task waits for the write-back and does
+	// not acquire once it was answered.
 	awaiting := t.msg.Metadata.Get(stream.MetaNote) == noteWriteBack
 	if !t.flushSpooled(ctx) {
-		// Its outcome is still spooled (Redis answers again, but not for writes yet): hold
-		// the task until the write-back answers it. (Were it to acquire and own the flight
-		// anyway, it would take the held outcome, never run the model: own.)
+		// Its outcome is still spooled: Redis answers again, but not for writes yet. Hold the
+		// task until the write-back answers it. Were it to acquire and own the flight anyway,
+		// own would give it the held outcome and never run the model.
 		if awaiting {
 			stream.DelayWith(t.msg, p.stage.HeartbeatInterval, noteWriteBack)
 		} else {
@@ -123,9 +126,9 @@ func (t *taskRun) run(ctx context.Context) error {
 }
 
 // flushSpooled writes back a spooled outcome of the task's key before the flight is acquired,
-// so that the spooled run's own token answers the task and the flight. It answers false while
-// the outcome is still spooled (Redis away). It spares a token; what keeps the model from
-// running again is own's check of the held outcomes.
+// so that the spooled run's own token answers the task and the flight. It returns false while
+// the outcome is still spooled because Redis is away. It spares a token. What keeps the model
+// from running again is own's check of the held outcomes.
 func (t *taskRun) flushSpooled(ctx context.Context) bool {
 	p := t.p
 	if !p.spool.Spooled(t.key) {
@@ -140,13 +143,12 @@ func (t *taskRun) flushSpooled(ctx context.Context) bool {
 	return !p.spool.Spooled(t.key)
 }
 
-// noteWriteBack is the stream note (stream.DelayWith) of a task whose outcome was spooled: the
-// owner's own task, and the tasks that rode in its failed complete. The write-back answers
-// them.
+// noteWriteBack is the stream.DelayWith note of a task whose outcome was spooled: the owner's
+// own task, and the tasks that rode in its failed complete. The write-back answers them.
 const noteWriteBack = "write_back"
 
-// writtenBack reports whether the write-back of the spooled outcome that carried the task
-// answered it (flight.Spool.WrittenBack), and then settles the message: the task must not
+// writtenBack reports whether flight.Spool.WrittenBack says the write-back of the spooled
+// outcome that carried the task answered it. If so it settles the message: the task must not
 // acquire, which would answer it a second time.
 func (t *taskRun) writtenBack() bool {
 	if !t.p.spool.WrittenBack(t.flightTask()) {
@@ -160,12 +162,12 @@ func (t *taskRun) writtenBack() bool {
 	return true
 }
 
-// acquireLoop acquires the flight until the task is settled: owned and run, parked, delayed
-// or answered from the flight's outcome (by the acquire script itself).
+// acquireLoop acquires the flight until the task is settled: owned and run, parked, delayed, or
+// answered from the flight's outcome by the acquire script itself.
 func (t *taskRun) acquireLoop(ctx context.Context) error {
 	p := t.p
-	// Active on the key until the loop ends: an outcome of the key this process releases
-	// meanwhile stays held for this task's own check (flight.Spool.Enter).
+	// Active on the key until the loop ends. An outcome of the key this process releases
+	// meanwhile stays held for this task's own check, as flight.Spool.Enter describes.
 	defer p.spool.Enter(t.key)()
 	checkFirst := t.retried
 	if t.canJoin() {
@@ -173,8 +175,8 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if settled {
 			return nil
 		}
-		// A task that rode in a complete that failed checks its entry first; should it own
-		// the flight, its leader's outcome is held (or spooled) and answers it (own).
+		// A task that rode in a complete that failed checks its entry first. Should it own the
+		// flight, own answers it with its leader's outcome, which is held or spooled.
 		checkFirst = checkFirst || rode
 		if t.lead != nil {
 			defer p.joins.end(t.key, t.lead)
@@ -200,7 +202,7 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		})
 		if err != nil {
 			if nr := (*flight.NotReplicatedError)(nil); errors.As(err, &nr) && nr.Token != 0 {
-				// The coordinator gave the unconfirmed claim up (cmd/chaos reads these lines).
+				// The coordinator gave the unconfirmed claim up. cmd/chaos reads these lines.
 				p.metrics.unreplicated.WithLabelValues(t.task.Stage, nr.Op).Inc()
 				t.token.Store(nr.Token)
 				if nr.HandedOver {
@@ -232,9 +234,9 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 				stream.Park(t.msg)
 				return nil
 			}
-			// The owner's own entry delivered again (its consumer restarted, or another
-			// claimed it while the owner lives), or the flight's park set is full: check
-			// again once the owner's lease could have lapsed.
+			// Either the owner's own entry was delivered again, because its consumer restarted
+			// or another claimed it while the owner lives, or the flight's park set is full.
+			// Check again once the owner's lease could have lapsed.
 			stream.Delay(t.msg, d.RecheckIn(p.stage.HeartbeatInterval))
 			return nil
 		default:
@@ -247,12 +249,12 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 	}
 }
 
-// stillHeld checks, before the task acquires its flight once more (its run was refused or
-// aborted), that its entry is still this consumer's: a consumer that was paused or cut off may
-// find it answered meanwhile (by the owner that took over, whose flight records may even be
-// gone by now) or claimed by another consumer. Then the task is not this consumer's to run
-// again: the message is settled as acknowledged (forgotten) and stillHeld answers false. An
-// error reading Redis counts as held (the acquire decides).
+// stillHeld checks that the task's entry is still this consumer's before the task acquires its
+// flight once more after its run was refused or aborted. A consumer that was paused or cut off
+// may find the entry claimed by another consumer, or answered meanwhile by the owner that took
+// over, whose flight records may even be gone by now. Then the task is not this consumer's to
+// run again: the message is acknowledged and forgotten, and stillHeld returns false. An error
+// reading Redis counts as held, and the acquire decides.
 func (t *taskRun) stillHeld(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, t.p.stage.Lease)
 	defer cancel()
@@ -281,8 +283,8 @@ func statusOf(d flight.Decision) topics.Status {
 	return ""
 }
 
-// observe counts how an acquire settled the task (parked, or answered under the label the
-// script gave its event) and the parked tasks it answered.
+// observe counts how an acquire settled the task, as parked or as answered under the label the
+// script gave its event. It also counts the parked tasks the acquire answered.
 func (t *taskRun) observe(d flight.Decision) {
 	m, stage := t.p.metrics, t.task.Stage
 	answered, status := d.Answered, statusOf(d)
@@ -310,8 +312,8 @@ func (t *taskRun) observe(d flight.Decision) {
 	}
 }
 
-// lockSession takes the task's session lock if it is free (held false when another task of
-// the session holds it), keeps it renewed, and returns the function that releases it. The
+// lockSession takes the task's session lock if it is free, keeps it renewed, and returns the
+// function that releases it. held is false when another task of the session holds the lock. The
 // holder is unique to this run, and the lock is the tenant's.
 func (t *taskRun) lockSession(ctx context.Context) (release func(), held bool, err error) {
 	p := t.p

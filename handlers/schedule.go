@@ -15,33 +15,35 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// Scheduled tasks (DESIGN.md section 5, "Scheduled tasks and retry delays"): a task that must
-// wait (its notBefore lies ahead, or its flight's retry is delayed) waits in the subscriber
-// when the wait is short, and in the stage's scheduled set (topics.Keyspace.Scheduled) when
-// it is longer: its entry is acknowledged, it holds no handler and no custody, and a
-// consumer's schedule loop appends it to the task stream again when it is due.
+// Scheduled tasks, described in DESIGN.md section 5 under "Scheduled tasks and retry delays". A
+// task must wait when its notBefore lies ahead or its flight's retry is delayed. A short wait
+// is spent in the subscriber. A longer one is spent in the stage's scheduled set,
+// topics.Keyspace.Scheduled. There the task's entry is acknowledged and it holds no handler and
+// no custody. A consumer's schedule loop appends it to the task stream again when it is due.
 
-// scheduleAfter is the longest wait kept in the subscriber; longer ones go to the set.
+// scheduleAfter is the longest wait kept in the subscriber. Longer ones go to the set.
 const scheduleAfter = 2 * time.Second
 
 // scheduleBatch is the most due tasks one schedule call moves.
 const scheduleBatch = 100
 
-// horizonSlack: a task due this much past the stage's schedule horizon was not scheduled by a
-// consumer of this horizon (the consumers' clocks differ by about a second, NTP).
+// horizonSlack is how far past the stage's schedule horizon a task may be due and still have
+// been scheduled by a consumer of this horizon. With NTP the consumers' clocks differ by about
+// a second.
 const horizonSlack = time.Minute
 
-// movingStuck: a task taken for appending but still in the moving set this long later was
-// left by a consumer that died in between; it is appended again (at least once).
+// movingStuck is how long a task taken for appending may stay in the moving set. After that it
+// counts as left by a consumer that died in between, and it is appended again, at least once.
 const movingStuck = 30 * time.Second
 
-// RetryPolicy is the backoff between a stage's owner attempts after a retryable failure:
-// Initial, then times Multiplier per attempt, at most Max, spread by ±Jitter (a fraction). A
-// provider's Retry-After longer than that wins. Zero fields take the defaults.
+// RetryPolicy is the backoff between a stage's owner attempts after a retryable failure. The
+// delay starts at Initial, grows by Multiplier per attempt up to Max, and is spread by the
+// fraction ±Jitter. A provider's Retry-After wins when it is longer. Zero fields take the
+// defaults.
 type RetryPolicy struct {
 	// Initial is the delay after the first failed attempt. Defaults to 200 ms.
 	Initial time.Duration `yaml:"initial"`
-	// Max caps the delay (not a Retry-After). Defaults to 30 s.
+	// Max caps the delay, but not a Retry-After. Defaults to 30 s.
 	Max time.Duration `yaml:"max"`
 	// Multiplier grows the delay per attempt. Defaults to 2.
 	Multiplier float64 `yaml:"multiplier"`
@@ -66,8 +68,8 @@ func (r RetryPolicy) withDefaults() RetryPolicy {
 	return r
 }
 
-// Delay returns the wait before the attempt after the given (1-based) failed one, retryAfter
-// being the provider's hint (0: none).
+// Delay returns the wait before the attempt that follows failed attempt number attempt, counted
+// from 1. retryAfter is the provider's hint, 0 for none.
 func (r RetryPolicy) Delay(attempt int, retryAfter time.Duration) time.Duration {
 	r = r.withDefaults()
 	d := float64(r.Initial) * math.Pow(r.Multiplier, float64(max(attempt, 1)-1))
@@ -89,16 +91,16 @@ func (r RetryPolicy) validate() error {
 	return nil
 }
 
-// wait keeps the task aside until at: in the subscriber for a short wait, in the stage's
-// scheduled set for a longer one (the message then returns unsettled, so its entry is
-// acknowledged). why labels the metric: not_before or retry.
+// wait keeps the task aside until at. A short wait is kept in the subscriber. A longer one goes
+// to the stage's scheduled set, and the message then returns unsettled, so its entry is
+// acknowledged. why labels the metric: not_before or retry.
 func (t *taskRun) wait(ctx context.Context, at time.Time, why string) error {
 	d := time.Until(at)
 	h := t.p.stage.ScheduleHorizon
 	if h <= 0 {
 		h = topics.DefaultScheduleHorizon
 	}
-	if d > h { // a retry delay (handle refused a notBefore past the horizon)
+	if d > h { // a retry delay, since handle refused a notBefore past the horizon
 		d, at = h, time.Now().Add(h)
 	}
 	if d <= scheduleAfter {
@@ -110,7 +112,7 @@ func (t *taskRun) wait(ctx context.Context, at time.Time, why string) error {
 	keys := []string{p.ks.Scheduled(stage), p.ks.ScheduledTasks(stage), p.ks.ScheduledIndex(stage, t.key)}
 	err := lua.ScheduleAdd.Run(context.WithoutCancel(ctx), p.rdb, keys, topics.ScheduledID(t.msg.Payload),
 		at.UnixMilli(), t.key, t.task.TaskID, string(t.msg.Payload)).Err()
-	if err != nil { // the middleware retries the message; nothing was acknowledged
+	if err != nil { // the middleware retries the message, nothing was acknowledged
 		return fmt.Errorf("handlers: schedule task %s: %w", t.task.TaskID, err)
 	}
 	p.metrics.scheduled.WithLabelValues(t.task.Stage, why).Inc()
@@ -147,9 +149,10 @@ func (c *Consumer) scheduleLoop(ctx context.Context, interval time.Duration) {
 }
 
 // moveDue appends up to scheduleBatch due tasks of stage to its task stream and returns how
-// many it took: from the stage's scheduled set, and from the set versions without the index
-// filled (ScheduledLegacy). Tasks due past the stage's horizon (scheduled under a longer one,
-// or by a version without it) are taken too: the consumer that reads them refuses them.
+// many it took. It takes them from the stage's scheduled set and from ScheduledLegacy, the set
+// that versions without the index filled. Tasks due past the stage's horizon are taken too, and
+// the consumer that reads them refuses them. They were scheduled under a longer horizon or by a
+// version without one.
 func (c *Consumer) moveDue(ctx context.Context, stage string, horizon time.Duration) (int, error) {
 	ks := c.cfg.Keyspace
 	set, moving, tasks := ks.Scheduled(stage), ks.ScheduledMoving(stage), ks.ScheduledTasks(stage)
@@ -169,7 +172,7 @@ func (c *Consumer) moveDue(ctx context.Context, stage string, horizon time.Durat
 			if payload == "" {
 				continue // an id without its payload: nothing to append
 			}
-			// It was valid when it was scheduled; a payload a changed limit refuses is
+			// It was valid when it was scheduled. A payload that a changed limit refuses is
 			// appended all the same, for the consumer to dead-letter with its reason.
 			task, _ := topics.DecodeTask([]byte(payload), c.cfg.Limits)
 			p.XAdd(ctx, &redis.XAddArgs{Stream: ks.TaskStreamFor(stage, task.TaskID),
@@ -180,7 +183,7 @@ func (c *Consumer) moveDue(ctx context.Context, stage string, horizon time.Durat
 	if err != nil {
 		return 0, err // the members stay in their moving sets and are appended again later
 	}
-	// The members leave their moving sets; the payloads and index entries go with them.
+	// The members leave their moving sets. The payloads and index entries go with them.
 	keys := []string{set, moving, tasks, legacyMoving}
 	index := map[string]int{}
 	args := make([]any, 0, 2*n)

@@ -18,7 +18,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// The four built-in stages (DESIGN.md section 7).
+// The four built-in stages. See DESIGN.md section 7.
 const (
 	stageEvaluation = "interview-evaluation"
 	stageFollowup   = "interview-followup"
@@ -26,34 +26,35 @@ const (
 	stageDemeanor   = "interview-demeanor"
 )
 
-// StageConfig is the policy of one stage. A zero field takes the stage's built-in default
-// (for the four built-in stages) or the generic default named in its comment.
+// StageConfig is the policy of one stage. A zero field takes the stage's built-in default if it
+// has one, else the generic default named in the field's comment.
 type StageConfig struct {
-	// Name is the stage name; its task stream is ai:tasks:<Name>.
+	// Name is the stage name. Its task stream is ai:tasks:<Name>.
 	Name string `yaml:"-"`
 	// Model names the model adapter: "sim" or "openai". Defaults to "sim". A stage given a
-	// handler (Config.Handlers) runs that instead.
+	// handler in Config.Handlers runs that instead.
 	Model string `yaml:"model"`
-	// OpenAI overrides the shared OpenAI settings for this stage (Model "openai" only).
+	// OpenAI overrides the shared OpenAI settings for this stage. It is valid only with Model
+	// "openai".
 	OpenAI *OpenAIStage `yaml:"openai"`
 	// Mode is the stage's coordination mode. HYBRID and DISTRIBUTED_ONLY run each key once
-	// across the fleet (a consumer cannot degrade further: without Redis it has no stream to
+	// across the fleet. A consumer cannot degrade further: without Redis it has no stream to
 	// read and nowhere to publish, so a message whose coordination fails is retried and then
-	// redelivered). LOCAL_ONLY runs each key once per consumer process (in-process
-	// single-flight) and BYPASS runs every task; both still publish one event per task.
-	// Defaults to HYBRID.
+	// redelivered. LOCAL_ONLY runs each key once per consumer process, by in-process
+	// single-flight. BYPASS runs every task. Both still publish one event per task. Defaults to
+	// HYBRID.
 	Mode executor.Mode `yaml:"mode"`
-	// Limiter names the limiter (the stage file's limiters) whose budget the stage's model
-	// calls take from, fleet-wide; stages naming one limiter share it. Empty: none.
+	// Limiter names the limiter in the stage file's limiters whose budget the stage's model
+	// calls take from, fleet-wide. Stages naming one limiter share it. Empty means none.
 	Limiter string `yaml:"limiter"`
 	// Limit is the named limiter's budget, set from the stage file's limiters.
 	Limit *flight.Limit `yaml:"-"`
 	// EstimateTokens is the output part of a call's token estimate, which a limiter with
-	// tokensPerMinute reserves before the call (the input adds a token per 4 bytes).
-	// Defaults to openai.maxTokens, else 1024.
+	// tokensPerMinute reserves before the call. The input adds a token per 4 bytes. Defaults to
+	// openai.maxTokens, else 1024.
 	EstimateTokens int `yaml:"estimateTokens"`
-	// Policy is the stage's flight policy, its fields at the stage's level in the file.
-	// MaxParked defaults to 10000 here (DESIGN.md section 7).
+	// Policy is the stage's flight policy. Its fields sit at the stage's level in the file.
+	// MaxParked defaults to 10000 here. See DESIGN.md section 7.
 	flight.Policy `yaml:",inline"`
 	// HeartbeatInterval is how often an owner renews its lease. Defaults to 1 s.
 	HeartbeatInterval time.Duration `yaml:"heartbeatInterval"`
@@ -65,43 +66,43 @@ type StageConfig struct {
 	// Concurrency is how many tasks of the stage one consumer process runs at once, and so
 	// its most model calls at once. Defaults to 64.
 	Concurrency int `yaml:"concurrency"`
-	// RateLimit caps model calls per second per consumer in degraded mode (0 = none).
+	// RateLimit caps model calls per second per consumer in degraded mode. 0 means none.
 	RateLimit float64 `yaml:"rateLimit"`
 	// SessionLock runs one task per session at a time across the fleet. Defaults per stage.
 	SessionLock *bool `yaml:"sessionLock"`
-	// Partitions splits the stage's task stream into this many streams ai:tasks:<stage>:<p>
-	// (see topics.Keyspace.Partitions); each consumer runs Concurrency subscribers on each.
-	// Producers must use the same count. Defaults to 1 (one stream ai:tasks:<stage>).
+	// Partitions splits the stage's task stream into this many streams ai:tasks:<stage>:<p>, as
+	// topics.Keyspace.Partitions describes. Each consumer runs Concurrency subscribers on each.
+	// Producers must use the same count. Defaults to 1, one stream ai:tasks:<stage>.
 	Partitions int `yaml:"partitions"`
-	// MaxInlineResult is the largest result carried inline in the owner's own event; larger
+	// MaxInlineResult is the largest result carried inline in the owner's own event. Larger
 	// ones carry only resultRef. Defaults to 64 KiB.
 	MaxInlineResult int `yaml:"maxInlineResult"`
 	// MaxSharedInlineResult is the largest result carried inline in the events of tasks
-	// answered by another task's run (followers, joined tasks, hits), so that a burst of small
-	// duplicates cannot copy a big result into the result stream once each; larger ones carry
-	// only resultRef, which clients read. Defaults to 1 KiB, never above MaxInlineResult.
+	// answered by another task's run: followers, joined tasks and hits. It keeps a burst of
+	// small duplicates from copying a big result into the result stream once each. Larger ones
+	// carry only resultRef, which clients read. Defaults to 1 KiB, never above MaxInlineResult.
 	MaxSharedInlineResult int `yaml:"maxSharedInlineResult"`
-	// Retry is the backoff between owner attempts after a retryable failure (a provider's
-	// Retry-After longer than it wins). A delay over 2 s is waited in the stage's scheduled
-	// set, holding no handler; every task of the key waits for it.
+	// Retry is the backoff between owner attempts after a retryable failure. A provider's
+	// Retry-After wins when it is longer. A delay over 2 s is waited in the stage's scheduled
+	// set, holding no handler. Every task of the key waits for it.
 	Retry RetryPolicy `yaml:"retry"`
-	// ScheduleHorizon is how far ahead of the consumer's clock a task's notBefore may lie: a
-	// task scheduled further ahead is dead-lettered not_before_too_far (with a FAILED event),
-	// and a retry delay is cut to it. Defaults to 7 days (topics.DefaultScheduleHorizon).
+	// ScheduleHorizon is how far ahead of the consumer's clock a task's notBefore may lie. A
+	// task scheduled further ahead is dead-lettered not_before_too_far with a FAILED event, and
+	// a retry delay is cut to it. Defaults to 7 days, topics.DefaultScheduleHorizon.
 	ScheduleHorizon time.Duration `yaml:"scheduleHorizon"`
-	// ArchiveRetention is how long the durable archive (Config.Archive) keeps the stage's
-	// outcomes: a result answers its key from the archive this long after it was produced,
+	// ArchiveRetention is how long the durable archive, Config.Archive, keeps the stage's
+	// outcomes. A result answers its key from the archive this long after it was produced,
 	// whatever Redis still holds. Defaults to 30 days.
 	ArchiveRetention time.Duration `yaml:"archiveRetention"`
 	// ParkCheck is how long a parked task rests between checks of its flight by the claim
-	// loops (a parked task whose flight ended or vanished is answered by whoever checks it;
-	// normally the flight's owner answers it at once). Defaults to twice the lease.
+	// loops. Normally the flight's owner answers a parked task at once. One whose flight ended
+	// or vanished is answered by whoever checks it. Defaults to twice the lease.
 	ParkCheck time.Duration `yaml:"parkCheck"`
-	// JoinWait is how long a task whose key's owner runs in the same consumer waits for that
-	// owner, holding its handler: the owner's complete answers it too, in the same call, and
-	// it makes no call to Redis of its own. After JoinWait it acquires the flight like any
-	// task (and parks on it, holding no handler). Defaults to 50 ms (or the lease, when
-	// shorter); negative: off. At most the lease.
+	// JoinWait is how long a task waits for its key's owner when that owner runs in the same
+	// consumer. The task holds its handler while it waits. The owner's complete answers it too,
+	// in the same call, and the task makes no call to Redis of its own. After JoinWait it
+	// acquires the flight like any task and parks on it, holding no handler. Defaults to 50 ms,
+	// or the lease when shorter. Negative turns it off. At most the lease.
 	JoinWait time.Duration `yaml:"joinWait"`
 }
 
@@ -247,14 +248,14 @@ type fileConfig struct {
 	Limiters map[string]flight.Limit `yaml:"limiters"`
 }
 
-// errNoStages: a stage file without a stages mapping (empty, or the stages not under it).
+// errNoStages reports a stage file without a stages mapping: the file is empty, or the stages
+// are not under it.
 var errNoStages = errors.New("no stages: want stages: {<stage name>: {<field>: <value>}}")
 
-// decodeStageFile reads the YAML stage file strictly: a field a stage does not have
-// (misspelt), a top-level key other than stages (x-<anything> keys are free, for YAML anchors
-// to merge from), or a file without stages is a mistake to report, with its line, rather than
-// a file that silently leaves the defaults in place. "stages:" with nothing under it is an
-// empty set of overrides.
+// decodeStageFile reads the YAML stage file strictly. A misspelt field, a top-level key other
+// than stages and limiters, or a file without stages is reported with its line, rather than
+// silently leaving the defaults in place. Keys x-<anything> are free, for YAML anchors to merge
+// from. "stages:" with nothing under it is an empty set of overrides.
 func decodeStageFile(raw []byte) (fileConfig, error) {
 	var strict struct {
 		Stages   map[string]StageConfig  `yaml:"stages"`
@@ -295,10 +296,10 @@ func decodeStageFile(raw []byte) (fileConfig, error) {
 	return fc, nil
 }
 
-// LoadStages returns the built-in stages overridden by the YAML file at path (none when path
-// is ""). A file may override any field of a built-in stage and may add stages. When only is
-// non-empty, just those stages are returned. Every returned stage has its defaults set and
-// is valid.
+// LoadStages returns the built-in stages overridden by the YAML file at path, if path is not
+// "". A file may override any field of a built-in stage and may add stages. When only is
+// non-empty, just those stages are returned. Every returned stage has its defaults set and is
+// valid.
 func LoadStages(path string, only []string) ([]StageConfig, error) {
 	stages := defaultStages()
 	var limiters map[string]flight.Limit
@@ -356,8 +357,8 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 	return out, nil
 }
 
-// ErrUnknownStage: a stage asked for (LoadStages' only) that neither the built-in stages nor
-// the config file define.
+// ErrUnknownStage reports a stage named in LoadStages' only that neither the built-in stages
+// nor the config file define.
 var ErrUnknownStage = errors.New("handlers: unknown stage")
 
 // Keyspace returns ks with the stages' partition counts set.

@@ -7,13 +7,13 @@ import (
 )
 
 // OpenAIStage overrides, for one stage whose model is "openai", the OpenAI adapter settings
-// every stage otherwise shares (model.OpenAIConfigFromEnv: OPENAI_BASE_URL, OPENAI_MODEL, the
-// key). A zero field keeps the shared value. The API key is never set here: a stage file is
-// configuration, not a secret.
+// every stage otherwise shares. Those come from model.OpenAIConfigFromEnv: OPENAI_BASE_URL,
+// OPENAI_MODEL and the key. A zero field keeps the shared value. The API key is never set here:
+// a stage file is configuration, not a secret.
 type OpenAIStage struct {
 	// Model is the provider's model name for this stage.
 	Model string `yaml:"model"`
-	// BaseURL is the API root for this stage (another provider or gateway).
+	// BaseURL is the API root for this stage, such as another provider or gateway.
 	BaseURL string `yaml:"baseURL"`
 	// SystemPrompt is sent as the first "system" message of every call of this stage.
 	SystemPrompt string `yaml:"systemPrompt"`
@@ -23,11 +23,11 @@ type OpenAIStage struct {
 	MaxTokens int `yaml:"maxTokens"`
 	// Temperature, if set, is sent as "temperature".
 	Temperature *float64 `yaml:"temperature"`
-	// Stream asks for a streamed response (progress on every chunk), when set.
+	// Stream, when set, asks for a streamed response with progress on every chunk.
 	Stream *bool `yaml:"stream"`
 }
 
-// Apply returns base with the stage's overrides (nil o returns base).
+// Apply returns base with the stage's overrides. A nil o returns base unchanged.
 func (o *OpenAIStage) Apply(base model.OpenAIConfig) model.OpenAIConfig {
 	if o == nil {
 		return base

@@ -16,7 +16,7 @@ import (
 )
 
 // statsInterval is how often a consumer adds what it answered to the fleet's per-minute stats
-// hashes (topics.Keyspace.Stats).
+// hashes, topics.Keyspace.Stats.
 const statsInterval = 2 * time.Second
 
 // statsCounts is what one stage's collectors counted: cumulative, as Prometheus keeps them.
@@ -29,10 +29,10 @@ type statsCounts struct {
 }
 
 // statsRecorder turns the consumer's task-event counter and end-to-end histogram into the
-// fleet's per-minute stats: every flush it adds, per stage, what grew since the last flush
-// (HINCRBY, one pipeline for every stage) to the hash of the current minute and renews its
-// TTL. It reads the collectors the handlers feed anyway, so the hot path pays nothing; a
-// flush that fails is retried with the next one (nothing is lost, the minute may shift).
+// fleet's per-minute stats. Every flush adds, per stage, what grew since the last flush to the
+// hash of the current minute and renews its TTL. It uses HINCRBY in one pipeline for every
+// stage. It reads the collectors the handlers feed anyway, so the hot path pays nothing. A
+// flush that fails is retried with the next one: nothing is lost, but the minute may shift.
 type statsRecorder struct {
 	rdb     redis.UniversalClient
 	ks      topics.Keyspace
@@ -104,7 +104,7 @@ func (r *statsRecorder) flush(ctx context.Context) error {
 	return nil
 }
 
-// diffCounts returns the hash increments from prev to cur (only the non-zero ones).
+// diffCounts returns the non-zero hash increments from prev to cur.
 func diffCounts(prev, cur statsCounts) map[string]int64 {
 	out := map[string]int64{}
 	for o, v := range cur.outcomes {
@@ -194,8 +194,9 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// pauseCheck answers whether stage is paused (its field in the Paused hash exists): the
-// stream subscriber's Paused, which it asks at most once a second.
+// pauseCheck reports whether stage is paused, which is when its field in the Paused hash
+// exists. It serves as the stream subscriber's Paused, which the subscriber asks at most once a
+// second.
 func pauseCheck(rdb redis.UniversalClient, ks topics.Keyspace, stage string) func(context.Context) (bool, error) {
 	key := ks.Paused()
 	return func(ctx context.Context) (bool, error) {

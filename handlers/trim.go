@@ -10,9 +10,9 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// trimLoop removes task entries every consumer group has acknowledged, and result events
-// older than the retention, every interval. Task streams are not capped at enqueue (a MAXLEN
-// would drop unread tasks once a backlog outgrows it); this trims only entries below every
+// trimLoop removes task entries every consumer group has acknowledged, and result events older
+// than the retention, every interval. Task streams are not capped at enqueue, because a MAXLEN
+// would drop unread tasks once a backlog outgrows it. This trims only entries below every
 // group's last delivered id and below the oldest pending entry, so nothing unread or
 // unacknowledged is ever dropped.
 func (c *Consumer) trimLoop(ctx context.Context, interval time.Duration) {
@@ -39,8 +39,8 @@ func (c *Consumer) trimLoop(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// trimAcked trims stream below min(every group's last delivered id, every group's oldest
-// pending id) with XTRIM MINID ~ and answers how many entries went.
+// trimAcked trims stream with XTRIM MINID ~ below every group's last delivered id and below
+// every group's oldest pending id. It returns how many entries went.
 func trimAcked(ctx context.Context, rdb redis.UniversalClient, stream string) (int64, error) {
 	groups, err := rdb.XInfoGroups(ctx, stream).Result()
 	if err != nil || len(groups) == 0 {
@@ -72,7 +72,7 @@ func trimAcked(ctx context.Context, rdb redis.UniversalClient, stream string) (i
 }
 
 // trimResults trims the result streams of the consumer's stages below Redis's now minus
-// ResultRetention (XTRIM MINID ~: whole listpack nodes only, so a little more may stay).
+// ResultRetention. XTRIM MINID ~ removes whole listpack nodes only, so a little more may stay.
 func (c *Consumer) trimResults(ctx context.Context) {
 	if c.cfg.ResultRetention < 0 {
 		return

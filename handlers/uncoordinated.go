@@ -13,9 +13,10 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// runUncoordinated runs the model without the flight state machine: for LOCAL_ONLY stages
-// once per key per process (concurrent tasks of one key share the run), for BYPASS stages
-// once per task. The task's event says shared "local"; the entry is acknowledged after it.
+// runUncoordinated runs the model without the flight state machine. For LOCAL_ONLY stages it
+// runs once per key per process, and concurrent tasks of one key share the run. For BYPASS
+// stages it runs once per task. The task's event says shared "local", and the entry is
+// acknowledged after it.
 func (t *taskRun) runUncoordinated(ctx context.Context) error {
 	p := t.p
 	call := func(ctx context.Context) ([]byte, error) {

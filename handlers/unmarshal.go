@@ -16,7 +16,7 @@ import (
 // Metadata keys the consumer sets on every message it reads. They overwrite any value a
 // producer put there.
 const (
-	// metaEntryID holds the message's stream entry id (the stream subscriber sets it).
+	// metaEntryID holds the message's stream entry id, set by the stream subscriber.
 	metaEntryID = stream.MetaEntry
 	// metaBadEntry holds the reason an entry could not be read as a watermill message.
 	metaBadEntry = stream.MetaBadEntry
@@ -27,24 +27,25 @@ const (
 )
 
 // Bounds the unmarshaller checks before it decodes anything of an entry. An entry past one
-// becomes a bad message (MetaBadEntry uuid_too_long or metadata_too_large) that carries a
+// becomes a bad message with MetaBadEntry uuid_too_long or metadata_too_large. It carries a
 // short uuid and at most maxKeptMetadata bytes of the raw metadata.
 const (
-	// maxUUIDLen bounds an entry's _watermill_message_uuid (topics.MaxUUIDLen): the uuid is
-	// on every log line about the message.
+	// maxUUIDLen bounds an entry's _watermill_message_uuid to topics.MaxUUIDLen. The uuid is on
+	// every log line about the message.
 	maxUUIDLen = topics.MaxUUIDLen
-	// maxMetadataBytes bounds an entry's raw metadata field (topics.MaxMetadataBytes),
-	// checked before it is msgpack-decoded.
+	// maxMetadataBytes bounds an entry's raw metadata field to topics.MaxMetadataBytes. It is
+	// checked before the field is msgpack-decoded.
 	maxMetadataBytes = topics.MaxMetadataBytes
 	// maxKeptMetadata bounds the raw metadata a bad message keeps for its dead letter.
 	maxKeptMetadata = 1 << 10
 )
 
 // unmarshaller reads task stream entries in watermill-redisstream's wire format and never
-// fails: an entry it cannot read (no uuid, metadata that is not msgpack, values of the wrong
-// type, a uuid over MaxUUIDLen or metadata over MaxMetadataBytes) becomes a message with
-// metaBadEntry set, which the handler sends to the dead-letter stream and acknowledges,
-// instead of an error that would leave it pending to stop the next consumer that claims it.
+// fails. An entry it cannot read becomes a message with metaBadEntry set, which the handler
+// sends to the dead-letter stream and acknowledges. An error instead would leave the entry
+// pending to stop the next consumer that claims it. Such entries have no uuid, metadata that is
+// not msgpack, values of the wrong type, a uuid over MaxUUIDLen or metadata over
+// MaxMetadataBytes.
 type unmarshaller struct{}
 
 // Unmarshal implements stream.Unmarshaller.
@@ -59,7 +60,7 @@ func (unmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
 	return msg, nil
 }
 
-// unmarshal reads one entry; it may panic on a hostile one (Unmarshal recovers).
+// unmarshal reads one entry. It may panic on a hostile one, and Unmarshal recovers.
 func unmarshal(clean map[string]any) *message.Message {
 	id, ok := clean[redisstream.UUIDHeaderKey].(string)
 	if !ok {
@@ -99,9 +100,9 @@ func rawLen(v any) int {
 }
 
 // badMessage is the message of an entry that cannot be read. Its uuid is the entry's, or
-// topics.SafeUUID's short form of one over MaxUUIDLen, or a new one; it keeps the first
-// maxKeptMetadata bytes of the raw metadata (MetaRawMetadata), and names the size and SHA-256
-// of the whole in the detail when that is longer.
+// topics.SafeUUID's short form of one over MaxUUIDLen, or a new one. It keeps the first
+// maxKeptMetadata bytes of the raw metadata in MetaRawMetadata. When the metadata is longer,
+// the detail names the size and SHA-256 of the whole.
 func badMessage(values map[string]any, reason, detail string) *message.Message {
 	id, _ := values[redisstream.UUIDHeaderKey].(string)
 	if id == "" {

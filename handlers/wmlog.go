@@ -7,10 +7,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// wmLogger adapts zerolog to watermill's LoggerAdapter. Watermill's Info lines (one per
-// subscribe, per handler start) are logged at debug level, and so are its errors once the
-// consumer is shutting down (quiet): a subscriber's read loop outlives its closed client by
-// up to one read and reports that as an error.
+// wmLogger adapts zerolog to watermill's LoggerAdapter. Watermill's Info lines, one per
+// subscribe and per handler start, are logged at debug level. So are its errors once quiet says
+// the consumer is shutting down: a subscriber's read loop outlives its closed client by up to
+// one read and reports that as an error.
 type wmLogger struct {
 	l     zerolog.Logger
 	quiet *atomic.Bool

@@ -20,7 +20,7 @@ import (
 )
 
 const (
-	// maxResponseBytes caps how much of a successful response (or a whole stream) is read.
+	// maxResponseBytes caps how much of a successful response or a whole stream is read.
 	maxResponseBytes = 8 << 20
 	// maxErrorBodyBytes caps how much of an error response is read.
 	maxErrorBodyBytes = 64 << 10
@@ -31,12 +31,12 @@ const (
 // OpenAIConfig configures an OpenAI adapter. Printing it with fmt, JSON or slog never shows
 // the API key.
 type OpenAIConfig struct {
-	// BaseURL is the API root; the adapter POSTs to BaseURL + "/chat/completions". Any
-	// OpenAI-compatible server works (vLLM, Ollama, LiteLLM, Azure-style gateways).
+	// BaseURL is the API root. The adapter POSTs to BaseURL + "/chat/completions". Any
+	// OpenAI-compatible server works, such as vLLM, Ollama, LiteLLM or Azure-style gateways.
 	// Defaults to "https://api.openai.com/v1".
 	BaseURL string
-	// APIKey is sent as "Authorization: Bearer <key>". Optional: when empty no
-	// Authorization header is sent (local servers often need none). Must not contain line
+	// APIKey is sent as "Authorization: Bearer <key>". It is optional: when empty no
+	// Authorization header is sent, and local servers often need none. It must not contain line
 	// breaks.
 	APIKey Secret
 	// Model is the provider's model name, sent as "model". Required.
@@ -48,14 +48,14 @@ type OpenAIConfig struct {
 	HTTPClient *http.Client
 	// SystemPrompt, if set, is sent as a first "system" message. Defaults to none.
 	SystemPrompt string
-	// Stream asks for a server-sent-event stream; every chunk reports progress, which keeps
-	// the flight's progress liveness fresh during long generations. Without Stream, progress
-	// is never reported, so a stage's stallTimeout must exceed Timeout. Defaults to false.
+	// Stream asks for a server-sent-event stream. Every chunk reports progress, which keeps the
+	// flight's progress liveness fresh during long generations. Without Stream, progress is
+	// never reported, so a stage's stallTimeout must exceed Timeout. Defaults to false.
 	Stream bool
-	// MaxTokens, if positive, is sent as "max_tokens". Defaults to 0 (not sent).
+	// MaxTokens, if positive, is sent as "max_tokens". Defaults to 0, which is not sent.
 	MaxTokens int
-	// Temperature, if set, is sent as "temperature"; it must be finite and not negative.
-	// Defaults to nil (not sent: the provider's default).
+	// Temperature, if set, is sent as "temperature". It must be finite and not negative.
+	// Defaults to nil, which is not sent and leaves the provider's default.
 	Temperature *float64
 }
 
@@ -68,7 +68,7 @@ func (c *OpenAIConfig) setDefaults() {
 		c.Timeout = 60 * time.Second
 	}
 	if c.HTTPClient == nil {
-		// http.DefaultTransport keeps 2 idle connections per host: a stage running 64 calls
+		// http.DefaultTransport keeps 2 idle connections per host. A stage running 64 calls
 		// at once would open a new connection for most of them.
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 256
@@ -76,7 +76,7 @@ func (c *OpenAIConfig) setDefaults() {
 	}
 }
 
-// validate reports a configuration that cannot work; ownClient: the caller gave its own
+// validate reports a configuration that cannot work. ownClient means the caller gave its own
 // HTTPClient, which may supply the credentials itself.
 func (c *OpenAIConfig) validate(ownClient bool) error {
 	u, err := url.Parse(c.BaseURL)
@@ -109,10 +109,11 @@ func (c *OpenAIConfig) validate(ownClient bool) error {
 	return nil
 }
 
-// OpenAIConfigFromEnv reads an OpenAIConfig from the environment through getenv (nil means
-// os.Getenv): OPENAI_BASE_URL, OPENAI_MODEL, and the key from OPENAI_API_KEY or from the file
-// named by OPENAI_API_KEY_FILE (surrounding white space trimmed). Setting both key variables
-// is an error. Unset variables leave their fields zero, for NewOpenAI to default or reject.
+// OpenAIConfigFromEnv reads an OpenAIConfig from the environment through getenv, or os.Getenv
+// when getenv is nil. It reads OPENAI_BASE_URL, OPENAI_MODEL, and the key from OPENAI_API_KEY
+// or from the file named by OPENAI_API_KEY_FILE, with surrounding white space trimmed. Setting
+// both key variables is an error. Unset variables leave their fields zero, for NewOpenAI to
+// default or reject.
 func OpenAIConfigFromEnv(getenv func(string) string) (OpenAIConfig, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -144,11 +145,12 @@ func OpenAIConfigFromEnv(getenv func(string) string) (OpenAIConfig, error) {
 // OpenAI is a Model that calls an OpenAI-compatible chat-completions endpoint. Create it
 // with NewOpenAI. It is safe for concurrent use.
 //
-// The chat messages come from the task input: its "messages" member when the input is an
-// object with one (an array of {"role", "content"}, content passed through as is), else its
-// "prompt" member (a string, sent as one user message), else the whole input JSON as the
-// content of one user message. A "messages" or "prompt" member of the wrong shape is a final
-// TypeBadRequest error, and the endpoint is not called. SystemPrompt, if set, goes first.
+// The chat messages come from the task input. When the input is an object with a "messages"
+// member, an array of {"role", "content"}, that is used with content passed through as is.
+// Else a "prompt" member, a string, is sent as one user message. Else the whole input JSON is
+// the content of one user message. A "messages" or "prompt" member of the wrong shape is a
+// final TypeBadRequest error, and the endpoint is not called. SystemPrompt, if set, goes
+// first.
 //
 // The output is a JSON object:
 //
@@ -156,12 +158,18 @@ func OpenAIConfigFromEnv(getenv func(string) string) (OpenAIConfig, error) {
 //
 // where usage is left out when the endpoint reports none.
 //
-// Failures are *Error: HTTP 429 is a retryable TypeRateLimited with RetryAfter from the
-// Retry-After header; 5xx a retryable TypeUpstream; 408, a deadline (Timeout or ctx), a
-// network timeout or a connection reset a retryable TypeTimeout; other 4xx a final
-// TypeBadRequest whose Message holds the provider's error message (at most 300 bytes); a
-// malformed, empty, truncated or oversized (over 8 MiB) response a retryable TypeBadOutput;
-// a cancelled ctx a final TypeCancelled. The API key never appears in errors.
+// Failures are *Error:
+//   - HTTP 429 is a retryable TypeRateLimited with RetryAfter from the Retry-After header.
+//   - 5xx is a retryable TypeUpstream.
+//   - 408, a deadline of Timeout or ctx, a network timeout or a connection reset is a
+//     retryable TypeTimeout.
+//   - Other 4xx is a final TypeBadRequest whose Message holds the provider's error message,
+//     at most 300 bytes.
+//   - A malformed, empty, truncated or oversized response, over 8 MiB, is a retryable
+//     TypeBadOutput.
+//   - A cancelled ctx is a final TypeCancelled.
+//
+// The API key never appears in errors.
 type OpenAI struct {
 	cfg      OpenAIConfig
 	endpoint string
@@ -171,7 +179,7 @@ var _ Model = (*OpenAI)(nil)
 
 // NewOpenAI applies cfg's defaults, validates it and returns the adapter.
 func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
-	ownClient := cfg.HTTPClient != nil // may authenticate itself (a signing transport, a proxy)
+	ownClient := cfg.HTTPClient != nil // may authenticate itself, by a signing transport or a proxy
 	cfg.setDefaults()
 	if err := cfg.validate(ownClient); err != nil {
 		return nil, fmt.Errorf("model: openai: %w", err)
@@ -187,8 +195,8 @@ func (o *OpenAI) String() string {
 	return fmt.Sprintf("model.OpenAI{BaseURL: %q, Model: %q, Stream: %t}", publicURL(o.cfg.BaseURL), o.cfg.Model, o.cfg.Stream)
 }
 
-// publicURL is raw without what may hold a secret (user information, query, fragment), for
-// messages and logs; "(invalid URL)" when raw does not parse.
+// publicURL is raw without the parts that may hold a secret: user information, query and
+// fragment. It is for messages and logs. It is "(invalid URL)" when raw does not parse.
 func publicURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -252,8 +260,8 @@ type chatOutput struct {
 	Usage        *outputUsage `json:"usage,omitempty"`
 }
 
-// Call sends req to the chat-completions endpoint, as described on OpenAI. progress may be
-// nil; it is called on every stream chunk when Stream is set.
+// Call sends req to the chat-completions endpoint, as described on OpenAI. progress may be nil.
+// It is called on every stream chunk when Stream is set.
 func (o *OpenAI) Call(ctx context.Context, req Request, progress ProgressFunc) (json.RawMessage, error) {
 	msgs, err := o.messages(req.Input)
 	if err != nil {
@@ -287,8 +295,8 @@ func (o *OpenAI) Call(ctx context.Context, req Request, progress ProgressFunc) (
 	if err != nil {
 		return nil, transportError(ctx, err)
 	}
-	// Bodies are read to EOF (within their caps) where that is cheap, so the connection is
-	// reused; a stream is closed without draining, so a stalled server cannot hold the call.
+	// Bodies are read to EOF within their caps where that is cheap, so the connection is
+	// reused. A stream is closed without draining, so a stalled server cannot hold the call.
 	defer resp.Body.Close()
 	reportRemaining(ctx, resp.Header)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -511,9 +519,9 @@ func (o *OpenAI) statusError(ctx context.Context, resp *http.Response) error {
 	return e
 }
 
-// errorMessage extracts a provider error message from raw, which is an "error" member
-// ({"message": ...} or a string) or a whole body, falling back to fallback. The result has
-// the API key redacted and is at most maxErrorMessageBytes long.
+// errorMessage extracts a provider error message from raw, falling back to fallback. raw is a
+// whole body or an "error" member, which is {"message": ...} or a string. The result has the
+// API key redacted and is at most maxErrorMessageBytes long.
 func (o *OpenAI) errorMessage(raw []byte, fallback string) string {
 	msg := fallback
 	var text string

@@ -11,10 +11,10 @@ import (
 // error message.
 const redacted = "[REDACTED]"
 
-// Secret holds a credential. fmt (every verb, %#v included, also when the Secret sits in
-// an unexported field), encoding/json and log/slog print it as "[REDACTED]", or as "" when
-// it is empty; only Reveal returns the value. The zero value is the empty Secret. A Secret is
-// immutable and safe for concurrent use.
+// Secret holds a credential. fmt, encoding/json and log/slog print it as "[REDACTED]", or as ""
+// when it is empty. fmt does so for every verb, %#v included, also when the Secret sits in an
+// unexported field. Only Reveal returns the value. The zero value is the empty Secret. A Secret
+// is immutable and safe for concurrent use.
 type Secret struct {
 	// p is a pointer so that fmt, which does not call methods on unexported fields, prints
 	// an address there instead of the value.
@@ -24,7 +24,7 @@ type Secret struct {
 // NewSecret returns a Secret holding s.
 func NewSecret(s string) Secret { return Secret{p: &s} }
 
-// Reveal returns the secret value; "" for the zero Secret.
+// Reveal returns the secret value, or "" for the zero Secret.
 func (s Secret) Reveal() string {
 	if s.p == nil {
 		return ""

@@ -21,8 +21,8 @@ import (
 // run, and fault paths be exercised, with no API key.
 //
 // The input may be any JSON. When it is an object with a "sim" member, that member directs
-// the call; every field is optional:
-//   - latencyMs: sleep that long before answering (returns early when ctx is done).
+// the call. Every field is optional:
+//   - latencyMs: sleep that long before answering, returning early when ctx is done.
 //     Defaults to DefaultLatency.
 //   - fail: "retryable" or "final": after the latency, return an *Error of TypeSimulated with
 //     Code "sim_retryable" or "sim_final" and Retryable to match, on attempts
@@ -35,25 +35,27 @@ import (
 //
 //	{"text": "...", "sim": {"latencyMs": 250, "fail": "retryable", "failAttempts": 2, "progressEveryMs": 50}}
 //
-// A "sim" member of the wrong shape (wrong types, unknown fields, negative numbers, an
-// unknown fail value) is a final TypeBadRequest error, as is input that is not valid JSON.
+// A "sim" member of the wrong shape is a final TypeBadRequest error, as is input that is not
+// valid JSON. Wrong types, unknown fields, negative numbers and an unknown fail value are all
+// of the wrong shape.
 //
 // On success the output is a JSON object:
 //
 //	{"model":"sim","stage":"...","taskId":"...","attempt":1,"consumer":"...","answer":"sim-…","score":42}
 //
-// where answer and score (0..100) derive only from the SHA-256 of the input (canonicalised:
-// object keys sorted, insignificant space removed), ModelVersion and PromptVersion.
+// where answer and score, 0..100, derive only from ModelVersion, PromptVersion and the SHA-256
+// of the input. The input is canonicalised first: object keys sorted, insignificant space
+// removed.
 //
-// The zero value is ready to use. A Sim is safe for concurrent use; do not change its fields
+// The zero value is ready to use. A Sim is safe for concurrent use. Do not change its fields
 // while calls run.
 type Sim struct {
-	// OnRun, if set, is called synchronously once at the start of every Call, before the
-	// input is parsed. It must be safe for concurrent use. Tests use it to count model runs.
-	// Defaults to nil (no hook).
+	// OnRun, if set, is called synchronously once at the start of every Call, before the input
+	// is parsed. It must be safe for concurrent use. Tests use it to count model runs. Defaults
+	// to nil, no hook.
 	OnRun func(Request)
-	// DefaultLatency is how long a call sleeps when its input sets no latencyMs.
-	// Defaults to 0 (answer at once).
+	// DefaultLatency is how long a call sleeps when its input sets no latencyMs. Defaults to 0,
+	// which answers at once.
 	DefaultLatency time.Duration
 }
 
@@ -137,8 +139,8 @@ func (s *Sim) Call(ctx context.Context, req Request, progress ProgressFunc) (jso
 	return out, nil
 }
 
-// parseSimInput returns the canonical form of input (empty input counts as null) and its
-// "sim" directive, validated.
+// parseSimInput returns the canonical form of input and its validated "sim" directive. Empty
+// input counts as null.
 func parseSimInput(input json.RawMessage) ([]byte, simDirective, error) {
 	var d simDirective
 	if len(bytes.TrimSpace(input)) == 0 {
@@ -153,8 +155,8 @@ func parseSimInput(input json.RawMessage) ([]byte, simDirective, error) {
 		return nil, d, &Error{Type: TypeBadRequest, Code: "invalid_input", Message: msg, Err: err}
 	}
 	if bytes.IndexAny(canon, "<>&\u2028\u2029") >= 0 {
-		// The answer hashes json.Marshal's form, which escapes these (a raw message is
-		// marshalled as its compact, escaped copy).
+		// The answer hashes json.Marshal's form, which escapes these. A raw message is
+		// marshalled as its compact, escaped copy.
 		if canon, err = json.Marshal(json.RawMessage(canon)); err != nil {
 			return nil, d, fmt.Errorf("sim: canonicalise input: %w", err)
 		}
@@ -207,9 +209,9 @@ func parseSimInput(input json.RawMessage) ([]byte, simDirective, error) {
 	return canon, d, nil
 }
 
-// pause waits for d, or until ctx is done when d < 0, reporting progress every interval
-// when every > 0. It returns the classified ctx error when ctx ends the wait, also when ctx
-// is already done and d is 0.
+// pause waits for d, or until ctx is done when d < 0. It reports progress every interval when
+// every > 0. It returns the classified ctx error when ctx ends the wait, also when ctx is
+// already done and d is 0.
 func pause(ctx context.Context, d, every time.Duration, progress ProgressFunc) error {
 	if ctx.Err() != nil {
 		return contextError(ctx)
