@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -95,13 +96,30 @@ func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) err
 		return ctx.Err()
 	}
 	defer reg.unregister()
-	status, err := Guard(e.cb, func() (string, error) {
-		return e.rdb.HGet(wctx, e.coord.Keyspace().Meta(key), "status").Result()
+	m, err := Guard(e.cb, func() ([]any, error) {
+		return e.rdb.HMGet(wctx, e.coord.Keyspace().Meta(key), "status", "retryAt").Result()
 	})
-	if err == nil && status != string(flight.StatusPending) && status != string(flight.StatusRunning) {
-		return nil
+	var retry <-chan time.Time
+	if err == nil {
+		status, _ := m[0].(string)
+		at, _ := m[1].(string)
+		switch {
+		case status == string(flight.StatusFailed):
+			// A retry delay, such as a limiter's wait: every caller waits for its retryAt.
+			ms, _ := strconv.ParseInt(at, 10, 64)
+			d := time.Until(time.UnixMilli(ms))
+			if d <= 0 {
+				return nil
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			retry = t.C
+		case status != string(flight.StatusPending) && status != string(flight.StatusRunning):
+			return nil
+		}
 	}
 	select {
+	case <-retry:
 	case <-reg.ch:
 	case <-wctx.Done():
 		if ctx.Err() != nil {

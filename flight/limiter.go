@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -66,8 +68,22 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: fairness %q: want %q or %q", ErrInvalidLimit, l.Fairness, FairShare, FairNone)
 	}
 	for t, w := range l.Weights {
-		if w <= 0 {
-			return fmt.Errorf("%w: weight of tenant %q must be positive", ErrInvalidLimit, t)
+		if !(w > 0) || math.IsInf(w, 0) {
+			return fmt.Errorf("%w: weight of tenant %q must be a positive number", ErrInvalidLimit, t)
+		}
+	}
+	return nil
+}
+
+// CheckLimiterName reports a limiter name that cannot name Redis keys: 1 to 64 of
+// [a-z0-9._-].
+func CheckLimiterName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("%w: limiter name %q: want 1 to 64 characters", ErrInvalidLimit, name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: limiter name %q: want only [a-z0-9._-]", ErrInvalidLimit, name)
 		}
 	}
 	return nil
@@ -93,14 +109,17 @@ func (c *Coordinator) NewLimiter(name string, l Limit) (*Limiter, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("limiter %s: %w", name, err)
 	}
-	if name == "" {
-		return nil, fmt.Errorf("%w: a limiter needs a name", ErrInvalidLimit)
+	if err := CheckLimiterName(name); err != nil {
+		return nil, err
 	}
 	lm := &Limiter{name: name, limit: l, c: c, keys: c.ks.LimiterKeys(name),
 		head: []any{l.RequestsPerMinute, l.TokensPerMinute, l.Concurrency, ms(l.Burst), l.Fairness, ms(limiterIdle)}}
 	lm.factor.Store(1000)
 	return lm, nil
 }
+
+// Same reports whether l is the limit the limiter was made with.
+func (l *Limiter) Same(o Limit) bool { return reflect.DeepEqual(l.limit, o.WithDefaults()) }
 
 // Name returns the limiter's name.
 func (l *Limiter) Name() string { return l.name }

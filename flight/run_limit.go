@@ -21,6 +21,7 @@ func (w *Owner) admit(ctx context.Context, r Run, o Ownership) (Reservation, boo
 		return Reservation{}, false, Throttled{}
 	}
 	ttl := o.Policy.WithDefaults().RunningTTL
+	var waited time.Duration
 	for {
 		tctx, cancel := context.WithTimeout(ctx, w.limitTimeout())
 		res, th, err := w.Limiter.Take(tctx, o.Tenant, r.Tokens, ttl)
@@ -31,9 +32,10 @@ func (w *Owner) admit(ctx context.Context, r Run, o Ownership) (Reservation, boo
 			return Reservation{}, false, Throttled{}
 		case th.Wait == 0:
 			return res, true, Throttled{}
-		case th.Wait > w.LimitWait:
+		case waited+th.Wait > w.LimitWait:
 			return Reservation{}, false, th
 		}
+		waited += th.Wait
 		t := time.NewTimer(th.Wait)
 		select {
 		case <-ctx.Done():
@@ -52,6 +54,11 @@ func (w *Owner) throttled(ctx context.Context, r Run, o Ownership, th Throttled)
 		EntryReleased: w.ReleaseAfter > 0 && th.Wait > w.ReleaseAfter}
 	e := w.failWith(ctx, r, o, f, fmt.Errorf("%w: %s", ErrThrottled, f.Message), 0)
 	e.Throttled = th
+	if e.How == EndError {
+		// The free failure was not recorded: hand the flight over, so that the next owner
+		// takes it without spending an attempt, rather than by a lapsed lease.
+		e.Handed = w.Coord.giveUp(ctx, o)
+	}
 	return e
 }
 

@@ -13,7 +13,7 @@ import (
 
 // metaFields are the meta fields the claim rule reads, in HMGET order.
 var metaFields = []string{"status", "entry", "heartbeatAt", "policy", "handover", "retryable", "attempts",
-	"updatedAt"}
+	"updatedAt", "free"}
 
 // claimCheck is the claim rule for the stream subscriber, described in DESIGN.md section 5.
 // It judges another consumer's idle entry by the flight of its task.
@@ -107,7 +107,7 @@ func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict 
 			return stream.Claim
 		}
 		return stream.Keep
-	case status == "FAILED" && m["retryable"] == "1" && n("attempts") < int64(max(pol.MaxAttempts, 1)):
+	case status == "FAILED" && m["retryable"] == "1" && (n("attempts") < int64(max(pol.MaxAttempts, 1)) || m["free"] == "1"):
 		// A retry is due, and its owner's entry brings it. Check only when that stalls.
 		if now-n("updatedAt") > 2*lease {
 			return stream.Claim

@@ -377,6 +377,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 // limiter share it.
 func (c *Consumer) limiter(coord *flight.Coordinator, name string, l flight.Limit) (*flight.Limiter, error) {
 	if lim, ok := c.limiters[name]; ok {
+		if !lim.Same(l) {
+			return nil, fmt.Errorf("limiter %s: two stages give it different limits", name)
+		}
 		return lim, nil
 	}
 	lim, err := coord.NewLimiter(name, l)

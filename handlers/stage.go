@@ -224,8 +224,8 @@ func (c StageConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("limiter %q has no limit", c.Limiter))
 	}
 	if c.Limit != nil {
-		if c.Limiter == "" {
-			errs = append(errs, errors.New("a limit needs a limiter name"))
+		if err := flight.CheckLimiterName(c.Limiter); err != nil {
+			errs = append(errs, err)
 		} else if err := c.Limit.WithDefaults().Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("limiter %s: %w", c.Limiter, err))
 		}
@@ -321,6 +321,14 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 			stages[name] = sc
 		}
 		limiters = fc.Limiters
+		for name, l := range limiters {
+			if err := flight.CheckLimiterName(name); err != nil {
+				return nil, fmt.Errorf("handlers: stage config %s: %w", path, err)
+			}
+			if err := l.WithDefaults().Validate(); err != nil {
+				return nil, fmt.Errorf("handlers: stage config %s: limiter %s: %w", path, name, err)
+			}
+		}
 	}
 	names := only
 	if len(names) == 0 {

@@ -9,9 +9,11 @@
 --                                               the active tenants' weights) and per tenant
 --                                               u:<t> v:<t> ut:<t> (requests and tokens used,
 --                                               decayed over a minute, and when), q:<t> (its
---                                               queue of waiting calls), w:<t> (its weight)
+--                                               queue of waiting calls; q without fairness),
+--                                               w:<t> (its weight while active)
 -- KEYS[2] -> <prefix>limit:{<name>}:running  zset: reservation id -> expires at (ms)
--- KEYS[3] -> <prefix>limit:{<name>}:tenants  zset: tenant -> last asked at (ms)
+-- KEYS[3] -> <prefix>limit:{<name>}:tenants  zset: tenant -> last asked at (ms) while active,
+--                                               minus that once it left (its use is kept)
 --
 -- The limits block, V[1..6], of both functions:
 --   V[1] requests per minute (0: none), V[2] tokens per minute (0: none), V[3] concurrent
@@ -29,10 +31,13 @@
 
 local TENANT_WINDOW = 5000 -- ms: a tenant that asked this recently shares the limiter
 local USE_WINDOW = 60000 -- ms: the time constant of a tenant's decayed use
+local USE_KEPT = 300000 -- ms: how long a tenant that left is remembered, its use with it
+local MAX_HOLD = 60000 -- ms: the longest hold a 429 sets
+local MAX_QUEUE = 60000 -- ms: the longest a tenant's queue of waiting calls reaches ahead
 local MIN_FACTOR, DOWN, UP = 0.1, 0.5, 0.05
 
--- limRate is a per-minute limit scaled by the factor and a share, per ms.
-local function limRate(limit, f, share) return limit * f * share / 60000 end
+-- limRate is a per-minute limit scaled by the factor, per ms.
+local function limRate(limit, f) return limit * f / 60000 end
 
 -- limCap is what a bucket of the rate holds: burst ms of it, and at least floor.
 local function limCap(rate, floor) return math.max(rate * num(V[4], 10000), floor) end
@@ -51,44 +56,60 @@ local function limWait(level, need, rate)
   return math.ceil((need - level) / rate)
 end
 
+-- limDecay is v recorded at at, decayed to now.
+local function limDecay(v, at) return num(v, 0) * math.exp(-(nowMs() - num(at, nowMs())) / USE_WINDOW) end
+
+-- limCost is what the fair shares count of a tenant's u (requests) and v (tokens) fields.
+local function limCost(u, v)
+  if num(V[1], 0) == 0 then return v end
+  return u
+end
+
 -- limFields reads the hash fields of the limiter and of tenant t.
 local function limFields(t)
-  local names = { 'r', 'rt', 't', 'tt', 'hold', 'f', 'W', 'U', 'Ut', 'u:' .. t, 'v:' .. t, 'ut:' .. t, 'q:' .. t, 'w:' .. t }
+  local names = { 'r', 'rt', 't', 'tt', 'hold', 'f', 'W', 'U', 'Ut', 'u:' .. t, 'v:' .. t, 'ut:' .. t, 'q:' .. t, 'q' }
   local vals = redis.call('HMGET', K[1], unpack(names))
   local h = {}
   for i, n in ipairs(names) do h[n] = vals[i] end
   return h
 end
 
--- limPrune lets tenants that stopped asking go (at most 16 a call), their weights and their
--- use with them.
+-- limPrune lets tenants that stopped asking go from the active ones (at most 16 a call):
+-- their weights and their use leave the sums W and U. Their own use is kept, decaying, for
+-- USE_KEPT (a score of minus the time they last asked marks them), then forgotten.
 local function limPrune()
-  local gone = redis.call('ZRANGEBYSCORE', K[3], '-inf', nowMs() - TENANT_WINDOW, 'LIMIT', 0, 16)
-  if #gone == 0 then return end
-  local h = redis.call('HMGET', K[1], 'U', 'Ut')
-  local total = num(h[1], 0) * math.exp(-(nowMs() - num(h[2], nowMs())) / USE_WINDOW)
-  for _, t in ipairs(gone) do
-    local v = redis.call('HMGET', K[1], 'w:' .. t, 'u:' .. t, 'v:' .. t, 'ut:' .. t)
-    local use = num(v[2], 0)
-    if num(V[1], 0) == 0 then use = num(v[3], 0) end
-    total = total - use * math.exp(-(nowMs() - num(v[4], nowMs())) / USE_WINDOW)
-    redis.call('HINCRBYFLOAT', K[1], 'W', -num(v[1], 1))
-    redis.call('HDEL', K[1], 'w:' .. t, 'u:' .. t, 'v:' .. t, 'ut:' .. t, 'q:' .. t)
+  local now = nowMs()
+  local gone = redis.call('ZRANGEBYSCORE', K[3], 0, now - TENANT_WINDOW, 'LIMIT', 0, 16)
+  if #gone > 0 then
+    local sums = redis.call('HMGET', K[1], 'U', 'Ut', 'W')
+    local total, weights = limDecay(sums[1], sums[2]), num(sums[3], 0)
+    for _, t in ipairs(gone) do
+      local v = redis.call('HMGET', K[1], 'w:' .. t, 'u:' .. t, 'v:' .. t, 'ut:' .. t)
+      total = total - limDecay(limCost(v[2], v[3]), v[4])
+      weights = weights - num(v[1], 1)
+      redis.call('ZADD', K[3], -num(redis.call('ZSCORE', K[3], t), now), t)
+      redis.call('HDEL', K[1], 'w:' .. t, 'q:' .. t)
+    end
+    redis.call('HSET', K[1], 'U', tostring(math.max(0, total)), 'Ut', nowStr, 'W', tostring(math.max(0, weights)))
+  end
+  local old = redis.call('ZRANGEBYSCORE', K[3], -(now - USE_KEPT), '(0', 'LIMIT', 0, 16)
+  for _, t in ipairs(old) do
+    redis.call('HDEL', K[1], 'u:' .. t, 'v:' .. t, 'ut:' .. t)
     redis.call('ZREM', K[3], t)
   end
-  redis.call('HSET', K[1], 'U', tostring(math.max(0, total)), 'Ut', nowStr)
 end
 
--- limJoin marks tenant t active with weight w and returns its share of the limiter.
+-- limJoin marks tenant t active with weight w: a tenant that was not adds its weight and its
+-- use, as far as it is remembered, to the sums.
 local function limJoin(t, w)
   limPrune()
-  if redis.call('ZADD', K[3], nowMs(), t) == 1 then
-    redis.call('HSET', K[1], 'w:' .. t, w)
-    redis.call('HINCRBYFLOAT', K[1], 'W', w)
-  end
-  local total = num(redis.call('HGET', K[1], 'W'), w)
-  if total <= 0 then return 1 end
-  return math.min(1, w / total)
+  local was = num(redis.call('ZSCORE', K[3], t), -1)
+  redis.call('ZADD', K[3], nowMs(), t)
+  if was > 0 then return end
+  local v = redis.call('HMGET', K[1], 'U', 'Ut', 'u:' .. t, 'v:' .. t, 'ut:' .. t)
+  local total = limDecay(v[1], v[2]) + limDecay(limCost(v[3], v[4]), v[5])
+  redis.call('HSET', K[1], 'w:' .. t, w, 'U', tostring(total), 'Ut', nowStr)
+  redis.call('HINCRBYFLOAT', K[1], 'W', w)
 end
 
 local function limExpire()
@@ -97,19 +118,17 @@ end
 
 -- limUse returns tenant t's requests and tokens used, decayed to now.
 local function limUse(h, t)
-  local d = math.exp(-(nowMs() - num(h['ut:' .. t], nowMs())) / USE_WINDOW)
-  return num(h['u:' .. t], 0) * d, num(h['v:' .. t], 0) * d
+  return limDecay(h['u:' .. t], h['ut:' .. t]), limDecay(h['v:' .. t], h['ut:' .. t])
 end
 
 -- limTotal returns the active tenants' use together, decayed to now.
-local function limTotal(h)
-  return num(h.U, 0) * math.exp(-(nowMs() - num(h.Ut, nowMs())) / USE_WINDOW)
-end
+local function limTotal(h) return limDecay(h.U, h.Ut) end
 
 register('limit_take', function()
   local t, w, need, id, ttl = V[7], num(V[8], 1), num(V[9], 0), V[10], num(V[11], 60000)
   local rpm, tpm, conc = num(V[1], 0), num(V[2], 0), num(V[3], 0)
   local fair = V[5] == 'fair'
+  if fair then limJoin(t, w) end
   local h = limFields(t)
   local now = nowMs()
   local function refuse(wait, why)
@@ -126,29 +145,30 @@ register('limit_take', function()
     end
   end
   local f = num(h.f, 1)
-  local share = 1
-  if fair then share = limJoin(t, w) end
-  local rr, tr = limRate(rpm, f, 1), limRate(tpm, f, 1)
+  local rr, tr = limRate(rpm, f), limRate(tpm, f)
   local r, tk, tc = 0, 0, 0
   local ur, ut = limUse(h, t)
+  local total = limTotal(h)
   local wait, why = 0, ''
   local function consider(ms, reason)
     if ms > wait then wait, why = ms, reason end
   end
   -- Under fairness a heavy tenant, one whose use of the last minute per weight is above the
   -- active tenants' average, leaves the upper half of each bucket to the others: a tenant
-  -- that comes later, or uses less, is served first, until the uses even out. The floor
-  -- never stops a call when the bucket is full.
+  -- that comes later, or uses less, is served first, until the uses even out. Alone, a
+  -- tenant that spent more than a burst of late is heavy too: it keeps the limiter's rate
+  -- but leaves half the burst for whoever comes next. The floor never stops a call when the
+  -- bucket is full.
   local heavy = false
   local cost, mine = 1, ur
   if rpm == 0 then cost, mine = need, ut end
-  local total = limTotal(h)
-  if fair and share < 1 then
-    heavy = mine / w > total / math.max(num(h.W, w), 1e-9)
-  elseif fair then
-    -- Alone, a tenant that spent more than a burst of late keeps half of it for whoever
-    -- comes next; its rate is the limiter's still.
-    heavy = (rpm > 0 and ur > limCap(rr, 1)) or (rpm == 0 and tpm > 0 and ut > limCap(tr, 0))
+  if fair then
+    local weights = num(h.W, w)
+    if weights > w then
+      heavy = mine / w > total / weights
+    else
+      heavy = (rpm > 0 and ur > limCap(rr, 1)) or (rpm == 0 and tpm > 0 and ut > limCap(tr, 0))
+    end
   end
   if rpm > 0 then
     local rc
@@ -169,14 +189,15 @@ register('limit_take', function()
   end
   if heavy and wait > 0 then why = 'share' end
   if wait > 0 then
-    -- The tenant's waiting calls queue behind each other, a heavy tenant's at its share of
-    -- the request rate, so that they come back spread out rather than all at once.
+    -- The tenant's waiting calls (all calls' without fairness) queue behind each other at
+    -- the request rate, so that they come back spread out rather than all at once, at most
+    -- MAX_QUEUE ahead: past it they ask again and queue anew.
+    local qf = 'q'
+    if fair then qf = 'q:' .. t end
     local step = 0
-    local srr = rr
-    if heavy then srr = limRate(rpm, f, share) end
-    if srr > 0 then step = 1 / srr end
-    local q = math.max(num(h['q:' .. t], now), now) + step
-    redis.call('HSET', K[1], 'q:' .. t, fmt(q))
+    if rr > 0 then step = 1 / rr end
+    local q = math.min(math.max(num(h[qf], now), now) + step, now + MAX_QUEUE)
+    redis.call('HSET', K[1], qf, fmt(q))
     return refuse(math.max(wait, q - now), why)
   end
   local set = {}
@@ -203,7 +224,7 @@ register('limit_settle', function()
   local set = {}
   local function put(name, v) set[#set + 1] = name; set[#set + 1] = tostring(v) end
   if tpm > 0 and (used >= 0 or remT >= 0) then
-    local tr = limRate(tpm, f, 1)
+    local tr = limRate(tpm, f)
     local level = limLevel(h, 't', 'tt', tr, 0)
     if used >= 0 then level = level + reserved - used end
     if remT >= 0 then level = math.min(level, remT) end
@@ -211,21 +232,24 @@ register('limit_settle', function()
     if used >= 0 and h['ut:' .. t] then
       local ur, ut = limUse(h, t)
       put('u:' .. t, ur); put('v:' .. t, math.max(0, ut + used - reserved)); put('ut:' .. t, nowStr)
-      if rpm == 0 then -- the fair shares count tokens
+      if rpm == 0 and num(redis.call('ZSCORE', K[3], t), 0) > 0 then -- the shares count tokens
         put('U', math.max(0, limTotal(h) + used - reserved)); put('Ut', nowStr)
       end
     end
   end
   if rpm > 0 and (remR >= 0 or outcome == 'limited') then
-    local level = limLevel(h, 'r', 'rt', limRate(rpm, f, 1), 1)
+    local level = limLevel(h, 'r', 'rt', limRate(rpm, f), 1)
     if remR >= 0 then level = math.min(level, remR) end
     if outcome == 'limited' then level = math.min(level, 0) end
     put('r', level); put('rt', nowStr)
   end
   if outcome == 'limited' then
-    f = math.max(MIN_FACTOR, f * DOWN)
+    -- One hold lowers the rates once, however many calls meet it; a hold lasts at most
+    -- MAX_HOLD, whatever the provider's Retry-After says.
+    local held = num(h.hold, 0)
+    if held <= nowMs() then f = math.max(MIN_FACTOR, f * DOWN) end
     if holdMs <= 0 then holdMs = 1000 end
-    put('hold', fmt(math.max(num(h.hold, 0), nowMs() + holdMs)))
+    put('hold', fmt(math.max(held, nowMs() + math.min(holdMs, MAX_HOLD))))
   elseif outcome == 'ok' and f < 1 then
     f = math.min(1, f + UP)
   end
