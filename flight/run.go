@@ -195,7 +195,8 @@ func (w *Owner) Run(ctx context.Context, d Decision, r Run) End {
 		})
 	usage, rem := report.result()
 	if limited {
-		w.settleLimit(ctx, r, res, usage, rem, callErr)
+		// After the complete or fail: the tasks' events do not wait for the limiter.
+		defer w.settleLimit(ctx, r, res, usage, rem, callErr)
 	}
 	o.Usage = usage
 	var release func(settled bool)
