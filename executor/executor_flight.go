@@ -204,6 +204,9 @@ func (e *Executor) own(ctx context.Context, st *stageRuntime, d flight.Decision,
 		res.Uncertain = true
 		return res, false, end.Err
 	}
+	if end.Op == "fail" && end.Throttled.Wait > 0 {
+		return Result{}, true, nil // the limiter's wait could not be recorded: acquire again
+	}
 	if end.Op == "fail" {
 		return Result{}, false, end.CallErr // the failure could not be recorded, and fn is not run again here
 	}

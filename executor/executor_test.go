@@ -27,15 +27,15 @@ import (
 
 const stage = "interview-evaluation"
 
-// counter is a go-redis hook that counts the commands a client sends, and its HGETs apart (a
-// follower's look at the flight's status, once it listens for the owner's event).
+// counter is a go-redis hook that counts the commands a client sends, and apart its HGETs and
+// HMGETs: a follower's look at the flight, once it listens for the owner's event.
 type counter struct{ n, hgets atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
-		if cmd.Name() == "hget" {
+		if cmd.Name() == "hget" || cmd.Name() == "hmget" {
 			c.hgets.Add(1)
 		}
 		return next(ctx, cmd)
