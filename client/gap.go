@@ -98,7 +98,7 @@ func finalEvent(r Receipt, m map[string]string, res *redis.StringCmd, ref string
 			return topics.Event{}, false // the result expired: not a known outcome any more
 		}
 	case topics.StatusFailed:
-		if m["retryable"] == "1" && (n("attempts") < maxA || m["free"] == "1") { // free: a limiter's wait
+		if flight.StillRetries(m) {
 			return topics.Event{}, false
 		}
 	case topics.StatusExpired:

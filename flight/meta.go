@@ -118,6 +118,21 @@ func PinnedPolicy(field string) Policy {
 		MaxAttempts: int(v[5])}
 }
 
+// StillRetries reports whether the flight of a FAILED meta m has another attempt coming: it is
+// retryable with attempts left by its pinned maxAttempts (3 without one), or free, a limiter's
+// wait, as acquire.lua judges it.
+func StillRetries(m map[string]string) bool {
+	if m["retryable"] != "1" {
+		return false
+	}
+	maxA := PinnedPolicy(m["policy"]).MaxAttempts
+	if maxA <= 0 {
+		maxA = 3
+	}
+	attempts, _ := strconv.Atoi(m["attempts"])
+	return attempts < maxA || m["free"] == "1"
+}
+
 // parseWaiters decodes the waiters hash: "<entry id> <stream>" -> "<parked at ms> <task id>".
 func parseWaiters(w map[string]string) []ParkedEntry {
 	out := make([]ParkedEntry, 0, len(w))

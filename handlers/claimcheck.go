@@ -107,7 +107,7 @@ func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict 
 			return stream.Claim
 		}
 		return stream.Keep
-	case status == "FAILED" && m["retryable"] == "1" && (n("attempts") < int64(max(pol.MaxAttempts, 1)) || m["free"] == "1"):
+	case status == "FAILED" && flight.StillRetries(m):
 		// A retry is due, and its owner's entry brings it. Check only when that stalls.
 		if now-n("updatedAt") > 2*lease {
 			return stream.Claim
