@@ -114,11 +114,17 @@ func (in *Inspector) flights(ctx context.Context, stages []string, f FlightFilte
 	out := make([]FlightView, 0, len(keys))
 	for start := 0; start < len(keys); start += 100 {
 		chunk := keys[start:min(start+100, len(keys))]
-		metas := make([]*redis.MapStringStringCmd, len(chunk))
+		recordKeys := make([]string, len(chunk))
+		for i, k := range chunk {
+			recordKeys[i] = in.ks.Flight(k)
+		}
+		metas, err := flight.RecordHeaders(ctx, in.rdb, recordKeys)
+		if err != nil {
+			return nil, fmt.Errorf("admin: flights: %w", err)
+		}
 		parked := make([]*redis.IntCmd, len(chunk))
-		_, err := in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err = in.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range chunk {
-				metas[i] = p.HGetAll(ctx, in.ks.Meta(k))
 				parked[i] = p.HLen(ctx, in.ks.Waiters(k))
 			}
 			return nil
@@ -127,8 +133,8 @@ func (in *Inspector) flights(ctx context.Context, stages []string, f FlightFilte
 			return nil, fmt.Errorf("admin: flights: %w", err)
 		}
 		for i, k := range chunk {
-			m := metas[i].Val()
-			if len(m) == 0 {
+			m := metas[i]
+			if m == nil {
 				continue
 			}
 			fv := flightView(k, m, now.UnixMilli())

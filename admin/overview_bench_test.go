@@ -113,7 +113,7 @@ func newAmpLoad(tb testing.TB) *ampLoad {
 	ev := topics.Event{TaskID: "hit-00000", RequestKey: l.key, Stage: stage, Tenant: "acme",
 		Status: topics.StatusSucceeded, Shared: topics.SharedHit, OwnerToken: d.Owner.Token, Attempts: 1,
 		QueuedMs: 3, FinishedAt: now, Consumer: "c1"}
-	ev.SetResult(result, flight.DefaultMaxInline, l.ks.Result(l.key))
+	ev.SetResult(result, flight.DefaultMaxInline, l.ks.Flight(l.key))
 	payload, err := topics.EncodeEvent(ev)
 	if err != nil || len(ev.Result) == 0 {
 		tb.Fatalf("event: %v (inline result %d bytes)", err, len(ev.Result))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/flighttest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -341,8 +342,8 @@ func TestSecurityDLQTruncated(t *testing.T) {
 	}
 
 	// A flight with a 1 MB error field and 1,500 parked tasks (listed: the event names it).
-	if err := s.r.Client.HSet(ctx, s.ks.Meta(key), "status", "RUNNING", "stage", "interview-evaluation", "tenant", "acme",
-		"error", mb).Err(); err != nil {
+	if err := flighttest.Set(ctx, s.r.Client, s.ks.Flight(key), "status", "RUNNING", "stage", "interview-evaluation", "tenant", "acme",
+		"error", mb); err != nil {
 		t.Fatal(err)
 	}
 	parked := make([]any, 0, 3000)

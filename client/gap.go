@@ -54,17 +54,13 @@ func (c *Client) trimmedPast(ctx context.Context, stream, from string) bool {
 // error, marked shared "hit" because the event itself was lost. Flights without a final
 // outcome are left out.
 func (c *Client) outcomes(ctx context.Context, receipts []Receipt) map[string]topics.Event {
-	type reads struct {
-		meta *redis.MapStringStringCmd
-		res  *redis.StringCmd
-	}
-	byKey := map[string]*reads{}
+	byKey := map[string]*redis.StringCmd{}
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, r := range receipts {
 			if r.RequestKey == "" || byKey[r.RequestKey] != nil || flight.CheckKey(r.RequestKey) != nil {
 				continue
 			}
-			byKey[r.RequestKey] = &reads{meta: p.HGetAll(ctx, c.ks.Meta(r.RequestKey)), res: p.Get(ctx, c.ks.Result(r.RequestKey))}
+			byKey[r.RequestKey] = p.Get(ctx, c.ks.Flight(r.RequestKey))
 		}
 		return nil
 	})
@@ -74,10 +70,14 @@ func (c *Client) outcomes(ctx context.Context, receipts []Receipt) map[string]to
 	out := map[string]topics.Event{}
 	for _, r := range receipts {
 		rd := byKey[r.RequestKey]
-		if rd == nil {
+		if rd == nil || rd.Err() != nil {
 			continue
 		}
-		if ev, ok := finalEvent(r, rd.meta.Val(), rd.res, c.ks.Result(r.RequestKey)); ok {
+		m, res, err := flight.ParseRecord(rd.Val())
+		if err != nil {
+			continue
+		}
+		if ev, ok := finalEvent(r, m, res, c.ks.Flight(r.RequestKey)); ok {
 			out[r.TaskID] = ev
 		}
 	}
@@ -85,7 +85,7 @@ func (c *Client) outcomes(ctx context.Context, receipts []Receipt) map[string]to
 }
 
 // finalEvent builds the event a flight's final outcome stands for.
-func finalEvent(r Receipt, m map[string]string, res *redis.StringCmd, ref string) (topics.Event, bool) {
+func finalEvent(r Receipt, m map[string]string, res []byte, ref string) (topics.Event, bool) {
 	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
 	maxA := int64(flight.PinnedPolicy(m["policy"]).MaxAttempts)
 	if maxA <= 0 {
@@ -94,9 +94,6 @@ func finalEvent(r Receipt, m map[string]string, res *redis.StringCmd, ref string
 	st := topics.Status(m["status"])
 	switch st {
 	case topics.StatusSucceeded:
-		if res.Err() != nil {
-			return topics.Event{}, false // the result expired: not a known outcome any more
-		}
 	case topics.StatusFailed:
 		if flight.StillRetries(m) {
 			return topics.Event{}, false
@@ -118,7 +115,7 @@ func finalEvent(r Receipt, m map[string]string, res *redis.StringCmd, ref string
 	}
 	if st == topics.StatusSucceeded {
 		ev.ErrorType, ev.ErrorCode, ev.Error = "", "", ""
-		ev.SetResult([]byte(res.Val()), flight.DefaultMaxInline, ref)
+		ev.SetResult(res, flight.DefaultMaxInline, ref)
 	}
 	return ev, true
 }

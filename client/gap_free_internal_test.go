@@ -2,8 +2,6 @@ package client
 
 import (
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // TestGapFreeFailureNotFinal: a free failure (a limiter's wait) with its attempts at
@@ -12,7 +10,7 @@ func TestGapFreeFailureNotFinal(t *testing.T) {
 	m := map[string]string{"status": "FAILED", "retryable": "1", "free": "1", "attempts": "1",
 		"policy": "5000 120000 0 600000 60000 1", "errorType": "rate_limited", "errorCode": "limiter_requests",
 		"retryAt": "99999999999999"}
-	ev, final := finalEvent(Receipt{TaskID: "t", RequestKey: "k", Stage: "s"}, m, redis.NewStringCmd(nil), "ref")
+	ev, final := finalEvent(Receipt{TaskID: "t", RequestKey: "k", Stage: "s"}, m, nil, "ref")
 	if final {
 		t.Errorf("a free limiter wait is reported final: %+v", ev)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -15,13 +16,13 @@ type results struct {
 	cache map[string][]byte // resultRef + " " + owner token -> result
 }
 
-// fill returns ev with Result read from its flight when it has only ResultRef, while the
-// flight keeps it for its resultTTL. A ref outside the client's keyspace is not followed.
-// An error or a result already gone leaves the event as it is, with ResultRef set and
-// Result empty.
+// fill returns ev with Result read from its flight's record when it has only ResultRef, while
+// the flight keeps it for its resultTTL. A ref outside the client's keyspace is not followed,
+// and a record of another run than the event's owner token is not taken. An error or a result
+// already gone leaves the event as it is, with ResultRef set and Result empty.
 func (r *results) fill(ctx context.Context, ev topics.Event) topics.Event {
 	if ev.Status != topics.StatusSucceeded || len(ev.Result) > 0 || ev.ResultRef == "" ||
-		ev.RequestKey == "" || ev.ResultRef != r.c.ks.Result(ev.RequestKey) {
+		ev.RequestKey == "" || ev.ResultRef != r.c.ks.Flight(ev.RequestKey) {
 		return ev
 	}
 	id := ev.ResultRef + " " + strconv.FormatInt(ev.OwnerToken, 10)
@@ -29,8 +30,12 @@ func (r *results) fill(ctx context.Context, ev topics.Event) topics.Event {
 		ev.Result = b
 		return ev
 	}
-	b, err := r.c.rdb.Get(ctx, ev.ResultRef).Bytes()
+	raw, err := r.c.rdb.Get(ctx, ev.ResultRef).Result()
 	if err != nil {
+		return ev
+	}
+	f, b, err := flight.ParseRecord(raw)
+	if err != nil || f["status"] != string(flight.StatusSucceeded) || f["ownerToken"] != strconv.FormatInt(ev.OwnerToken, 10) {
 		return ev
 	}
 	if r.cache == nil {

@@ -96,13 +96,13 @@ func (e *Executor) follow(ctx context.Context, st *stageRuntime, key string) err
 		return ctx.Err()
 	}
 	defer reg.unregister()
-	m, err := Guard(e.cb, func() ([]any, error) {
-		return e.rdb.HMGet(wctx, e.coord.Keyspace().Meta(key), "status", "retryAt").Result()
+	head, err := Guard(e.cb, func() (string, error) {
+		return e.rdb.GetRange(wctx, e.coord.Keyspace().Flight(key), 0, flight.RecordHeadBytes-1).Result()
 	})
 	var retry <-chan time.Time
 	if err == nil {
-		status, _ := m[0].(string)
-		at, _ := m[1].(string)
+		m, _ := flight.ParseRecordHead(head)
+		status, at := m["status"], m["retryAt"]
 		switch {
 		case status == string(flight.StatusFailed):
 			// A retry delay, such as a limiter's wait: every caller waits for its retryAt.

@@ -20,6 +20,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/flighttest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -27,15 +28,15 @@ import (
 
 const stage = "interview-evaluation"
 
-// counter is a go-redis hook that counts the commands a client sends, and apart its HGETs and
-// HMGETs: a follower's look at the flight, once it listens for the owner's event.
+// counter is a go-redis hook that counts the commands a client sends, and apart its GETRANGEs:
+// a follower's look at the flight's record, once it listens for the owner's event.
 type counter struct{ n, hgets atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
-		if cmd.Name() == "hget" || cmd.Name() == "hmget" {
+		if cmd.Name() == "getrange" {
 			c.hgets.Add(1)
 		}
 		return next(ctx, cmd)
@@ -622,7 +623,7 @@ func TestExecutorAnswersParkedStreamTasks(t *testing.T) {
 			})
 			done <- err
 		}()
-		for s.rdb.Exists(ctx, s.ks.Meta("own")).Val() == 0 {
+		for s.rdb.Exists(ctx, s.ks.Flight("own")).Val() == 0 {
 			time.Sleep(5 * time.Millisecond)
 		}
 		tk := s.park("own", "stream-own")
@@ -643,17 +644,16 @@ func TestExecutorAnswersParkedStreamTasks(t *testing.T) {
 		check  func(err error) bool
 	}{
 		{"ResultHit", func(key string, o flight.Ownership) {
-			s.rdb.Set(ctx, s.ks.Result(key), `"r"`, time.Minute)
-			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "SUCCEEDED", "inline", "1")
+			set(t, s.rdb, s.ks.Flight(key), "status", "SUCCEEDED", "inline", "1", "result", `"r"`)
 		}, topics.StatusSucceeded, func(err error) bool { return err == nil }},
 		{"FailedFinal", func(key string, o flight.Ownership) {
-			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "FAILED", "retryable", "0", "errorCode", "400")
+			set(t, s.rdb, s.ks.Flight(key), "status", "FAILED", "retryable", "", "errorCode", "400")
 		}, topics.StatusFailed, func(err error) bool { return errors.Is(err, flight.ErrFailed) }},
 		{"Cancelled", func(key string, o flight.Ownership) {
-			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "CANCELLED", "cancelReason", "stop")
+			set(t, s.rdb, s.ks.Flight(key), "status", "CANCELLED", "error", "stop")
 		}, topics.StatusCancelled, func(err error) bool { return errors.Is(err, flight.ErrCancelled) }},
 		{"Expired", func(key string, o flight.Ownership) {
-			s.rdb.HSet(ctx, s.ks.Meta(key), "status", "EXPIRED", "attempts", "9", "errorCode", "lease_lost")
+			set(t, s.rdb, s.ks.Flight(key), "status", "EXPIRED", "attempts", "9", "errorCode", "lease_lost")
 		}, topics.StatusExpired, func(err error) bool { return errors.Is(err, flight.ErrExpired) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -694,7 +694,7 @@ func TestExecutorCompleteRefusedIsNotSuccess(t *testing.T) {
 		want error
 	}{
 		{"ExpiredForGood", func(key string) {
-			s.rdb.HSet(ctx, s.ks.Meta(key), "expireAt", 1, "attempts", 9)
+			set(t, s.rdb, s.ks.Flight(key), "expireAt", "1", "attempts", "9")
 			if d, _ := s.c.Acquire(ctx, flight.AcquireParams{Key: key, OwnerID: "y", Stage: stage}); d.Action != flight.ActionExpired {
 				t.Fatalf("expire: %+v", d)
 			}
@@ -857,5 +857,13 @@ func TestExecutorLimiter(t *testing.T) {
 	}
 	if d := time.Since(start); d < 700*time.Millisecond {
 		t.Errorf("two calls in %v on a limiter of one a second", d)
+	}
+}
+
+// set sets fields of a flight's record, as flighttest.Set does.
+func set(t *testing.T, rdb redis.Cmdable, key string, kv ...string) {
+	t.Helper()
+	if err := flighttest.Set(context.Background(), rdb, key, kv...); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,16 +23,56 @@ import (
 // entries pending and the waiters in place: the next caller of the flight, or a consumer's
 // parked-entry check, answers them again.
 
-// answerArgv returns the answer block, lib.lua's ARGV[1..11], for a call made for task t.
-// body is the caller's own SUCCEEDED event body when the caller built it, or "" otherwise.
-// maxInline is the largest result that the events the script builds for other tasks inline.
-func (c *Coordinator) answerArgv(t Task, run time.Duration, maxInline int, body any) []any {
-	argv := make([]any, 11, 28)
-	argv[0], argv[1], argv[2], argv[3] = c.mode, c.maxLenArg, c.group, topics.ParkingConsumer
-	argv[4], argv[5] = c.tailFields(), body
-	argv[6], argv[7], argv[8] = t.ID, t.ref(), t.Queued.Milliseconds()
-	argv[9], argv[10] = run.Milliseconds(), maxInline
+// answerArgv returns the answer context and the caller, lib.lua's ARGV[1..2], for a call made
+// for task t of stage. maxInline is the largest result that the events the script builds for other
+// tasks inline.
+func (c *Coordinator) answerArgv(stage string, t Task, run time.Duration, maxInline int) []any {
+	argv := make([]any, 2, 11)
+	argv[0] = c.ctxArg(stage)
+	b := make([]byte, 0, 160)
+	b = append(b, t.ID...)
+	b = append(b, '\t')
+	if t.Entry != "" && t.Stream != "" {
+		b = append(b, t.Entry...)
+		b = append(b, ' ')
+		b = append(b, t.Stream...)
+	}
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, t.Queued.Milliseconds(), 10)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, run.Milliseconds(), 10)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, int64(maxInline), 10)
+	b = append(b, '\t')
+	b = append(b, c.tailFields()...)
+	argv[1] = b
 	return argv
+}
+
+// identity returns line 2 of the record an owner writes (lib.lua): the flight's identity, the
+// owner's pinned policy, its task, and no error.
+func (c *Coordinator) identity(key, stage, tenant, session string, pol Policy, owner string, t Task) []byte {
+	b := make([]byte, 0, 64+len(key)+len(stage)+len(tenant)+len(session)+len(owner)+len(t.ID)+len(t.Entry)+len(t.Stream))
+	b = append(b, key...)
+	b = append(b, '\t')
+	b = append(b, stage...)
+	b = append(b, '\t')
+	b = append(b, tenant...)
+	b = append(b, '\t')
+	b = append(b, clean(session)...)
+	b = append(b, '\t')
+	b = append(b, c.pinnedOf(pol)...)
+	b = append(b, '\t')
+	b = append(b, clean(owner)...)
+	b = append(b, '\t')
+	b = append(b, t.ID...)
+	b = append(b, '\t')
+	if t.Entry != "" && t.Stream != "" {
+		b = append(b, t.Entry...)
+		b = append(b, ' ')
+		b = append(b, t.Stream...)
+	}
+	return append(b, "\t\t\t"...)
 }
 
 // tailStamp is a tailFields string and the Unix millisecond it was made in.
@@ -59,25 +100,12 @@ func (c *Coordinator) tailFields() string {
 	return s
 }
 
-// answerKeys returns the flight keys of key and, in answer mode write, the result stream and
-// task streams of stage.
-func (c *Coordinator) answerKeys(key, stage string) []string {
-	if c.mode != "write" {
-		return c.ks.FlightKeys(key)
-	}
-	streams := c.stageStreams(stage)
-	keys := make([]string, 0, 4+len(streams))
-	keys = append(keys, c.ks.FlightKeys(key)...)
-	return append(keys, streams...)
-}
-
-// stageStreams returns stage's result stream followed by its task streams, made once per
-// stage.
-func (c *Coordinator) stageStreams(stage string) []string {
+// ctxArg returns the answer context of stage's calls, lib.lua's ARGV[1], made once per stage.
+func (c *Coordinator) ctxArg(stage string) string {
 	if v, ok := c.streams.Load(stage); ok {
-		return v.([]string)
+		return v.(string)
 	}
-	s := append([]string{c.ks.Results(stage)}, c.ks.TaskStreams(stage)...)
+	s := c.mode + " " + c.maxLenArg + " " + c.group + " " + topics.ParkingConsumer + " " + c.ks.Results(stage)
 	c.streams.Store(stage, s)
 	return s
 }
@@ -95,7 +123,8 @@ type answerTail struct {
 // errMalformedTail is parseTail's error, made once because parseTail runs for every call.
 var errMalformedTail = fmt.Errorf("%w: malformed answer tail", ErrProtocol)
 
-// parseTail reads the answer tail that starts at res[at]. In mode write it holds no payloads.
+// parseTail reads the answer tail that starts at res[at]. In mode write it holds the count
+// of events and the waits only.
 func (c *Coordinator) parseTail(res []any, at int) (answerTail, error) {
 	var t answerTail
 	i := at
@@ -132,26 +161,26 @@ func (c *Coordinator) parseTail(res []any, at int) (answerTail, error) {
 		if t.events, ok = list(n); !ok {
 			return t, bad
 		}
+		na, ok := count()
+		if !ok {
+			return t, bad
+		}
+		if t.acks, ok = list(na); !ok {
+			return t, bad
+		}
+		nr, ok := count()
+		if !ok {
+			return t, bad
+		}
+		if t.released, ok = list(nr); !ok {
+			return t, bad
+		}
+		park, ok := list(1)
+		if !ok {
+			return t, bad
+		}
+		t.park = park[0]
 	}
-	na, ok := count()
-	if !ok {
-		return t, bad
-	}
-	if t.acks, ok = list(na); !ok {
-		return t, bad
-	}
-	nr, ok := count()
-	if !ok {
-		return t, bad
-	}
-	if t.released, ok = list(nr); !ok {
-		return t, bad
-	}
-	park, ok := list(1)
-	if !ok {
-		return t, bad
-	}
-	t.park = park[0]
 	nw, ok := count()
 	if !ok || nw > len(res)-i {
 		return t, bad

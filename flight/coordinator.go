@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,6 @@ const (
 	ReasonTakeover       Reason = "takeover"        // the owner's heartbeat is older than its lease
 	ReasonHandover       Reason = "handover"        // the owner gave the flight up and the attempt is not spent
 	ReasonExpired        Reason = "expired"         // runningTTL spent or progress stalled
-	ReasonResultLost     Reason = "result_lost"     // SUCCEEDED, but the result key is gone
 	ReasonParked         Reason = "parked"          // follower: the entry is parked on the flight
 	ReasonNotParked      Reason = "not_parked"      // follower without an entry, or the owner's own entry
 	ReasonParkFull       Reason = "full"            // follower: Policy.MaxParked reached, not parked
@@ -256,7 +256,7 @@ type Coordinator struct {
 	// tail is the last tailFields string and the Unix millisecond it was made in.
 	tail      atomic.Pointer[tailStamp]
 	maxLenArg string       // maxLen as a script argument
-	streams   sync.Map     // stage -> its result stream and task streams as stageStreams
+	streams   sync.Map     // stage -> its answer context, lib.lua's ARGV[1], as ctxArg makes it
 	policies  sync.Map     // Policy -> its pinned form from pinnedOf
 	nPolicies atomic.Int32 // entries in policies
 }
@@ -365,20 +365,28 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if !p.Deadline.IsZero() {
 		deadline = max(p.Deadline.UnixMilli(), 1)
 	}
-	argv := c.answerArgv(p.Task, p.Run, p.MaxSharedInline, "")
-	argv = append(argv, p.OwnerID, p.Stage, p.Tenant, p.SessionID, p.Key,
-		ms(pol.Lease), ms(pol.RunningTTL), c.pinnedOf(pol), ms(pol.RunningTTL+pol.FailureTTL),
-		pol.MaxParked, ms(pol.FenceTTL()), flag(p.Start), deadline, flag(p.WantResult))
-	cmd, confirmed, waitErr := c.fcall(ctx, lua.Acquire, pol, c.answerKeys(p.Key, p.Stage), argv)
+	argv := c.answerArgv(p.Stage, p.Task, p.Run, p.MaxSharedInline)
+	argv = append(argv, c.identity(p.Key, p.Stage, p.Tenant, p.SessionID, pol, p.OwnerID, p.Task),
+		ms(pol.RunningTTL+pol.FailureTTL), flag(p.Start)+" "+strconv.FormatInt(deadline, 10),
+		flag(p.WantResult)+" "+strconv.Itoa(pol.MaxParked)+" "+strconv.FormatInt(ms(pol.FenceTTL()), 10))
+	cmd, confirmed, waitErr := c.fcall(ctx, lua.Acquire, pol, c.ks.FlightKeys(p.Key), argv)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
-	d, err := parseDecision(res)
+	d, fields, err := parseDecision(res)
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
-	ans, err := c.parseTail(res, acquireFields)
+	if d.Action == ActionOwner {
+		// The caller's own flight: what the reply leaves out is the caller's.
+		d.OwnerID, d.OwnerTaskID, d.Status = p.OwnerID, p.Task.ID, StatusPending
+		if p.Start {
+			d.Status = StatusRunning
+		}
+		d.HeartbeatAt, d.Lease, d.ExpireAt = d.Now, pol.Lease, d.Now.Add(pol.RunningTTL)
+	}
+	ans, err := c.parseTail(res, fields)
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
 	}
@@ -400,43 +408,69 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	return d, nil
 }
 
-// acquireFields is the number of fixed elements of acquire's reply, before the answer tail.
-const acquireFields = 16
+// ownerFields and acquireFields are the numbers of fixed elements of acquire's reply before
+// the answer tail: ownerFields for an OWNER, acquireFields for the other actions.
+const (
+	ownerFields   = 2
+	acquireFields = 3
+)
 
-func parseDecision(res []any) (Decision, error) {
-	if len(res) < acquireFields {
-		return Decision{}, fmt.Errorf("%w: acquire answered %d elements", ErrProtocol, len(res))
+// parseDecision reads acquire's reply and returns the index of its answer tail.
+func parseDecision(res []any) (Decision, int, error) {
+	if len(res) < ownerFields {
+		return Decision{}, 0, fmt.Errorf("%w: acquire answered %d elements", ErrProtocol, len(res))
 	}
-	s := func(i int) string { v, _ := res[i].(string); return v }
-	n := func(i int) int64 { return replyInt(res[i]) }
-	d := Decision{
-		Action:      Action(s(0)),
-		Reason:      Reason(s(1)),
-		Token:       n(2),
-		Attempts:    int(n(3)),
-		OwnerID:     s(4),
-		OwnerTaskID: s(5),
-		Status:      Status(s(6)),
-		ErrorType:   s(8),
-		ErrorCode:   s(9),
-		Error:       s(10),
-		Lease:       time.Duration(n(12)) * time.Millisecond,
-		ExpireAt:    unixMilli(n(13)),
-		Now:         unixMilli(n(14)),
-		Shared:      topics.Shared(s(15)),
+	action, _ := res[0].(string)
+	head, _ := res[1].(string)
+	d := Decision{Action: Action(action)}
+	if d.Action == ActionOwner {
+		f := strings.Fields(head)
+		if len(f) != 4 {
+			return Decision{}, 0, fmt.Errorf("%w: acquire answered OWNER %q", ErrProtocol, head)
+		}
+		d.Reason, d.Token, d.Attempts, d.Now = Reason(f[0]), atoi64(f[1]), int(atoi64(f[2])), unixMilli(atoi64(f[3]))
+		return d, ownerFields, nil
 	}
-	d.HeartbeatAt = unixMilli(n(11))
-	if r := s(7); r != "" {
+	f := strings.Split(head, "\t")
+	if len(res) < acquireFields || len(f) != 14 {
+		return Decision{}, 0, fmt.Errorf("%w: acquire answered %d elements, %d fields", ErrProtocol, len(res), len(f))
+	}
+	d.Reason, d.Token, d.Attempts, d.Now = Reason(f[0]), atoi64(f[1]), int(atoi64(f[2])), unixMilli(atoi64(f[3]))
+	d.OwnerID, d.OwnerTaskID, d.Status = f[4], f[5], Status(f[6])
+	d.ErrorType, d.ErrorCode, d.Error = jsonText(f[7]), jsonText(f[8]), jsonText(f[9])
+	d.HeartbeatAt = unixMilli(atoi64(f[10]))
+	d.Lease = time.Duration(atoi64(f[11])) * time.Millisecond
+	d.ExpireAt = unixMilli(atoi64(f[12]))
+	d.Shared = topics.Shared(f[13])
+	if r, _ := res[2].(string); r != "" {
 		d.Result = []byte(r)
 	}
 	switch d.Action {
-	case ActionOwner, ActionFollowerWait, ActionResultHit, ActionFailedFinal, ActionCancelled, ActionExpired:
-		return d, nil
+	case ActionFollowerWait, ActionResultHit, ActionFailedFinal, ActionCancelled, ActionExpired:
+		return d, acquireFields, nil
 	case "CORRUPT":
-		return d, fmt.Errorf("%w: corrupt meta (status %q)", ErrProtocol, d.Reason)
+		return d, 0, fmt.Errorf("%w: corrupt flight record (status %q)", ErrProtocol, d.Reason)
 	default:
-		return d, fmt.Errorf("%w: unknown action %q", ErrProtocol, d.Action)
+		return d, 0, fmt.Errorf("%w: unknown action %q", ErrProtocol, d.Action)
 	}
+}
+
+// atoi64 reads a decimal integer a script replied with; 0 when it is not one.
+func atoi64(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// jsonText returns the text of a JSON string a script replied with, or s when it is not one.
+func jsonText(s string) string {
+	if s == "" || s[0] != '"' {
+		return s
+	}
+	var t string
+	if err := json.Unmarshal([]byte(s), &t); err != nil {
+		return s
+	}
+	return t
 }
 
 // replyInt reads an integer of a script's reply: an integer, or its decimal string. A script

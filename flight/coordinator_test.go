@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/flighttest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -172,7 +173,11 @@ func (b *bundle) set(key string, fields ...string) {
 		}
 		args = append(args, f)
 	}
-	if err := b.rdb.HSet(b.ctx, b.ks.Meta(key), args...).Err(); err != nil {
+	kv := make([]string, len(args))
+	for i, a := range args {
+		kv[i] = a.(string)
+	}
+	if err := flighttest.Set(b.ctx, b.rdb, b.ks.Flight(key), kv...); err != nil {
 		b.t.Fatal(err)
 	}
 }
@@ -285,16 +290,16 @@ func TestAcquireTable(t *testing.T) {
 			want: want{action: flight.ActionResultHit, status: flight.StatusSucceeded, attempts: 1, owner: "A",
 				answered: []answered{hit("tb")}, metaTTL: 10 * time.Minute},
 		}, {
-			name: "SUCCEEDED/result gone/OWNER result_lost",
+			name: "SUCCEEDED/record gone/OWNER new",
 			arrange: func(key string) arranged {
 				d, _ := b.own(key)
 				if _, err := b.c.Complete(b.ctx, *d.Owner, []byte(`1`), 0); err != nil {
 					t.Fatal(err)
 				}
-				b.rdb.Del(b.ctx, b.ks.Result(key), b.ks.Results(testStage))
+				b.rdb.Del(b.ctx, b.ks.Flight(key), b.ks.Results(testStage))
 				return arranged{d: d}
 			},
-			want: want{action: flight.ActionOwner, reason: flight.ReasonResultLost, status: flight.StatusPending,
+			want: want{action: flight.ActionOwner, reason: flight.ReasonNew, status: flight.StatusPending,
 				attempts: 1, newToken: true, owner: "B", tbHolder: "c1", metaTTL: 3 * time.Minute},
 		}, {
 			name: "FAILED/retryable, attempts left/OWNER retry",

@@ -70,8 +70,8 @@ func TestWriteBackFence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lose := func(key string) { b.rdb.Del(b.ctx, b.ks.Meta(key), b.ks.Fence(key), b.ks.Result(key)) }
-		gone := func(key string) bool { return b.rdb.Exists(b.ctx, b.ks.Meta(key)).Val() == 0 }
+		lose := func(key string) { b.rdb.Del(b.ctx, b.ks.Flight(key), b.ks.Fence(key), b.ks.Flight(key)) }
+		gone := func(key string) bool { return b.rdb.Exists(b.ctx, b.ks.Flight(key)).Val() == 0 }
 
 		a, _ := b.own("w1")
 		known["w1"] = a.Token + 1 // the owner that took over, archived
@@ -125,7 +125,7 @@ func TestLapsedOwnerAsksTheFence(t *testing.T) {
 		short := b.pol
 		short.Lease = 200 * time.Millisecond
 		a := b.acquireWith(flight.AcquireParams{Key: "l1", OwnerID: "A", Task: b.task("ta"), Start: true, Policy: short})
-		snapshot, err := b.rdb.Dump(b.ctx, b.ks.Meta("l1")).Result()
+		snapshot, err := b.rdb.Dump(b.ctx, b.ks.Flight("l1")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestLapsedOwnerAsksTheFence(t *testing.T) {
 		}
 		known["l1"] = bd.Token // B claimed the key durably
 		// A failover loses B's acquire: the record rolls back to A's.
-		if err := b.rdb.RestoreReplace(b.ctx, b.ks.Meta("l1"), 0, snapshot).Err(); err != nil {
+		if err := b.rdb.RestoreReplace(b.ctx, b.ks.Flight("l1"), 0, snapshot).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Heartbeat(b.ctx, *a.Owner, ""); !errors.Is(err, flight.ErrStaleToken) {
@@ -157,7 +157,7 @@ func TestLapsedOwnerAsksTheFence(t *testing.T) {
 		stall.Lease, stall.StallTimeout = 5*time.Second, 200*time.Millisecond
 		s1 := b.acquireWith(flight.AcquireParams{Key: "s1", OwnerID: "A", Task: b.task("td"), Start: true, Policy: stall})
 		b.set("s1", "progressAt", "now-5s")
-		stalled, err := b.rdb.Dump(b.ctx, b.ks.Meta("s1")).Result()
+		stalled, err := b.rdb.Dump(b.ctx, b.ks.Flight("s1")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestLapsedOwnerAsksTheFence(t *testing.T) {
 			t.Fatalf("B on the stalled flight: %+v, want an expired takeover", sb)
 		}
 		known["s1"] = sb.Token
-		if err := b.rdb.RestoreReplace(b.ctx, b.ks.Meta("s1"), 0, stalled).Err(); err != nil {
+		if err := b.rdb.RestoreReplace(b.ctx, b.ks.Flight("s1"), 0, stalled).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Complete(b.ctx, *s1.Owner, []byte(`"stalled"`), 0); !errors.Is(err, flight.ErrStaleToken) {

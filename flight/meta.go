@@ -37,45 +37,52 @@ type Meta struct {
 	Policy Policy
 	// Parked lists the parked task ids (sorted); ParkedAt says when each was parked, and
 	// Entries gives every parked entry.
-	Parked                       []string
-	ParkedAt                     map[string]time.Time
-	Entries                      []ParkedEntry
+	Parked   []string
+	ParkedAt map[string]time.Time
+	Entries  []ParkedEntry
+	// MetaTTL is the record's TTL, ResultTTL the same once it holds a result (else -2, as
+	// go-redis answers PTTL of a key that does not exist), and FenceTTL the fence's.
 	MetaTTL, ResultTTL, FenceTTL time.Duration
 	// Fence is the fence record: the last token issued and whether its run is closed.
 	Fence string
-	// Fields holds every raw meta field, including ones this version does not know.
+	// Fields holds every field of the record by name, as ParseRecord reads it.
 	Fields map[string]string
 }
 
 // Get reads the whole stored state of key's flight for inspection, with the parked entries,
-// the fence and the TTLs of its keys. It answers ErrNotFound when no meta exists.
+// the fence and the TTLs of its keys. It answers ErrNotFound when no record exists.
 func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 	if err := CheckKey(key); err != nil {
 		return Meta{}, err
 	}
 	var (
-		fields                    *redis.MapStringStringCmd
-		parked                    *redis.MapStringStringCmd
-		fence                     *redis.StringCmd
-		metaTTL, resTTL, fenceTTL *redis.DurationCmd
+		record            *redis.StringCmd
+		parked            *redis.MapStringStringCmd
+		fence             *redis.StringCmd
+		metaTTL, fenceTTL *redis.DurationCmd
 	)
 	// A transaction, not a plain pipeline: all keys share one slot, and MULTI keeps the
 	// snapshot consistent.
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		fields = p.HGetAll(ctx, c.ks.Meta(key))
+		record = p.Get(ctx, c.ks.Flight(key))
 		parked = p.HGetAll(ctx, c.ks.Waiters(key))
 		fence = p.Get(ctx, c.ks.Fence(key))
-		metaTTL = p.PTTL(ctx, c.ks.Meta(key))
-		resTTL = p.PTTL(ctx, c.ks.Result(key))
+		metaTTL = p.PTTL(ctx, c.ks.Flight(key))
 		fenceTTL = p.PTTL(ctx, c.ks.Fence(key))
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Meta{}, fmt.Errorf("flight: get %q: %w", key, err)
 	}
-	f := fields.Val()
-	if len(f) == 0 {
+	if errors.Is(record.Err(), redis.Nil) {
 		return Meta{}, fmt.Errorf("flight: get %q: %w", key, ErrNotFound)
+	}
+	f, _, err := ParseRecord(record.Val())
+	if err != nil {
+		return Meta{}, fmt.Errorf("flight: get %q: %w", key, err)
+	}
+	if f["status"] == string(StatusSucceeded) {
+		f["resultRef"] = c.ks.Flight(key)
 	}
 	m := metaOf(f)
 	m.Entries = parseWaiters(parked.Val())
@@ -85,7 +92,11 @@ func (c *Coordinator) Get(ctx context.Context, key string) (Meta, error) {
 		m.ParkedAt[e.TaskID] = e.ParkedAt
 	}
 	sort.Strings(m.Parked)
-	m.MetaTTL, m.ResultTTL, m.FenceTTL, m.Fence = metaTTL.Val(), resTTL.Val(), fenceTTL.Val(), fence.Val()
+	m.MetaTTL, m.FenceTTL, m.Fence = metaTTL.Val(), fenceTTL.Val(), fence.Val()
+	m.ResultTTL = -2 // as go-redis answers PTTL of a key that does not exist
+	if m.Status == StatusSucceeded {
+		m.ResultTTL = m.MetaTTL
+	}
 	return m, nil
 }
 
@@ -152,12 +163,16 @@ func parseWaiters(w map[string]string) []ParkedEntry {
 
 // Result reads the stored result of key's flight; ErrNotFound when there is none.
 func (c *Coordinator) Result(ctx context.Context, key string) ([]byte, error) {
-	b, err := c.rdb.Get(ctx, c.ks.Result(key)).Bytes()
+	raw, err := c.rdb.Get(ctx, c.ks.Flight(key)).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("flight: result %q: %w", key, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("flight: result %q: %w", key, err)
+	}
+	b, ok := RecordResult(raw)
+	if !ok {
+		return nil, fmt.Errorf("flight: result %q: %w", key, ErrNotFound)
 	}
 	return b, nil
 }

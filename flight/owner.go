@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/lua"
+	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
 // Settlement is what became of the caller's task in Complete and Fail.
@@ -93,11 +95,11 @@ func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 // caller take the flight over asks Config.WriteBackFence first, as Complete does.
 func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
 	p := o.Policy.WithDefaults()
+	line2 := c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task)
 	beat := func(ask bool) (string, error) {
-		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, o.Token, progress,
-			o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, o.Task.ID, o.Task.ref(), o.Attempts,
-			o.ExpireAt.UnixMilli(), ms(p.Lease), ms(p.RunningTTL), ms(p.StallTimeout), ms(p.ResultTTL),
-			ms(p.FailureTTL), p.MaxAttempts, ms(p.FenceTTL()), flag(ask))
+		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, o.Token, progress, line2,
+			strconv.Itoa(max(o.Attempts, 1))+" "+strconv.FormatInt(o.ExpireAt.UnixMilli(), 10)+" "+
+				strconv.FormatInt(ms(p.FenceTTL()), 10)+" "+flag(ask))
 	}
 	code, err := beat(c.wbFence != nil)
 	if errors.Is(err, ErrGone) || errors.Is(err, errLapsed) {
@@ -138,16 +140,12 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	if err := CheckToken(o.Token); err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
-	cmd, confirmed, waitErr := c.fcall(ctx, s, o.Policy.WithDefaults(), c.answerKeys(o.Key, o.Stage), argv)
+	cmd, confirmed, waitErr := c.fcall(ctx, s, o.Policy.WithDefaults(), c.ks.FlightKeys(o.Key), argv)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
-	const fields = 4 // code, status or final, restored or settled, settled
-	width := fields
-	if op == "fail" {
-		width = 3 // code, final, settled
-	}
+	const width = 2 // code, and "<status>\t<restored>\t<settled>" or "<final>\t<settled>"
 	if len(res) < width {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w: %d elements", op, o.Key, ErrProtocol, len(res))
 	}
@@ -158,17 +156,18 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 		joined, res = n > 0, res[:len(res)-1]
 	}
 	code, _ := res[0].(string)
+	head, _ := res[1].(string)
+	f := strings.Split(head, "\t")
 	var st Settlement
-	var status string
-	if op == "fail" {
-		final, _ := res[1].(int64)
-		st.Final = final == 1
-	} else {
-		status, _ = res[1].(string)
-		restored, _ := res[2].(int64)
-		st.Restored = restored == 1
+	var status, settled string
+	switch {
+	case op == "fail" && len(f) == 2:
+		st.Final, settled = f[0] == "1", f[1]
+	case op != "fail" && len(f) == 3:
+		status, st.Restored, settled = f[0], f[1] == "1", f[2]
+	default:
+		return Settlement{}, fmt.Errorf("flight: %s %q: %w: %q", op, o.Key, ErrProtocol, head)
 	}
-	settled, _ := res[width-1].(string)
 	st.Answered, st.Parked = settled == "answered", settled == "parked"
 	ans, err := c.parseTail(res, width)
 	if err != nil {
@@ -207,39 +206,60 @@ func (c *Coordinator) Complete(ctx context.Context, o Ownership, result []byte, 
 	return c.complete(ctx, o, result, run, "")
 }
 
-// complete is Complete. A shared label other than "" replaces "owner" in the owner's event,
-// and the call then carries the arguments that write a meta back at once.
+// complete is Complete. A shared label other than "" replaces "owner" in the owner's event.
 func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, run time.Duration, shared string) (Settlement, error) {
 	p := o.Policy.WithDefaults()
-	inline := "0"
+	inline := false
 	if compact, err := compactJSON(result); err == nil {
-		result, inline = compact, "1"
+		result, inline = compact, true
 	}
-	body := c.successBody(o, result, inline == "1", run)
-	argv := c.answerArgv(o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline), body)
-	argv = append(argv, tok(o.Token), result, inline, ms(p.ResultTTL), ms(p.FenceTTL()))
+	label := string(topics.SharedOwner)
+	flags := ""
+	if inline {
+		flags = "i"
+	}
+	if shared != "" && shared != label {
+		label, flags = shared, flags+"a"
+	}
+	own, others := c.successEvents(o, result, inline, run, label)
+	argv := c.answerArgv(o.Stage, o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline))
 	ask := c.wbFence != nil
-	// Joined tasks follow the optional arguments, which are then all given.
-	joined := len(o.Joined) > 0
-	if shared != "" || ask || joined {
-		argv = append(argv, labelled(o, shared)...)
-	}
+	// The identity that writes a record Redis lost back is left out of the common call: a call
+	// that finds the record gone answers GONE, and is made again with it.
+	argv = append(argv, tok(o.Token), result, ms(p.ResultTTL), flags,
+		flag(ask)+" "+strconv.FormatInt(ms(p.FenceTTL()), 10)+" "+strconv.Itoa(max(o.Attempts, 1)),
+		own, others, "", joinedArg(o.Joined))
 	askAt := -1
-	if ask || joined {
-		askAt = len(argv)
-		argv = append(argv, flag(ask))
-	}
-	for _, t := range o.Joined {
-		argv = append(argv, t.ID, t.ref(), t.Queued.Milliseconds())
+	if ask {
+		askAt = 6
 	}
 	st, err := c.settleAsking(ctx, "complete", lua.Complete, o, argv, askAt)
-	if !ask && errors.Is(err, ErrGone) && !joined {
-		// The meta is gone: call again with what it takes to write it back. The common call
-		// leaves these out.
-		argv = append(argv, o.OwnerID, o.Stage, o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1))
+	if errors.Is(err, ErrGone) {
+		argv[6] = "0" + argv[6].(string)[1:] // asked already, if at all
+		argv[9] = c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task)
 		return c.settleCall(ctx, "complete", lua.Complete, o, argv)
 	}
 	return st, err
+}
+
+// joinedArg is complete's joined tasks argument: "<task id>\t<entry ref>\t<queuedMs>" each,
+// one per line.
+func joinedArg(joined []Task) string {
+	if len(joined) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, t := range joined {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(t.ID)
+		b.WriteByte('\t')
+		b.WriteString(t.ref())
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(t.Queued.Milliseconds(), 10))
+	}
+	return b.String()
 }
 
 // Failure describes a failed attempt.
@@ -277,39 +297,48 @@ func (c *Coordinator) Fail(ctx context.Context, o Ownership, f Failure, run time
 // fail is Fail. A shared label other than "" replaces "owner" in the owner's event.
 func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time.Duration, shared string) (Settlement, error) {
 	p := o.Policy.WithDefaults()
-	argv := c.answerArgv(o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline), "")
-	argv = append(argv, tok(o.Token), flag(f.Retryable), f.Type, f.Code, f.Message, o.OwnerID, o.Stage,
-		o.Tenant, o.SessionID, o.Key, max(o.Attempts, 1), p.MaxAttempts, ms(p.FailureTTL), ms(p.FenceTTL()))
+	label := shared
+	if label == "" {
+		label = string(topics.SharedOwner)
+	}
 	ask := c.wbFence != nil
-	if shared != "" || f.RetryIn > 0 || f.EntryReleased || ask || f.Free {
-		argv = append(argv, shared, ms(max(f.RetryIn, 0)), flag(f.EntryReleased))
-	}
+	argv := c.answerArgv(o.Stage, o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline))
+	opts := flag(ask) + " " + flag(f.Retryable) + " " + flag(f.Free) + " " + flag(f.EntryReleased) + " " +
+		strconv.FormatInt(ms(max(f.RetryIn, 0)), 10) + " " + strconv.Itoa(p.MaxAttempts) + " " +
+		strconv.FormatInt(ms(p.FailureTTL), 10) + " " + strconv.FormatInt(ms(p.FenceTTL()), 10) + " " +
+		strconv.Itoa(max(o.Attempts, 1)) + " " + label
+	argv = append(argv, tok(o.Token), opts, jsonString(f.Type)+"\t"+jsonString(f.Code)+"\t"+jsonString(f.Message),
+		c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task))
 	askAt := -1
-	if ask || f.Free {
-		if ask {
-			askAt = len(argv)
-		}
-		argv = append(argv, flag(ask))
-	}
-	if f.Free {
-		argv = append(argv, flag(true))
+	if ask {
+		askAt = 3
 	}
 	return c.settleAsking(ctx, "fail", lua.Fail, o, argv, askAt)
 }
 
-// settleAsking is settleCall for complete and fail. askAt is the index of the ask flag in
-// argv, or -1 for none. When that flag is "1", an answer GONE or LAPSED, which wrote nothing,
-// is judged by Config.WriteBackFence: a larger token known there refuses the write with
-// ErrStaleToken, else the call is made again without asking.
+// jsonString is s as a JSON string, or "" for "".
+func jsonString(s string) string {
+	if s == "" {
+		return ""
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// settleAsking is settleCall for complete and fail. askAt is the index in argv of the
+// argument that carries the ask flag as its first character, or -1 for none. When that flag
+// is set, an answer GONE or LAPSED, which wrote nothing, is judged by
+// Config.WriteBackFence: a larger token known there refuses the write with ErrStaleToken, else
+// the call is made again without asking.
 func (c *Coordinator) settleAsking(ctx context.Context, op string, s *lua.Function, o Ownership, argv []any, askAt int) (Settlement, error) {
 	st, err := c.settleCall(ctx, op, s, o, argv)
-	if askAt < 0 || argv[askAt] != flag(true) || !(errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
+	if askAt < 0 || !(errors.Is(err, ErrGone) || errors.Is(err, errLapsed)) {
 		return st, err
 	}
 	if c.fencedOff(ctx, o) {
 		return st, fmt.Errorf("flight: %s %q: %w", op, o.Key, ErrStaleToken)
 	}
-	argv[askAt] = flag(false)
+	argv[askAt] = "0" + argv[askAt].(string)[1:]
 	return c.settleCall(ctx, op, s, o, argv)
 }
 
@@ -356,9 +385,10 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: TTL %v is below 1ms", key, p.TTL)
 	}
 	fence := Policy{FailureTTL: p.TTL}.WithDefaults().FenceTTL()
-	argv := c.answerArgv(Task{}, 0, defaultMaxSharedInline, "")
-	argv = append(argv, reason, ms(p.TTL), ms(fence))
-	res, err := lua.Cancel.Run(ctx, c.rdb, c.answerKeys(key, p.Stage), argv...).Slice()
+	argv := c.answerArgv(p.Stage, Task{}, 0, defaultMaxSharedInline)
+	reason = clean(reason)
+	argv = append(argv, jsonString(reason), strconv.FormatInt(ms(p.TTL), 10)+" "+strconv.FormatInt(ms(fence), 10))
+	res, err := lua.Cancel.Run(ctx, c.rdb, c.ks.FlightKeys(key), argv...).Slice()
 	if err != nil {
 		return CancelOutcome{}, fmt.Errorf("flight: cancel %q: %w", key, err)
 	}
@@ -382,15 +412,43 @@ func (c *Coordinator) Cancel(ctx context.Context, key, reason string, p CancelPa
 	return out, codeErr("cancel", key, code, st)
 }
 
-// successBody builds the body of the SUCCEEDED events of o's complete, every field but
-// taskId, shared and queuedMs. It builds it as lib.lua's outcomeOf would from the meta, so
-// that the script writes it as it is.
-func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run time.Duration) []byte {
+// successEvents builds the SUCCEEDED events of o's complete: own, the owner task's whole
+// event with shared label, and others, the body of the events of the other tasks it answers
+// (every field but taskId, shared and queuedMs), or nil when it is own's body. An in-process
+// owner has no event of its own: own is nil and others the body.
+func (c *Coordinator) successEvents(o Ownership, result []byte, inline bool, run time.Duration, label string) (own, others []byte) {
 	maxInline := o.MaxInline
 	if maxInline <= 0 {
 		maxInline = DefaultMaxInline
 	}
-	b := make([]byte, 0, 256+len(result))
+	shared := sharedInline(o.MaxSharedInline, o.MaxInline)
+	ownInline := inline && len(result) <= maxInline
+	othersInline := inline && len(result) <= shared
+	if o.Task.ID == "" {
+		return nil, c.successBody(nil, o, result, othersInline, run)
+	}
+	own = append(own, `{"taskId":"`...)
+	own = append(own, o.Task.ID...)
+	own = append(own, `","shared":"`...)
+	own = append(own, label...)
+	own = append(own, `","queuedMs":`...)
+	own = strconv.AppendInt(own, o.Task.Queued.Milliseconds(), 10)
+	own = append(own, ',')
+	own = c.successBody(own, o, result, ownInline, run)
+	own = append(own, '}')
+	if ownInline != othersInline {
+		others = c.successBody(nil, o, result, othersInline, run)
+	}
+	return own, others
+}
+
+// successBody appends to b the body of the SUCCEEDED events of o's complete, every field but
+// taskId, shared and queuedMs, as lib.lua's outcomeOf builds it from the record, with the
+// result when inline.
+func (c *Coordinator) successBody(b []byte, o Ownership, result []byte, inline bool, run time.Duration) []byte {
+	if b == nil {
+		b = make([]byte, 0, 256+len(result))
+	}
 	b = append(b, `"requestKey":"`...)
 	b = append(b, o.Key...)
 	b = append(b, `","stage":"`...)
@@ -419,12 +477,12 @@ func (c *Coordinator) successBody(o Ownership, result []byte, inline bool, run t
 	}
 	b = append(b, ',')
 	b = append(b, c.tailFields()...)
-	if inline && len(result) <= maxInline {
+	if inline {
 		b = append(b, `,"result":`...)
 		b = append(b, result...)
 	}
 	b = append(b, `,"resultRef":"`...)
-	b = append(b, c.ks.Result(o.Key)...)
+	b = append(b, c.ks.Flight(o.Key)...)
 	b = append(b, '"')
 	return b
 }

@@ -335,11 +335,15 @@ func TestInvalidKeysAndPolicy(t *testing.T) {
 	}
 }
 
-// TestCorruptMeta: an unknown status is a protocol error, not a decision.
+// TestCorruptMeta: a record this version cannot read, or one with an unknown status, is a
+// protocol error, not a decision.
 func TestCorruptMeta(t *testing.T) {
 	b := setup(t)
-	b.rdb.HSet(b.ctx, b.ks.Meta("bent"), "status", "WHATEVER")
-	if _, err := b.c.Acquire(b.ctx, flight.AcquireParams{Key: "bent", Policy: b.pol}); !errors.Is(err, flight.ErrProtocol) {
-		t.Errorf("acquire on a corrupt meta: %v", err)
+	b.rdb.Set(b.ctx, b.ks.Flight("bent"), "not a record", 0)
+	b.set("twisted", "status", "WHATEVER")
+	for _, key := range []string{"bent", "twisted"} {
+		if _, err := b.c.Acquire(b.ctx, flight.AcquireParams{Key: key, Policy: b.pol}); !errors.Is(err, flight.ErrProtocol) {
+			t.Errorf("acquire on a corrupt record %s: %v", key, err)
+		}
 	}
 }

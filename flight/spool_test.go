@@ -121,21 +121,19 @@ func TestRestoreTable(t *testing.T) {
 				t.Errorf("meta = %s owner %q attempts %d, want %s owner %q attempts %d",
 					m.Status, m.OwnerID, m.Attempts, row.want.status, row.want.owner, row.want.attempts)
 			}
-			got, err := b.rdb.Get(b.ctx, b.ks.Result(key)).Result()
-			if errors.Is(err, redis.Nil) {
-				got = ""
-			} else if err != nil {
+			res, err := b.c.Result(b.ctx, key)
+			if err != nil && !errors.Is(err, flight.ErrNotFound) {
 				t.Fatal(err)
 			}
-			if got != row.want.result {
+			if got := string(res); got != row.want.result {
 				t.Errorf("stored result = %q, want %q", got, row.want.result)
 			}
 			if row.want.err == nil {
 				near(t, "meta", m.MetaTTL, b.pol.ResultTTL)
 				near(t, "result", m.ResultTTL, b.pol.ResultTTL)
-				if m.OwnerToken != token || m.ResultRef != b.ks.Result(key) || m.Error != "" {
+				if m.OwnerToken != token || m.ResultRef != b.ks.Flight(key) || m.Error != "" {
 					t.Errorf("meta token %d ref %q error %q, want %d %q none",
-						m.OwnerToken, m.ResultRef, m.Error, token, b.ks.Result(key))
+						m.OwnerToken, m.ResultRef, m.Error, token, b.ks.Flight(key))
 				}
 			}
 		})
@@ -156,7 +154,7 @@ func TestRestoreTable(t *testing.T) {
 		wantFields := map[string]string{
 			"status": "SUCCEEDED", "stage": testStage, "tenant": "acme", "sessionId": "",
 			"requestKey": key, "ownerId": "A", "ownerToken": strconv.FormatInt(token, 10), "taskId": "",
-			"attempts": "2", "resultRef": b.ks.Result(key), "retryable": "", "errorType": "",
+			"attempts": "2", "resultRef": b.ks.Flight(key), "retryable": "", "errorType": "",
 			"errorCode": "", "error": "",
 		}
 		for f, want := range wantFields {
@@ -164,7 +162,7 @@ func TestRestoreTable(t *testing.T) {
 				t.Errorf("meta %s = %q, want %q", f, got, want)
 			}
 		}
-		for _, f := range []string{"createdAt", "updatedAt", "heartbeatAt", "expireAt", "restoredAt"} {
+		for _, f := range []string{"createdAt", "updatedAt", "heartbeatAt", "startedAt", "restoredAt"} {
 			v, err := strconv.ParseInt(m.Fields[f], 10, 64)
 			if err != nil || v < before || v > b.now() {
 				t.Errorf("meta %s = %q, want Redis now", f, m.Fields[f])
@@ -185,7 +183,7 @@ func TestRestoreTable(t *testing.T) {
 			t.Fatalf("acquire after restore = %+v, want RESULT_HIT with the restored result", d)
 		}
 		// Once the flight is gone again, the next owner's token still exceeds the restored one.
-		b.rdb.Del(b.ctx, b.ks.Meta(key), b.ks.Result(key))
+		b.rdb.Del(b.ctx, b.ks.Flight(key))
 		d = b.acquire(key, "B", b.task("tb2"))
 		if d.Action != flight.ActionOwner || d.Token <= token {
 			t.Fatalf("acquire = %+v, want OWNER with a token above %d", d, token)

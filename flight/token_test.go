@@ -39,7 +39,7 @@ func TestTokensAboveTwoToThe53(t *testing.T) {
 	if err != nil || len(res) == 0 || res[0] != "STALE_TOKEN" {
 		t.Errorf("complete script with token 9e18 on a gone flight: %v, %v; want STALE_TOKEN", res, err)
 	}
-	if n := b.rdb.Exists(b.ctx, b.ks.Meta("k-huge"), b.ks.Fence("k-huge")).Val(); n != 0 {
+	if n := b.rdb.Exists(b.ctx, b.ks.Flight("k-huge"), b.ks.Fence("k-huge")).Val(); n != 0 {
 		t.Errorf("the refused write left %d keys", n)
 	}
 
@@ -51,7 +51,7 @@ func TestTokensAboveTwoToThe53(t *testing.T) {
 	if d1.Action != flight.ActionOwner || d1.Token > flight.MaxToken {
 		t.Fatalf("acquire under a planted fence: %+v", d1)
 	}
-	if err := b.rdb.Del(b.ctx, b.ks.Meta("k-planted")).Err(); err != nil {
+	if err := b.rdb.Del(b.ctx, b.ks.Flight("k-planted")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	d2 := b.acquire("k-planted", "B", b.task("t2"))

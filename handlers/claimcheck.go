@@ -4,16 +4,10 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
-
-// metaFields are the meta fields the claim rule reads, in HMGET order.
-var metaFields = []string{"status", "entry", "heartbeatAt", "policy", "handover", "retryable", "attempts",
-	"updatedAt", "free"}
 
 // claimCheck is the claim rule for the stream subscriber, described in DESIGN.md section 5.
 // It judges another consumer's idle entry by the flight of its task.
@@ -47,17 +41,19 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 			keys[i] = ""
 		}
 	}
-	var now *redis.TimeCmd
-	metas := make([]*redis.SliceCmd, len(cands))
-	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		now = pl.Time(ctx)
-		for i, k := range keys {
-			if k != "" {
-				metas[i] = pl.HMGet(ctx, p.ks.Meta(k), metaFields...)
-			}
+	var records []string
+	var at []int
+	for i, k := range keys {
+		if k != "" {
+			records = append(records, p.ks.Flight(k))
+			at = append(at, i)
 		}
-		return nil
-	})
+	}
+	now, err := p.rdb.Time(ctx).Result()
+	var metas []map[string]string
+	if err == nil {
+		metas, err = flight.RecordHeaders(ctx, p.rdb, records)
+	}
 	if err != nil {
 		// Not claiming is always safe. The next pass looks again.
 		for i := range out {
@@ -65,18 +61,13 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		}
 		return out
 	}
-	nowMs := now.Val().UnixMilli()
-	for i, c := range cands {
-		if metas[i] == nil {
-			continue
+	nowMs := now.UnixMilli()
+	for j, i := range at {
+		m := metas[j]
+		if m == nil {
+			m = map[string]string{} // gone, or unreadable: its acquire decides
 		}
-		m := map[string]string{}
-		for j, v := range metas[i].Val() {
-			if s, ok := v.(string); ok {
-				m[metaFields[j]] = s
-			}
-		}
-		out[i] = verdict(c, m, nowMs)
+		out[i] = verdict(cands[i], m, nowMs)
 	}
 	return out
 }

@@ -97,7 +97,7 @@ func TestCancelledRunsHeldResultIsNotTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, "the cancelled record gone", func() bool {
-		return b.r.Client.Exists(b.ctx, b.ks.Meta(key)).Val() == 0
+		return b.r.Client.Exists(b.ctx, b.ks.Flight(key)).Val() == 0
 	})
 	close(gm.release)
 	o.waitOnTheLock(t, "the owner's complete asking the archive")

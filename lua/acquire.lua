@@ -1,30 +1,33 @@
 -- acquire: decide atomically who runs the flight of one request key (DESIGN.md section 3).
 --
--- KEYS[1..5] -> the flight keys and the result stream (lib.lua)
--- ARGV[1..11] -> the answer block (lib.lua); the caller's task and entry are ARGV[7], ARGV[8]
--- ARGV[12] -> ownerId of the caller
--- ARGV[13] -> stage, ARGV[14] -> tenant, ARGV[15] -> sessionId, ARGV[16] -> requestKey K
--- ARGV[17] -> the caller's lease in ms: a heartbeat older than this means the owner is gone
--- ARGV[18] -> the caller's runningTTL in ms: hard cap of one attempt (expireAt = start +
---             runningTTL)
--- ARGV[19] -> the caller's policy as pinned in the meta: "<lease> <runningTTL> <stall>
---             <resultTTL> <failureTTL> <maxAttempts>" (ms, and a count)
--- ARGV[20] -> runningTTL + failureTTL in ms: the TTL of an active flight's meta
--- ARGV[21] -> maxParked: most entries parked on one flight (0 = no cap)
--- ARGV[22] -> fenceTTL in ms: how long the fence outlives the flight's last change
--- ARGV[23] -> "1": an owner starts at once (RUNNING); else it stays PENDING until start
--- ARGV[24] -> the caller's deadline, Unix ms (0 = none)
--- ARGV[25] -> "1": return the result of RESULT_HIT (in-process callers)
--- A new owner pins the caller's policy in the meta, and the flight is judged by the pinned
+-- KEYS[1..4] -> the flight keys and the result stream (lib.lua)
+-- ARGV[1..2] -> the answer context and the caller (lib.lua)
+-- ARGV[3] -> line 2 of the record the caller writes as a new owner: its requestKey, stage,
+--            tenant, sessionId, policy (pinned: "<lease> <runningTTL> <stall> <resultTTL>
+--            <failureTTL> <maxAttempts>"), ownerId, task id and entry, and three empty
+--            error fields
+-- ARGV[4] -> runningTTL + failureTTL of the caller's policy in ms: the TTL of an active
+--            flight's record
+-- ARGV[5] -> "<start> <deadline>": start "1" makes an owner RUNNING at once, else it stays
+--            PENDING until start; deadline: the caller's, Unix ms (0 = none)
+-- ARGV[6] -> "<want result> <maxParked> <fenceTTL>": want result "1" returns the result of
+--            RESULT_HIT (in-process callers); maxParked: most entries parked on one flight
+--            (0 = no cap); fenceTTL in ms: how long the fence outlives the flight's last change
+-- A new owner pins the caller's policy in the record, and the flight is judged by the pinned
 -- values of its current owner, never by the caller's.
 --
--- Output: { action, reason, token, attempts, ownerId, ownerTaskId, status, result, errorType,
---           errorCode, error, heartbeatAt, lease, expireAt, now, shared, <answer tail> }
---   (the numbers are integers or their decimal strings)
+-- Output:
+--   OWNER:  { 'OWNER', "<reason> <token> <attempts> <now>", <answer tail> }; the owner is the
+--           caller, RUNNING (or PENDING), its heartbeat now and its attempt ending at now +
+--           runningTTL
+--   others: { action, "<reason>\t<token>\t<attempts>\t<now>\t<ownerId>\t<ownerTaskId>\t<status>\t
+--           <errorType>\t<errorCode>\t<error>\t<heartbeatAt>\t<lease>\t<expireAt>\t<shared>",
+--           result, <answer tail> }
+--   (times are Unix ms; the error fields are JSON strings)
 --   action: OWNER | FOLLOWER_WAIT | RESULT_HIT | FAILED_FINAL | CANCELLED | EXPIRED | CORRUPT
---   reason: OWNER new | retry | takeover | handover | expired | result_lost;
---           FOLLOWER_WAIT parked | not_parked | full; EXPIRED deadline_passed or the stored
---           code; the others the stored error code.
+--   reason: OWNER new | retry | takeover | handover | expired; FOLLOWER_WAIT parked |
+--           not_parked | full; EXPIRED deadline_passed or the stored code; the others the
+--           stored error code.
 --   RESULT_HIT, FAILED_FINAL, CANCELLED and EXPIRED answer the caller's task and every parked
 --   task (answer tail); FOLLOWER_WAIT parked moves the caller's entry to the parking consumer.
 --   heartbeatAt and lease are the current owner's (a not_parked caller checks again once the
@@ -32,241 +35,319 @@
 --   shared is the label of the caller's own event when the call answered it (owner, hit,
 --   follower), else "".
 
--- acqReply replies with the flight as meta describes it.
-local function acqReply(action, reason, meta, result)
-  local lease = pinned(meta, V[19])
-  if V[25] ~= '1' then result = nil end
+-- acqOpt holds ARGV[6] parsed, per call: { want, maxParked, fenceTTL }.
+local acqOpt = nil
+
+-- acqOpts returns ARGV[6] parsed.
+local function acqOpts()
+  if acqOpt == nil then
+    local want, maxParked, fenceTTL = string.match(V[6], '^(%d) (%d+) (%d+)$')
+    acqOpt = { want == '1', num(maxParked, 0), num(fenceTTL, 86400000) }
+  end
+  return acqOpt[1], acqOpt[2], acqOpt[3]
+end
+
+-- acqReply replies with the flight as m describes it.
+local function acqReply(action, reason, m, result)
+  local lease = pinned(m, nil)
+  local want = acqOpts()
+  if not want then result = nil end
   local shared = ''
   if out ~= nil then shared = out.caller end
-  return tail({ action, reason, num(meta.ownerToken, 0), num(meta.attempts, 0), meta.ownerId or '',
-    meta.taskId or '', meta.status or '', result or '', meta.errorType or '',
-    meta.errorCode or '', meta.error or '', num(meta.heartbeatAt, 0), lease,
-    num(meta.expireAt, 0), nowStr, shared })
+  local exp = '0'
+  if m.startedAt and m.startedAt ~= '' then exp = fmt(expireAt(m)) end
+  return tail({ action, reason .. '\t' .. (m.token or '0') .. '\t' .. (m.attempts or '0') .. '\t' .. nowStr .. '\t' ..
+    (m.ownerId or '') .. '\t' .. (m.taskId or '') .. '\t' .. (m.status or '') .. '\t' .. (m.errorType or '') .. '\t' ..
+    (m.errorCode or '') .. '\t' .. (m.error or '') .. '\t' .. (m.heartbeatAt or '0') .. '\t' .. lease .. '\t' .. exp ..
+    '\t' .. shared, result or '' })
 end
 
--- attemptLine describes the attempt meta ran, ended now with outcome (for the flight's
--- attempt log: attempt, token, ownerId, taskId, startedAt, endedAt, outcome, errorCode,
--- error; tab-separated, the error cut to 200 bytes).
-local function attemptLine(meta, outcome, code)
-  local _, running = pinned(meta, V[19])
-  local started = meta.startedAt or fmt(num(meta.expireAt, 0) - running)
-  local msg = string.gsub(string.sub(meta.error or '', 1, 200), '[\t\r\n]', ' ')
-  return table.concat({ meta.attempts or '0', meta.ownerToken or '0', meta.ownerId or '', meta.taskId or '',
-    started, nowStr, outcome, code or meta.errorCode or '', msg }, '\t')
+-- ownerReply replies OWNER with reason, token and attempts.
+local function ownerReply(reason, tok, attempts)
+  return tail({ 'OWNER', reason .. ' ' .. tok .. ' ' .. attempts .. ' ' .. nowStr })
 end
 
--- appendLog returns meta's attempt log with line added, keeping the newest 16 lines.
-local function appendLog(meta, line)
+-- attemptLine describes the attempt m ran, ended now with outcome (for the flight's attempt
+-- log: attempt, token, ownerId, taskId, startedAt, endedAt, outcome, errorCode, error;
+-- tab-separated, the error cut to 200 bytes).
+local function attemptLine(m, outcome)
+  local code, msg = m.errorCode or '', ''
+  if code ~= '' then code = cjson.decode(code) end
+  if (m.error or '') ~= '' then msg = string.gsub(string.sub(cjson.decode(m.error), 1, 200), '[%c]', ' ') end
+  code = string.gsub(code, '[%c]', ' ')
+  return table.concat({ m.attempts or '0', m.token or '0', m.ownerId or '', m.taskId or '',
+    m.startedAt or '', nowStr, outcome, code, msg }, '\t')
+end
+
+-- appendLog returns m's attempt log with line added, keeping the newest 16 entries.
+local function appendLog(m, line)
   local lines = {}
-  for l in string.gmatch(meta.attemptLog or '', '[^\n]+') do lines[#lines + 1] = l end
+  for l in string.gmatch(m.log or '', '[^\30]+') do lines[#lines + 1] = l end
   lines[#lines + 1] = line
   local from = math.max(1, #lines - 15)
-  return table.concat(lines, '\n', from)
+  return table.concat(lines, LOG_SEP, from)
 end
 
 -- ATTEMPT_OUTCOME is how the previous attempt ended, by the reason a new owner takes over.
 local ATTEMPT_OUTCOME = { retry = 'FAILED', takeover = 'LEASE_LOST', handover = 'HANDOVER', expired = 'EXPIRED' }
 
--- acqOwn makes the caller the owner with a new token. inherit: the flight record goes on
--- (retry, takeover, handover, expired) and the previous owner's task waits for its outcome
--- like a parked one; otherwise the record starts afresh (new, result_lost). Parked entries
--- stay. attempts is a decimal string.
-local function acqOwn(reason, attempts, meta, inherit)
-  local tok = newToken(meta)
-  local task, entry = V[7], V[8]
-  local createdAt = nowStr
-  local log = nil
-  if meta then
-    if inherit then
-      createdAt = meta.createdAt or nowStr
-      log = appendLog(meta, attemptLine(meta, ATTEMPT_OUTCOME[reason] or reason, nil))
-      local pe = meta.entry or ''
-      if pe ~= '' and pe ~= entry then
-        redis.call('HSETNX', K[4], pe, nowStr .. ' ' .. (meta.taskId or ''))
-      end
+-- acqHead is the head of a new owner's record with token tok: its header lines.
+local function acqHead(status, tok, attempts, flags, createdAt, log)
+  local n = nowStr
+  return 'f1\t' .. status .. '\t' .. tok .. '\t' .. attempts .. '\t' .. flags .. '\t' .. n .. '\t' .. n .. '\t' .. n ..
+    '\t\t\t\t' .. createdAt .. '\t\n' .. V[3] .. '\n' .. log .. '\n'
+end
+
+-- acqNew makes the caller the owner of a flight that has no record: the common path, one SET
+-- NX with the clock's token, then the fence, which only a clock behind it makes matter. It
+-- answers nil when a record exists.
+local function acqNew(status)
+  local tok = nowUsStr
+  if not redis.call('SET', K[1], acqHead(status, tok, '1', '', nowStr, ''), 'NX', 'PX', V[4]) then return nil end
+  local f = redis.call('GET', K[3])
+  if f then
+    local prev = tonumber(string.match(f, '^%d+') or '0') or 0
+    if prev <= MAX_TOKEN and prev >= nowMicros() then
+      tok = fmt(prev + 1)
+      redis.call('SET', K[1], acqHead(status, tok, '1', '', nowStr, ''), 'KEEPTTL')
     end
-    redis.call('DEL', K[1])
   end
+  return ownerReply('new', tok, '1')
+end
+
+-- acqTakeOver makes the caller the owner of m's flight with a new token, unless its deadline
+-- passed. The flight's record goes on (retry, takeover, handover, expired): the previous
+-- owner's task waits for its outcome like a parked one, and the attempt log gets a line.
+-- Parked entries stay. attempts is a number.
+local function acqTakeOver(reason, attempts, m, start)
+  local tok = newToken(m)
+  local entry = ctx().entry
+  local pe = m.entry or ''
+  if pe ~= '' and pe ~= entry then
+    redis.call('HSETNX', K[2], pe, nowStr .. ' ' .. (m.taskId or ''))
+  end
+  local log = appendLog(m, attemptLine(m, ATTEMPT_OUTCOME[reason] or reason))
   local status = 'PENDING'
-  if V[23] == '1' then status = 'RUNNING' end
-  local expireAt = nowMs() + tonumber(V[18])
-  redis.call('HSET', K[1], 'status', status, 'stage', V[13], 'tenant', V[14],
-    'sessionId', V[15], 'requestKey', V[16], 'ownerId', V[12], 'ownerToken', tok,
-    'taskId', task, 'entry', entry, 'attempts', attempts, 'createdAt', createdAt,
-    'updatedAt', nowStr, 'heartbeatAt', nowStr, 'expireAt', expireAt, 'policy', V[19])
-  if log then redis.call('HSET', K[1], 'attemptLog', log) end
-  redis.call('PEXPIRE', K[1], V[20])
-  -- Tasks parked on the previous record of this flight wait for this owner; a flight that
-  -- starts afresh leaves an orphaned waiter record as it is (its entries are still parked,
-  -- and a parked-entry check answers them if the record expires first).
-  if meta and redis.call('EXISTS', K[4]) == 1 then
-    if entry ~= '' then redis.call('HDEL', K[4], entry) end
-    redis.call('PEXPIRE', K[4], V[20])
+  if start then status = 'RUNNING' end
+  local att = fmt(attempts)
+  redis.call('SET', K[1], acqHead(status, tok, att, 'm', m.createdAt or nowStr, log), 'PX', V[4])
+  -- Tasks parked on the previous record of this flight wait for this owner.
+  if redis.call('EXISTS', K[2]) == 1 then
+    if entry ~= '' then redis.call('HDEL', K[2], entry) end
+    redis.call('PEXPIRE', K[2], V[4])
   end
-  return tail({ 'OWNER', reason, tok, attempts, V[12], task, status, '', '', '', '', nowStr, V[17],
-    expireAt, nowStr, '' })
+  return ownerReply(reason, tok, att)
 end
 
 -- ownTask reports whether the caller's task is the flight's (last) owner task: its stream
 -- entry is the owner's; when either has none (an owner that gave its entry up for a long
 -- retry delay), its task id is the owner's.
-local function ownTask(meta)
-  local entry, ownerEntry = V[8], meta.entry or ''
+local function ownTask(m)
+  local c = ctx()
+  local entry, ownerEntry = c.entry, m.entry or ''
   if entry ~= '' and ownerEntry ~= '' then return entry == ownerEntry end
-  return V[7] ~= '' and V[7] == (meta.taskId or '')
+  return c.task ~= '' and c.task == (m.taskId or '')
 end
 
 -- acqFinal answers the caller and every parked task from a stored outcome. The flight's owner
 -- task is answered as the owner: as the caller (it acquires again after its run was aborted by
 -- a cancel or an expiry, or after the reply of its complete was lost) or as a parked task (an
 -- attempt that expired for good, ended by another caller).
-local function acqFinal(action, meta, result)
+local function acqFinal(action, m, result)
   local callerShared = 'follower'
-  if ownTask(meta) then
+  if ownTask(m) then
     -- The owner's own label: "archive" when its outcome came from the durable archive.
-    callerShared = meta.shared or 'owner'
+    callerShared = 'owner'
+    if has(m, 'a') then callerShared = 'archive' end
   elseif action == 'RESULT_HIT' then
     callerShared = 'hit'
   end
   if action == 'RESULT_HIT' then
-    answer(outcomeOf(meta, 'SUCCEEDED', result), callerShared, meta.entry)
-    return acqReply(action, '', meta, result)
+    answer(outcomeOf(m, 'SUCCEEDED', result), callerShared, m.entry)
+    return acqReply(action, '', m, result)
   end
   if action == 'EXPIRED' then
     -- Answered as expired for good: a late result of the last owner is refused from now on.
+    local _, _, fenceTTL = acqOpts()
     local f = readFence() or 0
-    local t = num(meta.ownerToken, 0)
-    if f <= t then writeFence(t, 'x', fenceTTLOf(meta, V[22])) end
+    local t = num(m.token, 0)
+    if f <= t then writeFence(t, 'x', fenceTTLOf(m, fenceTTL)) end
   end
-  answer(failureOf(meta), callerShared, meta.entry)
-  return acqReply(action, meta.errorCode or '', meta, nil)
+  answer(failureOf(m), callerShared, m.entry)
+  local code = m.errorCode or ''
+  if code ~= '' then code = cjson.decode(code) end
+  return acqReply(action, code, m, nil)
 end
 
 -- acqExpireFinal ends a flight whose attempts are spent: its last owner's task is answered
 -- with the parked ones, and the fence closes that owner's token.
-local function acqExpireFinal(meta, code)
-  local msg = 'flight ' .. code .. ' after ' .. (meta.attempts or '?') .. ' attempts'
-  local pe = meta.entry or ''
-  if pe ~= '' and pe ~= V[8] then
-    redis.call('HSETNX', K[4], pe, nowStr .. ' ' .. (meta.taskId or ''))
+local function acqExpireFinal(m, code)
+  local msg = 'flight ' .. code .. ' after ' .. (m.attempts or '?') .. ' attempts'
+  local pe = m.entry or ''
+  if pe ~= '' and pe ~= ctx().entry then
+    redis.call('HSETNX', K[2], pe, nowStr .. ' ' .. (m.taskId or ''))
   end
-  redis.call('HSET', K[1], 'status', 'EXPIRED', 'updatedAt', nowStr, 'retryable', '0',
-    'errorType', 'expired', 'errorCode', code, 'error', msg)
-  local _, _, _, _, ttl = pinned(meta, V[19])
-  redis.call('PEXPIRE', K[1], ttl)
-  redis.call('PEXPIRE', K[4], ttl)
-  writeFence(num(meta.ownerToken, 0), 'x', fenceTTLOf(meta, V[22]))
-  meta.status, meta.retryable, meta.errorType, meta.errorCode, meta.error = 'EXPIRED', '0', 'expired', code, msg
-  return acqFinal('EXPIRED', meta, nil)
-end
-
--- acqIsLate reports whether the caller's deadline passed.
-local function acqIsLate()
-  local d = V[24]
-  return d ~= '0' and d ~= '' and nowMs() > tonumber(d)
+  m.status, m.flags = 'EXPIRED', flagged(m.flags, '', 'r')
+  m.errorType, m.errorCode, m.error = '"expired"', cjson.encode(code), cjson.encode(msg)
+  local _, _, _, _, ttl = pinned(m, nil)
+  store(m, ttl, nil)
+  redis.call('PEXPIRE', K[2], ttl)
+  local _, _, fenceTTL = acqOpts()
+  writeFence(num(m.token, 0), 'x', fenceTTLOf(m, fenceTTL))
+  return acqFinal('EXPIRED', m, nil)
 end
 
 -- acqLate answers only the caller: its deadline passed before it could start or follow.
-local function acqLate(meta)
-  local m = meta or { requestKey = V[16], stage = V[13], tenant = V[14] }
-  local task, entry = V[7], V[8]
-  if task ~= '' then
-    emit(task, 'owner', V[9], outcomeOf(m, 'EXPIRED', nil, 'deadline', 'deadline_passed',
-      'the task deadline passed before it could start'))
+local function acqLate(m)
+  local c = ctx()
+  local r = m
+  if not r then
+    local rk, stage, tenant = string.match(V[3], '^([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+    r = { requestKey = rk, stage = stage, tenant = tenant, token = '0', attempts = '0', flags = '' }
+  end
+  if c.task ~= '' then
+    emitBody(c.task, 'owner', c.queued, outcomeOf(r, 'EXPIRED', nil, '"deadline"', '"deadline_passed"',
+      '"the task deadline passed before it could start"'))
     answered().caller = 'owner'
   end
-  if entry ~= '' then
+  if c.entry ~= '' then
     local o = answered()
-    o.acks[#o.acks + 1] = entry
-    if redis.call('HEXISTS', K[4], entry) == 1 then o.released[#o.released + 1] = entry end
+    o.acks[#o.acks + 1] = c.entry
+    if redis.call('HEXISTS', K[2], c.entry) == 1 then o.released[#o.released + 1] = c.entry end
   end
-  return acqReply('EXPIRED', 'deadline_passed', m, nil)
+  return acqReply('EXPIRED', 'deadline_passed', r, nil)
 end
 
 -- acqFollow parks the caller's entry on a live flight, or says why it was not parked.
-local function acqFollow(meta)
-  if acqIsLate() then return acqLate(meta) end
-  local entry = V[8]
-  if entry == '' or entry == (meta.entry or '') then
-    return acqReply('FOLLOWER_WAIT', 'not_parked', meta, nil)
+local function acqFollow(m, late)
+  if late then return acqLate(m) end
+  local c = ctx()
+  local entry = c.entry
+  if entry == '' or entry == (m.entry or '') then
+    return acqReply('FOLLOWER_WAIT', 'not_parked', m, nil)
   end
-  if redis.call('HEXISTS', K[4], entry) == 0 then
-    local maxParked = num(V[21], 0)
-    if maxParked > 0 and redis.call('HLEN', K[4]) >= maxParked then
-      return acqReply('FOLLOWER_WAIT', 'full', meta, nil)
+  if redis.call('HEXISTS', K[2], entry) == 0 then
+    local _, maxParked = acqOpts()
+    if maxParked > 0 and redis.call('HLEN', K[2]) >= maxParked then
+      return acqReply('FOLLOWER_WAIT', 'full', m, nil)
     end
-    redis.call('HSET', K[4], entry, nowStr .. ' ' .. V[7])
+    redis.call('HSET', K[2], entry, nowStr .. ' ' .. c.task)
     local ttl = redis.call('PTTL', K[1])
-    if ttl <= 0 then ttl = V[20] end
-    redis.call('PEXPIRE', K[4], ttl)
+    if ttl <= 0 then ttl = V[4] end
+    redis.call('PEXPIRE', K[2], ttl)
   end
   park()
-  return acqReply('FOLLOWER_WAIT', 'parked', meta, nil)
+  return acqReply('FOLLOWER_WAIT', 'parked', m, nil)
 end
 
--- acqTakeOver owns an existing flight unless the caller's deadline passed.
-local function acqTakeOver(reason, attempts, meta)
-  if acqIsLate() then return acqLate(meta) end
-  return acqOwn(reason, fmt(attempts), meta, true)
+-- acqRecord reads the record: its text (the first HEAD bytes, or all of it when needed) and
+-- its fields; nil when there is none.
+local function acqRecord()
+  local v = redis.call('GETRANGE', K[1], 0, HEAD - 1)
+  if v == '' then return nil end
+  local m = parse(v, false)
+  if not m and #v == HEAD then
+    v = redis.call('GET', K[1]) or ''
+    m = parse(v, false)
+  end
+  return v, m
+end
+
+-- acqResult returns the result of a SUCCEEDED record when the caller needs it: to inline it in
+-- the events (it is compact JSON within the caller's cap) or to return it; else nil.
+local function acqResult(v, m)
+  local want = acqOpts()
+  if #v < HEAD then return string.sub(v, m.resultAt) end
+  local size = redis.call('STRLEN', K[1]) - m.resultAt + 1
+  if want or (has(m, 'i') and size <= ctx().inline) then
+    return redis.call('GETRANGE', K[1], m.resultAt - 1, -1)
+  end
+  return nil
 end
 
 register('acquire', function()
-  local meta = loadMeta()
-  if not meta then
-    if acqIsLate() then return acqLate(nil) end
-    return acqOwn('new', '1', nil, false)
+  acqOpt = nil
+  local start, deadline = true, 0
+  if V[5] ~= '1 0' then
+    local s, d = string.match(V[5], '^(%d) (%d+)$')
+    start, deadline = s == '1', num(d, 0)
   end
-  local status = meta.status
-  local attempts = num(meta.attempts, 0)
-  local pLease, pRunning, pStall, _, _, maxA = pinned(meta, V[19])
+  local late = deadline > 0 and nowMs() > deadline
+  if not late then
+    local status = 'PENDING'
+    if start then status = 'RUNNING' end
+    local r = acqNew(status)
+    if r then return r end
+  end
+  local v, m = acqRecord()
+  if not v then
+    -- Only a caller whose deadline passed finds no record here.
+    return acqLate(nil)
+  end
+  if not m then
+    return acqReply('CORRUPT', 'unreadable', { flags = '', log = '' }, nil)
+  end
+  local status = m.status
+  local attempts = num(m.attempts, 0)
+  local pLease, pRunning, pStall, _, _, maxA = pinned(m, nil)
   local now = nowMs()
 
   if status == 'SUCCEEDED' then
-    local result = redis.call('GET', K[2])
-    if result then return acqFinal('RESULT_HIT', meta, result) end
-    if acqIsLate() then return acqLate(meta) end
-    return acqOwn('result_lost', '1', meta, false)
+    return acqFinal('RESULT_HIT', m, acqResult(v, m))
   end
 
   if status == 'FAILED' then
     -- An attempt a limiter stopped before its call (free) does not count.
-    local free = meta.free == '1'
-    if meta.retryable == '1' and (free or attempts < maxA) then
+    local free = has(m, 'f')
+    if has(m, 'r') and (free or attempts < maxA) then
       -- A retry delay (a provider's Retry-After, the stage's backoff, a limiter's wait)
       -- holds for every task.
-      if now < num(meta.retryAt, 0) then return acqFollow(meta) end
-      if free then return acqTakeOver('retry', attempts, meta) end
-      return acqTakeOver('retry', attempts + 1, meta)
+      if now < num(m.retryAt, 0) then return acqFollow(m, late) end
+      if late then return acqLate(m) end
+      if free then return acqTakeOver('retry', attempts, m, start) end
+      return acqTakeOver('retry', attempts + 1, m, start)
     end
-    return acqFinal('FAILED_FINAL', meta, nil)
+    return acqFinal('FAILED_FINAL', m, nil)
   end
 
   if status == 'PENDING' or status == 'RUNNING' then
-    if meta.handover == '1' then return acqTakeOver('handover', attempts, meta) end
-    local expireAt = num(meta.expireAt, 0)
+    if has(m, 'h') then
+      if late then return acqLate(m) end
+      return acqTakeOver('handover', attempts, m, start)
+    end
+    local exp = num(m.startedAt, 0) + pRunning
     local code = nil
-    if now > expireAt then
+    if now > exp then
       code = 'running_ttl'
-    elseif pStall > 0 and status == 'RUNNING' and now - num(meta.progressAt, expireAt - pRunning) > pStall then
+    elseif pStall > 0 and status == 'RUNNING' and now - num(m.progressAt, exp - pRunning) > pStall then
       code = 'stalled'
     end
     if code then
-      if attempts < maxA then return acqTakeOver('expired', attempts + 1, meta) end
-      return acqExpireFinal(meta, code)
+      if attempts < maxA then
+        if late then return acqLate(m) end
+        return acqTakeOver('expired', attempts + 1, m, start)
+      end
+      return acqExpireFinal(m, code)
     end
-    if now - num(meta.heartbeatAt, 0) > pLease then
-      if attempts < maxA then return acqTakeOver('takeover', attempts + 1, meta) end
-      return acqExpireFinal(meta, 'lease_lost')
+    if now - num(m.heartbeatAt, 0) > pLease then
+      if attempts < maxA then
+        if late then return acqLate(m) end
+        return acqTakeOver('takeover', attempts + 1, m, start)
+      end
+      return acqExpireFinal(m, 'lease_lost')
     end
-    return acqFollow(meta)
+    return acqFollow(m, late)
   end
 
   if status == 'EXPIRED' then
-    if attempts < maxA then return acqTakeOver('expired', attempts + 1, meta) end
-    return acqFinal('EXPIRED', meta, nil)
+    if attempts < maxA then
+      if late then return acqLate(m) end
+      return acqTakeOver('expired', attempts + 1, m, start)
+    end
+    return acqFinal('EXPIRED', m, nil)
   end
 
-  if status == 'CANCELLED' then return acqFinal('CANCELLED', meta, nil) end
+  if status == 'CANCELLED' then return acqFinal('CANCELLED', m, nil) end
 
-  return acqReply('CORRUPT', tostring(status), meta, nil)
+  return acqReply('CORRUPT', tostring(status), m, nil)
 end)

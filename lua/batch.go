@@ -3,6 +3,9 @@ package lua
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,19 +170,31 @@ func (b *Batcher) send(batch []*call) {
 }
 
 // pipeline sends calls as one pipeline, followed by WAIT 1 wait when wait is positive, and
-// hands each call its reply. The client's timeouts bound the pipeline's I/O. A caller whose
-// context ends first stops waiting, and the others still get their replies.
+// hands each call its reply. Calls of the flight library leave as one FCALL of its batch
+// function (merge). The client's timeouts bound the pipeline's I/O. A caller whose context
+// ends first stops waiting, and the others still get their replies.
 func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
 	var w *redis.Cmd
+	merged := mergeable(calls)
+	var batch *redis.Cmd
 	_, _ = b.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 		for _, c := range calls {
+			if merged[c] {
+				continue
+			}
 			c.cmd = p.FCall(c.ctx, c.fn, c.keys, c.args...)
+		}
+		if len(merged) > 0 {
+			batch = batchCall(p, calls, merged)
 		}
 		if wait > 0 {
 			w = p.Do(context.Background(), "WAIT", 1, waitMillis(wait))
 		}
 		return nil
 	})
+	if batch != nil {
+		splitBatch(batch, calls, merged)
+	}
 	var acked int64
 	var werr error
 	if w != nil {
@@ -188,6 +203,108 @@ func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
 	for _, c := range calls {
 		c.acked, c.waitErr = acked, werr
 		close(c.done)
+	}
+}
+
+// maxMergedArgBytes bounds the argument bytes of one merged FCALL: a call with a large result
+// leaves on its own, so one script never carries many large values at once.
+const maxMergedArgBytes = 1 << 20
+
+// mergeable picks the calls of the flight library that leave as one FCALL of its batch
+// function: all of them while their arguments stay under maxMergedArgBytes, when there are
+// at least two.
+func mergeable(calls []*call) map[*call]bool {
+	var picked []*call
+	size := 0
+	for _, c := range calls {
+		if !strings.HasPrefix(c.fn, flightLib.prefix) {
+			continue
+		}
+		n := argBytes(c)
+		if size+n > maxMergedArgBytes {
+			continue
+		}
+		size += n
+		picked = append(picked, c)
+	}
+	if len(picked) < 2 {
+		return nil
+	}
+	m := make(map[*call]bool, len(picked))
+	for _, c := range picked {
+		m[c] = true
+	}
+	return m
+}
+
+// argBytes estimates the bytes of c's keys and arguments.
+func argBytes(c *call) int {
+	n := 0
+	for _, k := range c.keys {
+		n += len(k)
+	}
+	for _, a := range c.args {
+		switch v := a.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		default:
+			n += 8
+		}
+	}
+	return n
+}
+
+// batchCall queues one FCALL of the library's batch function that runs the merged calls in
+// their order.
+func batchCall(p redis.Pipeliner, calls []*call, merged map[*call]bool) *redis.Cmd {
+	var keys []string
+	args := make([]any, 1, 1+3*len(merged))
+	args[0] = len(merged)
+	nargs := 0
+	for _, c := range calls {
+		if merged[c] {
+			args = append(args, c.fn[len(flightLib.prefix):], len(c.keys), len(c.args))
+			keys = append(keys, c.keys...)
+			nargs += len(c.args)
+		}
+	}
+	args = slices.Grow(args, nargs)
+	for _, c := range calls {
+		if merged[c] {
+			args = append(args, c.args...)
+		}
+	}
+	return p.FCall(context.Background(), flightLib.prefix+"batch", keys, args...)
+}
+
+// splitBatch hands each merged call its reply of the batch: its element of the reply array,
+// or the batch's error.
+func splitBatch(batch *redis.Cmd, calls []*call, merged map[*call]bool) {
+	replies, err := batch.Slice()
+	i := 0
+	for _, c := range calls {
+		if !merged[c] {
+			continue
+		}
+		cmd := redis.NewCmd(c.ctx, "fcall", c.fn)
+		switch {
+		case err != nil:
+			cmd.SetErr(err)
+		case i >= len(replies):
+			cmd.SetErr(fmt.Errorf("lua: batch answered %d replies for %d calls", len(replies), len(merged)))
+		case replies[i] == nil:
+			cmd.SetErr(redis.Nil)
+		default:
+			if e, ok := replies[i].(error); ok {
+				cmd.SetErr(e)
+			} else {
+				cmd.SetVal(replies[i])
+			}
+		}
+		c.cmd = cmd
+		i++
 	}
 }
 

@@ -2,137 +2,132 @@
 -- (not retryable, or no attempt left) answers the owner's task and every parked task; a
 -- retryable one leaves them waiting for the next attempt.
 --
--- KEYS[1..5] -> the flight keys and the result stream (lib.lua)
--- ARGV[1..11] -> the answer block (lib.lua); the caller is the owner's task
--- ARGV[12] -> ownerToken
--- ARGV[13] -> retryable ("1" or "0"), ARGV[14] -> errorType, ARGV[15] -> errorCode,
--- ARGV[16] -> error message
--- ARGV[17] -> ownerId, ARGV[18] -> stage, ARGV[19] -> tenant, ARGV[20] -> sessionId,
--- ARGV[21] -> requestKey K, ARGV[22] -> attempts (these write a meta that is gone)
--- ARGV[23] -> maxAttempts (the owner's pinned value), ARGV[24] -> failureTTL in ms,
--- ARGV[25] -> fenceTTL in ms
--- ARGV[26] (optional) -> the shared label of the caller's own event ("owner" when absent or "")
--- ARGV[27] (optional) -> retryIn ms: a retryable failure's next attempt starts no sooner than
---             this (the meta records retryAt; acquires before it park, the meta lives retryIn
---             longer); "0" or absent: at once
--- ARGV[28] (optional) -> "1": the caller gives its stream entry up (its task waits for the
---             retry in the stage's scheduled set and comes back under a new entry)
--- ARGV[29] (optional) -> "1": ask first, as complete's ARGV[24] (GONE when the meta is gone,
---             LAPSED when the caller's own record lets another caller take it over)
--- ARGV[30] (optional, after ARGV[29]) -> "1": the attempt never called the model (a limiter
---             made it wait): the failure is retryable, never final, and the next attempt does
---             not count (the meta records free)
+-- KEYS[1..4] -> the flight keys and the result stream (lib.lua)
+-- ARGV[1..2] -> the answer context and the caller (lib.lua); the caller is the owner's task
+-- ARGV[3] -> ownerToken
+-- ARGV[4] -> "<ask> <retryable> <free> <released> <retryIn> <maxAttempts> <failureTTL>
+--            <fenceTTL> <attempts> <label>": ask "1": as complete's (GONE when the record is
+--            gone, LAPSED when the caller's own record lets another caller take it over);
+--            retryable "1" or "0"; free "1": the attempt never
+--            called the model (a limiter made it wait): the failure is retryable, never final,
+--            and the next attempt does not count (flag f); released "1": the caller gives its
+--            stream entry up (its task waits for the retry in the stage's scheduled set and
+--            comes back under a new entry); retryIn ms: a retryable failure's next attempt
+--            starts no sooner (the record keeps retryAt, acquires before it park, and it lives
+--            retryIn longer), 0: at once; the owner's pinned maxAttempts, failureTTL and fenceTTL in ms; the owner's attempt;
+--            label: the shared label of the caller's own event (owner or archive)
+-- ARGV[5] -> "<errorType>\t<errorCode>\t<error>", each a JSON string
+-- ARGV[6] -> line 2 of the record, to write one that is gone (as acquire's ARGV[3])
 --
 -- Accepted from the same tokens as complete (complete.lua). Output:
---   { code, final, settled, <answer tail> }
---   OK          the meta is FAILED (TTL failureTTL); final 1 when no attempt is left: then the
+--   { code, "<final>\t<settled>", <answer tail> }
+--   OK          the record is FAILED (TTL failureTTL); final 1 when no attempt is left: then the
 --               caller (shared owner) and the parked tasks are answered
 --   ALREADY     this token's failure is recorded already (a retry): answered again when final
 --               (on one node, not the owner's task when its entry is no longer pending); only
---               the meta's updatedAt is written
+--               the record's TTL is written
 --   CANCELLED / EXPIRED   the run was cancelled or expired for good: the caller is answered
 --   STALE_TOKEN another token owns the flight: the caller is answered from its outcome or
---               parked on it ("" when a larger token's meta is gone too)
+--               parked on it ("" when a larger token's record is gone too)
 --   STATE       the token's flight SUCCEEDED: nothing written
---   GONE, LAPSED  (ARGV[29] asks) as complete's: nothing written
+--   GONE, LAPSED  (ask) as complete's: nothing written
 -- settled: answered | parked | "" (the caller keeps its task, to retry it).
 
 register('fail', function()
-  initAnswers()
-  local tok = num(V[12], 0)
-  local retryable, etype, ecode, emsg = V[13], V[14], V[15], V[16]
-  local maxA, failureTTL, fenceTTL = num(V[23], 3), num(V[24], 60000), num(V[25], 86400000)
-  local label = V[26]
-  if label == nil or label == '' then label = 'owner' end
-  local retryIn = num(V[27], 0)
-  local free = V[30] == '1'
+  local ask, retryable, free, released, retryIn, maxA, failureTTL, fenceTTL, attempts, label = string.match(V[4],
+    '^(%d) (%d) (%d) (%d) (%d+) (%d+) (%d+) (%d+) (%d+) (%a+)$')
+  free, released, ask = free == '1', released == '1', ask == '1'
+  retryIn, maxA, failureTTL, fenceTTL = num(retryIn, 0), num(maxA, 3), num(failureTTL, 60000), num(fenceTTL, 86400000)
   if free then retryable = '1' end
+  label = label or 'owner'
+  local etype, ecode, emsg = string.match(V[5], '^([^\t]*)\t([^\t]*)\t([^\t]*)$')
+  local tok = V[3]
 
-  local function record(meta)
-    redis.call('HSET', K[1], 'status', 'FAILED', 'updatedAt', nowStr, 'retryable', retryable,
-      'errorType', etype, 'errorCode', ecode, 'error', emsg, 'handover', '')
+  local function record(m)
+    m.status = 'FAILED'
+    local add = ''
+    if retryable == '1' then add = 'r' end
+    if free then add = add .. 'f' end
+    if label == 'archive' then add = add .. 'a' end
+    m.flags = flagged(m.flags, add, 'hrfa')
+    m.errorType, m.errorCode, m.error = etype or '', ecode or '', emsg or ''
     local ttl = failureTTL
+    m.retryAt = ''
     if retryable == '1' and retryIn > 0 then
-      redis.call('HSET', K[1], 'retryAt', fmt(nowMs() + retryIn))
+      m.retryAt = fmt(nowMs() + retryIn)
       ttl = ttl + retryIn
-      meta.retryAt = fmt(nowMs() + retryIn)
     end
-    if V[28] == '1' then redis.call('HSET', K[1], 'entry', '') end
-    if free then redis.call('HSET', K[1], 'free', '1') end
-    if label ~= 'owner' then redis.call('HSET', K[1], 'shared', label) end
-    redis.call('PEXPIRE', K[1], ttl)
-    if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], ttl) end
-    writeFence(tok, '', fenceTTL)
-    meta.status, meta.retryable, meta.errorType, meta.errorCode, meta.error = 'FAILED', retryable, etype, ecode, emsg
+    if released then m.entry = '' end
+    store(m, ttl, nil)
+    waitersFollow(ttl)
+    endFence(m, tok, '', fenceTTL)
   end
 
-  local function isFinal(meta)
-    local _, _, _, _, _, pinnedMax = pinned(meta, '0 0 0 0 0 ' .. fmt(maxA))
+  local function isFinal(m)
+    local _, _, _, _, _, pinnedMax = pinned(m, '0 0 0 0 0 ' .. fmt(maxA))
     if free then return false end
-    return retryable ~= '1' or num(meta.attempts, 0) >= pinnedMax
+    return retryable ~= '1' or num(m.attempts, 0) >= pinnedMax
   end
 
-  local function done(code, meta)
-    if isFinal(meta) then
-      answer(failureOf(meta), label)
-      return tail({ code, 1, 'answered' })
+  local function done(code, m)
+    if isFinal(m) then
+      answer(failureOf(m), label)
+      return tail({ code, '1\tanswered' })
     end
-    return tail({ code, 0, '' })
+    return tail({ code, '0\t' })
   end
 
-  local ask = V[29] == '1'
-  local meta = loadMeta()
-  if not meta then
-    if ask then return tail({ 'GONE', 0, '' }) end
-    local verdict = fenceAdmits(tok, fenceTTL)
-    if verdict == 'stale' then return tail({ 'STALE_TOKEN', 0, '' }) end
-    local m = { stage = V[18], tenant = V[19], sessionId = V[20], requestKey = V[21],
-      ownerId = V[17], ownerToken = fmt(tok), attempts = V[22] }
+  local m = load(false)
+  if not m then
+    if ask then return tail({ 'GONE', '0\t' }) end
+    local verdict = fenceAdmits(num(tok, 0), fenceTTL)
+    if verdict == 'stale' then return tail({ 'STALE_TOKEN', '0\t' }) end
+    local rk, stage, tenant, sess, _, owner, task, entry = string.match(V[6],
+      '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t')
+    m = { status = 'FAILED', token = tok, attempts = attempts or '1', flags = 'm', heartbeatAt = nowStr,
+      startedAt = nowStr, progressAt = '', progress = '', retryAt = '', createdAt = nowStr, restoredAt = nowStr,
+      requestKey = rk or '', stage = stage or '', tenant = tenant or '', sessionId = sess or '',
+      policy = '5000 0 0 0 ' .. fmt(failureTTL) .. ' ' .. fmt(maxA), ownerId = owner or '', taskId = task or '',
+      entry = entry or '', errorType = '', errorCode = '', error = '', log = '' }
     if verdict == 'c' or verdict == 'x' then
-      local st, code = 'CANCELLED', 'cancelled'
-      if verdict == 'x' then st, code = 'EXPIRED', 'expired' end
-      m.status = st
-      answer(outcomeOf(m, st, nil, code, code, 'the flight was ' .. string.lower(st) .. ' before the failure arrived'), label)
-      return tail({ st, 1, 'answered' })
+      local st, code = 'CANCELLED', '"cancelled"'
+      if verdict == 'x' then st, code = 'EXPIRED', '"expired"' end
+      answer(outcomeOf(m, st, nil, code, code, '"the flight was ' .. string.lower(st) .. ' before the failure arrived"'), label)
+      return tail({ st, '1\tanswered' })
     end
-    redis.call('HSET', K[1], 'stage', m.stage, 'tenant', m.tenant, 'sessionId', m.sessionId,
-      'requestKey', m.requestKey, 'ownerId', m.ownerId, 'ownerToken', m.ownerToken,
-      'taskId', A.task, 'entry', A.entry, 'attempts', m.attempts, 'createdAt', nowStr,
-      'heartbeatAt', nowStr, 'expireAt', nowStr, 'restoredAt', nowStr,
-      'policy', '5000 0 0 0 ' .. fmt(failureTTL) .. ' ' .. fmt(maxA))
     record(m)
     return done('OK', m)
   end
 
-  local status = meta.status
-  if meta.ownerToken ~= fmt(tok) then
-    return tail({ 'STALE_TOKEN', 0, settleCaller(meta) })
+  local status = m.status
+  if m.token ~= tok then
+    if status == 'SUCCEEDED' then m = load(true) end
+    return tail({ 'STALE_TOKEN', '0\t' .. settleCaller(m) })
   end
   if status == 'FAILED' then
     JAgain = true -- a retry after a lost reply: an owner's task answered then is not again
-    redis.call('HSET', K[1], 'updatedAt', nowStr) -- for a WAIT behind it: see complete.lua
-    return done('ALREADY', meta)
+    local ttl = redis.call('PTTL', K[1]) -- a write, for a WAIT behind it: see complete.lua
+    if ttl > 0 then redis.call('PEXPIRE', K[1], ttl) end
+    return done('ALREADY', m)
   end
   if status == 'CANCELLED' then
-    answer(failureOf(meta), label)
-    return tail({ status, 1, 'answered' })
+    answer(failureOf(m), label)
+    return tail({ status, '1\tanswered' })
   end
   if status == 'EXPIRED' then
     local f, mark = readFence()
-    if mark ~= '' and f == tok then
-      answer(failureOf(meta), label)
-      return tail({ status, 1, 'answered' })
+    if mark ~= '' and f == num(tok, 0) then
+      answer(failureOf(m), label)
+      return tail({ status, '1\tanswered' })
     end
-    if ask then return tail({ 'LAPSED', 0, '' }) end
-    record(meta)
-    return done('OK', meta)
+    if ask then return tail({ 'LAPSED', '0\t' }) end
+    record(m)
+    return done('OK', m)
   end
   if status == 'PENDING' or status == 'RUNNING' then
-    if ask and takeoverDue(status, meta.heartbeatAt, meta.expireAt, meta.progressAt, meta.policy) then
-      return tail({ 'LAPSED', 0, '' })
-    end
-    record(meta)
-    return done('OK', meta)
+    if ask and takeoverDue(m) then return tail({ 'LAPSED', '0\t' }) end
+    record(m)
+    return done('OK', m)
   end
-  return tail({ 'STATE', 0, '' })
+  return tail({ 'STATE', '0\t' })
 end)

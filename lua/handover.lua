@@ -2,7 +2,7 @@
 -- down, or the run lost its session lock). The attempt is not spent: the next acquire takes
 -- over at once with reason handover and the same attempt count.
 --
--- KEYS[1..4] -> the flight keys (lib.lua)
+-- KEYS[1..3] -> the flight keys (lib.lua)
 -- ARGV[1] -> ownerToken
 --
 -- Output: { code, status }
@@ -12,11 +12,12 @@
 --   STATE       the flight is not PENDING or RUNNING (second element): nothing written
 
 register('handover', function()
-  local m = redis.call('HMGET', K[1], 'status', 'ownerToken')
-  local status, token = m[1], m[2]
-  if not status then return { 'GONE', '' } end
-  if token ~= V[1] then return { 'STALE_TOKEN', status } end
+  local m = load(false)
+  if not m then return { 'GONE', '' } end
+  local status = m.status
+  if m.token ~= V[1] then return { 'STALE_TOKEN', status } end
   if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
-  redis.call('HSET', K[1], 'handover', '1', 'heartbeatAt', '0', 'updatedAt', nowStr)
+  m.flags, m.heartbeatAt = flagged(m.flags, 'h', ''), '0'
+  store(m, nil, nil)
   return { 'OK', status }
 end)

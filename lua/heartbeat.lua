@@ -1,27 +1,25 @@
 -- heartbeat: the owner proves it is alive and, optionally, that its model call made progress.
--- When the meta is gone (lost writes, eviction) the owner writes it back, RUNNING under its
+-- When the record is gone (lost writes, eviction) the owner writes it back, RUNNING under its
 -- token, if the fence admits the token: the flight is not a stale token, and a duplicate that
 -- arrives meanwhile follows this owner instead of running the model again.
 --
--- KEYS[1..4] -> the flight keys (lib.lua)
+-- KEYS[1..3] -> the flight keys (lib.lua)
 -- ARGV[1] -> ownerToken
 -- ARGV[2] -> progress: an opaque counter from the model adapter ("" = not reported);
 --            progressAt moves to now when it differs from the stored value
--- ARGV[3..] -> the ownership, to write a meta that is gone: ownerId, stage, tenant, sessionId,
---            requestKey, taskId, entry, attempts, expireAt (Unix ms), lease, runningTTL,
---            stallTimeout, resultTTL, failureTTL, maxAttempts, fenceTTL (ms)
--- ARGV[19] (optional) -> "1": ask first: when the meta is gone and the fence admits the
---            token, answer GONE instead of writing it back, and when the caller's own record
---            lets another caller take the flight over (lib.lua takeoverDue), answer LAPSED
---            instead of renewing it (the caller checks a fence kept outside Redis, then calls
---            again without it)
+-- ARGV[3] -> line 2 of the record, to write one that is gone (as acquire's ARGV[3])
+-- ARGV[4] -> "<attempts> <expireAt> <fenceTTL> <ask>": the ownership's attempt and when it
+--            ends (Unix ms), the fence TTL in ms, and ask "1": when the record is gone and the
+--            fence admits the token, answer GONE instead of writing it back, and when the
+--            caller's own record lets another caller take the flight over (lib.lua
+--            takeoverDue), answer LAPSED instead of renewing it (the caller checks a fence kept
+--            outside Redis, then calls again without it)
 --
 -- Output: { code, status }
 --   OK          heartbeatAt = now; keep running
---   RESTORED    the meta was gone and is written back; keep running
---   GONE        (ARGV[19] "1") the meta is gone and would be written back: nothing was done
---   LAPSED      (ARGV[19] "1") the caller's record lets another caller take it over: nothing
---               was done
+--   RESTORED    the record was gone and is written back; keep running
+--   GONE        (ask) the record is gone and would be written back: nothing was done
+--   LAPSED      (ask) the caller's record lets another caller take it over: nothing was done
 --   CANCELLED   the flight was cancelled: abort the model call
 --   EXPIRED     runningTTL is spent or progress stalled (by the owner's pinned stallTimeout):
 --               the flight is now EXPIRED; abort, and acquire again
@@ -30,58 +28,54 @@
 
 register('heartbeat', function()
   local tok = V[1]
-  local O = { owner = V[3], stage = V[4], tenant = V[5], session = V[6], key = V[7],
-    task = V[8], entry = V[9], attempts = V[10], expireAt = num(V[11], 0),
-    lease = V[12], runningTTL = V[13], stall = V[14], resultTTL = V[15],
-    failureTTL = num(V[16], 60000), maxAttempts = V[17], fenceTTL = num(V[18], 86400000) }
+  local attempts, expire, fenceTTL, ask = string.match(V[4], '^(%d+) (%d+) (%d+) (%d)$')
+  expire, fenceTTL, ask = num(expire, 0), num(fenceTTL, 86400000), ask == '1'
 
-  local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'progress', 'progressAt', 'expireAt',
-    'policy', 'heartbeatAt')
-  local status, token = m[1], m[2]
-  if not status then
-    local verdict = fenceAdmits(num(tok, 0), O.fenceTTL)
+  local m = load(false)
+  if not m then
+    local verdict = fenceAdmits(num(tok, 0), fenceTTL)
     if verdict == 'c' then return { 'CANCELLED', 'CANCELLED' } end
     if verdict == 'x' then return { 'EXPIRED', 'EXPIRED' } end
-    if verdict ~= 'ok' or nowMs() > O.expireAt then return { 'STALE_TOKEN', '' } end
-    if V[19] == '1' then return { 'GONE', '' } end -- the caller asks a durable fence first
-    redis.call('HSET', K[1], 'status', 'RUNNING', 'stage', O.stage, 'tenant', O.tenant,
-      'sessionId', O.session, 'requestKey', O.key, 'ownerId', O.owner, 'ownerToken', tok,
-      'taskId', O.task, 'entry', O.entry, 'attempts', O.attempts, 'createdAt', nowStr,
-      'updatedAt', nowStr, 'heartbeatAt', nowStr, 'progressAt', nowStr, 'progress', V[2],
-      'expireAt', O.expireAt, 'restoredAt', nowStr,
-      'policy', O.lease .. ' ' .. O.runningTTL .. ' ' .. O.stall .. ' ' .. O.resultTTL .. ' ' ..
-        fmt(O.failureTTL) .. ' ' .. O.maxAttempts)
-    redis.call('PEXPIRE', K[1], O.expireAt - nowMs() + O.failureTTL)
-    writeFence(num(tok, 0), '', O.fenceTTL)
+    if verdict ~= 'ok' or nowMs() > expire then return { 'STALE_TOKEN', '' } end
+    if ask then return { 'GONE', '' } end -- the caller asks a durable fence first
+    local policy = string.match(V[3], '^[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t([^\t]*)\t')
+    local _, running, _, _, failure = pinned({ policy = policy }, nil)
+    local n = nowStr
+    redis.call('SET', K[1], 'f1\tRUNNING\t' .. tok .. '\t' .. attempts .. '\tm\t' .. n .. '\t' .. n .. '\t' ..
+      fmt(expire - running) .. '\t' .. n .. '\t' .. V[2] .. '\t\t' .. n .. '\t' .. n .. '\n' .. V[3] .. '\n\n',
+      'PX', fmt(expire - nowMs() + failure))
+    writeFence(tok, '', fenceTTL)
     return { 'RESTORED', 'RUNNING' }
   end
-  if token ~= tok then return { 'STALE_TOKEN', status } end
+  local status = m.status
+  if m.token ~= tok then return { 'STALE_TOKEN', status } end
   if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
   if status ~= 'PENDING' and status ~= 'RUNNING' then return { 'STATE', status } end
-  if V[19] == '1' and takeoverDue(status, m[7], m[5], m[4], m[6]) then return { 'LAPSED', status } end
+  if ask and takeoverDue(m) then return { 'LAPSED', status } end
 
-  local _, pRunning, pStall, _, pFailure = pinned({ policy = m[6] },
-    '0 0 ' .. fmt(num(O.stall, 0)) .. ' 0 ' .. fmt(O.failureTTL) .. ' 0')
-  local progressAt = num(m[4], num(m[5], 0) - pRunning)
-  if V[2] ~= '' and V[2] ~= m[3] then
+  local _, pRunning, pStall, _, pFailure = pinned(m, nil)
+  local exp = num(m.startedAt, 0) + pRunning
+  local progressAt = num(m.progressAt, exp - pRunning)
+  if V[2] ~= '' and V[2] ~= m.progress then
     progressAt = nowMs()
-    redis.call('HSET', K[1], 'progress', V[2], 'progressAt', nowStr)
+    m.progress, m.progressAt = V[2], nowStr
   end
-  redis.call('HSET', K[1], 'heartbeatAt', nowStr, 'updatedAt', nowStr)
+  m.heartbeatAt = nowStr
 
-  local stall, failureTTL = pStall, pFailure
   local code = nil
-  if nowMs() > num(m[5], 0) then
+  if nowMs() > exp then
     code = 'running_ttl'
-  elseif stall > 0 and status == 'RUNNING' and nowMs() - progressAt > stall then
+  elseif pStall > 0 and status == 'RUNNING' and nowMs() - progressAt > pStall then
     code = 'stalled'
   end
   if code then
-    redis.call('HSET', K[1], 'status', 'EXPIRED', 'retryable', '1', 'errorType', 'expired',
-      'errorCode', code, 'error', 'owner heartbeat found the flight ' .. code)
-    redis.call('PEXPIRE', K[1], failureTTL)
-    if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], failureTTL) end
+    m.status, m.flags = 'EXPIRED', flagged(m.flags, 'r', '')
+    m.errorType, m.errorCode = '"expired"', '"' .. code .. '"'
+    m.error = '"owner heartbeat found the flight ' .. code .. '"'
+    store(m, pFailure, nil)
+    waitersFollow(pFailure)
     return { 'EXPIRED', 'EXPIRED' }
   end
+  store(m, nil, nil)
   return { 'OK', status }
 end)

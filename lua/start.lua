@@ -1,7 +1,7 @@
 -- start: the owner moves its flight from PENDING to RUNNING and starts the attempt's clock.
 -- (Owners that acquire with start set skip it: acquire makes them RUNNING at once.)
 --
--- KEYS[1..4] -> the flight keys (lib.lua)
+-- KEYS[1..3] -> the flight keys (lib.lua)
 -- ARGV[1] -> ownerToken
 --
 -- Output: { code, status }
@@ -12,19 +12,17 @@
 --   STATE       any other status (second element): nothing changed
 
 register('start', function()
-  local m = redis.call('HMGET', K[1], 'status', 'ownerToken', 'policy')
-  local status, token = m[1], m[2]
-  if not status then return { 'GONE', '' } end
-  if token ~= V[1] then return { 'STALE_TOKEN', status } end
+  local m = load(false)
+  if not m then return { 'GONE', '' } end
+  local status = m.status
+  if m.token ~= V[1] then return { 'STALE_TOKEN', status } end
   if status == 'CANCELLED' or status == 'EXPIRED' then return { status, status } end
   if status == 'RUNNING' then return { 'OK', status } end
   if status ~= 'PENDING' then return { 'STATE', status } end
 
-  local _, runningTTL, _, _, failureTTL = pinned({ policy = m[3] }, nil)
-  redis.call('HSET', K[1], 'status', 'RUNNING', 'updatedAt', nowStr, 'heartbeatAt', nowStr,
-    'expireAt', nowMs() + runningTTL)
-  redis.call('HDEL', K[1], 'progressAt')
-  redis.call('PEXPIRE', K[1], runningTTL + failureTTL)
-  if redis.call('EXISTS', K[4]) == 1 then redis.call('PEXPIRE', K[4], runningTTL + failureTTL) end
+  local _, runningTTL, _, _, failureTTL = pinned(m, nil)
+  m.status, m.heartbeatAt, m.startedAt, m.progressAt = 'RUNNING', nowStr, nowStr, ''
+  store(m, runningTTL + failureTTL, nil)
+  waitersFollow(runningTTL + failureTTL)
   return { 'OK', 'RUNNING' }
 end)

@@ -65,26 +65,23 @@ func (k Keyspace) p() string {
 
 func tag(key string) string { return "{" + key + "}" }
 
-// Meta is the hash holding the state machine of the flight of requestKey.
-func (k Keyspace) Meta(requestKey string) string { return k.p() + ":flight:meta:" + tag(requestKey) }
+// Flight is the string holding the record of the flight of requestKey: its state machine and,
+// once it succeeded, its result. Events name it as resultRef.
+func (k Keyspace) Flight(requestKey string) string { return k.p() + ":flight:" + tag(requestKey) }
 
-// Result is the string holding the result bytes of the flight of requestKey.
-func (k Keyspace) Result(requestKey string) string {
-	return k.p() + ":flight:result:" + tag(requestKey)
-}
-
-// Fence is the counter behind the fencing tokens of requestKey; it outlives the meta.
+// Fence is the last token of an ended run of requestKey's flight, kept when the flight had more
+// than one token or the run was closed; it outlives the record.
 func (k Keyspace) Fence(requestKey string) string { return k.p() + ":flight:fence:" + tag(requestKey) }
 
-// Waiters is the set of task ids parked on the flight of requestKey.
+// Waiters is the set of task entries parked on the flight of requestKey.
 func (k Keyspace) Waiters(requestKey string) string {
 	return k.p() + ":flight:waiters:" + tag(requestKey)
 }
 
-// FlightKeys returns the four keys of one flight in the order every flight script takes them:
-// meta, result, fence, waiters. All four share the {requestKey} hash tag.
+// FlightKeys returns the three keys of one flight in the order every flight script takes them:
+// record, waiters, fence. All three share the {requestKey} hash tag.
 func (k Keyspace) FlightKeys(requestKey string) []string {
-	return []string{k.Meta(requestKey), k.Result(requestKey), k.Fence(requestKey), k.Waiters(requestKey)}
+	return []string{k.Flight(requestKey), k.Waiters(requestKey), k.Fence(requestKey)}
 }
 
 // Tasks is the task stream of an unpartitioned stage (the watermill topic); see TaskStreams.

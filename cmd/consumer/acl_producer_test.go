@@ -78,8 +78,8 @@ func TestProducerACL(t *testing.T) {
 	if d := aclDenials(t, e.rdb, "producer"); len(d) > 0 {
 		t.Errorf("Redis refused the producer's own work (fix docs/SECURITY.md):\n%s", strings.Join(d, "\n"))
 	}
-	// A result an event carries only as resultRef is read from its stage's stored results.
-	if b, err := rdb.Get(ctx, e.ks.Result(r.RequestKey)).Bytes(); err != nil || len(b) == 0 {
+	// A result an event carries only as resultRef is read from its stage's flight records.
+	if b, err := rdb.Get(ctx, e.ks.Flight(r.RequestKey)).Bytes(); err != nil || len(b) == 0 {
 		t.Errorf("GET of its stage's stored result under the producer ACL: %q, %v", b, err)
 	}
 
@@ -96,10 +96,11 @@ func TestProducerACL(t *testing.T) {
 		{"xread", "streams", e.ks.Results(other), "0"},
 		{"xdel", e.ks.Tasks(stage), "0-1"},
 		{"xtrim", e.ks.Results(stage), "maxlen", "0"},
-		{"hgetall", e.ks.Meta(r.RequestKey)},
-		{"get", e.ks.Result(strings.Replace(r.RequestKey, stage, other, 1))},
-		{"set", e.ks.Result(r.RequestKey), "forged"},
-		{"hset", e.ks.Meta(r.RequestKey), "status", "SUCCEEDED"},
+		{"hgetall", e.ks.Waiters(r.RequestKey)},
+		{"get", e.ks.Fence(r.RequestKey)},
+		{"get", e.ks.Flight(strings.Replace(r.RequestKey, stage, other, 1))},
+		{"set", e.ks.Flight(r.RequestKey), "forged"},
+		{"hset", e.ks.Flight(r.RequestKey), "status", "SUCCEEDED"},
 		{"del", e.ks.Tasks(stage)},
 	} {
 		if err := rdb.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
@@ -165,8 +166,8 @@ func TestTenantCredentials(t *testing.T) {
 		t.Fatalf("a task of acme's producer naming tenant beta: %+v, %v; want FAILED unknown_tenant", ev, err)
 	}
 	for _, ks := range []topics.Keyspace{eA.ks, eB.ks} {
-		if n, err := srv.Client().Exists(ctx, ks.Meta(fr.RequestKey)).Result(); err != nil || n != 0 {
-			t.Errorf("the forged task left a flight %s: %d, %v", ks.Meta(fr.RequestKey), n, err)
+		if n, err := srv.Client().Exists(ctx, ks.Flight(fr.RequestKey)).Result(); err != nil || n != 0 {
+			t.Errorf("the forged task left a flight %s: %d, %v", ks.Flight(fr.RequestKey), n, err)
 		}
 	}
 
@@ -191,7 +192,7 @@ func TestTenantCredentials(t *testing.T) {
 		{"xadd", eA.ks.Results(stage), "*", topics.FieldPayload, "{}"},
 		{"xadd", eA.ks.DLQ(stage), "*", topics.FieldPayload, "{}"},
 		{"xadd", eB.ks.DLQ(stage), "*", topics.FieldPayload, "{}"},
-		{"get", eB.ks.Result(br.RequestKey)},
+		{"get", eB.ks.Flight(br.RequestKey)},
 	} {
 		if err := rdbA.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 			t.Errorf("%v with acme's producer credentials: %v, want NOPERM", cmd, err)

@@ -83,7 +83,7 @@ func TestRedisDataLossCostsNoModelCall(t *testing.T) {
 
 	e.srv.Stop()
 	e.srv.Restart() // empty: no persistence
-	if n, _ := e.rdb.Exists(e.ctx, e.ks.Meta(before[0].RequestKey), e.ks.Result(before[0].RequestKey)).Result(); n != 0 {
+	if n, _ := e.rdb.Exists(e.ctx, e.ks.Flight(before[0].RequestKey), e.ks.Flight(before[0].RequestKey)).Result(); n != 0 {
 		t.Fatalf("Redis kept the flight of key 0 (%d keys)", n)
 	}
 	// The consumers recover by themselves (the function library and the consumer group are

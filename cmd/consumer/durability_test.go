@@ -115,7 +115,7 @@ func TestParkedTasksOutliveEveryTTL(t *testing.T) {
 			<-a.done
 			// Nobody runs until the flight's records are gone (runningTTL + failureTTL).
 			deadline := time.Now().Add(10 * time.Second)
-			for e.rdb.Exists(e.ctx, e.ks.Meta(key), e.ks.Waiters(key)).Val() > 0 {
+			for e.rdb.Exists(e.ctx, e.ks.Flight(key), e.ks.Waiters(key)).Val() > 0 {
 				if time.Now().After(deadline) {
 					t.Fatal("the flight's records did not expire")
 				}
@@ -163,7 +163,7 @@ func TestVanishedFlightMidRun(t *testing.T) {
 	e.waitOwned([]string{key}, "a", 10*time.Second)
 	e.enqueue(task("v1", "interview-evaluation", 2, 2000))
 	e.waitParked(key, 1, 10*time.Second)
-	if err := e.rdb.Del(e.ctx, e.ks.Meta(key), e.ks.Waiters(key)).Err(); err != nil {
+	if err := e.rdb.Del(e.ctx, e.ks.Flight(key), e.ks.Waiters(key)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.expectAnswered(ids("v", 2), 20*time.Second)

@@ -121,7 +121,7 @@ func TestIsolationDashboardUnderHitAmplification(t *testing.T) {
 	}
 	payload, _ := last[0].Values[topics.FieldPayload].(string)
 	if ev, err := topics.DecodeEvent([]byte(payload)); err != nil || ev.RequestKey != key || len(ev.Result) > 0 ||
-		ev.ResultRef != e.ks.Result(key) {
+		ev.ResultRef != e.ks.Flight(key) {
 		t.Fatalf("the last event: %v, inline result %d bytes, key %s, ref %q; want a hit of %s carrying its 40 KB result as resultRef only",
 			err, len(ev.Result), ev.RequestKey, ev.ResultRef, key)
 	}

@@ -88,7 +88,7 @@ func TestSpoolIsNeverTrustedBlindly(t *testing.T) {
 	if code == 0 || !strings.Contains(out, shared) || !strings.Contains(out, "not safe to trust") {
 		t.Fatalf("a spool directory of user nobody, mode 0777: exit %d\n%s\nwant a refusal naming it", code, out)
 	}
-	if n := e.rdb.Exists(e.ctx, e.ks.Meta(key), e.ks.Result(key)).Val(); n != 0 {
+	if n := e.rdb.Exists(e.ctx, e.ks.Flight(key), e.ks.Flight(key)).Val(); n != 0 {
 		t.Fatalf("the planted outcome reached Redis (%d keys of %s)", n, key)
 	}
 }

@@ -16,17 +16,19 @@ import (
 
 // Faults that act on flights and on Redis.
 
-// delRunningSrc deletes a flight's meta KEYS[1] and waiters KEYS[2] when the flight is still
-// RUNNING under token ARGV[1]. It returns the number of keys deleted, or -1. It is atomic, so
-// that a flight that finished meanwhile keeps its outcome. Deleting a SUCCEEDED meta would
-// let a fresh flight run the model inside the result TTL, which is not the fault intended.
+// delRunningSrc deletes a flight's record KEYS[1] and waiters KEYS[2] when the flight is
+// still RUNNING under token ARGV[1]. It returns the number of keys deleted, or -1. It is
+// atomic, so that a flight that finished meanwhile keeps its outcome. Deleting a SUCCEEDED
+// record would let a fresh flight run the model inside the result TTL, which is not the fault
+// intended.
 const delRunningSrc = `
-if redis.call('HGET', KEYS[1], 'status') == 'RUNNING' and redis.call('HGET', KEYS[1], 'ownerToken') == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v and string.match(v, '^f1\t(%u+)\t') == 'RUNNING' and string.match(v, '^f1\t%u+\t(%d+)\t') == ARGV[1] then
   return redis.call('DEL', KEYS[1], KEYS[2])
 end
 return -1`
 
-// deleteFlightKeys deletes the meta and waiters of a RUNNING flight, as lost writes would.
+// deleteFlightKeys deletes the record and waiters of a RUNNING flight, as lost writes would.
 // It prefers one with parked tasks. The owner's heartbeat writes the flight back. A duplicate
 // that acquires first starts a fresh flight, which the checker allows as an extra run.
 func (in *injector) deleteFlightKeys(ctx context.Context) bool {
@@ -37,7 +39,7 @@ func (in *injector) deleteFlightKeys(ctx context.Context) bool {
 	at := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	n, err := redis.NewScript(delRunningSrc).Run(cctx, in.rdb, []string{in.ks.Meta(r.key), in.ks.Waiters(r.key)},
+	n, err := redis.NewScript(delRunningSrc).Run(cctx, in.rdb, []string{in.ks.Flight(r.key), in.ks.Waiters(r.key)},
 		r.meta.OwnerToken).Int64()
 	if err != nil || n < 0 {
 		return false // the flight moved on meanwhile or Redis did not answer
