@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -22,7 +20,6 @@ import (
 	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
-	"github.com/flightdeck-ai/flightdeck/internal/warm"
 	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -159,7 +156,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		}
 		proc := &processor{stage: s, pol: s.Policy, coord: coord, writer: writer, rdb: c.rdb, joins: newJoins(),
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
-			log: c.log, metrics: c.metrics, life: c.life, runs: warm.New(time.Minute), sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
+			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive}
 		proc.owner = &flight.Owner{Coord: coord, Spool: sp, Heartbeat: s.HeartbeatInterval, HeartbeatTimeout: s.HeartbeatInterval,
 			Timeout: proc.lookupTimeout(), AskTimeout: s.Lease, HandoverTimeout: 2 * time.Second, WriteTimeout: s.Lease, WriteFor: s.Lease, FailureTTL: s.FailureTTL,
@@ -266,8 +263,8 @@ func (c *Consumer) Started() <-chan struct{} { return c.started }
 //  3. Hand the remaining owners' flights over without spending their attempt, and release
 //     their entries to the other consumers. Released entries look idle for long, so they
 //     are claimed at once.
-//  4. Close the router. Each subscriber then hands over the entries it still holds: tasks
-//     waiting for a retry, a session lock or a lapsed lease.
+//  4. Close the subscribers. Each hands over the entries it still holds: tasks waiting for a
+//     retry, a session lock or a lapsed lease.
 //  5. Forget this process's liveness, close the Redis clients and the spool.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.closeClients()
@@ -311,31 +308,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 	go func() { defer bg.Done(); c.trimLoop(bgCtx, c.cfg.TrimInterval) }()
 	defer func() { bgCancel(); bg.Wait() }()
 
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.Grace + 10*time.Second}, wmLogger{c.log, &c.life.draining})
-	if err != nil {
-		return err
-	}
 	for _, s := range c.cfg.Stages {
-		if err := c.addStage(router, s); err != nil {
-			return err
+		proc := c.procs[s.Name]
+		for _, topic := range c.cfg.Keyspace.TaskStreams(s.Name) {
+			if err := c.subs[s.Name].Serve(ctx, topic, proc.serve); err != nil {
+				for _, sub := range c.subs {
+					_ = sub.Close()
+				}
+				return fmt.Errorf("handlers: stage %s: %w", s.Name, err)
+			}
 		}
 	}
-	routerDone := make(chan error, 1)
-	go func() { routerDone <- router.Run(context.Background()) }()
-	select {
-	case <-router.Running():
-		close(c.started)
-		c.log.Info().Int("stages", len(c.cfg.Stages)).Msg("consumer running")
-	case err := <-routerDone:
-		return fmt.Errorf("handlers: router: %w", err)
-	}
-
-	select {
-	case <-ctx.Done():
-	case err := <-routerDone:
-		c.log.Error().Err(err).Msg("router stopped")
-		return fmt.Errorf("handlers: router stopped: %w", err)
-	}
+	close(c.started)
+	c.log.Info().Int("stages", len(c.cfg.Stages)).Msg("consumer running")
+	<-ctx.Done()
 
 	// 1-3: drain.
 	c.life.draining.Store(true)
@@ -351,12 +337,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// 4: close. The router closes the subscribers, which hand their held entries over.
+	// 4: close. The subscribers hand their held entries over.
 	c.stop()
-	if err := router.Close(); err != nil {
-		c.log.Warn().Err(err).Msg("router close")
-	}
-	<-routerDone
 	for _, sub := range c.subs {
 		_ = sub.Close()
 	}
@@ -405,9 +387,6 @@ func (c *Consumer) closeClients() {
 	if c.batch != nil {
 		_ = c.batch.Close()
 	}
-	for _, p := range c.procs {
-		p.runs.Close() // its idle handler goroutines go
-	}
 	for _, cl := range c.clients {
 		_ = cl.Close()
 	}
@@ -440,40 +419,3 @@ func (c *Consumer) flushLoop(ctx context.Context) {
 	}
 }
 
-// addStage adds one router handler per task stream partition of the stage, on the stage's
-// subscriber, with the middleware chain PoisonQueue -> Retry -> Recoverer.
-func (c *Consumer) addStage(router *message.Router, s StageConfig) error {
-	proc := c.procs[s.Name]
-	// Only errors of the task itself end in the DLQ. A message that failed because Redis was
-	// away stays pending until Redis answers: it is nacked and handed out again after a pause.
-	poisonable := func(err error) bool { return !leavesPending(err) && !redisUnavailable(err) }
-	pq, err := middleware.PoisonQueueWithFilter(dlqPublisher{p: proc}, c.cfg.Keyspace.DLQ(s.Name), poisonable)
-	if err != nil {
-		return err
-	}
-	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 200 * time.Millisecond, MaxInterval: 2 * time.Second,
-		Multiplier: 2, RandomizationFactor: 0.3, Logger: wmLogger{c.log, &c.life.draining},
-		ShouldRetry: func(p middleware.RetryParams) bool { return !leavesPending(p.Err) }}
-	for part, topic := range c.cfg.Keyspace.TaskStreams(s.Name) {
-		name := fmt.Sprintf("%s/%d", s.Name, part)
-		h := router.AddNoPublisherHandler(name, topic, c.subs[s.Name], proc.HandlerFunc())
-		h.AddMiddleware(pq, retry.Middleware, middleware.Recoverer)
-	}
-	return nil
-}
-
-// dlqPublisher lets watermill's PoisonQueue middleware dead-letter a message the way the
-// handler does itself: to the dead-letter stream with its reason, plus a FAILED event when
-// the task names itself.
-type dlqPublisher struct{ p *processor }
-
-func (d dlqPublisher) Publish(_ string, msgs ...*message.Message) error {
-	for _, m := range msgs {
-		if err := d.p.deadLetter(m.Context(), d.p.log, m, "handler_failed", m.Metadata.Get(middleware.ReasonForPoisonedKey), nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (d dlqPublisher) Close() error { return nil }

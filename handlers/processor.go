@@ -22,7 +22,6 @@ import (
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
-	"github.com/flightdeck-ai/flightdeck/internal/warm"
 	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/stream"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -73,7 +72,6 @@ type processor struct {
 	breaker  *executor.Breaker
 	archive  *archive.Writer // nil without an archive
 	owner    *flight.Owner   // the owner lifecycle of the stage's flights
-	runs     *warm.Pool      // the goroutines that run handle
 	joins    *joins          // the keys' leaders among the running tasks, see join.go
 }
 
@@ -82,28 +80,6 @@ type entry struct {
 	stream string // the task stream partition it came from
 	id     string // stream entry id
 }
-
-// HandlerFunc returns the watermill handler of the stage's messages.
-func (p *processor) HandlerFunc() message.NoPublishHandlerFunc {
-	return func(msg *message.Message) error {
-		stream.Unsettle(msg)
-		if p.life.draining.Load() {
-			stream.Release(msg)
-			return nil
-		}
-		// A message that ran before, as after an error under the Retry middleware, may find its
-		// task answered meanwhile. Its run checks its entry with stillHeld before acquiring.
-		retried := msg.Metadata.Get(metaRan) != ""
-		msg.Metadata.Set(metaRan, "1")
-		// Run on a reused goroutine. Watermill starts one per message, and a run is deep enough
-		// that a fresh goroutine's stack would grow and be copied for every task.
-		return p.runs.Do(func() error { return p.handle(msg, retried) })
-	}
-}
-
-// metaRan marks a message whose handler ran once. It is a reserved _flightdeck_ key, which
-// producers cannot set.
-const metaRan = "_flightdeck_ran"
 
 func (p *processor) handle(msg *message.Message, retried bool) error {
 	ctx := p.life.stop

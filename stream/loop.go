@@ -62,10 +62,16 @@ func (h *delayHeap) Pop() any {
 type topicLoop struct {
 	s     *Subscriber
 	topic string
-	out   chan *message.Message
+	out   chan *message.Message // Subscribe: where messages go; nil under Serve
 	wake  chan struct{}
 	ctx   context.Context
 	stop  context.CancelFunc
+
+	// handler runs each message on the loop's own workers under Serve. work hands a message
+	// to an idle worker; a message that finds none starts one, and the worker stays.
+	handler Handler
+	work    chan job
+	workers sync.WaitGroup
 
 	mu         sync.Mutex
 	held       map[string]*heldEntry
@@ -91,11 +97,14 @@ type topicLoop struct {
 	handedOver bool
 }
 
-func newTopicLoop(s *Subscriber, topic string) *topicLoop {
+func newTopicLoop(s *Subscriber, topic string, h Handler) *topicLoop {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &topicLoop{s: s, topic: topic, out: make(chan *message.Message), wake: make(chan struct{}, 1),
+	l := &topicLoop{s: s, topic: topic, handler: h, work: make(chan job), wake: make(chan struct{}, 1),
 		ctx: ctx, stop: stop, held: map[string]*heldEntry{}, candIDs: map[string]bool{},
 		recovering: true, recoverAt: "0"}
+	if h == nil {
+		l.out = make(chan *message.Message)
+	}
 	l.settled = sync.NewCond(&l.mu)
 	go func() { <-s.done; stop() }()
 	return l
@@ -347,6 +356,16 @@ func (l *topicLoop) emit(e *heldEntry) {
 		msg.Metadata.Set(MetaAddedAfter, strconv.FormatInt(e.addedAfter.UnixMilli(), 10))
 	}
 	msg.SetContext(context.WithValue(msg.Context(), handleKey{}, &msgHandle{l: l, e: e}))
+	if l.handler != nil {
+		j := job{e: e, msg: msg}
+		select {
+		case l.work <- j:
+		default:
+			l.workers.Add(1)
+			go l.worker(j)
+		}
+		return
+	}
 	select {
 	case l.out <- msg:
 	case <-l.ctx.Done():
@@ -366,6 +385,45 @@ func (l *topicLoop) emit(e *heldEntry) {
 		case <-l.ctx.Done():
 		}
 	}()
+}
+
+// runJob runs the handler on j and settles j's entry: as the handler left it, or, after an
+// error, handed out again after NackDelay. A handler that never returns, as after
+// runtime.Goexit, has its entry handed out again too, and its worker ends.
+func (l *topicLoop) runJob(j job) {
+	returned := false
+	defer func() {
+		if !returned {
+			l.redeliver(j.e, time.Now().Add(l.s.cfg.NackDelay), "redelivered")
+		}
+	}()
+	err := l.handler(j.msg)
+	returned = true
+	if err != nil {
+		l.redeliver(j.e, time.Now().Add(l.s.cfg.NackDelay), "redelivered")
+		return
+	}
+	l.settle(j.e, j.msg)
+}
+
+// job is one message a worker runs under Serve.
+type job struct {
+	e   *heldEntry
+	msg *message.Message
+}
+
+// worker runs j, then the messages handed to it, until the topic stops. A worker keeps its
+// goroutine and the stack it grew from one message to the next.
+func (l *topicLoop) worker(j job) {
+	defer l.workers.Done()
+	for {
+		l.runJob(j)
+		select {
+		case j = <-l.work:
+		case <-l.ctx.Done():
+			return
+		}
+	}
 }
 
 // settle acts on what the handler left on an acknowledged message.

@@ -17,7 +17,8 @@
 //
 // Handlers settle a message with Park, Acked, Delay or Release before returning. A plain
 // Ack acknowledges the entry with a batched XACK. A Nack hands it out again after
-// NackDelay. See docs/DESIGN.md section 5.
+// NackDelay. Serve runs a handler on the subscriber's own goroutines instead of handing
+// messages to a router. See docs/DESIGN.md section 5.
 package stream
 
 import (
@@ -273,6 +274,32 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 // Subscribe starts consuming the task stream topic in the group, creating both when
 // missing. Close closes the channel. Each topic takes one subscription.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	l, err := s.start(ctx, topic, nil)
+	if err != nil {
+		return nil, err
+	}
+	return l.out, nil
+}
+
+// Handler handles one message that Serve hands out. Before it returns nil it settles the
+// message with Park, Acked, Delay, DelayWith or Release, or leaves it to be acknowledged. An
+// error hands the message out again after NackDelay, as a Nack does.
+type Handler func(msg *message.Message) error
+
+// Serve starts consuming the task stream topic as Subscribe does, but runs h itself, on
+// goroutines of its own that it keeps from one message to the next: no router, no channel and
+// no goroutine per message. A message is settled as soon as h returns. Close stops the
+// workers once their messages are settled. Each topic takes one subscription.
+func (s *Subscriber) Serve(ctx context.Context, topic string, h Handler) error {
+	if h == nil {
+		return errors.New("stream: Serve needs a handler")
+	}
+	_, err := s.start(ctx, topic, h)
+	return err
+}
+
+// start creates topic's group and loop, and runs the loop.
+func (s *Subscriber) start(ctx context.Context, topic string, h Handler) (*topicLoop, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -285,13 +312,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		!strings.Contains(err.Error(), "BUSYGROUP") {
 		return nil, fmt.Errorf("stream: create group %s on %s: %w", s.cfg.Group, topic, err)
 	}
-	l := newTopicLoop(s, topic)
+	l := newTopicLoop(s, topic, h)
 	s.loops[topic] = l
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); l.run() }()
 	go func() { defer s.wg.Done(); l.claimLoop() }()
 	go func() { defer s.wg.Done(); l.touchLoop() }()
-	return l.out, nil
+	return l, nil
 }
 
 // StopReading stops taking new work: no more reads or claims. Messages handed out are still
@@ -340,7 +367,9 @@ func (s *Subscriber) CloseTimeout(timeout time.Duration) error {
 	close(s.done)
 	s.wg.Wait()
 	for _, l := range loops {
-		close(l.out)
+		if l.out != nil {
+			close(l.out)
+		}
 	}
 	return nil
 }
