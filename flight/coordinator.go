@@ -166,6 +166,8 @@ type Ownership struct {
 	Joined []Task
 	// Usage is what the owner's call reported it used: the owner's event carries it.
 	Usage *Usage
+	// keys are the flight's keys, as Keyspace.FlightKeys makes them, kept from the acquire.
+	keys []string
 }
 
 // AcquireParams are the arguments of Acquire.
@@ -257,25 +259,48 @@ type Coordinator struct {
 	tail      atomic.Pointer[tailStamp]
 	maxLenArg string       // maxLen as a script argument
 	streams   sync.Map     // stage -> its answer context, lib.lua's ARGV[1], as ctxArg makes it
-	policies  sync.Map     // Policy -> its pinned form from pinnedOf
+	policies  sync.Map     // Policy -> its *policyArgs
 	nPolicies atomic.Int32 // entries in policies
 }
 
-// maxPinnedCache bounds the policies whose pinned form a coordinator keeps. Stage policies are
-// few. A caller that varies its policy per call gets it computed each time.
+// maxPinnedCache bounds the policies whose arguments a coordinator keeps. Stage policies are
+// few. A caller that varies its policy per call gets them made each time.
 const maxPinnedCache = 64
 
-// pinnedOf returns p.pinned(), kept for the first maxPinnedCache policies.
-func (c *Coordinator) pinnedOf(p Policy) string {
-	if v, ok := c.policies.Load(p); ok {
-		return v.(string)
-	}
-	s := p.pinned()
-	if c.nPolicies.Add(1) <= maxPinnedCache {
-		c.policies.Store(p, s)
-	}
-	return s
+// policyArgs is what the calls of one policy pass the scripts, made once per policy: the
+// policy on its defaults, whether it is valid, and its durations as script arguments.
+type policyArgs struct {
+	pol Policy
+	err error
+	// pinned is the policy as the record's policy field holds it.
+	pinned string
+	// metaTTL is an active flight's record TTL, runningTTL + failureTTL; resultTTL the
+	// SUCCEEDED record's; fenceTTL the fence's (ms).
+	metaTTL, resultTTL, fenceTTL string
+	// acquireOpts is acquire's ARGV[6] without and with want result.
+	acquireOpts [2]string
 }
+
+// policyArgsOf returns p's policyArgs, kept for the first maxPinnedCache policies.
+func (c *Coordinator) policyArgsOf(p Policy) *policyArgs {
+	if v, ok := c.policies.Load(p); ok {
+		return v.(*policyArgs)
+	}
+	pol := p.WithDefaults()
+	a := &policyArgs{pol: pol, err: pol.Validate(), pinned: pol.pinned(),
+		metaTTL:   strconv.FormatInt(ms(pol.RunningTTL+pol.FailureTTL), 10),
+		resultTTL: strconv.FormatInt(ms(pol.ResultTTL), 10), fenceTTL: strconv.FormatInt(ms(pol.FenceTTL()), 10)}
+	for i, want := range []string{"0", "1"} {
+		a.acquireOpts[i] = want + " " + strconv.Itoa(pol.MaxParked) + " " + a.fenceTTL
+	}
+	if c.nPolicies.Add(1) <= maxPinnedCache {
+		c.policies.Store(p, a)
+	}
+	return a
+}
+
+// pinnedOf returns p as the record's policy field holds it.
+func (c *Coordinator) pinnedOf(p Policy) string { return c.policyArgsOf(p).pinned }
 
 // NewCoordinator returns a coordinator on cfg.Client.
 func NewCoordinator(cfg Config) (*Coordinator, error) {
@@ -353,23 +378,31 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if err := CheckKey(p.Key); err != nil {
 		return Decision{}, err
 	}
-	pol := p.Policy.WithDefaults()
-	if err := pol.Validate(); err != nil {
-		return Decision{}, err
+	pa := c.policyArgsOf(p.Policy)
+	if pa.err != nil {
+		return Decision{}, pa.err
 	}
+	pol := pa.pol
 	if p.MaxInline == 0 {
 		p.MaxInline = DefaultMaxInline
 	}
 	p.MaxSharedInline = sharedInline(p.MaxSharedInline, p.MaxInline)
-	var deadline int64
-	if !p.Deadline.IsZero() {
-		deadline = max(p.Deadline.UnixMilli(), 1)
+	startArg := "0 0"
+	switch {
+	case !p.Deadline.IsZero():
+		startArg = flag(p.Start) + " " + strconv.FormatInt(max(p.Deadline.UnixMilli(), 1), 10)
+	case p.Start:
+		startArg = "1 0"
 	}
+	want := 0
+	if p.WantResult {
+		want = 1
+	}
+	keys := c.ks.FlightKeys(p.Key)
 	argv := c.answerArgv(p.Stage, p.Task, p.Run, p.MaxSharedInline)
 	argv = append(argv, c.identity(p.Key, p.Stage, p.Tenant, p.SessionID, pol, p.OwnerID, p.Task),
-		ms(pol.RunningTTL+pol.FailureTTL), flag(p.Start)+" "+strconv.FormatInt(deadline, 10),
-		flag(p.WantResult)+" "+strconv.Itoa(pol.MaxParked)+" "+strconv.FormatInt(ms(pol.FenceTTL()), 10))
-	cmd, confirmed, waitErr := c.fcall(ctx, lua.Acquire, pol, c.ks.FlightKeys(p.Key), argv)
+		pa.metaTTL, startArg, pa.acquireOpts[want])
+	cmd, confirmed, waitErr := c.fcall(ctx, lua.Acquire, pol, keys, argv)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("flight: acquire %q: %w", p.Key, err)
@@ -397,7 +430,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if d.Action == ActionOwner {
 		d.Owner = &Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: p.OwnerID, Task: p.Task,
 			Stage: p.Stage, Tenant: p.Tenant, SessionID: p.SessionID, Policy: pol, ExpireAt: d.ExpireAt,
-			MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline}
+			MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline, keys: keys}
 		if !confirmed {
 			// Not taken: a failover could lose this claim while its owner runs.
 			nr := notReplicated("acquire", p.Key, d.Token, waitErr)
@@ -424,11 +457,13 @@ func parseDecision(res []any) (Decision, int, error) {
 	head, _ := res[1].(string)
 	d := Decision{Action: Action(action)}
 	if d.Action == ActionOwner {
-		f := strings.Fields(head)
-		if len(f) != 4 {
+		reason, rest, ok1 := strings.Cut(head, " ")
+		token, rest, ok2 := strings.Cut(rest, " ")
+		attempts, now, ok3 := strings.Cut(rest, " ")
+		if !ok1 || !ok2 || !ok3 {
 			return Decision{}, 0, fmt.Errorf("%w: acquire answered OWNER %q", ErrProtocol, head)
 		}
-		d.Reason, d.Token, d.Attempts, d.Now = Reason(f[0]), atoi64(f[1]), int(atoi64(f[2])), unixMilli(atoi64(f[3]))
+		d.Reason, d.Token, d.Attempts, d.Now = Reason(reason), atoi64(token), int(atoi64(attempts)), unixMilli(atoi64(now))
 		return d, ownerFields, nil
 	}
 	f := strings.Split(head, "\t")

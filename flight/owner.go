@@ -34,7 +34,7 @@ type Settlement struct {
 
 // ownerReply runs an owner script that does not answer tasks: start, heartbeat or handover.
 // It returns the script's code and maps the code to nil or a sentinel error.
-func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function, key string, token int64, args ...any) (string, error) {
+func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function, key string, keys []string, token int64, args ...any) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
 	}
@@ -42,7 +42,7 @@ func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function
 		return "", fmt.Errorf("flight: %s %q: %w", op, key, err)
 	}
 	args = append([]any{tok(token)}, args...)
-	res, err := s.RunVia(ctx, c.calls, c.rdb, c.ks.FlightKeys(key), args...).Slice()
+	res, err := s.RunVia(ctx, c.calls, c.rdb, c.keysOf(key, keys), args...).Slice()
 	if err != nil {
 		return "", fmt.Errorf("flight: %s %q: %w", op, key, err)
 	}
@@ -52,6 +52,14 @@ func (c *Coordinator) ownerReply(ctx context.Context, op string, s *lua.Function
 	code, _ := res[0].(string)
 	st, _ := res[1].(string)
 	return code, codeErr(op, key, code, st)
+}
+
+// keysOf returns key's flight keys: keys when they were made already, else made now.
+func (c *Coordinator) keysOf(key string, keys []string) []string {
+	if len(keys) == 3 {
+		return keys
+	}
+	return c.ks.FlightKeys(key)
 }
 
 // codeErr maps a script's code to nil or a sentinel error.
@@ -82,7 +90,7 @@ func codeErr(op, key, code, status string) error {
 // Owners that acquired with AcquireParams.Start are RUNNING already. It is idempotent for
 // the current owner. Errors: ErrGone, ErrStaleToken, ErrCancelled, ErrExpired, *StateError.
 func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
-	_, err := c.ownerReply(ctx, "start", lua.Start, o.Key, o.Token)
+	_, err := c.ownerReply(ctx, "start", lua.Start, o.Key, o.keys, o.Token)
 	return err
 }
 
@@ -97,7 +105,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress strin
 	p := o.Policy.WithDefaults()
 	line2 := c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task)
 	beat := func(ask bool) (string, error) {
-		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, o.Token, progress, line2,
+		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, o.keys, o.Token, progress, line2,
 			strconv.Itoa(max(o.Attempts, 1))+" "+strconv.FormatInt(o.ExpireAt.UnixMilli(), 10)+" "+
 				strconv.FormatInt(ms(p.FenceTTL()), 10)+" "+flag(ask))
 	}
@@ -127,7 +135,7 @@ func (c *Coordinator) fencedOff(ctx context.Context, o Ownership) bool {
 // acquire takes it over at once with reason handover. Errors: ErrGone, ErrStaleToken,
 // *StateError.
 func (c *Coordinator) Handover(ctx context.Context, o Ownership) error {
-	_, err := c.ownerReply(ctx, "handover", lua.Handover, o.Key, o.Token)
+	_, err := c.ownerReply(ctx, "handover", lua.Handover, o.Key, o.keys, o.Token)
 	return err
 }
 
@@ -140,7 +148,7 @@ func (c *Coordinator) settleCall(ctx context.Context, op string, s *lua.Function
 	if err := CheckToken(o.Token); err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
 	}
-	cmd, confirmed, waitErr := c.fcall(ctx, s, o.Policy.WithDefaults(), c.ks.FlightKeys(o.Key), argv)
+	cmd, confirmed, waitErr := c.fcall(ctx, s, o.Policy.WithDefaults(), c.keysOf(o.Key, o.keys), argv)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Settlement{}, fmt.Errorf("flight: %s %q: %w", op, o.Key, err)
@@ -427,6 +435,7 @@ func (c *Coordinator) successEvents(o Ownership, result []byte, inline bool, run
 	if o.Task.ID == "" {
 		return nil, c.successBody(nil, o, result, othersInline, run)
 	}
+	own = make([]byte, 0, 384+len(o.Key)+len(o.Task.ID)+len(result))
 	own = append(own, `{"taskId":"`...)
 	own = append(own, o.Task.ID...)
 	own = append(own, `","shared":"`...)

@@ -105,8 +105,10 @@ func (t *taskRun) AfterComplete(st flight.Settlement, wasSpooled bool) {
 // ended settles the message from how the owner's run ended. again and err are own's.
 func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err error) {
 	p := t.p
-	if nr := (*flight.NotReplicatedError)(nil); errors.As(e.Err, &nr) {
-		p.metrics.unreplicated.WithLabelValues(t.task.Stage, nr.Op).Inc()
+	if e.Err != nil {
+		if nr := (*flight.NotReplicatedError)(nil); errors.As(e.Err, &nr) {
+			p.metrics.unreplicated.WithLabelValues(t.task.Stage, nr.Op).Inc()
+		}
 	}
 	if u := e.Usage; u != nil {
 		p.metrics.tokens.WithLabelValues(t.task.Stage, "prompt").Add(float64(u.PromptTokens))
