@@ -100,12 +100,13 @@ func (c *Coordinator) tailFields() string {
 	return s
 }
 
-// ctxArg returns the answer context of stage's calls, lib.lua's ARGV[1], made once per stage.
-func (c *Coordinator) ctxArg(stage string) string {
+// ctxArg returns the answer context of stage's calls, lib.lua's ARGV[1], made once per stage
+// (and put in an interface once).
+func (c *Coordinator) ctxArg(stage string) any {
 	if v, ok := c.streams.Load(stage); ok {
-		return v.(string)
+		return v
 	}
-	s := c.mode + " " + c.maxLenArg + " " + c.group + " " + topics.ParkingConsumer + " " + c.ks.Results(stage)
+	var s any = c.mode + " " + c.maxLenArg + " " + c.group + " " + topics.ParkingConsumer + " " + c.ks.Results(stage)
 	c.streams.Store(stage, s)
 	return s
 }

@@ -275,11 +275,21 @@ type policyArgs struct {
 	// pinned is the policy as the record's policy field holds it.
 	pinned string
 	// metaTTL is an active flight's record TTL, runningTTL + failureTTL; resultTTL the
-	// SUCCEEDED record's; fenceTTL the fence's (ms).
-	metaTTL, resultTTL, fenceTTL string
-	// acquireOpts is acquire's ARGV[6] without and with want result.
-	acquireOpts [2]string
+	// SUCCEEDED record's; fenceTTL the fence's (ms). The script arguments are kept as any, made
+	// once, since a string put in an interface is allocated each time.
+	metaTTL, resultTTL, fenceTTL any
+	fence                       string
+	// acquireOpts is acquire's ARGV[6] without and with want result; completeFirst complete's
+	// ARGV[7] of a first attempt that asks nothing, the common case.
+	acquireOpts   [2]any
+	completeFirst any
 }
+
+// Acquire's ARGV[5] without a deadline, made once.
+var (
+	startNoDeadline   any = "1 0"
+	pendingNoDeadline any = "0 0"
+)
 
 // policyArgsOf returns p's policyArgs, kept for the first maxPinnedCache policies.
 func (c *Coordinator) policyArgsOf(p Policy) *policyArgs {
@@ -289,10 +299,12 @@ func (c *Coordinator) policyArgsOf(p Policy) *policyArgs {
 	pol := p.WithDefaults()
 	a := &policyArgs{pol: pol, err: pol.Validate(), pinned: pol.pinned(),
 		metaTTL:   strconv.FormatInt(ms(pol.RunningTTL+pol.FailureTTL), 10),
-		resultTTL: strconv.FormatInt(ms(pol.ResultTTL), 10), fenceTTL: strconv.FormatInt(ms(pol.FenceTTL()), 10)}
+		resultTTL: strconv.FormatInt(ms(pol.ResultTTL), 10), fence: strconv.FormatInt(ms(pol.FenceTTL()), 10)}
+	a.fenceTTL = a.fence
 	for i, want := range []string{"0", "1"} {
-		a.acquireOpts[i] = want + " " + strconv.Itoa(pol.MaxParked) + " " + a.fenceTTL
+		a.acquireOpts[i] = want + " " + strconv.Itoa(pol.MaxParked) + " " + a.fence
 	}
+	a.completeFirst = "0 " + a.fence + " 1"
 	if c.nPolicies.Add(1) <= maxPinnedCache {
 		c.policies.Store(p, a)
 	}
@@ -387,12 +399,12 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 		p.MaxInline = DefaultMaxInline
 	}
 	p.MaxSharedInline = sharedInline(p.MaxSharedInline, p.MaxInline)
-	startArg := "0 0"
+	startArg := pendingNoDeadline
 	switch {
 	case !p.Deadline.IsZero():
 		startArg = flag(p.Start) + " " + strconv.FormatInt(max(p.Deadline.UnixMilli(), 1), 10)
 	case p.Start:
-		startArg = "1 0"
+		startArg = startNoDeadline
 	}
 	want := 0
 	if p.WantResult {

@@ -222,20 +222,26 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 		result, inline = compact, true
 	}
 	label := string(topics.SharedOwner)
-	flags := ""
-	if inline {
+	var flags any = "" // constants put in an interface cost no allocation
+	switch {
+	case shared != "" && shared != label && inline:
+		label, flags = shared, "ia"
+	case shared != "" && shared != label:
+		label, flags = shared, "a"
+	case inline:
 		flags = "i"
-	}
-	if shared != "" && shared != label {
-		label, flags = shared, flags+"a"
 	}
 	own, others := c.successEvents(o, result, inline, run, label)
 	argv := c.answerArgv(o.Stage, o.Task, run, sharedInline(o.MaxSharedInline, o.MaxInline))
 	ask := c.wbFence != nil
 	// The identity that writes a record Redis lost back is left out of the common call: a call
 	// that finds the record gone answers GONE, and is made again with it.
-	argv = append(argv, tok(o.Token), result, ms(p.ResultTTL), flags,
-		flag(ask)+" "+strconv.FormatInt(ms(p.FenceTTL()), 10)+" "+strconv.Itoa(max(o.Attempts, 1)),
+	pa := c.policyArgsOf(o.Policy)
+	opts := pa.completeFirst
+	if ask || o.Attempts > 1 {
+		opts = flag(ask) + " " + pa.fence + " " + strconv.Itoa(max(o.Attempts, 1))
+	}
+	argv = append(argv, tok(o.Token), result, pa.resultTTL, flags, opts,
 		own, others, "", joinedArg(o.Joined))
 	askAt := -1
 	if ask {
