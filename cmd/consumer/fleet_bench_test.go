@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,8 +38,10 @@ const (
 // through fleetProcesses consumer processes of fleetConcurrency handlers each (the -c50 loads:
 // 50 handlers each, the concurrency of each asynq server in the asynq burst). tasks/s runs
 // from the first XADD to the last terminal event; redis-us/task is Redis's CPU time (INFO cpu,
-// user + sys) over the same span, per task, and consumer-us/task the consumer processes' CPU
-// time (user + sys, /proc/<pid>/stat). impl=bare is the same number of bare
+// user + sys) over the same span, per task, consumer-us/task the consumer processes' CPU
+// time (user + sys, /proc/<pid>/stat), and fcall-us/task the time Redis spent in the flight
+// functions (INFO commandstats). FLEET_COMMANDSTATS=1 logs every command's calls and µs per
+// task (with -v). impl=bare is the same number of bare
 // watermill-redisstream consumer processes with fleetConcurrency subscribers each and a handler
 // that only acknowledges; it is done when the group has read every entry and none is pending.
 // load=stock runs the stock binary as a user would: no stage file and no tuning flags, so the
@@ -135,6 +138,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 	results := e.ks.Results(fleetStage)
 	var elapsed time.Duration
 	var redisCPU, consumerCPU float64
+	cmds := map[string][2]float64{}
 	b.ResetTimer()
 	for op := range b.N {
 		tasks := make([]topics.Task, nTasks)
@@ -159,7 +163,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 				from = last[0].ID
 			}
 		}
-		cpu0, ccpu0 := fleetRedisCPU(b, e.rdb), fleetProcCPU(b, pids)
+		cpu0, ccpu0, stats0 := fleetRedisCPU(b, e.rdb), fleetProcCPU(b, pids), fleetCommandStats(b, e.rdb)
 		start := time.Now()
 		if _, err := e.w.EnqueueTasks(e.ctx, tasks); err != nil {
 			b.Fatal(err)
@@ -173,12 +177,29 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 		elapsed += time.Since(start)
 		redisCPU += fleetRedisCPU(b, e.rdb) - cpu0
 		consumerCPU += fleetProcCPU(b, pids) - ccpu0
+		for name, v := range fleetCommandStats(b, e.rdb) {
+			c := cmds[name]
+			cmds[name] = [2]float64{c[0] + v[0] - stats0[name][0], c[1] + v[1] - stats0[name][1]}
+		}
 	}
 	b.StopTimer()
 	n := float64(b.N * nTasks)
 	b.ReportMetric(n/elapsed.Seconds(), "tasks/s")
 	b.ReportMetric(redisCPU/n*1e6, "redis-us/task")
 	b.ReportMetric(consumerCPU/n*1e6, "consumer-us/task")
+	b.ReportMetric(cmds["fcall"][1]/n, "fcall-us/task")
+	if os.Getenv("FLEET_COMMANDSTATS") == "1" {
+		names := make([]string, 0, len(cmds))
+		for name, v := range cmds {
+			if v[0] > 0 {
+				names = append(names, name)
+			}
+		}
+		sort.Slice(names, func(i, j int) bool { return cmds[names[i]][1] > cmds[names[j]][1] })
+		for _, name := range names {
+			b.Logf("%-24s %8.3f calls/task %8.2f us/task", name, cmds[name][0]/n, cmds[name][1]/n)
+		}
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -236,6 +257,35 @@ func fleetRedisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 		total += n
 	}
 	return total
+}
+
+// fleetCommandStats is Redis's INFO commandstats so far: per command, its calls and its µs.
+// Commands run from a function count both as FCALL and as themselves.
+func fleetCommandStats(b *testing.B, rdb redis.UniversalClient) map[string][2]float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string][2]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var calls, usec float64
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseFloat(v, 64)
+			case "usec":
+				usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = [2]float64{calls, usec}
+	}
+	return out
 }
 
 // fleetProcCPU is the CPU time so far (user + sys) of the processes pids, in seconds.
