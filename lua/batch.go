@@ -25,7 +25,8 @@ const maxBatch = 128
 
 // Batcher sends the FCALLs of concurrent callers to a single Redis node in pipelines, one in
 // flight at a time for plain calls and one for FCallReplicated calls. Calls made while a
-// pipeline is out leave together in the next one (docs/DESIGN.md section 5).
+// pipeline is out leave together in the next one, the flight library's as one FCALL of its
+// batch function (docs/DESIGN.md section 5).
 type Batcher struct {
 	rdb  *redis.Client
 	in   chan *call // plain calls
