@@ -127,3 +127,73 @@ func TestBatcherClose(t *testing.T) {
 		t.Errorf("call after Close: %v", err)
 	}
 }
+
+// TestBatcherMergesLibraryCalls: concurrent calls of the flight library leave as one FCALL of
+// its batch function per pipeline, each gets its own reply, and a call that raises an error
+// gets that error while the calls beside it in the same FCALL get theirs.
+func TestBatcherMergesLibraryCalls(t *testing.T) {
+	// A private server: the FCALLs are counted, and a shared one counts other tests' too.
+	rdb := redistest.Start(t, nil).Client()
+	ctx := context.Background()
+	if err := rdb.FunctionLoadReplace(ctx, echoLib).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.EnsureLibrary(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(rdb.Options())
+	h := &countingHook{}
+	c.AddHook(h)
+	t.Cleanup(func() { _ = c.Close() })
+	b := lua.NewBatcher(c)
+	t.Cleanup(func() { _ = b.Close() })
+	slow := make(chan error, 1)
+	go func() { slow <- b.FCall(ctx, "slow", nil, 200).Err() }()
+	time.Sleep(50 * time.Millisecond)
+	fcalls0 := fcallCount(t, rdb)
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "merge-" + strconv.Itoa(i)
+			if i == n/2 {
+				// No keys: the start function fails reading its record.
+				if err := lua.Start.RunVia(ctx, b, rdb, nil, "1").Err(); err == nil {
+					errs <- fmt.Errorf("call %d without keys: no error", i)
+				}
+				return
+			}
+			got, err := lua.Start.RunVia(ctx, b, rdb, []string{key, key + ":w", key + ":f"}, "1").StringSlice()
+			if err != nil || len(got) != 2 || got[0] != "GONE" {
+				errs <- fmt.Errorf("call %d: %q %v", i, got, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if p := h.pipelines.Load(); p >= n/2 {
+		t.Errorf("%d calls went out in %d pipelines, want them to share", n, p)
+	}
+	if f := fcallCount(t, rdb) - fcalls0; f >= n/2 {
+		t.Errorf("%d library calls took %d FCALLs, want them merged", n, f)
+	}
+}
+
+// fcallCount is how many FCALLs Redis ran so far.
+func fcallCount(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	n, err := redistest.InfoNumber(context.Background(), rdb, "commandstats", "cmdstat_fcall", "calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(n)
+}
