@@ -238,7 +238,7 @@ func checkPauses(k string, runs []ModelRun, pauses []Fault, add func(Violation))
 	}
 }
 
-// vanished explains why generation prev of key k could have lost its meta and waiters
+// vanished explains why generation prev of key k could have lost its record and waiters
 // records before start ran, or returns "". Either a delete-flight-keys fault removed them,
 // or they expired. They expire runningTTL + failureTTL after the generation's last
 // acquisition, or failureTTL after a retryable failure of its last token.

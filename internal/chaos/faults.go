@@ -33,7 +33,7 @@ const (
 	// failureTTL, then restarts them all under their names. Metas and waiter records expire
 	// while tasks are parked.
 	FaultAllDown = "all-down-past-ttl"
-	// FaultDeleteKeys deletes the meta and waiters of a RUNNING flight, as lost writes would.
+	// FaultDeleteKeys deletes the record and waiters of a RUNNING flight, as lost writes would.
 	FaultDeleteKeys = "delete-flight-keys"
 	// FaultPauseLease SIGSTOPs an owner for 30-60% of its lease, then SIGCONTs it. Nobody may
 	// run its flight meanwhile.

@@ -176,7 +176,7 @@ func (in *injector) crashAfterComplete() bool {
 }
 
 // allDown SIGKILLs every consumer for the flights' runningTTL + failureTTL plus 1-2 s, then
-// restarts them all under their names. Meanwhile the meta and waiters of the flights running
+// restarts them all under their names. Meanwhile the records and waiters of the flights running
 // at the kill expire while their tasks are parked or pending. It first waits up to 10 s for
 // the other consumer faults to end.
 func (in *injector) allDown(ctx context.Context, end time.Time) bool {

@@ -48,7 +48,7 @@ type History struct {
 	// ResultTTL is the stages' result TTL. Events of a key within it must agree.
 	ResultTTL time.Duration `json:"resultTTL"`
 	// RunningTTL and FailureTTL are the stages' flight policy: a flight nobody acquires
-	// loses its meta and waiters RunningTTL + FailureTTL after its last acquisition, or
+	// loses its record and waiters RunningTTL + FailureTTL after its last acquisition, or
 	// FailureTTL after a retryable failure. Zero means unknown, so no records are assumed to
 	// have expired.
 	RunningTTL time.Duration `json:"runningTTL,omitempty"`

@@ -88,7 +88,7 @@ func (o *Outcome) WriteTable(w io.Writer, cfg Config, maxViolations int) {
 	}
 	row("runs after answer", f.RunsAfterAnswer, fmt.Sprintf("runs of a task started after its first terminal event (rule 6); %d more of tasks enqueued twice or unsurely (allowed); %d logged late but acquired before the event",
 		f.ReRunsMultiEnqueued, f.LateRunLogs))
-	row("results accepted", f.Completions, fmt.Sprintf("%d written back with their flight; %d metas written back by their owner's heartbeat", f.Restored, f.MetaBack))
+	row("results accepted", f.Completions, fmt.Sprintf("%d written back with their flight; %d records written back by their owner's heartbeat", f.Restored, f.MetaBack))
 	row("late results refused", f.Refused, fmt.Sprintf("fencing; %d runs aborted by the flight (stale token, cancel, expiry)", f.Aborted))
 	row("uncertain outcomes", f.Spooled, fmt.Sprintf("spooled while Redis was away; %d written back by the flush loop or at start (a task's own flush logs nothing)", f.SpoolBack))
 	row("held outcomes used", f.Held, "owners that completed their flight with an outcome their process held unwritten, instead of a model call")
@@ -117,7 +117,7 @@ func faultNote(kind string, f Figures) string {
 	case FaultAllDown:
 		return "every consumer down past runningTTL + failureTTL"
 	case FaultDeleteKeys:
-		return "meta and waiters of a running flight deleted"
+		return "record and waiters of a running flight deleted"
 	case FaultPauseLease:
 		return "owner paused for 30-60% of its lease"
 	case FaultRestartSame:
