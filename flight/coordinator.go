@@ -278,7 +278,7 @@ type policyArgs struct {
 	// SUCCEEDED record's; fenceTTL the fence's (ms). The script arguments are kept as any, made
 	// once, since a string put in an interface is allocated each time.
 	metaTTL, resultTTL, fenceTTL any
-	fence                       string
+	fence                        string
 	// acquireOpts is acquire's ARGV[6] without and with want result; completeFirst complete's
 	// ARGV[7] of a first attempt that asks nothing, the common case.
 	acquireOpts   [2]any

@@ -418,4 +418,3 @@ func (c *Consumer) flushLoop(ctx context.Context) {
 		}
 	}
 }
-
