@@ -185,3 +185,49 @@ func benchInfoField(b *testing.B, rdb redis.UniversalClient, section, line, fiel
 	}
 	return n
 }
+
+// BenchmarkHitPathRedis measures what Redis spends on a duplicate of a finished key, the way a
+// consumer's acquire meets it: a task entry read by the consumer, then an acquire that finds
+// the stored result and answers the task with it (its event and the entry's acknowledgement)
+// in the same call. redis-us/op is redis-server's CPU time over the loop.
+func BenchmarkHitPathRedis(b *testing.B) {
+	r := redistest.New(b)
+	ctx := context.Background()
+	ks := topics.Keyspace{Prefix: r.Prefix}
+	c, _ := flight.NewCoordinator(flight.Config{Client: r.Client, Keyspace: ks, Consumer: "bench-1"})
+	pol := flight.Policy{ResultTTL: time.Hour}
+	stream := ks.Tasks("s")
+	if err := r.Client.XGroupCreateMkStream(ctx, stream, topics.ConsumerGroup, "0").Err(); err != nil {
+		b.Fatal(err)
+	}
+	d, err := c.Acquire(ctx, flight.AcquireParams{Key: "hit", OwnerID: "bench-1", Stage: "s", Tenant: "acme", Policy: pol, Start: true})
+	if err != nil || d.Action != flight.ActionOwner {
+		b.Fatal(d, err)
+	}
+	if _, err := c.Complete(ctx, *d.Owner, []byte(`{"score":87,"answer":"a typical short model answer of about eighty bytes"}`), 0); err != nil {
+		b.Fatal(err)
+	}
+	pipe := r.Client.Pipeline()
+	for i := range b.N {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "t" + strconv.Itoa(i)}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	res, err := r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "bench-1",
+		Streams: []string{stream, ">"}, Count: int64(b.N)}).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := benchRedisCPU(b, r.Client)
+	b.ResetTimer()
+	for i, m := range res[0].Messages {
+		d, err := c.Acquire(ctx, flight.AcquireParams{Key: "hit", OwnerID: "bench-1", Stage: "s", Tenant: "acme", Policy: pol,
+			Task: flight.Task{ID: "dup-" + strconv.Itoa(i), Stream: stream, Entry: m.ID}, Start: true})
+		if err != nil || d.Action != flight.ActionResultHit {
+			b.Fatal(d, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric((benchRedisCPU(b, r.Client)-cpu0)*1e6/float64(b.N), "redis-us/op")
+}

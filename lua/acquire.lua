@@ -47,15 +47,17 @@ local function acqOpts()
   return acqOpt[1], acqOpt[2], acqOpt[3]
 end
 
--- acqReply replies with the flight as m describes it.
+-- acqReply replies with the flight as m describes it. The lease is the pinned policy's first
+-- field as it stands (formatting a number costs more than cutting it out), and the end of the
+-- attempt is said only of a live flight, whose followers check again once it could lapse.
 local function acqReply(action, reason, m, result)
-  local lease = pinned(m, nil)
+  local lease = string.match(m.policy or '', '^(%d+) ') or '5000'
   local want = acqOpts()
   if not want then result = nil end
   local shared = ''
   if out ~= nil then shared = out.caller end
   local exp = '0'
-  if m.startedAt and m.startedAt ~= '' then exp = fmt(expireAt(m)) end
+  if (m.status == 'RUNNING' or m.status == 'PENDING') and (m.startedAt or '') ~= '' then exp = fmt(expireAt(m)) end
   return tail({ action, reason .. '\t' .. (m.token or '0') .. '\t' .. (m.attempts or '0') .. '\t' .. nowStr .. '\t' ..
     (m.ownerId or '') .. '\t' .. (m.taskId or '') .. '\t' .. (m.status or '') .. '\t' .. (m.errorType or '') .. '\t' ..
     (m.errorCode or '') .. '\t' .. (m.error or '') .. '\t' .. (m.heartbeatAt or '0') .. '\t' .. lease .. '\t' .. exp ..
@@ -99,19 +101,16 @@ local function acqHead(status, tok, attempts, flags, createdAt, log)
 end
 
 -- acqNew makes the caller the owner of a flight that has no record: the common path, one SET
--- NX with the clock's token, then the fence, which only a clock behind it makes matter. It
--- answers nil when a record exists.
+-- with the clock's token unless the fence, which only a clock behind it makes matter, holds a
+-- larger one.
 local function acqNew(status)
   local tok = nowUsStr
-  if not redis.call('SET', K[1], acqHead(status, tok, '1', '', nowStr, ''), 'NX', 'PX', V[4]) then return nil end
   local f = redis.call('GET', K[3])
   if f then
     local prev = tonumber(string.match(f, '^%d+') or '0') or 0
-    if prev <= MAX_TOKEN and prev >= nowMicros() then
-      tok = fmt(prev + 1)
-      redis.call('SET', K[1], acqHead(status, tok, '1', '', nowStr, ''), 'KEEPTTL')
-    end
+    if prev <= MAX_TOKEN and prev >= nowMicros() then tok = fmt(prev + 1) end
   end
+  redis.call('SET', K[1], acqHead(status, tok, '1', '', nowStr, ''), 'PX', V[4])
   return ownerReply('new', tok, '1')
 end
 
@@ -245,9 +244,13 @@ end
 local function acqRecord()
   local v = redis.call('GETRANGE', K[1], 0, HEAD - 1)
   if v == '' then return nil end
-  local m = parse(v, false)
+  local m = brief(v)
+  if m and m.status == 'SUCCEEDED' then return v, m end -- a hit needs no more of it
+  m = parse(v, false)
   if not m and #v == HEAD then
     v = redis.call('GET', K[1]) or ''
+    m = brief(v)
+    if m and m.status == 'SUCCEEDED' then return v, m end
     m = parse(v, false)
   end
   return v, m
@@ -273,16 +276,14 @@ register('acquire', function()
     start, deadline = s == '1', num(d, 0)
   end
   local late = deadline > 0 and nowMs() > deadline
-  if not late then
-    local status = 'PENDING'
-    if start then status = 'RUNNING' end
-    local r = acqNew(status)
-    if r then return r end
-  end
+  -- The record is read first, never copied whole when its result is large: a duplicate of a
+  -- finished key (a hit) reads it anyway, and a new key costs a read of nothing.
   local v, m = acqRecord()
   if not v then
-    -- Only a caller whose deadline passed finds no record here.
-    return acqLate(nil)
+    if late then return acqLate(nil) end
+    local status = 'PENDING'
+    if start then status = 'RUNNING' end
+    return acqNew(status)
   end
   if not m then
     return acqReply('CORRUPT', 'unreadable', { flags = '', log = '' }, nil)

@@ -9,17 +9,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
-	"github.com/flightdeck-ai/flightdeck/lua"
 )
 
-// BenchmarkRedisCallCost measures what Redis spends on the commands the flight functions run,
-// called from Lua as the functions call them: each op is one script running a loop of
-// costLoop calls, and us/call is the script's server-side time (INFO commandstats, no network)
-// per call. "new key" calls create a key (with a TTL for SET PX and PEXPIRE), as an owner's
-// acquire and complete create the meta, the result and the fence of a fresh key. fcall-entry
-// is the cost of entering the flight library's acquire with the arguments a consumer sends
-// (6 keys, 25 arguments), measured on a call that its deadline turns away before any write;
-// fcall-empty the cost of calling a function that returns at once, with the same arguments.
+// BenchmarkRedisCallCost measures what Redis spends on what the flight functions do, called
+// from Lua as the functions do it: each op is one script running a loop of costLoop calls,
+// and us/call is the script's server-side time (INFO commandstats, no network) per call. The
+// rows compare the flight record's commands (one SET NX PX of a record, a GETRANGE, a SET PX)
+// with the hash the flight kept before (a 16-field HSET and a TTL), and show what Lua itself
+// costs: a pattern with captures, a string made of pieces. fcall-args-5 and fcall-args-25 call a
+// function that returns at once with 5 and 25 arguments of 20 bytes: what each argument
+// costs. scripts/redis-instr.sh counts the same runs in instructions, which a busy machine does
+// not move (docs/BENCHMARKS.md section 11).
 func BenchmarkRedisCallCost(b *testing.B) {
 	r := redistest.New(b)
 	ctx := context.Background()
@@ -30,23 +30,28 @@ func BenchmarkRedisCallCost(b *testing.B) {
 	for _, c := range []struct{ name, call string }{
 		{"time", "redis.call('TIME')"},
 		{"get-missing", "redis.call('GET', p .. 'none')"},
-		{"hgetall-missing", "redis.call('HGETALL', p .. 'none')"},
+		{"set-nx-px-record-new-key", "redis.call('SET', p .. 's' .. i, rec, 'NX', 'PX', '180000')"},
+		{"getrange-record", "redis.call('GETRANGE', p .. 'rec', 0, 4095)"},
+		{"set-px-record-same-key", "redis.call('SET', p .. 'rec', rec, 'PX', '600000')"},
 		{"hset-16-fields-new-key", "redis.call('HSET', p .. 'h' .. i, " + meta + ")"},
-		{"hset-16-fields-same-key", "redis.call('HSET', p .. 'h', " + meta + ")"},
 		{"pexpire-new-ttl", "redis.call('PEXPIRE', p .. 'h' .. i, '600000')"},
-		{"set-px-new-key", "redis.call('SET', p .. 's' .. i, '1764512345678901', 'PX', '600000')"},
 		{"xadd-event", "redis.call('XADD', p .. 'x', 'MAXLEN', '~', '1000000', '*', '_watermill_message_uuid', 't-' .. i, 'payload', ev)"},
+		{"match-4-captures", "string.find(rec, '^f1\\t(%u+)\\t(%d+)\\t(%d+)\\t(%a*)\\t%d*\\t')"},
+		{"concat-record", "local x = 'f1\\tSUCCEEDED\\t' .. i .. '\\t1\\t' .. rec"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			prefix := r.Prefix + ":cost:" + c.name + ":" + strconv.Itoa(b.N) + ":"
-			script := "local p, ev = ARGV[1], ARGV[2] for i = ARGV[3], ARGV[4] do " + c.call + " end return 1"
+			script := "local p, ev, rec = ARGV[1], ARGV[2], ARGV[5] redis.call('SET', p .. 'rec', rec) " +
+				"for i = ARGV[3], ARGV[4] do " + c.call + " end return 1"
 			ev := `{"taskId":"t-1","shared":"owner","queuedMs":0,"requestKey":"ai:s:v1:acme:` + strings.Repeat("a", 64) +
 				`","stage":"s","tenant":"acme","status":"SUCCEEDED","ownerToken":1764512345678901,"attempts":1,"runMs":0}`
+			rec := "f1\tRUNNING\t1764512345678901\t1\t\t1764512345678\t1764512345678\t1764512345678\t\t\t\t1764512345678\t\n" +
+				"ai:s:v1:acme:" + strings.Repeat("a", 64) + "\ts\tacme\t\t5000 120000 0 600000 60000 3\tc1\tt-1\t1-0 ai:tasks:s\t\t\t\n\n"
 			before := evalUsec(b, r.Client)
 			b.ResetTimer()
 			for n := range b.N {
 				from := n * costLoop
-				if err := r.Client.Eval(ctx, script, nil, prefix, ev, from, from+costLoop-1).Err(); err != nil {
+				if err := r.Client.Eval(ctx, script, nil, prefix, ev, from, from+costLoop-1, rec).Err(); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -55,47 +60,27 @@ func BenchmarkRedisCallCost(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
-	b.Run("fcall-empty", func(b *testing.B) {
-		// A function that returns at once, called with the same keys and arguments: what
-		// entering any function costs, whatever it does.
-		if err := r.Client.FunctionLoadReplace(ctx, "#!lua name=fdcost_empty\n"+
-			"redis.register_function('fdcost_empty', function(keys, args) return 1 end)").Err(); err != nil {
-			b.Fatal(err)
-		}
-		k := r.Prefix + ":cost:{empty}"
-		keys := []string{k + ":m", k + ":r", k + ":f", k + ":w", r.Prefix + ":results:s", r.Prefix + ":tasks:s"}
-		args := []any{"write", "1000000", "flightdeck", "~parked", `"finishedAt":"2026-11-30T16:00:00.123Z","consumer":"c1"`,
-			"", "", "", 0, 0, 65536, "c1", "s", "acme", "", "k", 5000, 120000, "5000 120000 0 600000 60000 3",
-			180000, 0, 1560000, 1, 1, 0}
-		before := fcallUsec(b, r.Client)
-		b.ResetTimer()
-		for range b.N {
-			if err := r.Client.FCall(ctx, "fdcost_empty", keys, args...).Err(); err != nil {
-				b.Fatal(err)
+	if err := r.Client.FunctionLoadReplace(ctx, "#!lua name=fdcost_empty\n"+
+		"redis.register_function('fdcost_empty', function(keys, args) return 1 end)").Err(); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{5, 25} {
+		b.Run("fcall-args-"+strconv.Itoa(n), func(b *testing.B) {
+			args := make([]any, n)
+			for i := range args {
+				args[i] = strings.Repeat("x", 20)
 			}
-		}
-		b.StopTimer()
-		b.ReportMetric((fcallUsec(b, r.Client)-before)/float64(b.N), "us/call")
-	})
-	b.Run("fcall-entry", func(b *testing.B) {
-		if err := lua.EnsureLibrary(ctx, r.Client); err != nil {
-			b.Fatal(err)
-		}
-		k := r.Prefix + ":cost:{entry}"
-		keys := []string{k + ":m", k + ":r", k + ":f", k + ":w", r.Prefix + ":results:s", r.Prefix + ":tasks:s"}
-		args := []any{"write", "1000000", "flightdeck", "~parked", `"finishedAt":"2026-11-30T16:00:00.123Z","consumer":"c1"`,
-			"", "", "", 0, 0, 65536, "c1", "s", "acme", "", "k", 5000, 120000, "5000 120000 0 600000 60000 3",
-			180000, 0, 1560000, 1, 1, 0} // no task, deadline 1 ms after the epoch: answered EXPIRED, nothing written
-		before := fcallUsec(b, r.Client)
-		b.ResetTimer()
-		for range b.N {
-			if err := lua.Acquire.Run(ctx, r.Client, keys, args...).Err(); err != nil {
-				b.Fatal(err)
+			before := fcallUsec(b, r.Client)
+			b.ResetTimer()
+			for range b.N {
+				if err := r.Client.FCall(ctx, "fdcost_empty", []string{r.Prefix + ":cost:{empty}"}, args...).Err(); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-		b.StopTimer()
-		b.ReportMetric((fcallUsec(b, r.Client)-before)/float64(b.N), "us/call")
-	})
+			b.StopTimer()
+			b.ReportMetric((fcallUsec(b, r.Client)-before)/float64(b.N), "us/call")
+		})
+	}
 }
 
 // costLoop is the number of calls one script of BenchmarkRedisCallCost makes.

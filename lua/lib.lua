@@ -138,6 +138,20 @@ local function read()
   return v
 end
 
+local BRIEF = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t[^\n]*\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\t\n]*\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\n]*\n[^\n]*\n()'
+
+-- brief returns the fields of record v that answering from its outcome needs (status, token,
+-- attempts, flags, requestKey, stage, tenant, policy, ownerId, taskId, entry, and where the
+-- result starts), or nil when v is not a record. Every capture makes a string, and Lua hashes
+-- each byte of every string it makes: the duplicates of a finished key read this, not parse.
+local function brief(v)
+  local st, tok, att, flags, rk, stage, tenant, pol, owner, task, entry, p4 = string.match(v, BRIEF)
+  if not st then return nil end
+  return { status = st, token = tok, attempts = att, flags = flags, requestKey = rk, stage = stage, tenant = tenant,
+    policy = pol, ownerId = owner, taskId = task, entry = entry, resultAt = p4, heartbeatAt = '0', errorType = '',
+    errorCode = '', error = '', brief = true }
+end
+
 -- load reads and parses the record; nil when there is none.
 local function load(want)
   local v = read()
