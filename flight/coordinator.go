@@ -121,6 +121,9 @@ type Decision struct {
 	// with a final action. It is owner when the task is the flight's owner task, else hit or
 	// follower, and "" when the call did not answer it.
 	Shared topics.Shared
+	// Usage is what the call that produced a SUCCEEDED flight's result reported it used, or
+	// nil when it reported none. The ledger counts it as avoided for the tasks a hit answers.
+	Usage *Usage
 	// Answered counts the terminal events the call wrote: the caller's task's, when the call
 	// settled it, and the parked tasks'. Waited says how long each answered parked task waited.
 	Answered int
@@ -479,7 +482,7 @@ func parseDecision(res []any) (Decision, int, error) {
 		return d, ownerFields, nil
 	}
 	f := strings.Split(head, "\t")
-	if len(res) < acquireFields || len(f) != 14 {
+	if len(res) < acquireFields || len(f) != 15 {
 		return Decision{}, 0, fmt.Errorf("%w: acquire answered %d elements, %d fields", ErrProtocol, len(res), len(f))
 	}
 	d.Reason, d.Token, d.Attempts, d.Now = Reason(f[0]), atoi64(f[1]), int(atoi64(f[2])), unixMilli(atoi64(f[3]))
@@ -489,6 +492,7 @@ func parseDecision(res []any) (Decision, int, error) {
 	d.Lease = time.Duration(atoi64(f[11])) * time.Millisecond
 	d.ExpireAt = unixMilli(atoi64(f[12]))
 	d.Shared = topics.Shared(f[13])
+	d.Usage = parseUsage(f[14])
 	if r, _ := res[2].(string); r != "" {
 		d.Result = []byte(r)
 	}

@@ -242,7 +242,7 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 		opts = flag(ask) + " " + pa.fence + " " + strconv.Itoa(max(o.Attempts, 1))
 	}
 	argv = append(argv, tok(o.Token), result, pa.resultTTL, flags, opts,
-		own, others, "", joinedArg(o.Joined))
+		own, others, "", joinedArg(o.Joined), usageArg(o.Usage))
 	askAt := -1
 	if ask {
 		askAt = 6

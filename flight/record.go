@@ -21,7 +21,7 @@ const recordVersion = "f1"
 
 // line1Fields and line2Fields name the record's fields in order, after the version tag.
 var (
-	line1Fields = []string{"status", "ownerToken", "attempts", "flags", "updatedAt", "heartbeatAt", "startedAt",
+	line1Fields = []string{"status", "ownerToken", "attempts", "flags", "updatedAt", "usage", "heartbeatAt", "startedAt",
 		"progressAt", "progress", "retryAt", "createdAt", "restoredAt"}
 	line2Fields = []string{"requestKey", "stage", "tenant", "sessionId", "policy", "ownerId", "taskId", "entry",
 		"errorType", "errorCode", "error"}

@@ -2,6 +2,8 @@ package flight
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -60,4 +62,43 @@ func (r *callReport) result() (*Usage, Remaining) {
 	}
 	u := r.usage
 	return &u, r.rem
+}
+
+// maxUsageModel bounds the model name a flight record keeps with its usage.
+const maxUsageModel = 128
+
+// usageArg encodes u as a flight record keeps it: "<prompt tokens> <completion tokens>
+// <model>", the model with its blanks and control characters replaced, or "" for nil.
+func usageArg(u *Usage) any {
+	if u == nil {
+		return ""
+	}
+	b := make([]byte, 0, 24+len(u.Model))
+	b = strconv.AppendInt(b, int64(max(u.PromptTokens, 0)), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(max(u.CompletionTokens, 0)), 10)
+	b = append(b, ' ')
+	for i := 0; i < len(u.Model) && i < maxUsageModel; i++ {
+		c := u.Model[i]
+		if c <= ' ' || c == 0x7f {
+			c = '_'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+// parseUsage reads a record's usage field, as usageArg writes it; nil when s is not one.
+func parseUsage(s string) *Usage {
+	if s == "" {
+		return nil
+	}
+	p, rest, ok1 := strings.Cut(s, " ")
+	c, model, ok2 := strings.Cut(rest, " ")
+	pn, err1 := strconv.Atoi(p)
+	cn, err2 := strconv.Atoi(c)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || pn < 0 || cn < 0 {
+		return nil
+	}
+	return &Usage{Model: model, PromptTokens: pn, CompletionTokens: cn}
 }

@@ -21,7 +21,7 @@
 --           caller, RUNNING (or PENDING), its heartbeat now and its attempt ending at now +
 --           runningTTL
 --   others: { action, "<reason>\t<token>\t<attempts>\t<now>\t<ownerId>\t<ownerTaskId>\t<status>\t
---           <errorType>\t<errorCode>\t<error>\t<heartbeatAt>\t<lease>\t<expireAt>\t<shared>",
+--           <errorType>\t<errorCode>\t<error>\t<heartbeatAt>\t<lease>\t<expireAt>\t<shared>\t<usage>",
 --           result, <answer tail> }
 --   (times are Unix ms; the error fields are JSON strings)
 --   action: OWNER | FOLLOWER_WAIT | RESULT_HIT | FAILED_FINAL | CANCELLED | EXPIRED | CORRUPT
@@ -33,7 +33,7 @@
 --   heartbeatAt and lease are the current owner's (a not_parked caller checks again once the
 --   lease could have lapsed); expireAt ends the current attempt; now is Redis time in ms;
 --   shared is the label of the caller's own event when the call answered it (owner, hit,
---   follower), else "".
+--   follower), else ""; usage is the record's (lib.lua), what the owner's call used.
 
 -- acqOpt holds ARGV[6] parsed, per call: { want, maxParked, fenceTTL }.
 local acqOpt = nil
@@ -61,7 +61,7 @@ local function acqReply(action, reason, m, result)
   return tail({ action, reason .. '\t' .. (m.token or '0') .. '\t' .. (m.attempts or '0') .. '\t' .. nowStr .. '\t' ..
     (m.ownerId or '') .. '\t' .. (m.taskId or '') .. '\t' .. (m.status or '') .. '\t' .. (m.errorType or '') .. '\t' ..
     (m.errorCode or '') .. '\t' .. (m.error or '') .. '\t' .. (m.heartbeatAt or '0') .. '\t' .. lease .. '\t' .. exp ..
-    '\t' .. shared, result or '' })
+    '\t' .. shared .. '\t' .. (m.usage or ''), result or '' })
 end
 
 -- ownerReply replies OWNER with reason, token and attempts.
@@ -96,7 +96,7 @@ local ATTEMPT_OUTCOME = { retry = 'FAILED', takeover = 'LEASE_LOST', handover = 
 -- acqHead is the head of a new owner's record with token tok: its header lines.
 local function acqHead(status, tok, attempts, flags, createdAt, log)
   local n = nowStr
-  return 'f1\t' .. status .. '\t' .. tok .. '\t' .. attempts .. '\t' .. flags .. '\t' .. n .. '\t' .. n .. '\t' .. n ..
+  return 'f1\t' .. status .. '\t' .. tok .. '\t' .. attempts .. '\t' .. flags .. '\t' .. n .. '\t\t' .. n .. '\t' .. n ..
     '\t\t\t\t' .. createdAt .. '\t\n' .. V[3] .. '\n' .. log .. '\n'
 end
 

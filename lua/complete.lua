@@ -28,6 +28,8 @@
 --            one whose entry is no longer pending was answered by the first call and is not
 --            again). With joined tasks the reply ends with one more element: how many were
 --            answered (0 or all of them; none: the caller acquires them as usual).
+-- ARGV[12] -> the usage the SUCCEEDED record keeps (lib.lua): "<prompt tokens> <completion
+--            tokens> <model>", or "" when the call reported none
 --
 -- The rule: a result is accepted from the token that owns the flight while it is PENDING,
 -- RUNNING, or EXPIRED by that owner's own heartbeat (not yet answered: the attempt ran out,
@@ -85,7 +87,7 @@ end
 local function compSucceed(m, restored, fenceTTL)
   m.status = 'SUCCEEDED'
   m.flags = flagged(m.flags, V[6], 'hfria')
-  m.errorType, m.errorCode, m.error, m.retryAt = '', '', '', ''
+  m.errorType, m.errorCode, m.error, m.retryAt, m.usage = '', '', '', '', V[12]
   store(m, V[5], V[4])
   if restored or has(m, 'm') then writeFence(V[3], '', fenceTTL) end
   compAnswer(nil)
@@ -113,12 +115,13 @@ local function completeCall()
   local ask = string.byte(V[7], 1) == 49 -- '1'
   if v then
     -- The common path: the owner's RUNNING record takes the result with one pattern and one SET.
-    local _, e, st, tk, at, fl = string.find(v, '^f1\t(%u+)\t(%d+)\t(%d+)\t(%a*)\t%d*\t')
+    local _, e, st, tk, at, fl = string.find(v, '^f1\t(%u+)\t(%d+)\t(%d+)\t(%a*)\t%d*\t[^\t\n]*\t')
     if tk == V[3] and (st == 'RUNNING' or st == 'PENDING') then
       if ask and takeoverDue(parse(v, false)) then return compReply('LAPSED', st, '0', '') end
       local flags = V[6]
       if fl ~= '' then flags = flagged(fl, V[6], 'hfria') end
-      put('f1\tSUCCEEDED\t' .. tk .. '\t' .. at .. '\t' .. flags .. '\t' .. nowStr .. '\t' .. string.sub(v, e + 1), V[4], V[5])
+      put('f1\tSUCCEEDED\t' .. tk .. '\t' .. at .. '\t' .. flags .. '\t' .. nowStr .. '\t' .. V[12] .. '\t' ..
+        string.sub(v, e + 1), V[4], V[5])
       if string.find(fl, 'm', 1, true) then
         local _, fenceTTL = string.match(V[7], '^(%d) (%d+)')
         writeFence(V[3], '', fenceTTL)
@@ -191,6 +194,7 @@ local function completeCall()
 end
 
 register('complete', function()
+  V[12] = V[12] or ''
   if V[11] ~= '' then
     J = {}
     for id, ref, q in string.gmatch(V[11], '([^\t\n]+)\t([^\t\n]+)\t([^\t\n]+)') do

@@ -41,7 +41,7 @@ register('heartbeat', function()
     local policy = string.match(V[3], '^[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t([^\t]*)\t')
     local _, running, _, _, failure = pinned({ policy = policy }, nil)
     local n = nowStr
-    redis.call('SET', K[1], 'f1\tRUNNING\t' .. tok .. '\t' .. attempts .. '\tm\t' .. n .. '\t' .. n .. '\t' ..
+    redis.call('SET', K[1], 'f1\tRUNNING\t' .. tok .. '\t' .. attempts .. '\tm\t' .. n .. '\t\t' .. n .. '\t' ..
       fmt(expire - running) .. '\t' .. n .. '\t' .. V[2] .. '\t\t' .. n .. '\t' .. n .. '\n' .. V[3] .. '\n\n',
       'PX', fmt(expire - nowMs() + failure))
     writeFence(tok, '', fenceTTL)

@@ -6,8 +6,9 @@
 --
 -- A flight is one string key, its record (DESIGN.md section 2):
 --
---   line 1: f1 <status> <token> <attempts> <flags> <updatedAt> <heartbeatAt> <startedAt>
---           <progressAt> <progress> <retryAt> <createdAt> <restoredAt>        (tab-separated)
+--   line 1: f1 <status> <token> <attempts> <flags> <updatedAt> <usage> <heartbeatAt>
+--           <startedAt> <progressAt> <progress> <retryAt> <createdAt> <restoredAt>
+--                                                                             (tab-separated)
 --   line 2: <requestKey> <stage> <tenant> <sessionId> <policy> <ownerId> <taskId> <entry>
 --           <errorType> <errorCode> <error>                                   (tab-separated)
 --   line 3: the attempt log, one entry per earlier attempt, separated by \30
@@ -20,6 +21,8 @@
 -- is the owner's pinned "<lease> <runningTTL> <stall> <resultTTL> <failureTTL> <maxAttempts>"
 -- (ms, and a count); an attempt expires at startedAt + runningTTL. entry is the owner's task
 -- entry "<entry id> <task stream>". errorType, errorCode and error are JSON strings, or "".
+-- usage is what the owner's call reported it used, "<prompt tokens> <completion tokens>
+-- <model>", on a SUCCEEDED record whose call reported it, else "".
 -- No field holds a tab or a newline.
 --
 -- Flight keys (every flight script):
@@ -107,17 +110,17 @@ end
 
 -- Records ------------------------------------------------------------------------------------
 
-local LINE1 = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t(%d*)\t(%d*)\t(%d*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\n()'
+local LINE1 = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\n()'
 local LINE2 = '^([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\n([^\n]*)\n()'
 
 -- parse returns the record v as a table, or nil when v is not one. The result is m.result
 -- when want, else left in v from m.resultAt.
 local function parse(v, want)
-  local st, tok, att, flags, upd, hb, started, progAt, prog, retryAt, created, restored, p2 = string.match(v, LINE1)
+  local st, tok, att, flags, upd, usage, hb, started, progAt, prog, retryAt, created, restored, p2 = string.match(v, LINE1)
   if not st then return nil end
   local rk, stage, tenant, sess, pol, owner, task, entry, et, ec, em, log, p4 = string.match(v, LINE2, p2)
   if not rk then return nil end
-  local m = { status = st, token = tok, attempts = att, flags = flags, updatedAt = upd, heartbeatAt = hb,
+  local m = { status = st, token = tok, attempts = att, flags = flags, updatedAt = upd, usage = usage, heartbeatAt = hb,
     startedAt = started, progressAt = progAt, progress = prog, retryAt = retryAt, createdAt = created,
     restoredAt = restored, requestKey = rk, stage = stage, tenant = tenant, sessionId = sess, policy = pol,
     ownerId = owner, taskId = task, entry = entry, errorType = et, errorCode = ec, error = em, log = log,
@@ -138,16 +141,16 @@ local function read()
   return v
 end
 
-local BRIEF = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t[^\n]*\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\t\n]*\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\n]*\n[^\n]*\n()'
+local BRIEF = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t%d*\t([^\t\n]*)\t[^\n]*\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\t\n]*\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\n]*\n[^\n]*\n()'
 
 -- brief returns the fields of record v that answering from its outcome needs (status, token,
--- attempts, flags, requestKey, stage, tenant, policy, ownerId, taskId, entry, and where the
+-- attempts, flags, usage, requestKey, stage, tenant, policy, ownerId, taskId, entry, and where the
 -- result starts), or nil when v is not a record. Every capture makes a string, and Lua hashes
 -- each byte of every string it makes: the duplicates of a finished key read this, not parse.
 local function brief(v)
-  local st, tok, att, flags, rk, stage, tenant, pol, owner, task, entry, p4 = string.match(v, BRIEF)
+  local st, tok, att, flags, usage, rk, stage, tenant, pol, owner, task, entry, p4 = string.match(v, BRIEF)
   if not st then return nil end
-  return { status = st, token = tok, attempts = att, flags = flags, requestKey = rk, stage = stage, tenant = tenant,
+  return { status = st, token = tok, attempts = att, flags = flags, usage = usage, requestKey = rk, stage = stage, tenant = tenant,
     policy = pol, ownerId = owner, taskId = task, entry = entry, resultAt = p4, heartbeatAt = '0', errorType = '',
     errorCode = '', error = '', brief = true }
 end
@@ -191,7 +194,7 @@ end
 -- line1 and line2 encode m's fields.
 local function line1(m)
   return 'f1\t' .. m.status .. '\t' .. m.token .. '\t' .. m.attempts .. '\t' .. m.flags .. '\t' .. nowStr .. '\t' ..
-    m.heartbeatAt .. '\t' .. m.startedAt .. '\t' .. m.progressAt .. '\t' .. m.progress .. '\t' .. m.retryAt .. '\t' ..
+    (m.usage or '') .. '\t' .. m.heartbeatAt .. '\t' .. m.startedAt .. '\t' .. m.progressAt .. '\t' .. m.progress .. '\t' .. m.retryAt .. '\t' ..
     m.createdAt .. '\t' .. m.restoredAt
 end
 local function line2(m)

@@ -1,0 +1,78 @@
+package flight_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestRecordKeepsUsage: a SUCCEEDED flight keeps what its owner's call used, and every later
+// duplicate's hit reads it, so that the ledger can count the tokens the hit avoided. A
+// record written back after Redis lost it keeps it too; a call that reported none leaves it out.
+func TestRecordKeepsUsage(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		d, _ := b.own("u")
+		o := *d.Owner
+		o.Usage = &flight.Usage{Model: "gpt-4o mini\t2024", PromptTokens: 120, CompletionTokens: 30}
+		if _, err := b.complete(o, `{"v":1}`); err != nil {
+			t.Fatal(err)
+		}
+		want := flight.Usage{Model: "gpt-4o_mini_2024", PromptTokens: 120, CompletionTokens: 30}
+		hit := b.acquire("u", "B", b.task("th"))
+		if hit.Action != flight.ActionResultHit || hit.Usage == nil || *hit.Usage != want {
+			t.Fatalf("hit: %+v, usage %+v; want %+v", hit, hit.Usage, want)
+		}
+		if got := b.get("u").Fields["usage"]; got != "120 30 gpt-4o_mini_2024" {
+			t.Errorf("record usage field %q", got)
+		}
+
+		// A parked duplicate answered by the complete, then the record lost and written back.
+		d2, _ := b.own("w")
+		b.acquire("w", "B", b.task("tp"))
+		b.rdb.Del(b.ctx, b.ks.Flight("w"))
+		o2 := *d2.Owner
+		o2.Usage = &flight.Usage{PromptTokens: 7, CompletionTokens: 0}
+		st, err := b.complete(o2, `"r"`)
+		if err != nil || !st.Restored {
+			t.Fatalf("write-back: %+v %v", st, err)
+		}
+		if hit := b.acquire("w", "C", b.task("tw")); hit.Usage == nil || *hit.Usage != (flight.Usage{PromptTokens: 7}) {
+			t.Errorf("hit after the write-back: usage %+v", hit.Usage)
+		}
+
+		// No usage reported: none kept, and the hit says none.
+		d3, _ := b.own("n")
+		if _, err := b.complete(*d3.Owner, `1`); err != nil {
+			t.Fatal(err)
+		}
+		if hit := b.acquire("n", "B", b.task("tn")); hit.Action != flight.ActionResultHit || hit.Usage != nil {
+			t.Errorf("hit of a call without usage: %+v", hit)
+		}
+		// A usage field the record cannot mean reads as none.
+		b.set("n", "usage", "12 x")
+		if hit := b.acquire("n", "B", b.task("tx")); hit.Action != flight.ActionResultHit || hit.Usage != nil {
+			t.Errorf("hit of a record with a malformed usage: %+v", hit)
+		}
+		for _, ev := range b.events()["th"] {
+			if ev.Shared != topics.SharedHit || ev.Usage != nil {
+				t.Errorf("the hit's event %+v: a hit uses nothing, and its event says so", ev)
+			}
+		}
+	})
+}
+
+// TestRecordUsageFieldRoundTrips: EncodeRecord and ParseRecord keep the usage field where the
+// scripts write it, after updatedAt.
+func TestRecordUsageFieldRoundTrips(t *testing.T) {
+	raw := flight.EncodeRecord(map[string]string{"status": "SUCCEEDED", "ownerToken": "5", "attempts": "1",
+		"usage": "3 4 m", "requestKey": "k"}, []byte("x"))
+	f, res, err := flight.ParseRecord(raw)
+	if err != nil || f["usage"] != "3 4 m" || string(res) != "x" || f["ownerToken"] != "5" {
+		t.Fatalf("round trip: %v %q %v", f, res, err)
+	}
+	if !strings.HasPrefix(raw, "f1\tSUCCEEDED\t5\t1\t\t\t3 4 m\t") {
+		t.Errorf("line 1 %q: usage follows updatedAt", strings.SplitN(raw, "\n", 2)[0])
+	}
+}
