@@ -54,6 +54,7 @@ type HandlerConfig struct {
 //	GET  /ui/api/events         ?stage=&n=
 //	GET  /ui/api/dlq            ?stage=&n=
 //	GET  /ui/api/history        ?stage=&minutes=   per-minute fleet stats of the last hour
+//	GET  /ui/api/ledger         ?stage=&window=    the savings ledger of the last hour or day
 //	GET  /ui/api/queued         ?stage=&n=         task entries not yet delivered
 //	POST /ui/api/cancel         {"key": "...", "reason": "..."}
 //	POST /ui/api/requeue        {"stage": "...", "id": "..."}
@@ -138,6 +139,9 @@ func Handler(cfg HandlerConfig) (http.Handler, error) {
 	get("history", func(ctx context.Context, r *http.Request, _ access) (any, error) {
 		minutes, _ := strconv.Atoi(r.URL.Query().Get("minutes"))
 		return in.History(ctx, stages(r), minutes)
+	})
+	get("ledger", func(ctx context.Context, r *http.Request, _ access) (any, error) {
+		return in.Ledger(ctx, stages(r), r.URL.Query().Get("window"))
 	})
 	get("queued", func(ctx context.Context, r *http.Request, _ access) (any, error) {
 		return in.Queued(ctx, stages(r), n(r, 20))

@@ -23,6 +23,14 @@ func withReport(ctx context.Context) (context.Context, *callReport) {
 	return context.WithValue(ctx, reportKey{}, r), r
 }
 
+// CollectUsage returns ctx carrying a fresh report for one model call made outside an owner's
+// run, and the function that returns what the call reported it used through ReportUsage, or
+// nil for nothing.
+func CollectUsage(ctx context.Context) (context.Context, func() *Usage) {
+	ctx, r := withReport(ctx)
+	return ctx, func() *Usage { u, _ := r.result(); return u }
+}
+
 // ReportUsage records what a model call used, from inside the call. The owner charges it to
 // the stage's limiter and the ledger, and the owner's event carries it. A call that makes
 // several model requests reports each, and the counts add up.

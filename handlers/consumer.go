@@ -157,7 +157,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		proc := &processor{stage: s, pol: s.Policy, coord: coord, writer: writer, rdb: c.rdb, joins: newJoins(),
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
-			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive}
+			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive,
+			ledger: c.metrics.ledger.stage(s.Name, s.Prices, stageModel(s))}
 		proc.owner = &flight.Owner{Coord: coord, Spool: sp, Heartbeat: s.HeartbeatInterval, HeartbeatTimeout: s.HeartbeatInterval,
 			Timeout: proc.lookupTimeout(), AskTimeout: s.Lease, HandoverTimeout: 2 * time.Second, WriteTimeout: s.Lease, WriteFor: s.Lease, FailureTTL: s.FailureTTL,
 			Retention: s.ArchiveRetention}

@@ -25,6 +25,7 @@ type metrics struct {
 	limiterWaits *prometheus.CounterVec
 	limitFactor  *prometheus.GaugeVec
 	tokens       *prometheus.CounterVec
+	ledger       *ledger
 }
 
 // newMetrics creates the collectors and registers them with reg, unless reg is nil.
@@ -74,10 +75,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flightdeck_model_tokens_total",
 			Help: "Tokens the owners' model calls used, as the provider reported them (kind: prompt, completion)."},
 			[]string{"stage", "kind"}),
+		ledger: newLedger(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.tasks, m.modelCalls, m.deadLetters, m.running, m.joined, m.queueWait, m.runTime, m.endToEnd, m.followerWait,
-			m.breaker, m.scheduled, m.eviction, m.unreplicated, m.limiterWaits, m.limitFactor, m.tokens)
+			m.breaker, m.scheduled, m.eviction, m.unreplicated, m.limiterWaits, m.limitFactor, m.tokens, m.ledger)
 		m.spooled = executor.ResultWriteFailures(reg) // shared with an Executor on reg
 	}
 	return m

@@ -54,6 +54,7 @@ func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
 		SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
 		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
 		RequestKey: t.key, Deadline: deadline}, progress)
+	p.ledger.called(t.task.Tenant, rateLimited(err))
 	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
 	p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
 	return out, err
@@ -99,6 +100,9 @@ func (t *taskRun) AfterComplete(st flight.Settlement, wasSpooled bool) {
 		v = answered
 	}
 	giveVerdict(t.joined, v)
+	if v == answered {
+		t.nJoined = len(t.joined)
+	}
 	t.joined = nil
 }
 
@@ -113,7 +117,9 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 	if u := e.Usage; u != nil {
 		p.metrics.tokens.WithLabelValues(t.task.Stage, "prompt").Add(float64(u.PromptTokens))
 		p.metrics.tokens.WithLabelValues(t.task.Stage, "completion").Add(float64(u.CompletionTokens))
+		p.ledger.spent(t.task.Tenant, u)
 	}
+	t.usage = e.Usage
 	if l := p.owner.Limiter; l != nil {
 		p.metrics.limitFactor.WithLabelValues(l.Name()).Set(l.Factor())
 	}
@@ -143,6 +149,7 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 	case flight.EndRetry:
 		if th := e.Throttled; th.Wait > 0 {
 			p.metrics.limiterWaits.WithLabelValues(t.task.Stage, p.owner.Limiter.Name(), th.Why).Inc()
+			p.ledger.waited(t.task.Tenant)
 			if debugOn(p.log) {
 				l := t.logger()
 				l.Debug().Str("why", th.Why).Dur("wait", th.Wait).Msg("limiter: the call waits")
@@ -230,11 +237,6 @@ func (t *taskRun) settled(st flight.Settlement) bool {
 	return false
 }
 
-// observeOwner counts the owner's own event and the parked tasks its call answered.
-func (t *taskRun) observeOwner(status topics.Status, st flight.Settlement) {
-	t.observeSettled(topics.SharedOwner, status, st)
-}
-
 // observeSettled counts the owner's own event and the parked tasks its call answered. shared is
 // owner, or archive for an outcome taken from the archive.
 func (t *taskRun) observeSettled(shared topics.Shared, status topics.Status, st flight.Settlement) {
@@ -243,6 +245,16 @@ func (t *taskRun) observeSettled(shared topics.Shared, status topics.Status, st 
 	if n := st.Events - 1; n > 0 {
 		m.tasks.WithLabelValues(stage, "follower_"+string(status)).Add(float64(n))
 	}
+	// The ledger: the owner's usage was avoided by the joined and parked tasks it answered.
+	l, tenant, u := t.p.ledger, t.task.Tenant, t.usage
+	if shared == topics.SharedArchive {
+		u = nil // no call: the outcome came from the archive
+	}
+	l.answered(tenant, pathOf(shared), 1, status, nil)
+	joined := min(t.nJoined, max(st.Events-1, 0))
+	l.answered(tenant, pathJoined, joined, status, u)
+	l.answered(tenant, pathFollower, st.Events-1-joined, status, u)
+	t.nJoined = 0
 	for _, w := range st.Waited {
 		m.followerWait.WithLabelValues(stage).Observe(w.Seconds())
 	}

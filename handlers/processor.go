@@ -65,6 +65,7 @@ type processor struct {
 	limits   topics.Limits
 	log      zerolog.Logger
 	metrics  *metrics
+	ledger   *stageLedger
 	life     *lifecycle
 	sessions *flight.SessionLock
 	spool    *flight.Spool

@@ -50,6 +50,10 @@ type taskRun struct {
 	// tasks that ride in its complete.
 	owned  flight.Decision
 	joined []*joiner
+	// nJoined counts the joined tasks the owner's complete answered, and usage is what its
+	// last call used, for the ledger.
+	nJoined int
+	usage   *flight.Usage
 
 	logMu    sync.Mutex
 	log      zerolog.Logger // built by logger on first use
@@ -302,10 +306,12 @@ func (t *taskRun) observe(d flight.Decision) {
 		if own != "parked" {
 			answered--
 			m.endToEnd.WithLabelValues(stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
+			t.p.ledger.answered(t.task.Tenant, pathOf(d.Shared), 1, status, d.Usage)
 		}
 	}
 	if answered > 0 && status != "" {
 		m.tasks.WithLabelValues(stage, "follower_"+string(status)).Add(float64(answered))
+		t.p.ledger.answered(t.task.Tenant, pathFollower, answered, status, d.Usage)
 	}
 	for _, w := range d.Waited {
 		m.followerWait.WithLabelValues(stage).Observe(w.Seconds())

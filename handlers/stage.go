@@ -49,6 +49,9 @@ type StageConfig struct {
 	Limiter string `yaml:"limiter"`
 	// Limit is the named limiter's budget, set from the stage file's limiters.
 	Limit *flight.Limit `yaml:"-"`
+	// Prices is the stage file's price table, which the savings ledger prices the stage's
+	// model calls by.
+	Prices Prices `yaml:"-"`
 	// EstimateTokens is the output part of a call's token estimate, which a limiter with
 	// tokensPerMinute reserves before the call. The input adds a token per 4 bytes. Defaults to
 	// openai.maxTokens, else 1024.
@@ -230,6 +233,9 @@ func (c StageConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("limiter %s: %w", c.Limiter, err))
 		}
 	}
+	if err := c.Prices.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("prices: %w", err))
+	}
 	if c.EstimateTokens < 0 {
 		errs = append(errs, fmt.Errorf("estimateTokens %d must not be negative", c.EstimateTokens))
 	}
@@ -246,6 +252,7 @@ func (c StageConfig) Validate() error {
 type fileConfig struct {
 	Stages   map[string]yaml.Node    `yaml:"stages"`
 	Limiters map[string]flight.Limit `yaml:"limiters"`
+	Prices   Prices                  `yaml:"prices"`
 }
 
 // errNoStages reports a stage file without a stages mapping: the file is empty, or the stages
@@ -253,13 +260,14 @@ type fileConfig struct {
 var errNoStages = errors.New("no stages: want stages: {<stage name>: {<field>: <value>}}")
 
 // decodeStageFile reads the YAML stage file strictly. A misspelt field, a top-level key other
-// than stages and limiters, or a file without stages is reported with its line, rather than
+// than stages, limiters and prices, or a file without stages is reported with its line, rather than
 // silently leaving the defaults in place. Keys x-<anything> are free, for YAML anchors to merge
 // from. "stages:" with nothing under it is an empty set of overrides.
 func decodeStageFile(raw []byte) (fileConfig, error) {
 	var strict struct {
 		Stages   map[string]StageConfig  `yaml:"stages"`
 		Limiters map[string]flight.Limit `yaml:"limiters"`
+		Prices   Prices                  `yaml:"prices"`
 		Extra    map[string]yaml.Node    `yaml:",inline"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
@@ -280,8 +288,8 @@ func decodeStageFile(raw []byte) (fileConfig, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if k != "stages" && k != "limiters" && !strings.HasPrefix(k, "x-") {
-			return fileConfig{}, fmt.Errorf("line %d: %q is not a stage file key: want stages: {<stage name>: {...}} and limiters: {<name>: {...}} (x-... keys are free)",
+		if k != "stages" && k != "limiters" && k != "prices" && !strings.HasPrefix(k, "x-") {
+			return fileConfig{}, fmt.Errorf("line %d: %q is not a stage file key: want stages: {<stage name>: {...}}, limiters: {<name>: {...}} and prices: {<model>: {...}} (x-... keys are free)",
 				top[k].Line, k)
 		}
 	}
@@ -303,6 +311,7 @@ func decodeStageFile(raw []byte) (fileConfig, error) {
 func LoadStages(path string, only []string) ([]StageConfig, error) {
 	stages := defaultStages()
 	var limiters map[string]flight.Limit
+	var prices Prices
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -320,7 +329,10 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 			sc.Name = name
 			stages[name] = sc
 		}
-		limiters = fc.Limiters
+		limiters, prices = fc.Limiters, fc.Prices
+		if err := prices.Validate(); err != nil {
+			return nil, fmt.Errorf("handlers: stage config %s: prices: %w", path, err)
+		}
 		for name, l := range limiters {
 			if err := flight.CheckLimiterName(name); err != nil {
 				return nil, fmt.Errorf("handlers: stage config %s: %w", path, err)
@@ -356,6 +368,7 @@ func LoadStages(path string, only []string) ([]StageConfig, error) {
 			}
 			sc.Limit = &l
 		}
+		sc.Prices = prices
 		sc = sc.WithDefaults()
 		if err := sc.Validate(); err != nil {
 			return nil, fmt.Errorf("handlers: %w", err)

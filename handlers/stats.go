@@ -39,10 +39,13 @@ type statsRecorder struct {
 	metrics *metrics
 	now     func() time.Time
 	last    map[string]statsCounts // per stage, as of the last successful flush
+	// lastLedger is the ledger's counts per stage and tenant as of the last successful flush.
+	lastLedger map[string]map[string]topics.LedgerCounts
 }
 
 func newStatsRecorder(rdb redis.UniversalClient, ks topics.Keyspace, m *metrics) *statsRecorder {
-	return &statsRecorder{rdb: rdb, ks: ks, metrics: m, now: time.Now, last: map[string]statsCounts{}}
+	return &statsRecorder{rdb: rdb, ks: ks, metrics: m, now: time.Now, last: map[string]statsCounts{},
+		lastLedger: map[string]map[string]topics.LedgerCounts{}}
 }
 
 // statsLoop flushes the consumer's stats every statsInterval until ctx ends, then once more.
@@ -69,20 +72,37 @@ func (c *Consumer) statsLoop(ctx context.Context) {
 	}
 }
 
-// flush adds what the collectors counted since the last flush to the current minute's hash of
-// each stage.
+// flush adds what the collectors and the ledger counted since the last flush to the current
+// minute's hash of each stage, and the ledger's counts to the current hour's hash too.
 func (r *statsRecorder) flush(ctx context.Context) error {
 	cur := r.collect()
-	minute := r.now().Unix() / 60
+	ledger := r.collectLedger()
+	now := r.now().Unix()
+	minute, hour := now/60, now/3600
 	type incr struct {
 		key    string
+		ttl    time.Duration
 		fields map[string]int64
 	}
 	var incrs []incr
-	for stage, c := range cur {
-		fields := diffCounts(r.last[stage], c)
+	stages := make(map[string]bool, len(cur)+len(ledger))
+	for stage := range cur {
+		stages[stage] = true
+	}
+	for stage := range ledger {
+		stages[stage] = true
+	}
+	for stage := range stages {
+		fields := diffCounts(r.last[stage], cur[stage])
+		lf := diffLedger(r.lastLedger[stage], ledger[stage])
+		for f, n := range lf {
+			fields[f] = n
+		}
 		if len(fields) > 0 {
-			incrs = append(incrs, incr{r.ks.Stats(stage, minute), fields})
+			incrs = append(incrs, incr{r.ks.Stats(stage, minute), topics.StatsRetention, fields})
+		}
+		if len(lf) > 0 {
+			incrs = append(incrs, incr{r.ks.StatsHour(stage, hour), topics.StatsHourRetention, lf})
 		}
 	}
 	if len(incrs) == 0 {
@@ -93,15 +113,41 @@ func (r *statsRecorder) flush(ctx context.Context) error {
 			for f, n := range in.fields {
 				p.HIncrBy(ctx, in.key, f, n)
 			}
-			p.Expire(ctx, in.key, topics.StatsRetention)
+			p.Expire(ctx, in.key, in.ttl)
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("handlers: stats flush: %w", err)
 	}
-	r.last = cur
+	r.last, r.lastLedger = cur, ledger
 	return nil
+}
+
+// collectLedger reads the ledger's counts per stage and tenant.
+func (r *statsRecorder) collectLedger() map[string]map[string]topics.LedgerCounts {
+	l := r.metrics.ledger
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make(map[string]map[string]topics.LedgerCounts, len(l.stages))
+	for name, s := range l.stages {
+		out[name] = s.snapshot()
+	}
+	return out
+}
+
+// diffLedger returns the non-zero stats hash increments of one stage's ledger from prev to cur.
+func diffLedger(prev, cur map[string]topics.LedgerCounts) map[string]int64 {
+	out := map[string]int64{}
+	for tenant, c := range cur {
+		p := prev[tenant]
+		for i, name := range topics.LedgerNames {
+			if d := *c.Counter(i) - *p.Counter(i); d > 0 {
+				out[topics.LedgerField(tenant, name)] = d
+			}
+		}
+	}
+	return out
 }
 
 // diffCounts returns the non-zero hash increments from prev to cur.

@@ -23,7 +23,8 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 		p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
 		rctx, cancel := context.WithTimeout(ctx, p.stage.RunningTTL)
 		defer cancel()
-		return flight.Guarded(func() ([]byte, error) {
+		rctx, used := flight.CollectUsage(rctx)
+		out, err := flight.Guarded(func() ([]byte, error) {
 			return p.model.Call(rctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
 				SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
 				PromptVersion: t.task.PromptVersion, Attempt: 1, Consumer: p.name}, nil)
@@ -31,6 +32,13 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 			l := t.logger()
 			l.Error().Interface("panic", pe.Value).Str("stack", string(pe.Stack)).Msg("the call panicked; the task fails")
 		})
+		p.ledger.called(t.task.Tenant, rateLimited(err))
+		if u := used(); u != nil {
+			p.metrics.tokens.WithLabelValues(t.task.Stage, "prompt").Add(float64(u.PromptTokens))
+			p.metrics.tokens.WithLabelValues(t.task.Stage, "completion").Add(float64(u.CompletionTokens))
+			p.ledger.spent(t.task.Tenant, u)
+		}
+		return out, err
 	}
 	start := time.Now()
 	var out []byte
@@ -59,6 +67,7 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 		return fmt.Errorf("handlers: task %s: %w", t.task.TaskID, err)
 	}
 	p.metrics.tasks.WithLabelValues(t.task.Stage, string(ev.Shared)+"_"+string(ev.Status)).Inc()
+	p.ledger.answered(t.task.Tenant, pathLocal, 1, ev.Status, nil)
 	p.metrics.endToEnd.WithLabelValues(t.task.Stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
 	return nil
 }

@@ -61,6 +61,7 @@ func TestConfigurationDocProducerFlags(t *testing.T) {
 		{"enqueue", a.enqueue, nil},
 		{"load", a.load, nil},
 		{"stages", a.stages, nil},
+		{"stats", a.stats, nil},
 		{"tail", a.tail, nil},
 		{"inspect", a.inspect, nil},
 		{"cancel", a.cancel, nil},

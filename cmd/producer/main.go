@@ -51,6 +51,11 @@ Commands:
             [--format table|json] [--any-stage]
   stages    list the stages consumers have registered, with their last consumer, when it was
             last seen, and the entries waiting on their streams: stages [--format table|json]
+  stats     the savings ledger of the last hour or day, per stage and tenant: tasks answered by
+            each path (owner, joined, follower, hit, archive, local), the share answered without
+            a call of their own, model calls, 429s, limiter waits, tokens and dollars spent and
+            avoided (by the stage file's prices): stats [--stage S] [--window hour|day]
+            [--format table|json]
   tail      follow result streams (default: every registered stage) and print each event until
             SIGINT/SIGTERM:
             tail [--stages a,b] [--from $|0|ID] [--format table|json]
@@ -178,6 +183,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = a.cancel(ctx, rest)
 	case "stages":
 		err = a.stages(ctx, rest)
+	case "stats":
+		err = a.stats(ctx, rest)
 	case "dlq":
 		if len(rest) > 0 && slices.Contains([]string{"ls", "show", "requeue", "purge"}, rest[0]) {
 			name += " " + rest[0]
