@@ -10,7 +10,8 @@ import (
 // taskFields are the JSON names of Task's fields, in struct order: a task payload's object
 // has no other member, and none twice. Bit i of a seen set stands for taskFields[i].
 var taskFields = [...]string{"taskId", "stage", "tenant", "sessionId", "requestKey", "input",
-	"modelVersion", "promptVersion", "deadline", "attempt", "enqueuedAt", "params", "notBefore"}
+	"modelVersion", "promptVersion", "deadline", "attempt", "enqueuedAt", "params", "notBefore", "traceparent",
+	"tracestate"}
 
 // taskFieldIndex returns the index in taskFields of the exactly spelled name, or -1.
 func taskFieldIndex(name []byte) int {
@@ -41,6 +42,10 @@ func taskFieldIndex(name []byte) int {
 		return 11
 	case "notBefore":
 		return 12
+	case "traceparent":
+		return 13
+	case "tracestate":
+		return 14
 	}
 	return -1
 }

@@ -68,6 +68,13 @@ type Task struct {
 	// earlier keeps it aside and starts it then: in memory for a moment, or in the stage's
 	// scheduled set when it is further away. NotBeforeTime parses it.
 	NotBefore string `json:"notBefore,omitempty"`
+	// Traceparent and Tracestate carry the W3C trace context of the request that enqueued the
+	// task, as the HTTP headers of those names do, so that the consumer's spans join its
+	// trace. They never enter the semantic key. Optional: traceparent at most 128 bytes of
+	// [0-9a-f-], tracestate at most 512 bytes of printable ASCII. A value of the right form
+	// that is not a valid trace context is ignored.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // DeadlineTime returns the parsed Deadline and true, or the zero time and false when

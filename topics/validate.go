@@ -238,7 +238,10 @@ func (t Task) validate(lim Limits, checkJSON bool) error {
 	if t.Attempt < 0 {
 		return invalid(ReasonBadAttempt, "attempt", fmt.Sprintf("%d is negative", t.Attempt))
 	}
-	return nil
+	if err := checkString("traceparent", t.Traceparent, false, 128, isTraceparentByte, traceparentChars); err != nil {
+		return err
+	}
+	return checkString("tracestate", t.Tracestate, false, 512, isTracestateByte, tracestateChars)
 }
 
 // CheckID reports whether id is a valid taskId under lim, whose zero fields take their
@@ -287,7 +290,16 @@ const (
 	tenantChars  = "[a-z0-9_-]"
 	keyChars     = "[A-Za-z0-9._:/=+-]"
 	versionChars = "printable ASCII without space"
+	// The W3C trace context fields.
+	traceparentChars = "[0-9a-f-]"
+	tracestateChars  = "printable ASCII"
 )
+
+// isTraceparentByte: [0-9a-f-].
+func isTraceparentByte(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '-' }
+
+// isTracestateByte: printable ASCII, space included.
+func isTracestateByte(c byte) bool { return c >= 0x20 && c < 0x7f }
 
 func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }

@@ -146,6 +146,10 @@ func TestDecodeTaskRules(t *testing.T) {
 		{name: "DeadlineNoZone", edit: func(m map[string]any) { m["deadline"] = "2030-01-02T03:04:05" }, wantErr: ReasonBadDeadline, wantField: "deadline"},
 		{name: "EnqueuedAtUnix", edit: func(m map[string]any) { m["enqueuedAt"] = "1700000000000" }, wantErr: ReasonBadEnqueuedAt, wantField: "enqueuedAt"},
 		{name: "AttemptNegative", edit: func(m map[string]any) { m["attempt"] = -1 }, wantErr: ReasonBadAttempt, wantField: "attempt"},
+		{name: "TraceparentUpper", edit: func(m map[string]any) { m["traceparent"] = "00-ABC-01" }, wantErr: ReasonBadCharset, wantField: "traceparent"},
+		{name: "TraceparentLong", edit: func(m map[string]any) { m["traceparent"] = strings.Repeat("0", 129) }, wantErr: ReasonTooLong, wantField: "traceparent"},
+		{name: "TracestateNewline", edit: func(m map[string]any) { m["tracestate"] = "a=1\nb=2" }, wantErr: ReasonBadCharset, wantField: "tracestate"},
+		{name: "TracestateLong", edit: func(m map[string]any) { m["tracestate"] = strings.Repeat("a", 513) }, wantErr: ReasonTooLong, wantField: "tracestate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
