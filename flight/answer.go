@@ -51,8 +51,8 @@ func (c *Coordinator) answerArgv(stage string, t Task, run time.Duration, maxInl
 
 // identity returns line 2 of the record an owner writes (lib.lua): the flight's identity, the
 // owner's pinned policy, its task, and no error.
-func (c *Coordinator) identity(key, stage, tenant, session string, pol Policy, owner string, t Task) []byte {
-	b := make([]byte, 0, 64+len(key)+len(stage)+len(tenant)+len(session)+len(owner)+len(t.ID)+len(t.Entry)+len(t.Stream))
+func (c *Coordinator) identity(key, stage, tenant, session string, pol Policy, owner string, t Task, trace string) []byte {
+	b := make([]byte, 0, 64+len(key)+len(stage)+len(tenant)+len(session)+len(owner)+len(t.ID)+len(t.Entry)+len(t.Stream)+len(trace))
 	b = append(b, key...)
 	b = append(b, '\t')
 	b = append(b, stage...)
@@ -72,7 +72,8 @@ func (c *Coordinator) identity(key, stage, tenant, session string, pol Policy, o
 		b = append(b, ' ')
 		b = append(b, t.Stream...)
 	}
-	return append(b, "\t\t\t"...)
+	b = append(b, "\t\t\t\t"...)
+	return append(b, clean(trace)...)
 }
 
 // tailStamp is a tailFields string and the Unix millisecond it was made in.

@@ -124,6 +124,9 @@ type Decision struct {
 	// Usage is what the call that produced a SUCCEEDED flight's result reported it used, or
 	// nil when it reported none. The ledger counts it as avoided for the tasks a hit answers.
 	Usage *Usage
+	// OwnerTrace is the W3C traceparent of the model-call span of the flight's current or last
+	// owner, as its AcquireParams.Trace gave it, or "" when it does not trace.
+	OwnerTrace string
 	// Answered counts the terminal events the call wrote: the caller's task's, when the call
 	// settled it, and the parked tasks'. Waited says how long each answered parked task waited.
 	Answered int
@@ -169,6 +172,9 @@ type Ownership struct {
 	Joined []Task
 	// Usage is what the owner's call reported it used: the owner's event carries it.
 	Usage *Usage
+	// Trace is the W3C traceparent of the owner's model-call span, as AcquireParams.Trace gave
+	// it, or "".
+	Trace string
 	// keys are the flight's keys, as Keyspace.FlightKeys makes them, kept from the acquire.
 	keys []string
 }
@@ -187,6 +193,10 @@ type AcquireParams struct {
 	// Policy is the caller's stage policy. Zero fields take their defaults. It is pinned in the
 	// meta when the caller becomes the owner. A live flight is judged by its owner's policy.
 	Policy Policy
+	// Trace is the W3C traceparent the caller's model call will have should it own the flight,
+	// or "" for none. The record keeps it, so that the spans of the followers and hits of any
+	// process link to that call (Decision.OwnerTrace).
+	Trace string
 	// Start makes an owner RUNNING at once (acquire and start in one call).
 	Start bool
 	// Deadline, when set, is the caller's deadline. Once it passed, the caller gets
@@ -415,7 +425,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	}
 	keys := c.ks.FlightKeys(p.Key)
 	argv := c.answerArgv(p.Stage, p.Task, p.Run, p.MaxSharedInline)
-	argv = append(argv, c.identity(p.Key, p.Stage, p.Tenant, p.SessionID, pol, p.OwnerID, p.Task),
+	argv = append(argv, c.identity(p.Key, p.Stage, p.Tenant, p.SessionID, pol, p.OwnerID, p.Task, p.Trace),
 		pa.metaTTL, startArg, pa.acquireOpts[want])
 	cmd, confirmed, waitErr := c.fcall(ctx, lua.Acquire, pol, keys, argv)
 	res, err := cmd.Slice()
@@ -445,7 +455,7 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 	if d.Action == ActionOwner {
 		d.Owner = &Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: p.OwnerID, Task: p.Task,
 			Stage: p.Stage, Tenant: p.Tenant, SessionID: p.SessionID, Policy: pol, ExpireAt: d.ExpireAt,
-			MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline, keys: keys}
+			MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline, Trace: p.Trace, keys: keys}
 		if !confirmed {
 			// Not taken: a failover could lose this claim while its owner runs.
 			nr := notReplicated("acquire", p.Key, d.Token, waitErr)
@@ -482,7 +492,7 @@ func parseDecision(res []any) (Decision, int, error) {
 		return d, ownerFields, nil
 	}
 	f := strings.Split(head, "\t")
-	if len(res) < acquireFields || len(f) != 15 {
+	if len(res) < acquireFields || len(f) != 16 {
 		return Decision{}, 0, fmt.Errorf("%w: acquire answered %d elements, %d fields", ErrProtocol, len(res), len(f))
 	}
 	d.Reason, d.Token, d.Attempts, d.Now = Reason(f[0]), atoi64(f[1]), int(atoi64(f[2])), unixMilli(atoi64(f[3]))
@@ -493,6 +503,7 @@ func parseDecision(res []any) (Decision, int, error) {
 	d.ExpireAt = unixMilli(atoi64(f[12]))
 	d.Shared = topics.Shared(f[13])
 	d.Usage = parseUsage(f[14])
+	d.OwnerTrace = f[15]
 	if r, _ := res[2].(string); r != "" {
 		d.Result = []byte(r)
 	}

@@ -103,7 +103,7 @@ func (c *Coordinator) Start(ctx context.Context, o Ownership) error {
 // caller take the flight over asks Config.WriteBackFence first, as Complete does.
 func (c *Coordinator) Heartbeat(ctx context.Context, o Ownership, progress string) (restored bool, err error) {
 	p := o.Policy.WithDefaults()
-	line2 := c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task)
+	line2 := c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task, o.Trace)
 	beat := func(ask bool) (string, error) {
 		return c.ownerReply(ctx, "heartbeat", lua.Heartbeat, o.Key, o.keys, o.Token, progress, line2,
 			strconv.Itoa(max(o.Attempts, 1))+" "+strconv.FormatInt(o.ExpireAt.UnixMilli(), 10)+" "+
@@ -250,7 +250,7 @@ func (c *Coordinator) complete(ctx context.Context, o Ownership, result []byte, 
 	st, err := c.settleAsking(ctx, "complete", lua.Complete, o, argv, askAt)
 	if errors.Is(err, ErrGone) {
 		argv[6] = "0" + argv[6].(string)[1:] // asked already, if at all
-		argv[9] = c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task)
+		argv[9] = c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task, o.Trace)
 		return c.settleCall(ctx, "complete", lua.Complete, o, argv)
 	}
 	return st, err
@@ -322,7 +322,7 @@ func (c *Coordinator) fail(ctx context.Context, o Ownership, f Failure, run time
 		strconv.FormatInt(ms(p.FailureTTL), 10) + " " + strconv.FormatInt(ms(p.FenceTTL()), 10) + " " +
 		strconv.Itoa(max(o.Attempts, 1)) + " " + label
 	argv = append(argv, tok(o.Token), opts, jsonString(f.Type)+"\t"+jsonString(f.Code)+"\t"+jsonString(f.Message),
-		c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task))
+		c.identity(o.Key, o.Stage, o.Tenant, o.SessionID, p, o.OwnerID, o.Task, o.Trace))
 	askAt := -1
 	if ask {
 		askAt = 3

@@ -24,7 +24,7 @@ var (
 	line1Fields = []string{"status", "ownerToken", "attempts", "flags", "updatedAt", "usage", "heartbeatAt", "startedAt",
 		"progressAt", "progress", "retryAt", "createdAt", "restoredAt"}
 	line2Fields = []string{"requestKey", "stage", "tenant", "sessionId", "policy", "ownerId", "taskId", "entry",
-		"errorType", "errorCode", "error"}
+		"errorType", "errorCode", "error", "trace"}
 )
 
 // recordFlags maps each flag letter to the field ParseRecord sets to "1" for it.

@@ -76,3 +76,40 @@ func TestRecordUsageFieldRoundTrips(t *testing.T) {
 		t.Errorf("line 1 %q: usage follows updatedAt", strings.SplitN(raw, "\n", 2)[0])
 	}
 }
+
+// TestRecordKeepsOwnerTrace: the traceparent an owner's acquire gives is kept with the flight:
+// a parked follower and a later hit read it, a takeover replaces it with the new owner's, and
+// a record Redis lost is written back with it.
+func TestRecordKeepsOwnerTrace(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		const tpA = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		const tpC = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+		a := b.acquireWith(flight.AcquireParams{Key: "tr", OwnerID: "A", Task: b.task("ta"), Start: true, Trace: tpA})
+		if a.Action != flight.ActionOwner || a.Owner.Trace != tpA {
+			t.Fatalf("owner: %+v", a)
+		}
+		if f := b.acquire("tr", "B", b.task("tf")); f.Reason != flight.ReasonParked || f.OwnerTrace != tpA {
+			t.Errorf("parked follower: %+v, want the owner's trace", f)
+		}
+		// The lease lapses: C takes over with its own trace.
+		b.set("tr", "heartbeatAt", "now-6s")
+		c := b.acquireWith(flight.AcquireParams{Key: "tr", OwnerID: "C", Task: b.task("tc"), Start: true, Trace: tpC})
+		if c.Action != flight.ActionOwner || c.Reason != flight.ReasonTakeover {
+			t.Fatalf("takeover: %+v", c)
+		}
+		if f := b.acquire("tr", "B", b.task("tg")); f.OwnerTrace != tpC {
+			t.Errorf("follower after the takeover: trace %q, want the new owner's %q", f.OwnerTrace, tpC)
+		}
+		// Redis loses the record; the complete writes it back with the trace.
+		b.rdb.Del(b.ctx, b.ks.Flight("tr"))
+		if _, err := b.complete(*c.Owner, `"r"`); err != nil {
+			t.Fatal(err)
+		}
+		if h := b.acquire("tr", "D", b.task("th")); h.Action != flight.ActionResultHit || h.OwnerTrace != tpC {
+			t.Errorf("hit after the write-back: %+v", h)
+		}
+		if got := b.get("tr").Fields["trace"]; got != tpC {
+			t.Errorf("record trace field %q", got)
+		}
+	})
+}

@@ -4,8 +4,8 @@
 -- ARGV[1..2] -> the answer context and the caller (lib.lua)
 -- ARGV[3] -> line 2 of the record the caller writes as a new owner: its requestKey, stage,
 --            tenant, sessionId, policy (pinned: "<lease> <runningTTL> <stall> <resultTTL>
---            <failureTTL> <maxAttempts>"), ownerId, task id and entry, and three empty
---            error fields
+--            <failureTTL> <maxAttempts>"), ownerId, task id and entry, three empty error
+--            fields, and the traceparent its model call will have, or ""
 -- ARGV[4] -> runningTTL + failureTTL of the caller's policy in ms: the TTL of an active
 --            flight's record
 -- ARGV[5] -> "<start> <deadline>": start "1" makes an owner RUNNING at once, else it stays
@@ -21,7 +21,7 @@
 --           caller, RUNNING (or PENDING), its heartbeat now and its attempt ending at now +
 --           runningTTL
 --   others: { action, "<reason>\t<token>\t<attempts>\t<now>\t<ownerId>\t<ownerTaskId>\t<status>\t
---           <errorType>\t<errorCode>\t<error>\t<heartbeatAt>\t<lease>\t<expireAt>\t<shared>\t<usage>",
+--           <errorType>\t<errorCode>\t<error>\t<heartbeatAt>\t<lease>\t<expireAt>\t<shared>\t<usage>\t<trace>",
 --           result, <answer tail> }
 --   (times are Unix ms; the error fields are JSON strings)
 --   action: OWNER | FOLLOWER_WAIT | RESULT_HIT | FAILED_FINAL | CANCELLED | EXPIRED | CORRUPT
@@ -33,7 +33,8 @@
 --   heartbeatAt and lease are the current owner's (a not_parked caller checks again once the
 --   lease could have lapsed); expireAt ends the current attempt; now is Redis time in ms;
 --   shared is the label of the caller's own event when the call answered it (owner, hit,
---   follower), else ""; usage is the record's (lib.lua), what the owner's call used.
+--   follower), else ""; usage and trace are the record's (lib.lua): what the owner's call used,
+--   and the traceparent of its model-call span.
 
 -- acqOpt holds ARGV[6] parsed, per call: { want, maxParked, fenceTTL }.
 local acqOpt = nil
@@ -61,7 +62,7 @@ local function acqReply(action, reason, m, result)
   return tail({ action, reason .. '\t' .. (m.token or '0') .. '\t' .. (m.attempts or '0') .. '\t' .. nowStr .. '\t' ..
     (m.ownerId or '') .. '\t' .. (m.taskId or '') .. '\t' .. (m.status or '') .. '\t' .. (m.errorType or '') .. '\t' ..
     (m.errorCode or '') .. '\t' .. (m.error or '') .. '\t' .. (m.heartbeatAt or '0') .. '\t' .. lease .. '\t' .. exp ..
-    '\t' .. shared .. '\t' .. (m.usage or ''), result or '' })
+    '\t' .. shared .. '\t' .. (m.usage or '') .. '\t' .. (m.trace or ''), result or '' })
 end
 
 -- ownerReply replies OWNER with reason, token and attempts.

@@ -144,7 +144,7 @@ local function completeCall()
       startedAt = nowStr, progressAt = '', progress = '', retryAt = '', createdAt = nowStr, restoredAt = nowStr,
       requestKey = rk or '', stage = stage or '', tenant = tenant or '', sessionId = sess or '', policy = pol or '',
       ownerId = owner or '', taskId = task or '', entry = entry or '', errorType = '', errorCode = '', error = '',
-      log = '' }
+      trace = string.match(V[10], '([^\t]*)$') or '', log = '' }
     if verdict == 'c' or verdict == 'x' then
       -- The run was closed and its record is gone: answer the caller with the closing outcome.
       local st, code = 'CANCELLED', '"cancelled"'

@@ -46,7 +46,7 @@ func BenchmarkRedisCallCost(b *testing.B) {
 			ev := `{"taskId":"t-1","shared":"owner","queuedMs":0,"requestKey":"ai:s:v1:acme:` + strings.Repeat("a", 64) +
 				`","stage":"s","tenant":"acme","status":"SUCCEEDED","ownerToken":1764512345678901,"attempts":1,"runMs":0}`
 			rec := "f1\tRUNNING\t1764512345678901\t1\t\t1764512345678\t\t1764512345678\t1764512345678\t\t\t\t1764512345678\t\n" +
-				"ai:s:v1:acme:" + strings.Repeat("a", 64) + "\ts\tacme\t\t5000 120000 0 600000 60000 3\tc1\tt-1\t1-0 ai:tasks:s\t\t\t\n\n"
+				"ai:s:v1:acme:" + strings.Repeat("a", 64) + "\ts\tacme\t\t5000 120000 0 600000 60000 3\tc1\tt-1\t1-0 ai:tasks:s\t\t\t\t\n\n"
 			before := evalUsec(b, r.Client)
 			b.ResetTimer()
 			for n := range b.N {

@@ -88,7 +88,8 @@ register('fail', function()
       startedAt = nowStr, progressAt = '', progress = '', retryAt = '', createdAt = nowStr, restoredAt = nowStr,
       requestKey = rk or '', stage = stage or '', tenant = tenant or '', sessionId = sess or '',
       policy = '5000 0 0 0 ' .. fmt(failureTTL) .. ' ' .. fmt(maxA), ownerId = owner or '', taskId = task or '',
-      entry = entry or '', errorType = '', errorCode = '', error = '', log = '' }
+      entry = entry or '', errorType = '', errorCode = '', error = '', trace = string.match(V[6], '([^\t]*)$') or '',
+      log = '' }
     if verdict == 'c' or verdict == 'x' then
       local st, code = 'CANCELLED', '"cancelled"'
       if verdict == 'x' then st, code = 'EXPIRED', '"expired"' end

@@ -10,7 +10,7 @@
 --           <startedAt> <progressAt> <progress> <retryAt> <createdAt> <restoredAt>
 --                                                                             (tab-separated)
 --   line 2: <requestKey> <stage> <tenant> <sessionId> <policy> <ownerId> <taskId> <entry>
---           <errorType> <errorCode> <error>                                   (tab-separated)
+--           <errorType> <errorCode> <error> <trace>                           (tab-separated)
 --   line 3: the attempt log, one entry per earlier attempt, separated by \30
 --   then:   the result bytes (a SUCCEEDED record), else nothing
 --
@@ -22,7 +22,8 @@
 -- (ms, and a count); an attempt expires at startedAt + runningTTL. entry is the owner's task
 -- entry "<entry id> <task stream>". errorType, errorCode and error are JSON strings, or "".
 -- usage is what the owner's call reported it used, "<prompt tokens> <completion tokens>
--- <model>", on a SUCCEEDED record whose call reported it, else "".
+-- <model>", on a SUCCEEDED record whose call reported it, else "". trace is the W3C
+-- traceparent of the owner's model-call span, or "" when the owner does not trace.
 -- No field holds a tab or a newline.
 --
 -- Flight keys (every flight script):
@@ -111,19 +112,19 @@ end
 -- Records ------------------------------------------------------------------------------------
 
 local LINE1 = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\n()'
-local LINE2 = '^([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\n([^\n]*)\n()'
+local LINE2 = '^([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\n([^\n]*)\n()'
 
 -- parse returns the record v as a table, or nil when v is not one. The result is m.result
 -- when want, else left in v from m.resultAt.
 local function parse(v, want)
   local st, tok, att, flags, upd, usage, hb, started, progAt, prog, retryAt, created, restored, p2 = string.match(v, LINE1)
   if not st then return nil end
-  local rk, stage, tenant, sess, pol, owner, task, entry, et, ec, em, log, p4 = string.match(v, LINE2, p2)
+  local rk, stage, tenant, sess, pol, owner, task, entry, et, ec, em, trace, log, p4 = string.match(v, LINE2, p2)
   if not rk then return nil end
   local m = { status = st, token = tok, attempts = att, flags = flags, updatedAt = upd, usage = usage, heartbeatAt = hb,
     startedAt = started, progressAt = progAt, progress = prog, retryAt = retryAt, createdAt = created,
     restoredAt = restored, requestKey = rk, stage = stage, tenant = tenant, sessionId = sess, policy = pol,
-    ownerId = owner, taskId = task, entry = entry, errorType = et, errorCode = ec, error = em, log = log,
+    ownerId = owner, taskId = task, entry = entry, errorType = et, errorCode = ec, error = em, trace = trace, log = log,
     resultAt = p4 }
   if want then m.result = string.sub(v, p4) end
   return m
@@ -141,17 +142,17 @@ local function read()
   return v
 end
 
-local BRIEF = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t%d*\t([^\t\n]*)\t[^\n]*\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\t\n]*\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\n]*\n[^\n]*\n()'
+local BRIEF = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t%d*\t([^\t\n]*)\t[^\n]*\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\t\n]*\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t[^\n]*\t([^\t\n]*)\n[^\n]*\n()'
 
 -- brief returns the fields of record v that answering from its outcome needs (status, token,
--- attempts, flags, usage, requestKey, stage, tenant, policy, ownerId, taskId, entry, and where the
+-- attempts, flags, usage, requestKey, stage, tenant, policy, ownerId, taskId, entry, trace, and where the
 -- result starts), or nil when v is not a record. Every capture makes a string, and Lua hashes
 -- each byte of every string it makes: the duplicates of a finished key read this, not parse.
 local function brief(v)
-  local st, tok, att, flags, usage, rk, stage, tenant, pol, owner, task, entry, p4 = string.match(v, BRIEF)
+  local st, tok, att, flags, usage, rk, stage, tenant, pol, owner, task, entry, trace, p4 = string.match(v, BRIEF)
   if not st then return nil end
   return { status = st, token = tok, attempts = att, flags = flags, usage = usage, requestKey = rk, stage = stage, tenant = tenant,
-    policy = pol, ownerId = owner, taskId = task, entry = entry, resultAt = p4, heartbeatAt = '0', errorType = '',
+    policy = pol, ownerId = owner, taskId = task, entry = entry, trace = trace, resultAt = p4, heartbeatAt = '0', errorType = '',
     errorCode = '', error = '', brief = true }
 end
 
@@ -199,7 +200,8 @@ local function line1(m)
 end
 local function line2(m)
   return m.requestKey .. '\t' .. m.stage .. '\t' .. m.tenant .. '\t' .. m.sessionId .. '\t' .. m.policy .. '\t' ..
-    m.ownerId .. '\t' .. m.taskId .. '\t' .. m.entry .. '\t' .. m.errorType .. '\t' .. m.errorCode .. '\t' .. m.error
+    m.ownerId .. '\t' .. m.taskId .. '\t' .. m.entry .. '\t' .. m.errorType .. '\t' .. m.errorCode .. '\t' .. m.error ..
+    '\t' .. (m.trace or '')
 end
 
 -- store writes m as the record, with result (nil for none), for ttl ms (nil: the TTL it has);
