@@ -4,8 +4,9 @@
 // test-ui` installs it) against a running pipeline: the page asks for a token before it reads
 // anything, shows a refused one's 401, reads with the read-only token (actions disabled),
 // then with the action token cancels a live flight and sees its CANCELLED events, and brings
-// the form back when its stored token is refused; it fails on any console error, uncaught
-// exception or failed request. Screenshots go to the test's artifact directory
+// the form back when its stored token is refused; the Savings panel shows a known mix of
+// ledger counts exactly, for the last hour and the last day. It fails on any console error,
+// uncaught exception or failed request. Screenshots go to the test's artifact directory
 // (go test -artifacts keeps them; the test logs where they are) and, with
 // UPDATE_SCREENSHOTS=1, to docs/img/ for the README and docs/OPERATIONS.md.
 package admin_test
@@ -250,90 +251,13 @@ func TestBrowserDashboard(t *testing.T) {
 	})
 	p.enqueue(topics.Task{TaskID: "ev-1101", Tenant: "acme", SessionID: "sess-46", Input: slow})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1440, 900),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	if err := chromedp.Do(ctx); err != nil { // start the browser, with no timeout on its life
-		t.Fatalf("start chromium: %v", err)
-	}
-
-	problems := &pageProblems{urls: map[network.RequestID]string{}, serverTo: p.srv.URL}
-	if err := chromedp.Listen(ctx, problems.listen); err != nil {
-		t.Fatal(err)
-	}
-	defer problems.stopped.Store(true) // closing the tab cancels polls in flight
-
-	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(tctx, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	waitJS := func(what, expr string, timeout time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool](expr))
-			if err == nil && ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				problems.check(t)
-				if png, err := chromedp.Run(tctx, chromedp.CaptureScreenshot()); err == nil {
-					saveScreenshot(t, "timeout.png", png)
-				}
-				state, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`JSON.stringify({
-					live: document.getElementById('live').dataset.state,
-					banner: document.getElementById('conn-error').hidden ? '' : document.getElementById('conn-error').textContent,
-					detail: document.getElementById('flight-detail').hidden ? 'closed' :
-						document.getElementById('detail-status').dataset.status + ' ' + document.getElementById('detail-body').innerText.slice(0, 600),
-					flights: [...document.querySelectorAll('#flights tbody tr')].map(r => r.dataset.status + ' ' + r.dataset.key + ' parked=' + r.dataset.parked),
-				})`))
-				t.Fatalf("timed out after %v waiting for %s (last error: %v); page: %s", timeout, what, err, state)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	shot := func(name string, full bool) {
-		t.Helper()
-		action := chromedp.CaptureScreenshot()
-		if full {
-			action = chromedp.FullScreenshot(100)
-		}
-		png, err := chromedp.Run(tctx, action)
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		saveScreenshot(t, name, png)
-	}
-	dark := func(scheme string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
-			return err
-		})
-	}
+	b := openBrowser(t, chrome, p, 3*time.Minute)
+	tctx, problems, run, waitJS, shot, submitToken := b.ctx, b.problems, b.run, b.waitJS, b.shot, b.submitToken
 
 	row := fmt.Sprintf(`#flights tbody tr[data-key=%q]`, key)
 	run("open the dashboard",
 		chromedp.EmulateViewport(1440, 900),
-		dark("dark"),
+		prefersColorScheme("dark"),
 		chromedp.Navigate(p.srv.URL+"/ui/"),
 		chromedp.WaitVisible(chromedp.CSS(`#flights`)),
 	)
@@ -342,12 +266,6 @@ func TestBrowserDashboard(t *testing.T) {
 		document.getElementById('auth-error').hidden &&
 		document.getElementById('live').dataset.state === 'locked' &&
 		document.querySelectorAll('#flights tbody tr').length === 0`, 10*time.Second)
-	submitToken := func(tok string) {
-		t.Helper()
-		run("enter the token "+tok[:4]+"…",
-			chromedp.Evaluate[chromedp.Void](`(() => { document.getElementById('auth-token').value = ''; })()`),
-			chromedp.SendKeys(chromedp.ID("auth-token"), tok), chromedp.Click(chromedp.ID("auth-submit")))
-	}
 	refused := problems.allow("status of 401")
 	submitToken("not-the-token-0123456789")
 	waitJS("the refused token's 401 in the form", `!document.getElementById('auth').hidden &&
@@ -397,6 +315,19 @@ func TestBrowserDashboard(t *testing.T) {
 			row.querySelectorAll('svg.chart-latency circle.p99').length > 0 &&
 			!row.querySelector('.chart-max').textContent.includes('—');
 	})()`, hist), 25*time.Second)
+	// The savings ledger of the hour, as the consumers counted the seeded tasks: acme's
+	// duplicates and its cache hit on the evaluation stage, the follow-up stage's tenants.
+	waitJS("the savings of the seeded tasks", `(() => {
+		const ev = '#savings-table tr[data-stage="interview-evaluation"]';
+		const fu = '#savings-table tr[data-stage="interview-followup"]';
+		const cell = (sel, f) => (document.querySelector(sel + ' td[data-field="' + f + '"]') || {}).textContent || '';
+		return document.getElementById('savings-panel').dataset.window === 'hour' &&
+			document.getElementById('savings-empty').hidden &&
+			/[1-9]/.test(cell(ev + '[data-tenant="acme"]', 'hit')) && /[1-9]/.test(cell(ev + '[data-tenant="acme"]', 'calls')) &&
+			/^[0-9.]+%$/.test(cell(ev + '[data-row="total"]', 'hitRate')) &&
+			!!document.querySelector(fu + '[data-tenant="initech"]') &&
+			/^[0-9.]+%$/.test(document.getElementById('savings-hit-rate').textContent);
+	})()`, 25*time.Second)
 	// With the read-only token the actions are visible but disabled, and say why.
 	waitJS("a disabled Cancel button", fmt.Sprintf(`(() => { const b = document.querySelector(%q);
 		return b.disabled && b.title.includes('read-only'); })()`, row+` button[data-action="cancel"]`), 5*time.Second)
@@ -533,7 +464,7 @@ func TestBrowserDashboard(t *testing.T) {
 
 	time.Sleep(2500 * time.Millisecond)
 	shot("dashboard-cancelled.png", true)
-	run("light theme", dark("light"))
+	run("light theme", prefersColorScheme("light"))
 	time.Sleep(300 * time.Millisecond)
 	shot("dashboard-light.png", true)
 
@@ -553,6 +484,126 @@ func TestBrowserDashboard(t *testing.T) {
 
 	problems.stopped.Store(true)
 	problems.check(t)
+}
+
+// browser is a headless Chromium tab on a pipeline's dashboard, with the steps the browser
+// tests take in it and the page problems it collects.
+type browser struct {
+	t        *testing.T
+	ctx      context.Context // the tab, within the test's time
+	problems *pageProblems
+}
+
+// openBrowser starts Chromium at path chrome with one tab, listening for page problems, for at
+// most timeout; the test's end closes it.
+func openBrowser(t *testing.T, chrome string, p *pipeline, timeout time.Duration) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 900),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelTab)
+	if err := chromedp.Do(ctx); err != nil { // start the browser, with no timeout on its life
+		t.Fatalf("start chromium: %v", err)
+	}
+	problems := &pageProblems{urls: map[network.RequestID]string{}, serverTo: p.srv.URL}
+	if err := chromedp.Listen(ctx, problems.listen); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	t.Cleanup(cancel)
+	t.Cleanup(func() { problems.stopped.Store(true) }) // closing the tab cancels polls in flight
+	return &browser{t: t, ctx: tctx, problems: problems}
+}
+
+// run runs actions in the tab; what says what they do when they fail.
+func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitJS waits until expr is true on the page; past timeout it fails with a screenshot and
+// the page's state.
+func (b *browser) waitJS(what, expr string, timeout time.Duration) {
+	b.t.Helper()
+	t := b.t
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](expr))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.problems.check(t)
+			if png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot()); err == nil {
+				saveScreenshot(t, "timeout.png", png)
+			}
+			state, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`JSON.stringify({
+				live: document.getElementById('live').dataset.state,
+				banner: document.getElementById('conn-error').hidden ? '' : document.getElementById('conn-error').textContent,
+				detail: document.getElementById('flight-detail').hidden ? 'closed' :
+					document.getElementById('detail-status').dataset.status + ' ' + document.getElementById('detail-body').innerText.slice(0, 600),
+				flights: [...document.querySelectorAll('#flights tbody tr')].map(r => r.dataset.status + ' ' + r.dataset.key + ' parked=' + r.dataset.parked),
+			})`))
+			t.Fatalf("timed out after %v waiting for %s (last error: %v); page: %s", timeout, what, err, state)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// shot saves a screenshot of the viewport, or of the whole page when full.
+func (b *browser) shot(name string, full bool) {
+	b.t.Helper()
+	action := chromedp.CaptureScreenshot()
+	if full {
+		action = chromedp.FullScreenshot(100)
+	}
+	png, err := chromedp.Run(b.ctx, action)
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	saveScreenshot(b.t, name, png)
+}
+
+// shotOf saves a screenshot of the element sel finds.
+func (b *browser) shotOf(name, sel string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("screenshot %s of %s: %v", name, sel, err)
+	}
+	saveScreenshot(b.t, name, png)
+}
+
+// submitToken types tok into the token form and submits it.
+func (b *browser) submitToken(tok string) {
+	b.t.Helper()
+	b.run("enter the token "+tok[:4]+"…",
+		chromedp.Evaluate[chromedp.Void](`(() => { document.getElementById('auth-token').value = ''; })()`),
+		chromedp.SendKeys(chromedp.ID("auth-token"), tok), chromedp.Click(chromedp.ID("auth-submit")))
+}
+
+// prefersColorScheme emulates the system's light or dark colour scheme.
+func prefersColorScheme(scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+		return err
+	})
 }
 
 // saveScreenshot writes png to the test's artifact directory and, with UPDATE_SCREENSHOTS=1,
