@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
@@ -60,6 +61,10 @@ type Config struct {
 	// Flight is handed to the flight coordinator Cancel uses. Its Client and Keyspace are
 	// set from this Config. Defaults to the zero flight.Config.
 	Flight flight.Config
+	// TracerProvider, when set, makes a producer span of every Enqueue and EnqueueBatch,
+	// whose trace the consumers' spans join. Without it, a task still carries the trace
+	// context of the span in Enqueue's context, if any.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -80,11 +85,12 @@ func (c *Config) validate() error {
 
 // Client enqueues tasks and reads their terminal events. It is safe for concurrent use.
 type Client struct {
-	cfg   Config
-	rdb   redis.UniversalClient
-	ks    topics.Keyspace
-	w     broker.Writer
-	coord *flight.Coordinator
+	cfg    Config
+	tracer trace.Tracer // nil without Config.TracerProvider
+	rdb    redis.UniversalClient
+	ks     topics.Keyspace
+	w      broker.Writer
+	coord  *flight.Coordinator
 }
 
 // New returns a Client on cfg.Client. It does not contact Redis.
@@ -100,13 +106,17 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	// prepare checks the schedule horizon on the Config's clock. The Writer does not again.
-	return &Client{
+	c := &Client{
 		cfg:   cfg,
 		rdb:   cfg.Client,
 		ks:    cfg.Keyspace,
 		w:     broker.Writer{Client: cfg.Client, Keyspace: cfg.Keyspace, Limits: cfg.Limits, ScheduleHorizon: -1},
 		coord: coord,
-	}, nil
+	}
+	if cfg.TracerProvider != nil {
+		c.tracer = cfg.TracerProvider.Tracer("github.com/flightdeck-ai/flightdeck/client")
+	}
+	return c, nil
 }
 
 // Keyspace returns the key and stream names the client uses.
@@ -180,8 +190,10 @@ func (c *Client) prepare(t topics.Task) (topics.Task, time.Time, error) {
 // empty t.EnqueuedAt to the current time, then validates t under Config.Limits and
 // Config.ScheduleHorizon. An invalid task is refused with an error that matches
 // topics.ErrInvalidTask, and nothing is written.
-func (c *Client) Enqueue(ctx context.Context, t topics.Task) (Receipt, error) {
-	t, at, err := c.prepare(t)
+func (c *Client) Enqueue(ctx context.Context, t topics.Task) (r Receipt, err error) {
+	ctx, end := c.startSend(ctx, t.Stage, 1)
+	defer func() { end(err) }()
+	t, at, err := c.prepare(traced(ctx, t))
 	if err != nil {
 		return Receipt{}, fmt.Errorf("client: enqueue %q: %w", t.TaskID, err)
 	}
@@ -205,11 +217,17 @@ func receiptOf(t topics.Task, id string, at time.Time) Receipt {
 // On a Redis error it returns the error with the receipts, in order, of the leading tasks
 // known to be appended. Later tasks of the failed round trip may have been appended too.
 // Re-enqueueing them is safe: flights deduplicate by key, clients by task id.
-func (c *Client) EnqueueBatch(ctx context.Context, tasks []topics.Task) ([]Receipt, error) {
+func (c *Client) EnqueueBatch(ctx context.Context, tasks []topics.Task) (_ []Receipt, err error) {
+	stage := ""
+	if len(tasks) > 0 {
+		stage = tasks[0].Stage
+	}
+	ctx, end := c.startSend(ctx, stage, len(tasks))
+	defer func() { end(err) }()
 	prepared := make([]topics.Task, len(tasks))
 	times := make([]time.Time, len(tasks))
 	for i, t := range tasks {
-		t, at, err := c.prepare(t)
+		t, at, err := c.prepare(traced(ctx, t))
 		if err != nil {
 			return nil, fmt.Errorf("client: enqueue batch: task %d %q: %w", i, t.TaskID, err)
 		}

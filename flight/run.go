@@ -9,6 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/flightdeck-ai/flightdeck/internal/guard"
 )
 
@@ -39,6 +43,9 @@ type Owner struct {
 	// Limiter, when set, is the stage's limiter. Each call takes from it first and is settled
 	// after with what the call reported through ReportUsage and ReportRemaining.
 	Limiter *Limiter
+	// Tracer, when set, makes a span of each complete, fail and rehydrate, under the span in
+	// the context Run is given.
+	Tracer trace.Tracer
 	// LimitWait is the longest limiter wait the owner sits out holding the flight. A longer
 	// one ends the run as EndRetry with Throttled set, the flight waiting for it and its attempt
 	// not spent. A wait longer than ReleaseAfter gives the task's stream entry up.
@@ -405,6 +412,20 @@ func (c *writing) call(ctx context.Context, coord *Coordinator) (Settlement, err
 // while Redis is unavailable, for up to WriteFor: the call already ran, and giving up would
 // make the next owner run it again. A retry after a lost reply is accepted as the same outcome.
 func (w *Owner) write(ctx context.Context, c writing) (st Settlement, err error) {
+	if w.Tracer != nil {
+		var sp trace.Span
+		ctx, sp = w.Tracer.Start(ctx, "flight "+c.op, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.Int64("flightdeck.token", c.o.Token),
+				attribute.Int("flightdeck.attempt", c.o.Attempts)))
+		defer func() {
+			sp.SetAttributes(attribute.String("flightdeck.verdict", Judge(err).String()), attribute.Int("flightdeck.answered", st.Events))
+			if err != nil {
+				sp.RecordError(err)
+				sp.SetStatus(codes.Error, err.Error())
+			}
+			sp.End()
+		}()
+	}
 	deadline := time.Now().Add(w.WriteFor)
 	ctx = context.WithoutCancel(ctx)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {

@@ -31,6 +31,17 @@ func CollectUsage(ctx context.Context) (context.Context, func() *Usage) {
 	return ctx, func() *Usage { u, _ := r.result(); return u }
 }
 
+// ReportedUsage returns what the call running under ctx reported it used so far through
+// ReportUsage, or nil for nothing.
+func ReportedUsage(ctx context.Context) *Usage {
+	r, ok := ctx.Value(reportKey{}).(*callReport)
+	if !ok {
+		return nil
+	}
+	u, _ := r.result()
+	return u
+}
+
 // ReportUsage records what a model call used, from inside the call. The owner charges it to
 // the stage's limiter and the ledger, and the owner's event carries it. A call that makes
 // several model requests reports each, and the counts add up.

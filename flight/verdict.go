@@ -26,6 +26,15 @@ const (
 	VerdictInvalid
 )
 
+// String names the verdict: taken, cancelled, expired, stale, conflict, unavailable or invalid.
+func (v Verdict) String() string {
+	names := [...]string{"taken", "cancelled", "expired", "stale", "conflict", "unavailable", "invalid"}
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return "invalid"
+}
+
 // Judge returns the verdict of an owner call's error.
 func Judge(err error) Verdict {
 	if err == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/executor"
@@ -56,6 +57,10 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Registry receives the consumer's metrics. Defaults to none.
 	Registry prometheus.Registerer
+	// TracerProvider receives the spans of every task, its flight's calls and its model call.
+	// Nil means no tracing. Build it with sdktrace.WithIDGenerator(TraceIDGenerator()) so that
+	// the spans of followers and hits link to the model call that answered them.
+	TracerProvider trace.TracerProvider
 	// RequireNoEviction makes Run refuse to start with ErrEvictionPolicy unless Redis's
 	// maxmemory-policy is noeviction. Defaults to false: another policy is logged as a warning.
 	RequireNoEviction bool

@@ -158,10 +158,16 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive,
-			ledger: c.metrics.ledger.stage(s.Name, s.Prices, stageModel(s))}
+			ledger: c.metrics.ledger.stage(s.Name, s.Prices, stageModel(s, mdl)), modelName: stageModel(s, mdl)}
+		if proc.modelName == "" {
+			proc.modelName = mdl.Name()
+		}
+		if cfg.TracerProvider != nil {
+			proc.tracer = cfg.TracerProvider.Tracer(instrumentation)
+		}
 		proc.owner = &flight.Owner{Coord: coord, Spool: sp, Heartbeat: s.HeartbeatInterval, HeartbeatTimeout: s.HeartbeatInterval,
 			Timeout: proc.lookupTimeout(), AskTimeout: s.Lease, HandoverTimeout: 2 * time.Second, WriteTimeout: s.Lease, WriteFor: s.Lease, FailureTTL: s.FailureTTL,
-			Retention: s.ArchiveRetention}
+			Retention: s.ArchiveRetention, Tracer: proc.tracer}
 		if c.archive != nil {
 			proc.owner.Archive = c.archive
 		}

@@ -28,6 +28,7 @@ type joins struct {
 type joinGroup struct {
 	closed  bool      // the leader took its joiners or ended, so no task joins any more
 	waiting []*joiner // the joiners the leader has not taken
+	trace   string    // the traceparent of the leader's model call, set by take
 }
 
 // joiner is one task waiting for its key's leader.
@@ -74,11 +75,12 @@ func (js *joins) enter(key string, t flight.Task) (g *joinGroup, j *joiner) {
 }
 
 // take closes g to new joiners and returns those waiting. The leader's complete answers them
-// and the leader gives each its verdict.
-func (js *joins) take(g *joinGroup) []*joiner {
+// and the leader gives each its verdict. trace is the traceparent of the leader's model call,
+// which the joiners' spans link to.
+func (js *joins) take(g *joinGroup, trace string) []*joiner {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	g.closed = true
+	g.closed, g.trace = true, trace
 	w := g.waiting
 	g.waiting = nil
 	for _, j := range w {
@@ -140,7 +142,7 @@ func (t *taskRun) takeJoined() []*joiner {
 	if t.lead == nil {
 		return nil
 	}
-	return t.p.joins.take(t.lead)
+	return t.p.joins.take(t.lead, t.ownTrace)
 }
 
 // canJoin reports whether the task may lead or join. It must be a first run of a stream task,
@@ -188,6 +190,10 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 			return true, false
 		}
 		v = <-j.done
+	}
+	if v == answered {
+		t.linkOwner(j.g.trace)
+		t.traceOutcome("joined")
 	}
 	switch v {
 	case notAnswered:

@@ -113,10 +113,13 @@ func rateLimited(err error) bool {
 }
 
 // stageModel is the model a stage's usage is priced as when its call reported none: the
-// stage's openai.model, else "".
-func stageModel(s StageConfig) string {
-	if s.OpenAI != nil {
+// stage's openai.model, else the model the adapter asks for (OPENAI_MODEL), else "".
+func stageModel(s StageConfig, mdl model.Model) string {
+	if s.OpenAI != nil && s.OpenAI.Model != "" {
 		return s.OpenAI.Model
+	}
+	if m, ok := mdl.(interface{ Model() string }); ok {
+		return m.Model()
 	}
 	return ""
 }

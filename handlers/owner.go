@@ -48,6 +48,7 @@ func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
 	}
 	p.metrics.modelCalls.WithLabelValues(t.task.Stage).Inc()
 	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
+	ctx, sp := t.startCall(ctx, d)
 	start := time.Now()
 	deadline, _ := t.task.DeadlineTime()
 	out, err := t.p.model.Call(ctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
@@ -55,6 +56,7 @@ func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
 		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
 		RequestKey: t.key, Deadline: deadline}, progress)
 	p.ledger.called(t.task.Tenant, rateLimited(err))
+	endCall(ctx, sp, err)
 	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
 	p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
 	return out, err
@@ -241,6 +243,7 @@ func (t *taskRun) settled(st flight.Settlement) bool {
 // owner, or archive for an outcome taken from the archive.
 func (t *taskRun) observeSettled(shared topics.Shared, status topics.Status, st flight.Settlement) {
 	m, stage := t.p.metrics, t.task.Stage
+	t.traceOutcome(string(shared) + "_" + string(status))
 	m.tasks.WithLabelValues(stage, string(shared)+"_"+string(status)).Inc()
 	if n := st.Events - 1; n > 0 {
 		m.tasks.WithLabelValues(stage, "follower_"+string(status)).Add(float64(n))

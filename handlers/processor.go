@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/executor"
@@ -54,26 +55,29 @@ type lifecycle struct {
 // scripts themselves park followers and answer final outcomes. Every task gets one terminal
 // event, at least once. Safe for concurrent use.
 type processor struct {
-	stage    StageConfig
-	pol      flight.Policy
-	coord    *flight.Coordinator
-	writer   broker.Writer
-	rdb      redis.UniversalClient
-	ks       topics.Keyspace
-	model    model.Model
-	name     string
-	limits   topics.Limits
-	log      zerolog.Logger
-	metrics  *metrics
-	ledger   *stageLedger
-	life     *lifecycle
-	sessions *flight.SessionLock
-	spool    *flight.Spool
-	local    *executor.Local[[]byte] // LOCAL_ONLY stages
-	breaker  *executor.Breaker
-	archive  *archive.Writer // nil without an archive
-	owner    *flight.Owner   // the owner lifecycle of the stage's flights
-	joins    *joins          // the keys' leaders among the running tasks, see join.go
+	stage   StageConfig
+	pol     flight.Policy
+	coord   *flight.Coordinator
+	writer  broker.Writer
+	rdb     redis.UniversalClient
+	ks      topics.Keyspace
+	model   model.Model
+	name    string
+	limits  topics.Limits
+	log     zerolog.Logger
+	metrics *metrics
+	ledger  *stageLedger
+	tracer  trace.Tracer // nil without tracing
+	// modelName is the model the stage calls, as spans name it.
+	modelName string
+	life      *lifecycle
+	sessions  *flight.SessionLock
+	spool     *flight.Spool
+	local     *executor.Local[[]byte] // LOCAL_ONLY stages
+	breaker   *executor.Breaker
+	archive   *archive.Writer // nil without an archive
+	owner     *flight.Owner   // the owner lifecycle of the stage's flights
+	joins     *joins          // the keys' leaders among the running tasks, see join.go
 }
 
 // entry is the stream entry a handler run holds.
@@ -82,7 +86,7 @@ type entry struct {
 	id     string // stream entry id
 }
 
-func (p *processor) handle(msg *message.Message, retried bool) error {
+func (p *processor) handle(msg *message.Message, retried bool) (err error) {
 	ctx := p.life.stop
 	ent := entry{stream: msg.Metadata.Get(stream.MetaStream), id: msg.Metadata.Get(stream.MetaEntry)}
 	corr := middleware.MessageCorrelationID(msg) // a producer's metadata: up to 16 KiB
@@ -118,6 +122,8 @@ func (p *processor) handle(msg *message.Message, retried bool) error {
 		return p.deadLetter(ctx, log(), msg, "bad_key", err.Error(), nil)
 	}
 	t := &taskRun{p: p, msg: msg, task: task, key: key, ent: ent, corr: corr, received: time.Now(), retried: retried}
+	ctx = t.startTask(ctx)
+	defer func() { t.endTask(err) }()
 	if nb, ok := task.NotBeforeTime(); ok && nb.After(t.received) {
 		// A task scheduled past the horizon would sit in the scheduled set for as long as it
 		// names, up to year 9999. It is refused, as producers refuse it before XADD.

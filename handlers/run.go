@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightdeck-ai/flightdeck/executor"
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -54,6 +55,12 @@ type taskRun struct {
 	// last call used, for the ledger.
 	nJoined int
 	usage   *flight.Usage
+	// span is the task's span, nil without tracing. callSpan is the span id its model call
+	// gets should its acquire make it the owner, and ownTrace that call's traceparent once it
+	// did.
+	span     trace.Span
+	callSpan trace.SpanID
+	ownTrace string
 
 	logMu    sync.Mutex
 	log      zerolog.Logger // built by logger on first use
@@ -73,6 +80,9 @@ func (t *taskRun) logger() zerolog.Logger {
 			Str("taskId", t.task.TaskID).Str("requestKey", t.key)
 		if tok != 0 {
 			c = c.Int64("token", tok)
+		}
+		if id := t.traceID(); id != "" {
+			c = c.Str("traceId", id)
 		}
 		t.log, t.logBuilt, t.logToken = c.Logger(), true, tok
 	}
@@ -198,12 +208,13 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if dl, ok := t.task.DeadlineTime(); ok {
 			deadline = dl
 		}
-		d, err := executor.Guard(p.breaker, func() (flight.Decision, error) {
-			return p.coord.Acquire(ctx, flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
-				Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
-				Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,
-				Run: t.runTime})
-		})
+		params := flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
+			Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
+			Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,
+			Run: t.runTime}
+		actx, asp := t.startAcquire(ctx, &params)
+		d, err := executor.Guard(p.breaker, func() (flight.Decision, error) { return p.coord.Acquire(actx, params) })
+		t.endAcquire(asp, d, err)
 		if err != nil {
 			if nr := (*flight.NotReplicatedError)(nil); errors.As(err, &nr) && nr.Token != 0 {
 				// The coordinator gave the unconfirmed claim up. cmd/chaos reads these lines.
@@ -302,6 +313,7 @@ func (t *taskRun) observe(d flight.Decision) {
 		own = "follower_" + string(status)
 	}
 	if own != "" {
+		t.traceOutcome(own)
 		m.tasks.WithLabelValues(stage, own).Inc()
 		if own != "parked" {
 			answered--

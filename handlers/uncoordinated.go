@@ -24,6 +24,7 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, p.stage.RunningTTL)
 		defer cancel()
 		rctx, used := flight.CollectUsage(rctx)
+		rctx, sp := t.startCall(rctx, flight.Decision{Attempts: 1})
 		out, err := flight.Guarded(func() ([]byte, error) {
 			return p.model.Call(rctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
 				SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
@@ -33,6 +34,7 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 			l.Error().Interface("panic", pe.Value).Str("stack", string(pe.Stack)).Msg("the call panicked; the task fails")
 		})
 		p.ledger.called(t.task.Tenant, rateLimited(err))
+		endCall(rctx, sp, err)
 		if u := used(); u != nil {
 			p.metrics.tokens.WithLabelValues(t.task.Stage, "prompt").Add(float64(u.PromptTokens))
 			p.metrics.tokens.WithLabelValues(t.task.Stage, "completion").Add(float64(u.CompletionTokens))
@@ -68,6 +70,7 @@ func (t *taskRun) runUncoordinated(ctx context.Context) error {
 	}
 	p.metrics.tasks.WithLabelValues(t.task.Stage, string(ev.Shared)+"_"+string(ev.Status)).Inc()
 	p.ledger.answered(t.task.Tenant, pathLocal, 1, ev.Status, nil)
+	t.traceOutcome(string(ev.Shared) + "_" + string(ev.Status))
 	p.metrics.endToEnd.WithLabelValues(t.task.Stage).Observe(time.Since(t.received).Seconds() + t.queued.Seconds())
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/otlptest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -97,6 +98,17 @@ func BenchmarkFleetReplicated(b *testing.B) {
 	}
 }
 
+// BenchmarkFleetTracing: the fleet burst of unique keys with tracing off and on, every task
+// traced (impl=flightdeck-traced) or one in ten (flightdeck-traced-10pct, the ratio sampler),
+// the spans exported over OTLP/HTTP to a receiver in this process that keeps them undecoded
+// until the burst is over, as a collector on another host would cost this one nothing.
+func BenchmarkFleetTracing(b *testing.B) {
+	redis.SetLogger(fleetQuiet{})
+	for _, impl := range []string{"flightdeck", "flightdeck-traced", "flightdeck-traced-10pct"} {
+		b.Run("impl="+impl, func(b *testing.B) { fleetBurst(b, impl, 1, fleetConcurrency, fleetTasks, 0) })
+	}
+}
+
 func fleetBurst(b *testing.B, impl string, perKey, conc, nTasks, latencyMs int) {
 	fleetBurstOn(b, newE2E(b), impl, perKey, conc, nTasks, latencyMs, "")
 }
@@ -107,8 +119,9 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 	e.stages = fleetStage
 	stream := e.ks.Tasks(fleetStage)
 	var pids []int
+	var recv *otlptest.Receiver // the traced consumers' spans
 	switch impl {
-	case "flightdeck", "flightdeck-archive":
+	case "flightdeck", "flightdeck-archive", "flightdeck-traced", "flightdeck-traced-10pct":
 		repUseReleaseBinary(b)
 		if conc == 0 {
 			e.stock = true
@@ -120,13 +133,21 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 		}
 		cfg := e.stageConfig(fmt.Sprintf("stages:\n  %s:\n    concurrency: %d\n%s", fleetStage, conc, stageYAML))
 		var extra []string
+		env := []string{"REDIS_URL=" + e.url}
+		if strings.HasPrefix(impl, "flightdeck-traced") {
+			recv = otlptest.Start(b)
+			env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+recv.URL)
+			if impl == "flightdeck-traced-10pct" {
+				env = append(env, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1")
+			}
+		}
 		if impl == "flightdeck-archive" {
 			// The archive on a private PostgreSQL of the same machine: every owner looks its
 			// key up before the model call and records its outcome.
 			extra = []string{"--archive", pgtest.New(b).URL}
 		}
 		for i := range fleetProcesses {
-			p := e.startConfig("fleet-"+strconv.Itoa(i+1), cfg, extra...)
+			p := e.startWith("fleet-"+strconv.Itoa(i+1), env, true, append([]string{"--config", cfg}, extra...)...)
 			pids = append(pids, p.cmd.Process.Pid)
 		}
 	case "bare":
@@ -169,7 +190,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 			b.Fatal(err)
 		}
 		switch impl {
-		case "flightdeck", "flightdeck-archive":
+		case "flightdeck", "flightdeck-archive", "flightdeck-traced", "flightdeck-traced-10pct":
 			fleetAwaitEvents(b, e.rdb, results, from, nTasks)
 		case "bare":
 			fleetAwaitDrained(b, e.rdb, stream)
@@ -188,6 +209,10 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 	b.ReportMetric(redisCPU/n*1e6, "redis-us/task")
 	b.ReportMetric(consumerCPU/n*1e6, "consumer-us/task")
 	b.ReportMetric(cmds["fcall"][1]/n, "fcall-us/task")
+	if recv != nil {
+		time.Sleep(6 * time.Second) // the consumers export every 5 s by default
+		b.ReportMetric(float64(len(recv.Spans(nil)))/n, "spans/task")
+	}
 	if os.Getenv("FLEET_COMMANDSTATS") == "1" {
 		names := make([]string, 0, len(cmds))
 		for name, v := range cmds {

@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightdeck-ai/flightdeck/archive"
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
@@ -42,6 +43,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/cli"
 	"github.com/flightdeck-ai/flightdeck/internal/faults"
+	"github.com/flightdeck-ai/flightdeck/internal/otelsetup"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -229,7 +231,22 @@ func run(args []string) (err error) {
 	if store != nil {
 		arch = store
 	}
-	c, err := handlers.NewConsumer(handlers.Config{Archive: arch,
+	tp, err := otelsetup.New(context.Background(), os.Getenv, "flightdeck-consumer")
+	if err != nil {
+		return err
+	}
+	var tracer trace.TracerProvider // nil: no tracing, and no cost
+	if tp != nil {
+		tracer = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn().Err(err).Msg("flushing the last spans failed")
+			}
+		}()
+	}
+	c, err := handlers.NewConsumer(handlers.Config{Archive: arch, TracerProvider: tracer,
 		NewClient: knobs.Wrap(newClient),
 		Keyspace:  topics.Keyspace{Prefix: *o.prefix}, Name: *o.name, Stages: stageCfgs, Handlers: mux,
 		Logger: &log, Registry: reg, LivenessInterval: *o.livenessInt, ClaimInterval: *o.claimInt, Grace: *o.grace,
@@ -269,7 +286,7 @@ func run(args []string) (err error) {
 			log.Warn().Err(err).Msg("no sentinel named the master at start; the client keeps asking")
 		}
 	}
-	start.Str("http", web.describe()).Msg("starting")
+	start.Str("http", web.describe()).Bool("tracing", tp != nil).Msg("starting")
 	return c.Run(ctx)
 }
 

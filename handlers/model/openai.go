@@ -187,6 +187,9 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 // Name returns "openai".
 func (o *OpenAI) Name() string { return "openai" }
 
+// Model returns the model its requests ask for.
+func (o *OpenAI) Model() string { return o.cfg.Model }
+
 // String describes the adapter without its key.
 func (o *OpenAI) String() string {
 	return fmt.Sprintf("model.OpenAI{BaseURL: %q, Model: %q, Stream: %t}", publicURL(o.cfg.BaseURL), o.cfg.Model, o.cfg.Stream)
