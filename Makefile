@@ -21,8 +21,14 @@ deps-redis:
 
 # deps installs redis-server and PostgreSQL's server binaries when they are missing
 # (Debian/Ubuntu), so a fresh machine works. Tests start private servers of both on free
-# loopback ports; they never use a machine's own PostgreSQL or Redis.
+# loopback ports; they never use a machine's own PostgreSQL or Redis. python3 and curl run the
+# HTTP API's examples (examples/http-python, examples/http-curl) in the tests.
 deps: deps-redis
+	@command -v python3 >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 || { \
+		echo "python3 or curl not found: installing them with apt-get"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3 curl >/dev/null; \
+	}
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$FLIGHTDECK_TEST_PG_URL" ] || { \
 		echo "PostgreSQL server binaries (initdb, postgres) not found: installing postgresql with apt-get"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

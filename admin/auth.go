@@ -1,21 +1,18 @@
 package admin
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/flightdeck-ai/flightdeck/internal/authlimit"
 )
 
 // MinTokenLen is the shortest dashboard token accepted, in bytes. A token is a password that
@@ -42,44 +39,27 @@ const (
 )
 
 // DefaultFailuresPerMinute is the default limit of failed authentications per client, as
-// budgetKey groups them. A client may fail that many times in a burst, refilled evenly over
-// a minute, and past it gets 429 until the budget refills.
-const DefaultFailuresPerMinute = 5
+// authlimit.Network groups them. A client may fail that many times in a burst, refilled
+// evenly over a minute, and past it gets 429 until the budget refills.
+const DefaultFailuresPerMinute = authlimit.DefaultFailuresPerMinute
 
-// maxClients bounds the failure records kept, one per client as budgetKey groups them. Past
-// it the record of the client that failed least recently is dropped.
-const maxClients = 10000
+// maxClients bounds the failure records kept, one per client as authlimit.Network groups
+// them. Past it the record of the client that failed least recently is dropped.
+const maxClients = authlimit.DefaultMaxClients
 
-// authenticator checks bearer tokens and limits failed attempts per client, as budgetKey
-// groups them.
+// authenticator checks bearer tokens and limits failed attempts per client, as
+// authlimit.Network groups them.
 type authenticator struct {
 	token, readToken [sha256.Size]byte
 	hasToken         bool
 	hasRead          bool
-	limit            rate.Limit
-	burst            int
+	fails            *authlimit.Limiter
 	now              func() time.Time
-
-	mu      sync.Mutex // held across the check of one request, so parallel guesses queue
-	clients map[string]*list.Element
-	// recent orders the records by their last failure or refusal, the oldest at the front.
-	// Each element holds a *failureRecord.
-	recent *list.List
-}
-
-// failureRecord is one client's failure budget.
-type failureRecord struct {
-	key string
-	lim *rate.Limiter
 }
 
 func newAuthenticator(token, readToken string, perMinute int) *authenticator {
-	if perMinute <= 0 {
-		perMinute = DefaultFailuresPerMinute
-	}
-	a := &authenticator{hasToken: token != "", hasRead: readToken != "", burst: perMinute,
-		limit: rate.Every(time.Minute / time.Duration(perMinute)), now: time.Now,
-		clients: map[string]*list.Element{}, recent: list.New()}
+	a := &authenticator{hasToken: token != "", hasRead: readToken != "", now: time.Now,
+		fails: authlimit.New(perMinute, maxClients)}
 	a.token, a.readToken = sha256.Sum256([]byte(token)), sha256.Sum256([]byte(readToken))
 	return a
 }
@@ -127,32 +107,19 @@ func (a *authenticator) check(w http.ResponseWriter, r *http.Request, need acces
 	if scheme, rest, ok := strings.Cut(header, " "); ok && strings.EqualFold(scheme, "Bearer") {
 		got = strings.TrimSpace(rest)
 	}
-	client := budgetKey(r.RemoteAddr)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := a.now()
-	var lim *rate.Limiter
-	if el := a.clients[client]; el != nil {
-		lim = el.Value.(*failureRecord).lim
-		if tokens := lim.TokensAt(now); tokens < 1 {
-			// Still guessing. The record stays among the most recent, so that new clients
-			// filling the table cannot evict it and reset its budget.
-			a.recent.MoveToBack(el)
-			wait := time.Duration((1 - tokens) / float64(a.limit) * float64(time.Second))
-			secs := int(math.Ceil(wait.Seconds()))
-			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			apiError(w, http.StatusTooManyRequests, "rate_limited",
-				fmt.Sprintf("too many failed token attempts from this address or its network; retry in %d s", max(secs, 1)))
-			return accessNone
-		}
-	}
-	granted := a.match(got)
-	if granted == accessNone {
-		if lim == nil {
-			lim = a.newRecord(client)
-		}
-		a.recent.MoveToBack(a.clients[client])
-		lim.AllowN(now, 1)
+	granted := accessNone
+	verdict, wait := a.fails.Check(authlimit.Network(r.RemoteAddr), a.now(), func() bool {
+		granted = a.match(got)
+		return granted != accessNone
+	})
+	switch verdict {
+	case authlimit.Limited:
+		secs := max(int(math.Ceil(wait.Seconds())), 1)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		apiError(w, http.StatusTooManyRequests, "rate_limited",
+			fmt.Sprintf("too many failed token attempts from this address or its network; retry in %d s", secs))
+		return accessNone
+	case authlimit.Refused:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flightdeck", error="invalid_token"`)
 		apiError(w, http.StatusUnauthorized, "token_refused", msgRefused)
 		return accessNone
@@ -189,57 +156,14 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// newRecord adds a full failure budget for client. While the table holds maxClients it drops
-// the records of the clients that failed least recently, so memory stays bounded and a
-// client that keeps failing is never the one dropped. Call it with a.mu held.
-func (a *authenticator) newRecord(client string) *rate.Limiter {
-	for a.recent.Len() >= maxClients {
-		oldest := a.recent.Front()
-		delete(a.clients, oldest.Value.(*failureRecord).key)
-		a.recent.Remove(oldest)
-	}
-	rec := &failureRecord{key: client, lim: rate.NewLimiter(a.limit, a.burst)}
-	a.clients[client] = a.recent.PushBack(rec)
-	return rec.lim
-}
-
-// budgetKey is the client failed tokens are counted against. All of loopback, 127.0.0.0/8
-// and ::1, is one client: every local process and any proxy on the host connect from there.
-// An IPv4 address counts by its /24 and an IPv6 one by its /64, networks that one host or one
-// customer usually owns whole. X-Forwarded-For is not trusted, so behind a proxy every client
-// shares the proxy's budget.
-func budgetKey(remoteAddr string) string {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	ip = ip.Unmap().WithZone("")
-	switch {
-	case ip.IsLoopback():
-		return "loopback"
-	case ip.Is4():
-		return netip.PrefixFrom(ip, 24).Masked().String()
-	}
-	return netip.PrefixFrom(ip, 64).Masked().String()
-}
-
 // clientKey names the peer in what the dashboard records, such as who paused a stage. It is
 // the IP address, or for IPv6 the /64 network. X-Forwarded-For is not trusted.
 func clientKey(remoteAddr string) string {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
+	ip, host, ok := authlimit.Addr(remoteAddr)
+	switch {
+	case !ok:
 		return host
-	}
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() {
+	case ip.Is6():
 		return netip.PrefixFrom(ip, 64).Masked().String()
 	}
 	return ip.String()
