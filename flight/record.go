@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,36 @@ var (
 	line2Fields = []string{"requestKey", "stage", "tenant", "sessionId", "policy", "ownerId", "taskId", "entry",
 		"errorType", "errorCode", "error", "trace"}
 )
+
+// headLine splits a record's first line into its tag and the fields of line1Fields. A line of
+// the release before usage (one field fewer) reads with usage empty, so that flights an older
+// consumer wrote are read during a rolling deploy.
+func headLine(l string) ([]string, bool) {
+	f := strings.Split(l, "\t")
+	if f[0] != recordVersion {
+		return nil, false
+	}
+	switch len(f) {
+	case 1 + len(line1Fields):
+		return f, true
+	case len(line1Fields): // usage, after updatedAt, is missing
+		return slices.Insert(f, 1+slices.Index(line1Fields, "usage"), ""), true
+	}
+	return nil, false
+}
+
+// secondLine splits a record's second line into the fields of line2Fields; a line of the
+// release before trace, its last field, reads with trace empty.
+func secondLine(l string) ([]string, bool) {
+	f := strings.Split(l, "\t")
+	switch len(f) {
+	case len(line2Fields):
+		return f, true
+	case len(line2Fields) - 1:
+		return append(f, ""), true
+	}
+	return nil, false
+}
 
 // recordFlags maps each flag letter to the field ParseRecord sets to "1" for it.
 var recordFlags = map[byte]string{'h': "handover", 'f': "free", 'r': "retryable", 'i': "inline", 'm': "fenced"}
@@ -55,9 +86,9 @@ func ParseRecord(raw string) (fields map[string]string, result []byte, err error
 	if !ok1 || !ok2 {
 		return nil, nil, fmt.Errorf("%w: %d bytes", ErrBadRecord, len(raw))
 	}
-	f1 := strings.Split(l1, "\t")
-	f2 := strings.Split(l2, "\t")
-	if len(f1) != 1+len(line1Fields) || f1[0] != recordVersion || len(f2) != len(line2Fields) {
+	f1, ok1 := headLine(l1)
+	f2, ok2 := secondLine(l2)
+	if !ok1 || !ok2 {
 		return nil, nil, fmt.Errorf("%w: header %q", ErrBadRecord, l1)
 	}
 	fields = make(map[string]string, 32)
@@ -175,8 +206,8 @@ func ParseRecordHead(raw string) (fields map[string]string, ok bool) {
 	if !found {
 		return nil, false
 	}
-	f1 := strings.Split(l1, "\t")
-	if len(f1) != 1+len(line1Fields) || f1[0] != recordVersion {
+	f1, ok := headLine(l1)
+	if !ok {
 		return nil, false
 	}
 	fields = make(map[string]string, 16)

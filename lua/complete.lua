@@ -115,7 +115,9 @@ local function completeCall()
   local ask = string.byte(V[7], 1) == 49 -- '1'
   if v then
     -- The common path: the owner's RUNNING record takes the result with one pattern and one SET.
-    local _, e, st, tk, at, fl = string.find(v, '^f1\t(%u+)\t(%d+)\t(%d+)\t(%a*)\t%d*\t[^\t\n]*\t')
+    -- A running record's usage is empty; a record of the release before usage, which has
+    -- heartbeatAt there, takes the long path, which rewrites it in this layout.
+    local _, e, st, tk, at, fl = string.find(v, '^f1\t(%u+)\t(%d+)\t(%d+)\t(%a*)\t%d*\t\t')
     if tk == V[3] and (st == 'RUNNING' or st == 'PENDING') then
       if ask and takeoverDue(parse(v, false)) then return compReply('LAPSED', st, '0', '') end
       local flags = V[6]
@@ -161,6 +163,11 @@ local function completeCall()
   local status = m.status
   if m.token ~= V[3] then
     return compReply('STALE_TOKEN', status, '0', settleCaller(m))
+  end
+  if status == 'RUNNING' or status == 'PENDING' then
+    -- The owner's own run, in a record the common path did not read (the previous layout).
+    if ask and takeoverDue(m) then return compReply('LAPSED', status, '0', '') end
+    return compSucceed(m, false, fenceTTL)
   end
   if status == 'SUCCEEDED' then
     JAgain = true -- a retry after a lost reply: tasks answered then (owner's, joined) are not again

@@ -113,14 +113,26 @@ end
 
 local LINE1 = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\n()'
 local LINE2 = '^([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\n([^\n]*)\n()'
+-- LINE1_V0 and LINE2_V0 read the lines as the release before usage and trace wrote them, so
+-- that a flight an older consumer started is read, and answered, during a rolling deploy.
+local LINE1_V0 = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t(%d*)\t(%d*)\t(%d*)\t(%d*)\t([^\t\n]*)\t(%d*)\t(%d*)\t(%d*)\n()'
+local LINE2_V0 = '^([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\n([^\n]*)\n()'
 
 -- parse returns the record v as a table, or nil when v is not one. The result is m.result
 -- when want, else left in v from m.resultAt.
 local function parse(v, want)
   local st, tok, att, flags, upd, usage, hb, started, progAt, prog, retryAt, created, restored, p2 = string.match(v, LINE1)
-  if not st then return nil end
+  if not st then
+    usage = ''
+    st, tok, att, flags, upd, hb, started, progAt, prog, retryAt, created, restored, p2 = string.match(v, LINE1_V0)
+    if not st then return nil end
+  end
   local rk, stage, tenant, sess, pol, owner, task, entry, et, ec, em, trace, log, p4 = string.match(v, LINE2, p2)
-  if not rk then return nil end
+  if not rk then
+    trace = ''
+    rk, stage, tenant, sess, pol, owner, task, entry, et, ec, em, log, p4 = string.match(v, LINE2_V0, p2)
+    if not rk then return nil end
+  end
   local m = { status = st, token = tok, attempts = att, flags = flags, updatedAt = upd, usage = usage, heartbeatAt = hb,
     startedAt = started, progressAt = progAt, progress = prog, retryAt = retryAt, createdAt = created,
     restoredAt = restored, requestKey = rk, stage = stage, tenant = tenant, sessionId = sess, policy = pol,
@@ -151,6 +163,10 @@ local BRIEF = '^f1\t(%u+)\t(%d*)\t(%d*)\t(%a*)\t%d*\t([^\t\n]*)\t[^\n]*\n([^\t\n
 local function brief(v)
   local st, tok, att, flags, usage, rk, stage, tenant, pol, owner, task, entry, trace, p4 = string.match(v, BRIEF)
   if not st then return nil end
+  -- A record of the release before usage and trace has heartbeatAt where usage is (a usage
+  -- holds spaces, a time none), and its error, empty on the SUCCEEDED records read here,
+  -- where trace is.
+  if usage ~= '' and not string.find(usage, ' ', 1, true) then usage = '' end
   return { status = st, token = tok, attempts = att, flags = flags, usage = usage, requestKey = rk, stage = stage, tenant = tenant,
     policy = pol, ownerId = owner, taskId = task, entry = entry, trace = trace, resultAt = p4, heartbeatAt = '0', errorType = '',
     errorCode = '', error = '', brief = true }
