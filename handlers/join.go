@@ -192,7 +192,7 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 		v = <-j.done
 	}
 	if v == answered {
-		t.linkOwner(j.g.trace)
+		t.linkOwner(j.g.trace, linkAnsweredBy)
 		t.traceOutcome("joined")
 	}
 	switch v {

@@ -39,8 +39,9 @@ func (t *taskRun) own(ctx context.Context, d flight.Decision) (again bool, err e
 	return t.ended(ctx, e)
 }
 
-// Call runs the stage's model for the owned flight. It implements flight.Caller.
-func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
+// Call runs the stage's model for the owned flight. It implements flight.Caller. A model that
+// panics is counted, and its span ended, before the panic goes on to flight.Guarded.
+func (t *taskRun) Call(ctx context.Context, progress func()) (out []byte, err error) {
 	p, d := t.p, t.owned
 	if debugOn(p.log) {
 		l := t.logger()
@@ -50,17 +51,28 @@ func (t *taskRun) Call(ctx context.Context, progress func()) ([]byte, error) {
 	p.metrics.running.WithLabelValues(t.task.Stage).Inc()
 	ctx, sp := t.startCall(ctx, d)
 	start := time.Now()
+	done := false
+	defer func() {
+		if !done {
+			err = errModelPanicked
+		}
+		p.ledger.called(t.task.Tenant, rateLimited(err))
+		endCall(ctx, sp, err)
+		p.metrics.running.WithLabelValues(t.task.Stage).Dec()
+		p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
+	}()
 	deadline, _ := t.task.DeadlineTime()
-	out, err := t.p.model.Call(ctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
+	out, err = t.p.model.Call(ctx, model.Request{Stage: t.task.Stage, TaskID: t.task.TaskID, Tenant: t.task.Tenant,
 		SessionID: t.task.SessionID, Input: t.task.Input, ModelVersion: t.task.ModelVersion,
 		PromptVersion: t.task.PromptVersion, Attempt: d.Attempts, Consumer: p.name, Params: t.task.Params,
 		RequestKey: t.key, Deadline: deadline}, progress)
-	p.ledger.called(t.task.Tenant, rateLimited(err))
-	endCall(ctx, sp, err)
-	p.metrics.running.WithLabelValues(t.task.Stage).Dec()
-	p.metrics.runTime.WithLabelValues(t.task.Stage).Observe(time.Since(start).Seconds())
+	done = true
 	return out, err
 }
+
+// errModelPanicked is the error a model call's span records when the model panicked; the
+// panic itself fails the flight (flight.Guarded).
+var errModelPanicked = errors.New("handlers: the model panicked")
 
 // Failure classifies the model's error. It implements flight.Caller. The flight records the
 // delay before the next attempt, and it holds for every task of the key. A long delay is waited

@@ -90,23 +90,35 @@ func (t *taskRun) endAcquire(sp trace.Span, d flight.Decision, err error) {
 	} else {
 		sp.SetAttributes(attribute.String("flightdeck.action", string(d.Action)), attribute.String("flightdeck.reason", string(d.Reason)),
 			attribute.Int64("flightdeck.token", d.Token), attribute.Int("flightdeck.attempt", d.Attempts))
-		if d.Action == flight.ActionOwner {
+		switch d.Action {
+		case flight.ActionOwner:
 			t.ownTrace = d.Owner.Trace
-		} else {
-			t.linkOwner(d.OwnerTrace)
+		case flight.ActionFollowerWait:
+			t.linkOwner(d.OwnerTrace, linkParkedOn)
+		default:
+			t.linkOwner(d.OwnerTrace, linkAnsweredBy)
 		}
 	}
 	sp.End()
 }
 
-// linkOwner links the task's span to the model-call span a traceparent names: the call whose
-// outcome answers the task.
-func (t *taskRun) linkOwner(traceparent string) {
+// The kinds of a task's link to an owner's model call (attribute flightdeck.link).
+const (
+	// linkAnsweredBy: the call whose outcome answered the task (a hit, a joined task, a final
+	// outcome read by the acquire).
+	linkAnsweredBy = "answered_by"
+	// linkParkedOn: the call running when the task parked on its flight. It answers the task
+	// unless it fails and a later attempt's call does.
+	linkParkedOn = "parked_on"
+)
+
+// linkOwner links the task's span to the model-call span a traceparent names, as kind.
+func (t *taskRun) linkOwner(traceparent, kind string) {
 	if t.span == nil || traceparent == "" {
 		return
 	}
 	if sc, ok := tracing.Parse(traceparent); ok {
-		t.span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("flightdeck.link", "answered_by")}})
+		t.span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("flightdeck.link", kind)}})
 	}
 }
 

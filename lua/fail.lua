@@ -43,8 +43,17 @@ register('fail', function()
   local etype, ecode, emsg = string.match(V[5], '^([^\t]*)\t([^\t]*)\t([^\t]*)$')
   local tok = V[3]
 
+  local function isFinal(m)
+    local _, _, _, _, _, pinnedMax = pinned(m, '0 0 0 0 0 ' .. fmt(maxA))
+    if free then return false end
+    return retryable ~= '1' or num(m.attempts, 0) >= pinnedMax
+  end
+
   local function record(m)
     m.status = 'FAILED'
+    -- A failure that waits for another attempt answers nobody: no call of its run answers the
+    -- tasks that park meanwhile (a free one made no call at all), so they link to none.
+    if not isFinal(m) then m.trace = '' end
     local add = ''
     if retryable == '1' then add = 'r' end
     if free then add = add .. 'f' end
@@ -61,12 +70,6 @@ register('fail', function()
     store(m, ttl, nil)
     waitersFollow(ttl)
     endFence(m, tok, '', fenceTTL)
-  end
-
-  local function isFinal(m)
-    local _, _, _, _, _, pinnedMax = pinned(m, '0 0 0 0 0 ' .. fmt(maxA))
-    if free then return false end
-    return retryable ~= '1' or num(m.attempts, 0) >= pinnedMax
   end
 
   local function done(code, m)
