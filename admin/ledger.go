@@ -20,8 +20,10 @@ const (
 	WindowDay  = "day"
 )
 
-// maxLedgerTenants bounds the tenants one ledger read reports per stage. Consumers count at most
-// topics.MaxLedgerTenants each, but anyone who may write to Redis may add fields.
+// maxLedgerTenants bounds the tenant rows one ledger read reports per stage, the least busy
+// tenants past it counting together under "*". Consumers count at most
+// topics.MaxLedgerTenants each, but a fleet has many consumers, and anyone who may write to
+// Redis may add fields.
 const maxLedgerTenants = 1000
 
 // LedgerRow is what the savings ledger counted for one stage and tenant in the window.
@@ -136,30 +138,40 @@ func sumLedger(stage string, cmds []*redis.MapStringStringCmd) StageLedger {
 			}
 			tc := tenants[tenant]
 			if tc == nil {
-				if len(tenants) >= maxLedgerTenants {
-					continue
-				}
 				tc = &topics.LedgerCounts{}
 				tenants[tenant] = tc
 			}
 			*tc.Counter(i) += n
 		}
 	}
-	out := StageLedger{Stage: stage, Tenants: make([]LedgerRow, 0, len(tenants))}
+	rows := make([]LedgerRow, 0, len(tenants))
 	var total topics.LedgerCounts
 	for t, c := range tenants {
 		total.Add(*c)
-		out.Tenants = append(out.Tenants, ledgerRow(t, *c))
+		rows = append(rows, ledgerRow(t, *c))
 	}
-	sort.Slice(out.Tenants, func(i, j int) bool {
-		a, b := out.Tenants[i], out.Tenants[j]
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
 		if a.Tasks != b.Tasks {
 			return a.Tasks > b.Tasks
 		}
 		return a.Tenant < b.Tenant
 	})
-	out.Total = ledgerRow("", total)
-	return out
+	if len(rows) > maxLedgerTenants {
+		// The busiest tenants keep their rows; the others count together under "*", in the
+		// totals as everywhere.
+		var other topics.LedgerCounts
+		kept := rows[:0]
+		for _, r := range rows {
+			if len(kept) < maxLedgerTenants-1 && r.Tenant != topics.LedgerOther {
+				kept = append(kept, r)
+				continue
+			}
+			other.Add(r.LedgerCounts)
+		}
+		rows = append(kept, ledgerRow(topics.LedgerOther, other))
+	}
+	return StageLedger{Stage: stage, Tenants: rows, Total: ledgerRow("", total)}
 }
 
 // ledgerRow completes c's derived figures.
