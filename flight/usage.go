@@ -42,17 +42,21 @@ func ReportedUsage(ctx context.Context) *Usage {
 	return u
 }
 
+// maxReportedTokens bounds each count a call reports, so that sums and costs cannot overflow.
+const maxReportedTokens = 1 << 40
+
 // ReportUsage records what a model call used, from inside the call. The owner charges it to
 // the stage's limiter and the ledger, and the owner's event carries it. A call that makes
-// several model requests reports each, and the counts add up.
+// several model requests reports each, and the counts add up. A negative count, which no
+// provider should send, counts as 0, and a count is at most 2^40.
 func ReportUsage(ctx context.Context, u Usage) {
 	r, ok := ctx.Value(reportKey{}).(*callReport)
 	if !ok {
 		return
 	}
 	r.mu.Lock()
-	r.usage.PromptTokens += u.PromptTokens
-	r.usage.CompletionTokens += u.CompletionTokens
+	r.usage.PromptTokens = min(r.usage.PromptTokens+max(min(u.PromptTokens, maxReportedTokens), 0), maxReportedTokens)
+	r.usage.CompletionTokens = min(r.usage.CompletionTokens+max(min(u.CompletionTokens, maxReportedTokens), 0), maxReportedTokens)
 	if u.Model != "" {
 		r.usage.Model = u.Model
 	}

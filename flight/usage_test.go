@@ -1,6 +1,8 @@
 package flight_test
 
 import (
+	"context"
+	"math"
 	"strings"
 	"testing"
 
@@ -112,4 +114,17 @@ func TestRecordKeepsOwnerTrace(t *testing.T) {
 			t.Errorf("record trace field %q", got)
 		}
 	})
+}
+
+// TestReportUsageBounds: a negative count, which would make counters go down (and Prometheus
+// counters panic), counts as 0; a huge one is capped, so sums cannot overflow.
+func TestReportUsageBounds(t *testing.T) {
+	ctx, got := flight.CollectUsage(context.Background())
+	flight.ReportUsage(ctx, flight.Usage{Model: "m", PromptTokens: -500, CompletionTokens: 7})
+	flight.ReportUsage(ctx, flight.Usage{PromptTokens: 3, CompletionTokens: math.MaxInt})
+	flight.ReportUsage(ctx, flight.Usage{PromptTokens: 2, CompletionTokens: math.MaxInt})
+	u := got()
+	if u == nil || u.PromptTokens != 5 || u.CompletionTokens != 1<<40 || u.Model != "m" {
+		t.Fatalf("usage %+v, want 5 prompt tokens and completion tokens capped at 2^40", u)
+	}
 }

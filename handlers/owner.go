@@ -176,10 +176,20 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 		if e.Op == "complete" {
 			t.warn().Err(e.Err).Msg("result refused: the run was closed; the task is answered with the flight's outcome")
 		}
+		if e.Settlement.Events > 0 {
+			status := topics.StatusCancelled
+			if e.Verdict == flight.VerdictExpired {
+				status = topics.StatusExpired
+			}
+			t.observeSettled(topics.SharedOwner, status, e.Settlement)
+		}
 		stream.Acked(t.msg)
 	case flight.EndRefused:
 		if e.Op == "complete" {
 			t.warn().Err(e.Err).Msg("result refused: another owner holds the flight")
+		}
+		if e.Settlement.Answered {
+			p.ledger.answered(t.task.Tenant, pathFollower, 1, "", nil) // from the other owner's outcome
 		}
 		return t.settled(e.Settlement), nil
 	case flight.EndSpooled:

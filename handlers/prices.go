@@ -21,12 +21,17 @@ type Price struct {
 // without a price costs nothing in the ledger; its tokens are still counted.
 type Prices map[string]Price
 
-// Validate reports prices that are negative or not finite.
+// maxPrice bounds a price, in dollars per million tokens: far above any model's, low enough
+// that a cost stays within an int64 of nano-dollars.
+const maxPrice = 1e6
+
+// Validate reports prices that are negative, not finite, or above a million dollars per million
+// tokens.
 func (p Prices) Validate() error {
 	for name, pr := range p {
 		for _, v := range []float64{pr.Prompt, pr.Completion} {
-			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-				return fmt.Errorf("price of %q: %v per million tokens: want a finite number, 0 or more", name, v)
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v > maxPrice {
+				return fmt.Errorf("price of %q: %v per million tokens: want a number from 0 to %g", name, v, float64(maxPrice))
 			}
 		}
 		if name == "" {
@@ -68,6 +73,7 @@ func (p Prices) nanoUSD(u flight.Usage, fallback string) int64 {
 	if !ok {
 		return 0
 	}
-	// Dollars per million tokens are thousandths of a nano-dollar per token.
-	return int64(math.Round(float64(u.PromptTokens)*pr.Prompt*1000 + float64(u.CompletionTokens)*pr.Completion*1000))
+	// Dollars per million tokens are thousandths of a nano-dollar per token. A sum past 2^60
+	// (a billion dollars) is cut there, so that adding it up cannot overflow.
+	return int64(min(math.Round(float64(u.PromptTokens)*pr.Prompt*1000+float64(u.CompletionTokens)*pr.Completion*1000), 1<<60))
 }

@@ -66,6 +66,7 @@ func TestLoadStagesPrices(t *testing.T) {
 	for body, want := range map[string]string{
 		"prices:\n  m: {prompt: -1}\nstages: {}\n":           `price of "m"`,
 		"prices:\n  m: {completion: .inf}\nstages: {}\n":     `price of "m"`,
+		"prices:\n  m: {completion: 2e6}\nstages: {}\n":      `price of "m"`,
 		"prices:\n  m: {prompt: 1, output: 2}\nstages: {}\n": "field output not found",
 		"prices:\n  \"\": {prompt: 1}\nstages: {}\n":         "without a model name",
 	} {
