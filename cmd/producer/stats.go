@@ -58,7 +58,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "STAGE\tTENANT\tTASKS\tOWNER\tJOINED\tFOLLOWER\tHIT\tARCHIVE\tLOCAL\tSHARED\tCALLS\t429\tWAITS\tTOKENS\tAVOIDED\tSPENT $\tAVOIDED $\t")
 	row := func(stage, tenant string, r admin.LedgerRow) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", stage, tenant, r.Tasks,
-			r.Owner, r.Joined, r.Follower, r.Hit, r.Archive, r.Local, percent(r.HitRate), r.Calls, r.RateLimited,
+			r.Owner, r.Joined, r.Follower, r.Hit, r.Archive, r.Local, shareOf(r), r.Calls, r.RateLimited,
 			r.LimiterWaits, r.PromptTokens+r.CompletionTokens, r.AvoidedPromptTokens+r.AvoidedCompletionTokens,
 			dollars(r.SpentUSD), dollars(r.AvoidedUSD))
 	}
@@ -76,6 +76,14 @@ func (a *app) stats(ctx context.Context, args []string) error {
 
 // percent formats a share as a percentage with one decimal.
 func percent(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" }
+
+// shareOf is a row's hit rate, or "-" for a row without tasks, as the dashboard shows it.
+func shareOf(r admin.LedgerRow) string {
+	if r.Tasks == 0 {
+		return "-"
+	}
+	return percent(r.HitRate)
+}
 
 // dollars formats US dollars with four decimals, enough for a few cheap calls.
 func dollars(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) }
