@@ -218,9 +218,14 @@ func receiptOf(t topics.Task, id string, at time.Time) Receipt {
 // known to be appended. Later tasks of the failed round trip may have been appended too.
 // Re-enqueueing them is safe: flights deduplicate by key, clients by task id.
 func (c *Client) EnqueueBatch(ctx context.Context, tasks []topics.Task) (_ []Receipt, err error) {
-	stage := ""
-	if len(tasks) > 0 {
-		stage = tasks[0].Stage
+	stage := "" // the span names the stage when all the tasks have one
+	for i, t := range tasks {
+		if i == 0 {
+			stage = t.Stage
+		} else if t.Stage != stage {
+			stage = ""
+			break
+		}
 	}
 	ctx, end := c.startSend(ctx, stage, len(tasks))
 	defer func() { end(err) }()

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -79,5 +80,41 @@ func TestEnqueueCarriesTraceContext(t *testing.T) {
 	}
 	if got[2].Traceparent != "" || got[2].Tracestate != "" {
 		t.Errorf("a caller without a span enqueued context %q %q", got[2].Traceparent, got[2].Tracestate)
+	}
+}
+
+// TestEnqueueBatchSpan: a batch to one stage is one producer span named after it; a batch to
+// several stages is one span "send" without a destination. Every task carries the span's
+// context.
+func TestEnqueueBatchSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	b := setup(t, client.Config{TracerProvider: tp})
+	ctx := context.Background()
+	if _, err := b.c.EnqueueBatch(ctx, []topics.Task{newTask(stageA, `{"q":1}`), newTask(stageA, `{"q":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.EnqueueBatch(ctx, []topics.Task{newTask(stageA, `{"q":3}`), newTask(stageB, `{"q":4}`)}); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 2 || spans[0].Name != "send "+stageA || spans[1].Name != "send" {
+		t.Fatalf("spans %v", spans)
+	}
+	for _, a := range spans[1].Attributes {
+		if a.Key == "messaging.destination.name" {
+			t.Errorf("a batch to two stages names the destination %s", a.Value.AsString())
+		}
+	}
+	for _, task := range append(storedTasks(t, b, stageA), storedTasks(t, b, stageB)...) {
+		sc, ok := tracing.Parse(task.Traceparent)
+		want := spans[0].SpanContext.SpanID()
+		if strings.Contains(string(task.Input), `"q":3`) || strings.Contains(string(task.Input), `"q":4`) {
+			want = spans[1].SpanContext.SpanID()
+		}
+		if !ok || sc.SpanID() != want {
+			t.Errorf("task %s: traceparent %q, want span %s", task.Input, task.Traceparent, want)
+		}
 	}
 }
