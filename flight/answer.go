@@ -73,7 +73,10 @@ func (c *Coordinator) identity(key, stage, tenant, session string, pol Policy, o
 		b = append(b, t.Stream...)
 	}
 	b = append(b, "\t\t\t\t"...)
-	return append(b, clean(trace)...)
+	if !traceShaped(trace) {
+		return b
+	}
+	return append(b, trace...)
 }
 
 // tailStamp is a tailFields string and the Unix millisecond it was made in.
@@ -247,4 +250,18 @@ func (c *Coordinator) settle(ctx context.Context, key, stage string, t answerTai
 		return fmt.Errorf("acknowledge answered entries: %w", err)
 	}
 	return nil
+}
+
+// traceShaped reports whether s may be a W3C traceparent: at most 128 bytes of lower-case hex
+// digits and dashes. Anything else is kept as no trace.
+func traceShaped(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c != '-' && (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -3,6 +3,7 @@ package flight_test
 import (
 	"context"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -126,5 +127,18 @@ func TestReportUsageBounds(t *testing.T) {
 	u := got()
 	if u == nil || u.PromptTokens != 5 || u.CompletionTokens != 1<<40 || u.Model != "m" {
 		t.Fatalf("usage %+v, want 5 prompt tokens and completion tokens capped at 2^40", u)
+	}
+}
+
+// TestRecordRefusesOddTraces: an AcquireParams.Trace that cannot be a traceparent (too long,
+// or with a tab, a space or upper-case letters) is kept as no trace.
+func TestRecordRefusesOddTraces(t *testing.T) {
+	b := setup(t)
+	for i, tr := range []string{strings.Repeat("a", 129), "00-ab\tcd", "00 ab", "00-AB"} {
+		key := "odd" + strconv.Itoa(i)
+		a := b.acquireWith(flight.AcquireParams{Key: key, OwnerID: "A", Task: b.task("ta"), Start: true, Trace: tr})
+		if f := b.acquire(key, "B", b.task("tb")); a.Action != flight.ActionOwner || f.OwnerTrace != "" {
+			t.Errorf("trace %q: owner %+v, follower's OwnerTrace %q, want none", tr, a.Action, f.OwnerTrace)
+		}
 	}
 }
