@@ -131,18 +131,25 @@ func parseLastEventID(id string, stages []string) (map[string]position, error) {
 	if len(id) > maxLastEventID {
 		return nil, badRequest("Last-Event-ID exceeds %d bytes", maxLastEventID)
 	}
+	named := map[string]bool{}
 	for _, part := range strings.Split(id, ",") {
 		st, pos, ok := strings.Cut(part, "=")
 		p, okPos := parsePosition(pos)
-		if !ok || !okPos || topics.CheckStage(st) != nil {
+		if !ok || !okPos || topics.CheckStage(st) != nil || named[st] {
 			return nil, badRequest("Last-Event-ID %q is not an id of this API's event streams", cut(id, 80))
 		}
+		named[st] = true
 		if slices.Contains(stages, st) {
 			out[st] = p
 		}
 	}
 	return out, nil
 }
+
+// maxAhead is how far past the Redis clock a resumed position may lie: the clock of a
+// replica promoted since the client read its position may differ from the old master's a
+// little, never by this much.
+const maxAhead = time.Minute
 
 // events serves GET /v1/events: the terminal events of the token's tenant on the result
 // streams of the stages asked for, as Server-Sent Events. Each event's id is the stream's
@@ -167,19 +174,23 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, tok *tenantToken
 	}
 	defer tok.streams.Add(-1)
 	cur := cursor{stages: stages, at: resumed}
-	if len(resumed) < len(stages) {
-		// The stages not resumed start now, on the Redis clock that stamps the entries.
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
-		now, err := s.cfg.Client.Time(ctx).Result()
-		cancel()
-		if err != nil {
-			writeErr(w, err)
+	// The stages not resumed start now, on the Redis clock that stamps the entries; a resumed
+	// position far past it is no id this API gave, and would hold the stream silent.
+	tctx, tcancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	now, err := s.cfg.Client.Time(tctx).Result()
+	tcancel()
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	for _, st := range stages {
+		p, ok := resumed[st]
+		switch {
+		case !ok:
+			cur.at[st] = before(uint64(now.UnixMilli()))
+		case p.ms > uint64(now.Add(maxAhead).UnixMilli()):
+			writeRequestError(w, badRequest("Last-Event-ID: the position of %s lies ahead of the stream", st))
 			return
-		}
-		for _, st := range stages {
-			if _, ok := resumed[st]; !ok {
-				cur.at[st] = before(uint64(now.UnixMilli()))
-			}
 		}
 	}
 	ctx, cancel := s.until(r.Context(), s.cfg.StreamDuration)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,9 @@ func TestEventsRefused(t *testing.T) {
 		{"other-stage", "", 403, codeStageNotAllowed},
 		{stage, "garbage", 400, codeBadRequest},
 		{stage, stage + "=x-1", 400, codeBadRequest},
+		{stage, stage + "=1-0," + stage + "=2-0", 400, codeBadRequest}, // a stage twice
+		{stage, stage + "=99999999999999-0", 400, codeBadRequest},      // far past the stream
+		{stage, stage + "=" + strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), 400, codeBadRequest},
 	} {
 		s := b.events(acmeSecret, tc.stages, tc.lastID)
 		var e errorBody

@@ -56,14 +56,18 @@ type cancelResult struct {
 }
 
 // tenantKey returns the request key of r's path when it is one of tok's tenant, of an
-// allowed stage, and a key a consumer builds (flight.TaskKey).
-func (s *Server) tenantKey(r *http.Request, tok *tenantToken) (string, bool) {
+// allowed stage, and a key a consumer builds (flight.TaskKey). Else it writes the answer: 404
+// for a key that is not the tenant's, as for one without a flight, and 403 stage_not_allowed
+// for the tenant's key of a stage this gateway does not serve.
+func (s *Server) tenantKey(w http.ResponseWriter, r *http.Request, tok *tenantToken) (string, bool) {
 	key := r.PathValue("requestKey")
-	if flight.CheckKey(key) != nil {
+	scope, ok := flight.ParseKey(key)
+	if flight.CheckKey(key) != nil || !ok || scope.Tenant != tok.Tenant {
+		writeError(w, http.StatusNotFound, codeNotFound, msgNoKey)
 		return "", false
 	}
-	scope, ok := flight.ParseKey(key)
-	if !ok || scope.Tenant != tok.Tenant || !s.cfg.stageAllowed(scope.Stage) {
+	if !s.cfg.stageAllowed(scope.Stage) {
+		writeError(w, http.StatusForbidden, codeStageNotAllowed, "this gateway does not serve stage "+scope.Stage)
 		return "", false
 	}
 	return key, true
@@ -72,9 +76,8 @@ func (s *Server) tenantKey(r *http.Request, tok *tenantToken) (string, bool) {
 // getKey serves GET /v1/keys/{requestKey}: the state of the key's flight, or its tasks
 // waiting in the scheduled set when it has no flight yet.
 func (s *Server) getKey(w http.ResponseWriter, r *http.Request, tok *tenantToken) {
-	key, ok := s.tenantKey(r, tok)
+	key, ok := s.tenantKey(w, r, tok)
 	if !ok {
-		writeError(w, http.StatusNotFound, codeNotFound, msgNoKey)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
@@ -115,9 +118,8 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request, tok *tenantToken
 // cancelKey serves POST /v1/keys/{requestKey}/cancel: it cancels the key's tasks waiting in
 // the scheduled set and its flight, as producer cancel does.
 func (s *Server) cancelKey(w http.ResponseWriter, r *http.Request, tok *tenantToken) {
-	key, ok := s.tenantKey(r, tok)
+	key, ok := s.tenantKey(w, r, tok)
 	if !ok {
-		writeError(w, http.StatusNotFound, codeNotFound, msgNoKey)
 		return
 	}
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)

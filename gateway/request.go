@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -77,6 +78,10 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 	}
 	if err != nil {
 		return nil, badRequest("reading the body: %v", err)
+	}
+	if !utf8.Valid(b) {
+		// JSON is UTF-8: the consumers would dead-letter the task invalid_utf8 after the 202.
+		return nil, badRequest("the body is not valid UTF-8")
 	}
 	return b, nil
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/flight"
 )
 
 // TestAuthentication: no token is 401 token_required, a wrong one 401 token_refused; after
@@ -154,5 +155,34 @@ func TestTracerProvider(t *testing.T) {
 	if !strings.HasPrefix(task.Traceparent, "00-"+traceID+"-") || sp.SpanContext().TraceID().String() != traceID ||
 		sp.Parent().SpanID().String() != parent || !strings.Contains(task.Traceparent, sp.SpanContext().SpanID().String()) {
 		t.Errorf("task traceparent %q; span %s parent %s", task.Traceparent, sp.SpanContext().SpanID(), sp.Parent().SpanID())
+	}
+}
+
+// TestKeysOfAStageNotServed: the tenant's key of a stage the gateway does not serve answers
+// 403 stage_not_allowed, for inspect and cancel; another tenant's key of that stage answers
+// 404, as an unknown key does.
+func TestKeysOfAStageNotServed(t *testing.T) {
+	b := newBundle(t, func(c *Config) { c.Stages = []string{stage} })
+	own, err := flight.NamespacedKey("other-stage", "acme", "rk-1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	others, err := flight.NamespacedKey("other-stage", "beta", "rk-1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/v1/keys/" + own, 403, codeStageNotAllowed},
+		{"POST", "/v1/keys/" + own + "/cancel", 403, codeStageNotAllowed},
+		{"GET", "/v1/keys/" + others, 404, codeNotFound},
+		{"POST", "/v1/keys/" + others + "/cancel", 404, codeNotFound},
+	} {
+		if r := b.do(tc.method, tc.path, acmeSecret, nil); r.status != tc.status || r.code() != tc.code {
+			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.path, r.status, r.body, tc.status, tc.code)
+		}
 	}
 }

@@ -87,9 +87,10 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request, tok *tenantTok
 		receipt  client.Receipt
 		replayed bool
 	)
-	if ik := r.Header.Get("Idempotency-Key"); ik != "" {
-		if len(ik) > 255 || !printable(ik) {
-			writeError(w, http.StatusBadRequest, codeBadRequest, "Idempotency-Key: want 1 to 255 bytes of printable ASCII")
+	if iks, sent := r.Header["Idempotency-Key"]; sent {
+		ik := iks[0]
+		if len(iks) != 1 || ik == "" || len(ik) > 255 || !printable(ik) {
+			writeError(w, http.StatusBadRequest, codeBadRequest, "Idempotency-Key: want one header of 1 to 255 bytes of printable ASCII")
 			return
 		}
 		receipt, replayed, err = s.enqueueOnce(ctx, tok, ik, fingerprint(stage, body), task)

@@ -134,6 +134,9 @@ func TestBadRequests(t *testing.T) {
 		{"WaitNaN", path + "?wait=NaN", `{"input":1}`, nil, 400, codeBadRequest, ""},
 		{"IdempotencyKeyTooLong", path, `{"input":1}`, []string{"Idempotency-Key", strings.Repeat("k", 256)}, 400, codeBadRequest, ""},
 		{"IdempotencyKeyControl", path, `{"input":1}`, []string{"Idempotency-Key", "a\tb"}, 400, codeBadRequest, ""},
+		{"IdempotencyKeyEmpty", path, `{"input":1}`, []string{"Idempotency-Key", ""}, 400, codeBadRequest, ""},
+		{"IdempotencyKeyTwice", path, `{"input":1}`, []string{"Idempotency-Key", "a", "Idempotency-Key", "b"}, 400, codeBadRequest, ""},
+		{"InvalidUTF8", path, "{\"input\":\"\xff\xfe\"}", nil, 400, codeBadRequest, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := b.do("POST", tc.path, acmeSecret, tc.body, tc.headers...)

@@ -27,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 
 # field NAME: the first string value of NAME in the JSON on stdin.
-field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" | head -n 1; }
+field() { grep -o "\"$1\":\"[^\"]*\"" | head -n 1 | sed "s/^\"$1\":\"\(.*\)\"$/\1/"; }
 
 # await_line FILE PATTERN: waits up to 30 s for a line of FILE to match PATTERN.
 await_line() {

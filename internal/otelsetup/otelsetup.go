@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/internal/tracing"
 )
+
+// ErrEndpoint reports an OTLP endpoint that is not an http or https URL.
+var ErrEndpoint = errors.New("otelsetup: OTLP endpoint")
 
 // ErrProtocol reports an OTLP protocol the binaries do not speak.
 var ErrProtocol = errors.New("otelsetup: OTEL_EXPORTER_OTLP_PROTOCOL: want grpc or http/protobuf")
@@ -44,6 +48,14 @@ func Enabled(getenv func(string) string) bool {
 func New(ctx context.Context, getenv func(string) string, service string) (*sdktrace.TracerProvider, error) {
 	if !Enabled(getenv) {
 		return nil, nil
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if v := getenv(name); v != "" {
+			if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				// The exporter would log a parse error on its own and drop every span.
+				return nil, fmt.Errorf("%w: %s %q: want a URL such as http://collector:4318", ErrEndpoint, name, v)
+			}
+		}
 	}
 	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {

@@ -33,8 +33,8 @@ func TestEnabled(t *testing.T) {
 }
 
 // TestNewExportsOverHTTP: with an endpoint the provider exports spans over OTLP/HTTP under the
-// service name given, unless OTEL_SERVICE_NAME names another; an unknown protocol is refused;
-// without configuration there is no provider.
+// service name given, unless OTEL_SERVICE_NAME names another; an unknown protocol, or an
+// endpoint without its scheme, is refused; without configuration there is no provider.
 func TestNewExportsOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	if tp, err := otelsetup.New(ctx, env(nil), "svc"); tp != nil || err != nil {
@@ -42,6 +42,11 @@ func TestNewExportsOverHTTP(t *testing.T) {
 	}
 	if _, err := otelsetup.New(ctx, env(map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}), "svc"); !errors.Is(err, otelsetup.ErrProtocol) {
 		t.Errorf("http/json: %v, want ErrProtocol", err)
+	}
+	for _, bad := range []string{"127.0.0.1:4318", "collector:4318", "ftp://x"} {
+		if _, err := otelsetup.New(ctx, env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": bad}), "svc"); !errors.Is(err, otelsetup.ErrEndpoint) {
+			t.Errorf("endpoint %q: %v, want ErrEndpoint", bad, err)
+		}
 	}
 	recv := otlptest.Start(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.URL) // the exporter reads its own variables
