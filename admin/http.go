@@ -215,6 +215,11 @@ func Handler(cfg HandlerConfig) (http.Handler, error) {
 	return securityHeaders(mux), nil
 }
 
+// statusClientClosed answers a request whose client went away before it was served, as
+// proxies write it: not a server error.
+const statusClientClosed = 499
+
+// reply writes v as JSON, or err with the status it maps to.
 func reply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
@@ -229,6 +234,8 @@ func reply(w http.ResponseWriter, v any, err error) {
 			code = http.StatusConflict
 		case errors.Is(err, context.DeadlineExceeded):
 			code = http.StatusGatewayTimeout
+		case errors.Is(err, context.Canceled):
+			code = statusClientClosed // the client went away (a page that navigated, a closed tab)
 		}
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": Truncate(err.Error(), MaxFieldBytes)})
