@@ -195,8 +195,7 @@ type AcquireParams struct {
 	Policy Policy
 	// Trace is the W3C traceparent the caller's model call will have should it own the flight,
 	// or "" for none. The record keeps it, so that the spans of the followers and hits of any
-	// process link to that call (Decision.OwnerTrace). A value longer than 128 bytes or with
-	// other characters than lower-case hex digits and dashes is kept as "".
+	// process link to that call (Decision.OwnerTrace); a value no traceparent has is kept as "".
 	Trace string
 	// Start makes an owner RUNNING at once (acquire and start in one call).
 	Start bool
