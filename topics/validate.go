@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrInvalidTask matches, through errors.Is, every *InvalidTaskError.
@@ -20,7 +21,7 @@ type Reason string
 const (
 	// ReasonPayloadTooLarge: the payload exceeds Limits.MaxPayloadBytes.
 	ReasonPayloadTooLarge Reason = "payload_too_large"
-	// ReasonInvalidUTF8: the payload is not valid UTF-8.
+	// ReasonInvalidUTF8: the payload, or a Go-built task's input or params, is not valid UTF-8.
 	ReasonInvalidUTF8 Reason = "invalid_utf8"
 	// ReasonBadJSON: the payload is not one JSON object, or input is not valid JSON.
 	ReasonBadJSON Reason = "bad_json"
@@ -333,6 +334,9 @@ func checkJSONValue(field string, data []byte, maxDepth int) error {
 	}
 	if !json.Valid(data) {
 		return invalid(ReasonBadJSON, field, "not valid JSON")
+	}
+	if !utf8.Valid(data) { // json.Valid lets bytes that are not UTF-8 through in strings
+		return invalid(ReasonInvalidUTF8, field, "not valid UTF-8")
 	}
 	return nil
 }

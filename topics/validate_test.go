@@ -200,6 +200,8 @@ func TestValidateGoBuiltTask(t *testing.T) {
 		{name: "InputTooDeep", edit: func(t *Task) { t.Input = json.RawMessage(nested(32)) }, wantErr: ReasonTooDeep, wantField: "input"},
 		{name: "ParamsNotJSON", edit: func(t *Task) { t.Params = json.RawMessage("{") }, wantErr: ReasonBadJSON, wantField: "params"},
 		{name: "ParamsTooDeep", edit: func(t *Task) { t.Params = json.RawMessage(`{"a":` + nested(31) + `}`) }, wantErr: ReasonTooDeep, wantField: "params"},
+		{name: "InputNotUTF8", edit: func(t *Task) { t.Input = json.RawMessage("\"\xff\xfe\"") }, wantErr: ReasonInvalidUTF8, wantField: "input"},
+		{name: "ParamsNotUTF8", edit: func(t *Task) { t.Params = json.RawMessage("{\"a\":\"\xc3\"}") }, wantErr: ReasonInvalidUTF8, wantField: "params"},
 		{name: "ParamsNumber", edit: func(t *Task) { t.Params = json.RawMessage("1") }, wantErr: ReasonBadParams, wantField: "params"},
 		{name: "AttemptNegative", edit: func(t *Task) { t.Attempt = -2 }, wantErr: ReasonBadAttempt, wantField: "attempt"},
 	}
