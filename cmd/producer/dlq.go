@@ -125,12 +125,9 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	if err := checkStageName(*stage, false); err != nil {
+	stages, err := optionalStage(*stage)
+	if err != nil {
 		return err
-	}
-	var stages []string
-	if *stage != "" {
-		stages = []string{*stage}
 	}
 	in, rdb, err := a.inspector(ctx, stages)
 	if err != nil {
@@ -330,4 +327,16 @@ func deadLetters(n int) string {
 		return "1 dead letter"
 	}
 	return strconv.Itoa(n) + " dead letters"
+}
+
+// optionalStage checks the stage a --stage flag names and returns it as the stages to read,
+// nil (every registered stage) when it names none.
+func optionalStage(stage string) ([]string, error) {
+	if err := checkStageName(stage, false); err != nil {
+		return nil, err
+	}
+	if stage == "" {
+		return nil, nil
+	}
+	return []string{stage}, nil
 }

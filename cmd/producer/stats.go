@@ -34,12 +34,9 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	if err := checkStageName(*stage, false); err != nil {
+	stages, err := optionalStage(*stage)
+	if err != nil {
 		return err
-	}
-	var stages []string
-	if *stage != "" {
-		stages = []string{*stage}
 	}
 	in, rdb, err := a.inspector(ctx, stages)
 	if err != nil {
