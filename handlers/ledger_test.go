@@ -14,6 +14,7 @@ import (
 	"github.com/flightdeck-ai/flightdeck/admin"
 	"github.com/flightdeck-ai/flightdeck/handlers"
 	"github.com/flightdeck-ai/flightdeck/handlers/model"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/ledgertest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -162,43 +163,5 @@ func addMetric(out map[string]topics.LedgerCounts, name string, m *dto.Metric) {
 	for _, l := range m.GetLabel() {
 		labels[l.GetName()] = l.GetValue()
 	}
-	c := out[labels["tenant"]]
-	v := m.GetCounter().GetValue()
-	n := int64(v)
-	switch name {
-	case "flightdeck_ledger_tasks_total":
-		for i, p := range topics.LedgerNames[:6] {
-			if p == labels["path"] {
-				*c.Counter(i) += n
-			}
-		}
-	case "flightdeck_ledger_model_calls_total":
-		c.Calls += n
-	case "flightdeck_ledger_rate_limited_total":
-		c.RateLimited += n
-	case "flightdeck_ledger_limiter_waits_total":
-		c.LimiterWaits += n
-	case "flightdeck_ledger_tokens_total":
-		if labels["kind"] == "prompt" {
-			c.PromptTokens += n
-		} else {
-			c.CompletionTokens += n
-		}
-	case "flightdeck_ledger_avoided_tokens_total":
-		if labels["kind"] == "prompt" {
-			c.AvoidedPromptTokens += n
-		} else {
-			c.AvoidedCompletionTokens += n
-		}
-	case "flightdeck_ledger_cost_usd_total":
-		nano := int64(v*1e9 + 0.5)
-		if labels["kind"] == "spent" {
-			c.SpentNanoUSD += nano
-		} else {
-			c.AvoidedNanoUSD += nano
-		}
-	default:
-		return
-	}
-	out[labels["tenant"]] = c
+	ledgertest.Add(out, name, labels, m.GetCounter().GetValue())
 }

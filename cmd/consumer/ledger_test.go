@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/admin"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/ledgertest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/openaitest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -162,34 +163,6 @@ func ledgerSamples(out map[string]topics.LedgerCounts, m map[string]float64) {
 			k, val, _ := strings.Cut(kv, "=")
 			l[k] = strings.Trim(val, `"`)
 		}
-		c := out[l["tenant"]]
-		n := int64(v)
-		switch name + "/" + l["kind"] {
-		case "flightdeck_ledger_tasks_total/":
-			for i, p := range topics.LedgerNames[:6] {
-				if p == l["path"] {
-					*c.Counter(i) += n
-				}
-			}
-		case "flightdeck_ledger_model_calls_total/":
-			c.Calls += n
-		case "flightdeck_ledger_rate_limited_total/":
-			c.RateLimited += n
-		case "flightdeck_ledger_limiter_waits_total/":
-			c.LimiterWaits += n
-		case "flightdeck_ledger_tokens_total/prompt":
-			c.PromptTokens += n
-		case "flightdeck_ledger_tokens_total/completion":
-			c.CompletionTokens += n
-		case "flightdeck_ledger_avoided_tokens_total/prompt":
-			c.AvoidedPromptTokens += n
-		case "flightdeck_ledger_avoided_tokens_total/completion":
-			c.AvoidedCompletionTokens += n
-		case "flightdeck_ledger_cost_usd_total/spent":
-			c.SpentNanoUSD += int64(v*1e9 + 0.5)
-		case "flightdeck_ledger_cost_usd_total/avoided":
-			c.AvoidedNanoUSD += int64(v*1e9 + 0.5)
-		}
-		out[l["tenant"]] = c
+		ledgertest.Add(out, name, l, v)
 	}
 }
