@@ -208,12 +208,13 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 		if dl, ok := t.task.DeadlineTime(); ok {
 			deadline = dl
 		}
-		params := flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
-			Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
-			Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,
-			Run: t.runTime}
-		actx, asp := t.startAcquire(ctx, &params)
-		d, err := executor.Guard(p.breaker, func() (flight.Decision, error) { return p.coord.Acquire(actx, params) })
+		actx, asp, call := t.startAcquire(ctx)
+		d, err := executor.Guard(p.breaker, func() (flight.Decision, error) {
+			return p.coord.Acquire(actx, flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
+				Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
+				Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,
+				Run: t.runTime, Trace: call})
+		})
 		t.endAcquire(asp, d, err)
 		if err != nil {
 			if nr := (*flight.NotReplicatedError)(nil); errors.As(err, &nr) && nr.Token != 0 {

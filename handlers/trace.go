@@ -65,17 +65,19 @@ func (t *taskRun) traceOutcome(outcome string) {
 }
 
 // startAcquire names the span id the task's model call will have should the acquire make it
-// the owner, in p.Trace, and starts the acquire's span. Without tracing it returns ctx and nil.
-func (t *taskRun) startAcquire(ctx context.Context, p *flight.AcquireParams) (context.Context, trace.Span) {
+// the owner, as the traceparent the acquire sends (AcquireParams.Trace), and starts the
+// acquire's span. Without tracing it returns ctx, nil and "".
+func (t *taskRun) startAcquire(ctx context.Context) (context.Context, trace.Span, string) {
 	if t.span == nil {
-		return ctx, nil
+		return ctx, nil, ""
 	}
 	sc := t.span.SpanContext()
 	t.callSpan = tracing.NewSpanID()
-	p.Trace = tracing.Traceparent(trace.NewSpanContext(trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: t.callSpan,
+	call := tracing.Traceparent(trace.NewSpanContext(trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: t.callSpan,
 		TraceFlags: sc.TraceFlags(), TraceState: sc.TraceState()}))
-	return t.p.tracer.Start(ctx, "flight acquire", trace.WithSpanKind(trace.SpanKindClient),
+	ctx, sp := t.p.tracer.Start(ctx, "flight acquire", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", "FCALL acquire")))
+	return ctx, sp, call
 }
 
 // endAcquire ends the acquire's span with its decision. A task that follows or was answered
