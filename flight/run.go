@@ -44,7 +44,7 @@ type Owner struct {
 	// after with what the call reported through ReportUsage and ReportRemaining.
 	Limiter *Limiter
 	// Tracer, when set, makes a span of each complete, fail and rehydrate, under the span in
-	// the context Run is given.
+	// the context Run is given when that span records (its trace is sampled).
 	Tracer trace.Tracer
 	// LimitWait is the longest limiter wait the owner sits out holding the flight. A longer
 	// one ends the run as EndRetry with Throttled set, the flight waiting for it and its attempt
@@ -412,7 +412,7 @@ func (c *writing) call(ctx context.Context, coord *Coordinator) (Settlement, err
 // while Redis is unavailable, for up to WriteFor: the call already ran, and giving up would
 // make the next owner run it again. A retry after a lost reply is accepted as the same outcome.
 func (w *Owner) write(ctx context.Context, c writing) (st Settlement, err error) {
-	if w.Tracer != nil {
+	if w.Tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
 		var sp trace.Span
 		ctx, sp = w.Tracer.Start(ctx, "flight "+c.op, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.Int64("flightdeck.token", c.o.Token),

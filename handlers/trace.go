@@ -64,11 +64,16 @@ func (t *taskRun) traceOutcome(outcome string) {
 	}
 }
 
+// recording reports whether the task's span records: the stage traces and the sampler kept
+// the task's trace. A task whose trace is not sampled makes no further span, names no model
+// call to its flight and links to none, so that sampling also saves the work around spans.
+func (t *taskRun) recording() bool { return t.span != nil && t.span.IsRecording() }
+
 // startAcquire names the span id the task's model call will have should the acquire make it
 // the owner, as the traceparent the acquire sends (AcquireParams.Trace), and starts the
-// acquire's span. Without tracing it returns ctx, nil and "".
+// acquire's span. When the task's span does not record it returns ctx, nil and "".
 func (t *taskRun) startAcquire(ctx context.Context) (context.Context, trace.Span, string) {
-	if t.span == nil {
+	if !t.recording() {
 		return ctx, nil, ""
 	}
 	sc := t.span.SpanContext()
@@ -116,7 +121,7 @@ const (
 
 // linkOwner links the task's span to the model-call span a traceparent names, as kind.
 func (t *taskRun) linkOwner(traceparent, kind string) {
-	if t.span == nil || traceparent == "" {
+	if !t.recording() || traceparent == "" {
 		return
 	}
 	if sc, ok := tracing.Parse(traceparent); ok {
@@ -126,9 +131,9 @@ func (t *taskRun) linkOwner(traceparent, kind string) {
 
 // startCall starts the span of the owner's model call with the id its acquire announced, as a
 // child of the task's span, with the OpenTelemetry GenAI attributes. It returns ctx and nil
-// without tracing.
+// when the task's span does not record.
 func (t *taskRun) startCall(ctx context.Context, d flight.Decision) (context.Context, trace.Span) {
-	if t.span == nil {
+	if !t.recording() {
 		return ctx, nil
 	}
 	ctx = trace.ContextWithSpan(ctx, t.span)

@@ -251,3 +251,50 @@ func TestTracingLinksNameStartedSpans(t *testing.T) {
 		}
 	}
 }
+
+// TestTracingUnsampledTaskAnnouncesNothing: a task whose producer's trace is not sampled makes
+// no span, and its owner run names no model call to the flight, so that a sampled duplicate
+// answered by its result links to no span that was never exported.
+func TestTracingUnsampledTaskAnnouncesNothing(t *testing.T) {
+	b := setup(t)
+	tp, rec := recorded() // the default sampler: parent-based, always on for roots
+	stop := b.consumer("c0", func(c *handlers.Config) { c.TracerProvider = tp })
+	defer stop()
+	in := json.RawMessage(`{"k":"unsampled"}`)
+	b.enqueue(topics.Task{TaskID: "U", Stage: traceStage, Input: in,
+		Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"})
+	if got := b.eventsFor([]string{traceStage}, []string{"U"}, 20*time.Second); len(got["U"]) == 0 || got["U"][0].Status != topics.StatusSucceeded {
+		t.Fatalf("U: %v", got["U"])
+	}
+	key, err := handlers.TaskKey(topics.Task{Stage: traceStage, Tenant: "acme", Input: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields, _, err := flight.ParseRecord(b.r.Client.Get(b.ctx, b.ks.Flight(key)).Val())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fields["trace"] != "" {
+		t.Errorf("the unsampled owner announced model call %q to its flight", fields["trace"])
+	}
+	b.enqueue(topics.Task{TaskID: "S", Stage: traceStage, Input: in})
+	if got := b.eventsFor([]string{traceStage}, []string{"S"}, 20*time.Second); len(got["S"]) == 0 || got["S"][0].Shared != topics.SharedHit {
+		t.Fatalf("S: %v", got["S"])
+	}
+	stop()
+	if l := taskLinks(rec, "S"); len(l) != 0 {
+		t.Errorf("S links %v to the unsampled owner's call", l)
+	}
+	process := 0
+	for _, s := range rec.Started() {
+		if s.SpanContext().TraceID().String() == "0af7651916cd43dd8448eb211c80319c" {
+			t.Errorf("span %q recorded in the unsampled trace", s.Name())
+		}
+		if strings.HasPrefix(s.Name(), "process ") {
+			process++
+		}
+	}
+	if process != 1 {
+		t.Errorf("%d process spans recorded, want S's alone", process)
+	}
+}
