@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -80,7 +81,8 @@ func retryAfter(w http.ResponseWriter, d time.Duration) {
 }
 
 // writeErr maps an error of the enqueue and record paths to its response: an invalid task,
-// a record refusal, or Redis being unavailable. It reports whether the error was the
+// a record refusal, Redis refusing the gateway's ACL user a command, or Redis being
+// unavailable. It reports whether the error was the
 // server's, which the caller logs.
 func writeErr(w http.ResponseWriter, err error) (serverErr bool) {
 	if te, ok := errors.AsType[*topics.InvalidTaskError](err); ok {
@@ -99,6 +101,11 @@ func writeErr(w http.ResponseWriter, err error) (serverErr bool) {
 		retryAfter(w, time.Second)
 		writeError(w, http.StatusConflict, codeIdempotencyInProgress,
 			"the first request of this Idempotency-Key is still being processed; retry shortly")
+	case redisconn.Refused(err):
+		// Retrying will not help: the gateway's ACL user lacks a command (docs/SECURITY.md).
+		writeError(w, http.StatusInternalServerError, codeInternal,
+			"Redis refused the gateway's credential a command: its log has Redis's error, Redis's ACL LOG the command")
+		return true
 	default:
 		retryAfter(w, time.Second)
 		writeError(w, http.StatusServiceUnavailable, codeRedisUnavailable, "Redis did not answer; retry shortly")

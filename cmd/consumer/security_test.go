@@ -111,24 +111,9 @@ func (p *proc) stop(t *testing.T) {
 	}
 }
 
-// aclDenials returns the ACL LOG entries of user as "reason context object" strings.
+// aclDenials returns the ACL LOG entries of user.
 func aclDenials(t *testing.T, admin redis.UniversalClient, user string) []string {
-	t.Helper()
-	res, err := admin.Do(context.Background(), "ACL", "LOG", "128").Slice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range res {
-		m, ok := e.(map[any]any)
-		if !ok {
-			t.Fatalf("ACL LOG entry %T", e)
-		}
-		if m["username"] == user {
-			out = append(out, fmt.Sprintf("%v %v %v (x%v)", m["reason"], m["context"], m["object"], m["count"]))
-		}
-	}
-	return out
+	return redistest.ACLDenials(t, admin, user)
 }
 
 // runPipeline sends a mix of work that reaches every Redis access of a consumer process (owners,

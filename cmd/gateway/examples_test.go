@@ -31,6 +31,12 @@ func runExample(t *testing.T, name string, args ...string) string {
 	f := newFleet(t)
 	f.consumer()
 	_, base := f.gateway()
+	return runExampleOn(t, f, base, name, args...)
+}
+
+// runExampleOn runs an example against the gateway at base, in front of f's consumers.
+func runExampleOn(t *testing.T, f *fleet, base, name string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Another service answered the examples' first question already: their first request is
@@ -75,7 +81,15 @@ func lookPathEnv() string {
 // event of both batches exactly once.
 func TestPythonExample(t *testing.T) {
 	py := need(t, "python3")
-	out := runExample(t, py, filepath.Join("..", "..", "examples", "http-python", "flightdeck_http.py"))
+	checkPythonExample(t, runExample(t, py, pythonExample))
+}
+
+// pythonExample is the path of the Python example.
+var pythonExample = filepath.Join("..", "..", "examples", "http-python", "flightdeck_http.py")
+
+// checkPythonExample checks the Python example's output as TestPythonExample describes.
+func checkPythonExample(t *testing.T, out string) {
+	t.Helper()
 	steps := map[string]map[string]any{}
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		var m map[string]any

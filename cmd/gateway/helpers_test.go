@@ -70,7 +70,8 @@ const (
 type fleet struct {
 	t      testing.TB
 	rdb    *redis.Client
-	url    string
+	url    string // the consumer's and the test's Redis URL
+	gwURL  string // the gateway's, when it differs from url
 	prefix string
 	tokens string // the tokens file
 	dir    string
@@ -80,7 +81,13 @@ type fleet struct {
 func newFleet(t testing.TB) *fleet {
 	t.Helper()
 	r := redistest.New(t)
-	f := &fleet{t: t, rdb: r.Client, url: r.URL, prefix: r.Prefix, dir: t.TempDir()}
+	return newFleetOn(t, r.Client, r.URL, r.Prefix)
+}
+
+// newFleetOn is newFleet on rdb, whose URL is url, under prefix.
+func newFleetOn(t testing.TB, rdb *redis.Client, url, prefix string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, rdb: rdb, url: url, prefix: prefix, dir: t.TempDir()}
 	if err := os.WriteFile(filepath.Join(f.dir, "beta.token"), []byte(betaToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +172,11 @@ func (f *fleet) consumer() *proc {
 func (f *fleet) gateway(extra ...string) (*proc, string) {
 	f.t.Helper()
 	args := append([]string{"--listen", "127.0.0.1:0", "--tokens", f.tokens, "--grace", "5s"}, extra...)
-	p := f.start("gateway", gatewayBin, []string{"REDIS_URL=" + f.url}, args...)
+	url := f.url
+	if f.gwURL != "" {
+		url = f.gwURL
+	}
+	p := f.start("gateway", gatewayBin, []string{"REDIS_URL=" + url}, args...)
 	addr, err := p.awaitLog("serving the HTTP API", "listen", 60*time.Second)
 	if err != nil {
 		f.t.Fatal(err)

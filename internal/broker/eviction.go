@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 )
 
 // NoEviction is the one maxmemory-policy under which Redis never drops a key.
@@ -52,10 +54,8 @@ func nodePolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) 
 	return "", fmt.Errorf("broker: read maxmemory-policy: %w", errors.Join(ierr, err))
 }
 
-// noPerm reports whether err is an ACL refusal, a NOPERM reply.
-func noPerm(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
-}
+// noPerm reports whether err is an ACL refusal.
+func noPerm(err error) bool { return redisconn.Refused(err) }
 
 // onNodes reads one value with read from rdb, or on a cluster from every master, folded into
 // init with fold. The masters are asked at once and answer in any order.

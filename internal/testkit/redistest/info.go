@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -32,4 +33,25 @@ func InfoNumber(ctx context.Context, rdb redis.UniversalClient, section, line, f
 		}
 	}
 	return 0, nil
+}
+
+// ACLDenials returns the entries of admin's ACL LOG for user, as "<reason> <context> <object>
+// (x<count>)": what Redis refused that user.
+func ACLDenials(tb testing.TB, admin redis.UniversalClient, user string) []string {
+	tb.Helper()
+	res, err := admin.Do(context.Background(), "ACL", "LOG", "128").Slice()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, e := range res {
+		m, ok := e.(map[any]any)
+		if !ok {
+			tb.Fatalf("ACL LOG entry %T", e)
+		}
+		if m["username"] == user {
+			out = append(out, fmt.Sprintf("%v %v %v (x%v)", m["reason"], m["context"], m["object"], m["count"]))
+		}
+	}
+	return out
 }
