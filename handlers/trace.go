@@ -77,9 +77,12 @@ func (t *taskRun) startAcquire(ctx context.Context) (context.Context, trace.Span
 		return ctx, nil, ""
 	}
 	sc := t.span.SpanContext()
-	t.callSpan = tracing.NewSpanID()
-	call := tracing.Traceparent(trace.NewSpanContext(trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: t.callSpan,
-		TraceFlags: sc.TraceFlags(), TraceState: sc.TraceState()}))
+	call := ""
+	if sc.IsSampled() { // a span recorded but not sampled is never exported: announce no link target
+		t.callSpan = tracing.NewSpanID()
+		call = tracing.Traceparent(trace.NewSpanContext(trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: t.callSpan,
+			TraceFlags: sc.TraceFlags(), TraceState: sc.TraceState()}))
+	}
 	ctx, sp := t.p.tracer.Start(ctx, "flight acquire", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", "FCALL acquire")))
 	return ctx, sp, call
@@ -130,13 +133,17 @@ func (t *taskRun) linkOwner(traceparent, kind string) {
 }
 
 // startCall starts the span of the owner's model call with the id its acquire announced, as a
-// child of the task's span, with the OpenTelemetry GenAI attributes. It returns ctx and nil
-// when the task's span does not record.
+// child of the task's span, with the OpenTelemetry GenAI attributes. When the task's span does
+// not record, it returns ctx carrying that span's context, so that the model's own
+// instrumentation continues the task's unsampled trace rather than starting one, and nil.
 func (t *taskRun) startCall(ctx context.Context, d flight.Decision) (context.Context, trace.Span) {
-	if !t.recording() {
+	if t.span == nil {
 		return ctx, nil
 	}
 	ctx = trace.ContextWithSpan(ctx, t.span)
+	if !t.span.IsRecording() {
+		return ctx, nil
+	}
 	if t.callSpan.IsValid() {
 		ctx = tracing.WithSpanID(ctx, t.callSpan)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/handlers"
@@ -258,7 +259,11 @@ func TestTracingLinksNameStartedSpans(t *testing.T) {
 func TestTracingUnsampledTaskAnnouncesNothing(t *testing.T) {
 	b := setup(t)
 	tp, rec := recorded() // the default sampler: parent-based, always on for roots
-	stop := b.consumer("c0", func(c *handlers.Config) { c.TracerProvider = tp })
+	m := &traceSeenModel{}
+	stop := b.consumer("c0", func(c *handlers.Config) {
+		c.TracerProvider = tp
+		c.Models = map[string]model.Model{"sim": m}
+	})
 	defer stop()
 	in := json.RawMessage(`{"k":"unsampled"}`)
 	b.enqueue(topics.Task{TaskID: "U", Stage: traceStage, Input: in,
@@ -276,6 +281,10 @@ func TestTracingUnsampledTaskAnnouncesNothing(t *testing.T) {
 	}
 	if fields["trace"] != "" {
 		t.Errorf("the unsampled owner announced model call %q to its flight", fields["trace"])
+	}
+	// The model's own instrumentation continues the task's trace, unsampled.
+	if sc, _ := m.seen.Load().(trace.SpanContext); sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || sc.IsSampled() {
+		t.Errorf("the model call ran under trace %s (sampled %v), want the task's unsampled trace", sc.TraceID(), sc.IsSampled())
 	}
 	b.enqueue(topics.Task{TaskID: "S", Stage: traceStage, Input: in})
 	if got := b.eventsFor([]string{traceStage}, []string{"S"}, 20*time.Second); len(got["S"]) == 0 || got["S"][0].Shared != topics.SharedHit {
@@ -297,4 +306,13 @@ func TestTracingUnsampledTaskAnnouncesNothing(t *testing.T) {
 	if process != 1 {
 		t.Errorf("%d process spans recorded, want S's alone", process)
 	}
+}
+
+// traceSeenModel answers every call and keeps the span context of the last one.
+type traceSeenModel struct{ seen atomic.Value }
+
+func (m *traceSeenModel) Name() string { return "traceseen" }
+func (m *traceSeenModel) Call(ctx context.Context, _ model.Request, _ model.ProgressFunc) (json.RawMessage, error) {
+	m.seen.Store(trace.SpanContextFromContext(ctx))
+	return json.RawMessage(`{"ok":true}`), nil
 }
