@@ -3,7 +3,9 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,7 +33,12 @@ type tracedFleet struct {
 }
 
 func newTracedFleet(t *testing.T, latency time.Duration, names ...string) *tracedFleet {
-	srv := openaitest.Start(t, openaitest.Config{Latency: latency, CompletionTokens: 30})
+	return newTracedFleetOn(t, openaitest.Config{Latency: latency, CompletionTokens: 30}, names...)
+}
+
+// newTracedFleetOn is newTracedFleet with the OpenAI-compatible server's configuration.
+func newTracedFleetOn(t *testing.T, provider openaitest.Config, names ...string) *tracedFleet {
+	srv := openaitest.Start(t, provider)
 	f := &tracedFleet{e2e: newE2E(t), recv: otlptest.Start(t), exp: tracetest.NewInMemoryExporter(), ps: map[string]*proc{}}
 	f.stages = limitedStage
 	f.cfg = f.stageConfig("stages:\n  " + limitedStage + ":\n    model: openai\n    concurrency: 1\n    lease: 1500ms\n    heartbeatInterval: 250ms\n")
@@ -88,9 +95,19 @@ func waitSpans(t *testing.T, recv *otlptest.Receiver, n int, what string, keep f
 // owner's task span in the consumer, under which run the acquire, the model call (with the
 // GenAI attributes and the provider's usage) and the complete. Nine duplicates enqueued while
 // the call runs go to two other consumers (the owner's one handler is busy), each in its own
-// trace, and each of their task spans links to the owner's model-call span.
+// trace, and each of their task spans links to the owner's model-call span. The owner's
+// call is held until all nine parked, so that however slowly the other consumers start, the
+// owner's handler is still busy when the duplicates arrive.
 func TestTracingLinksDuplicatesToTheOwnersCall(t *testing.T) {
-	f := newTracedFleet(t, 1500*time.Millisecond, "owner-c")
+	held := make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(held) }) })
+	f := newTracedFleetOn(t, openaitest.Config{CompletionTokens: 30, Hook: func(n int, _ http.ResponseWriter, _ *http.Request) bool {
+		if n == 1 {
+			<-held
+		}
+		return false
+	}}, "owner-c")
 	e, recv, c, exp := f.e2e, f.recv, f.c, f.exp
 	ownerTrace, producer := enqueueTraced(t, c, exp, "t0", "same")
 	key := keyOf(t, topics.Task{TaskID: "t0", Stage: limitedStage, Tenant: "acme", Input: json.RawMessage(`{"prompt":"same"}`)})
@@ -105,6 +122,12 @@ func TestTracingLinksDuplicatesToTheOwnersCall(t *testing.T) {
 		dupTraces[tr] = id
 		want[id] = true
 	}
+	for deadline := time.Now().Add(30 * time.Second); e.rdb.HLen(e.ctx, e.ks.Waiters(key)).Val() < 9; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 9 duplicates parked on the owner's flight", e.rdb.HLen(e.ctx, e.ks.Waiters(key)).Val())
+		}
+	}
+	release.Do(func() { close(held) })
 	got := e.collect([]string{limitedStage}, want, 30*time.Second)
 	e.allSucceeded(got, want)
 
