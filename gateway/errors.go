@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
+	"github.com/flightdeck-ai/flightdeck/lua"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -101,6 +102,13 @@ func writeErr(w http.ResponseWriter, err error) (serverErr bool) {
 		retryAfter(w, time.Second)
 		writeError(w, http.StatusConflict, codeIdempotencyInProgress,
 			"the first request of this Idempotency-Key is still being processed; retry shortly")
+	case errors.Is(err, lua.ErrLibraryMissing):
+		// Redis lost its functions (a restart without data) and this credential may not load
+		// them: the consumers load them at start, or an operator does.
+		retryAfter(w, 5*time.Second)
+		writeError(w, http.StatusServiceUnavailable, codeRedisUnavailable,
+			"Redis does not hold the flight functions yet: a consumer loads them at start, or an operator with `consumer --load-functions`")
+		return true
 	case redisconn.Refused(err):
 		// Retrying will not help: the gateway's ACL user lacks a command (docs/SECURITY.md).
 		writeError(w, http.StatusInternalServerError, codeInternal,

@@ -180,7 +180,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, tok *tenantToken
 	now, err := s.cfg.Client.Time(tctx).Result()
 	tcancel()
 	if err != nil {
-		writeErr(w, err)
+		if writeErr(w, err) {
+			s.log.Warn().Err(err).Msg("event stream: read Redis's clock")
+		}
 		return
 	}
 	for _, st := range stages {

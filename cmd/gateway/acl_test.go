@@ -74,7 +74,13 @@ func TestGatewayUnderLeastACL(t *testing.T) {
 		!strings.Contains(string(r.body), `"SUCCEEDED"`) {
 		t.Errorf("GET the done key: %d %s", r.status, r.body)
 	}
-	// Scheduled: its key's state, then its cancel.
+	// Scheduled: its key's state, then its cancel, with a task of another key in the set a
+	// release before the scheduled index kept.
+	ks := topics.Keyspace{Prefix: prefix}
+	if err := f.rdb.ZAdd(context.Background(), ks.ScheduledLegacy(stage), redis.Z{Score: 1,
+		Member: `{"taskId":"legacy-1","stage":"` + stage + `","tenant":"acme","input":{"answer":"old"}}`}).Err(); err != nil {
+		t.Fatal(err)
+	}
 	var sched receiptOf
 	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	call(t, "POST", tasks, acmeToken, `{"input":{"answer":"later"},"notBefore":"`+later+`"}`).decode(t, &sched)
@@ -106,7 +112,13 @@ func TestGatewayUnderLeastACL(t *testing.T) {
 		t.Errorf("the cancelled task's event: %d %s", r.status, r.body)
 	}
 
-	if d := redistest.ACLDenials(t, f.rdb, "gateway"); len(d) > 0 {
+	var d []string
+	for _, e := range redistest.ACLDenials(t, f.rdb, "gateway") {
+		if !strings.Contains(e, "client|setinfo") { // Redis 7.2 and later: see SECURITY.md
+			d = append(d, e)
+		}
+	}
+	if len(d) > 0 {
 		t.Errorf("Redis refused the documented gateway user (add the commands to docs/SECURITY.md):\n%s", strings.Join(d, "\n"))
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "gateway", Password: pw})
