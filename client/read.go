@@ -29,6 +29,9 @@ const (
 	// are stamped by the same Redis clock. The margin covers a Redis failover to a replica
 	// whose clock is slightly behind.
 	lookBack = 5 * time.Second
+	// backScanAfter is how long Await reads forward from its task's own entry time before it
+	// also reads the lookBack window behind it, once.
+	backScanAfter = time.Second
 	// Backoff between retries of a failed XREAD.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = 5 * time.Second
@@ -169,8 +172,11 @@ func checkReceipt(r Receipt) error {
 // first one published that matches r, as Receipt.Matches decides. Events of other tasks
 // are skipped.
 //
-// It starts reading 5 s before the task's entry time in r.StreamID, which the same Redis
-// clock stamps, so an event published before Await was called is found too. The result
+// It reads from the task's entry time in r.StreamID, which the same Redis clock stamps, so an
+// event published before Await was called is found too; after a second without its event it
+// also reads, once, the 5 s before that time, where an event of a task enqueued just before a
+// failover to a replica whose clock is behind may lie. Without r.StreamID it reads from 5 s
+// before r.EnqueuedAt, on the client's clock, and without either the whole stream. The result
 // stream is capped. When it was trimmed past that point, the task's event may be gone, and
 // Await returns the outcome stored in the task's flight under r.RequestKey once the flight
 // has one, as an event marked shared "hit". A SUCCEEDED event that carries only resultRef
@@ -185,10 +191,41 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 		return topics.Event{}, err
 	}
 	var got topics.Event
-	cur := map[string]string{c.ks.Results(r.Stage): strconv.FormatInt(startMillis(r), 10) + "-0"}
-	from := maps.Clone(cur)
-	tick := c.gapWatch(ctx, []Receipt{r}, from, func(string) bool { return true },
+	stream := c.ks.Results(r.Stage)
+	start := startMillis(r)
+	from := map[string]string{stream: strconv.FormatInt(start, 10) + "-0"}
+	gap := c.gapWatch(ctx, []Receipt{r}, from, func(string) bool { return true },
 		func(ev topics.Event) bool { got = ev; return true })
+	// Read forward from the task's own entry, where its event lies unless a clock went back;
+	// the window behind it is read once, later, so that an await costs Redis the events after
+	// its task, not the last 5 s of the stream.
+	cur := maps.Clone(from)
+	behind := ""
+	if own, _, ok := parseID(r.StreamID); ok && own <= math.MaxInt64 && int64(own)-1 > start {
+		// XREAD returns the entries after its id: an event in the task's own millisecond
+		// may have sequence 0.
+		cur[stream] = strconv.FormatUint(own-1, 10) + "-0"
+		behind = cur[stream]
+	}
+	began := time.Now()
+	tick := func() bool {
+		if gap() {
+			return true
+		}
+		if behind != "" && time.Since(began) >= backScanAfter {
+			ev, ok, err := c.scanBehind(ctx, r, stream, from[stream], behind)
+			if err != nil {
+				c.report(err) // tried again at the next tick
+				return false
+			}
+			behind = ""
+			if ok {
+				got = ev
+				return true
+			}
+		}
+		return false
+	}
 	err := c.follow(ctx, cur, func(se topics.StreamEvent) bool {
 		if se.Err == nil && r.Matches(se.Event) {
 			got = se.Event
@@ -212,15 +249,63 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	return res.fill(ctx, got), nil
 }
 
+// scanBehind reads stream from start to end, both included, for the first event that
+// matches r. It reads with XREAD, as the rest of Await does, so that a producer's ACL needs
+// no other command.
+func (c *Client) scanBehind(ctx context.Context, r Receipt, stream, start, end string) (topics.Event, bool, error) {
+	endMs, endSeq, _ := parseID(end)
+	after := start
+	if ms, seq, ok := parseID(start); ok {
+		after = previousID(ms, seq)
+	}
+	for {
+		res, err := broker.XRead(ctx, c.rdb, &redis.XReadArgs{Streams: []string{stream, after}, Count: readCount, Block: -1})
+		if errors.Is(err, redis.Nil) {
+			return topics.Event{}, false, nil
+		}
+		if err != nil {
+			return topics.Event{}, false, fmt.Errorf("client: read %s behind %s: %w", stream, end, err)
+		}
+		n := 0
+		for _, xs := range res {
+			for _, m := range xs.Messages {
+				n++
+				if ms, seq, _ := parseID(m.ID); ms > endMs || (ms == endMs && seq > endSeq) {
+					return topics.Event{}, false, nil
+				}
+				p, _ := m.Values[topics.FieldPayload].(string)
+				if ev, err := topics.DecodeEvent([]byte(p)); err == nil && r.Matches(ev) {
+					return ev, true, nil
+				}
+				after = m.ID
+			}
+		}
+		if n < readCount {
+			return topics.Event{}, false, nil
+		}
+	}
+}
+
+// previousID is the stream id just before ms-seq, so that a read after it starts at ms-seq.
+func previousID(ms, seq uint64) string {
+	switch {
+	case seq > 0:
+		return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq-1, 10)
+	case ms > 0:
+		return strconv.FormatUint(ms-1, 10) + "-" + strconv.FormatUint(math.MaxUint64, 10)
+	}
+	return "0-0"
+}
+
 // Collect waits for the terminal events of all receipts with one reader over the result
 // streams of every stage involved. It calls fn once per receipt with the first event
 // published for its task that Receipt.Matches accepts. Later duplicates are dropped, and
 // receipts that share a task id count once, as the first of them. fn runs on Collect's
 // goroutine, in stream order per stage.
 //
-// Each stage's stream is read from 5 s before its earliest receipt, as Await does, in
-// batches of up to 1000 entries. The work per entry is O(1), so 10k receipts cost about as
-// many entries read. Results that an event carries only as resultRef are read as Await
+// Each stage's stream is read from 5 s before its earliest receipt (Await reads that window
+// only after a second without its event), in batches of up to 1000 entries. The work per
+// entry is O(1), so 10k receipts cost about as many entries read. Results that an event carries only as resultRef are read as Await
 // reads them, once per flight run. Receipts whose event was trimmed from a capped result
 // stream get the outcome stored in their flight instead, as Await does.
 //

@@ -1,0 +1,151 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// entriesRead counts the stream entries XREAD and XRANGE replies carry.
+type entriesRead struct{ n atomic.Int64 }
+
+func (h *entriesRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *entriesRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *entriesRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		switch c := cmd.(type) {
+		case *redis.XStreamSliceCmd:
+			for _, s := range c.Val() {
+				h.n.Add(int64(len(s.Messages)))
+			}
+		case *redis.XMessageSliceCmd:
+			h.n.Add(int64(len(c.Val())))
+		}
+		return err
+	}
+}
+
+// TestAwaitReadsFromItsTask: with 3,000 other events in the seconds before a task, Await
+// finds the task's event without reading them: an await costs Redis the events after its
+// task, not the last 5 s of the stream.
+func TestAwaitReadsFromItsTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	others := make([]topics.Event, 3000)
+	for i := range others {
+		others[i] = eventFor(fmt.Sprintf("other-%d", i), stageA, topics.SharedOwner)
+	}
+	if err := b.w.PublishEvents(ctx, others...); err != nil {
+		t.Fatal(err)
+	}
+	// The others are older than the millisecond before the task's, from which Await reads.
+	time.Sleep(5 * time.Millisecond)
+	r, err := b.c.Enqueue(ctx, newTask(stageA, `{"q":"mine"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.w.PublishEvents(ctx, eventOf(r, topics.SharedOwner)); err != nil {
+		t.Fatal(err)
+	}
+	h := &entriesRead{}
+	rdb := redis.NewClient(b.r.Client.Options())
+	defer rdb.Close()
+	rdb.AddHook(h)
+	c, err := client.New(client.Config{Client: rdb, Keyspace: b.ks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := c.Await(ctx, r)
+	if err != nil || ev.TaskID != r.TaskID {
+		t.Fatalf("Await = %+v, %v", ev, err)
+	}
+	if n := h.n.Load(); n > 10 {
+		t.Errorf("Await read %d stream entries for one event behind 3,000 others", n)
+	}
+}
+
+// TestAwaitEventBehindItsTask: an event whose id is earlier than its task's entry, as after
+// a failover to a replica whose clock is behind, is still found, from the window Await reads
+// behind its task once it has waited a second, behind 2,500 other events.
+func TestAwaitEventBehindItsTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := b.c.Enqueue(ctx, newTask(stageA, `{"q":"behind"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _, _ := strings.Cut(r.StreamID, "-")
+	own, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := topics.EncodeEvent(eventOf(r, topics.SharedOwner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2,500 other events first, so that the window behind takes more than one read.
+	pipe := b.r.Client.Pipeline()
+	for i := range 2500 {
+		o, err := topics.EncodeEvent(eventFor(fmt.Sprintf("other-%d", i), stageA, topics.SharedOwner))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.ks.Results(stageA), ID: strconv.FormatInt(own-3000, 10) + "-" + strconv.Itoa(i+1),
+			Values: []any{topics.FieldUUID, "other", topics.FieldPayload, o}})
+	}
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.ks.Results(stageA), ID: strconv.FormatInt(own-2000, 10) + "-0",
+		Values: []any{topics.FieldUUID, "behind", topics.FieldPayload, p}})
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := b.c.Await(ctx, r)
+	if err != nil || ev.TaskID != r.TaskID {
+		t.Fatalf("Await = %+v, %v; want the event 2 s behind the task's entry", ev, err)
+	}
+}
+
+// TestAwaitEventInItsTaskMillisecond: an event with the id "<ms>-0" of the task's own entry's
+// millisecond, as a fast owner's can get, is found at once.
+func TestAwaitEventInItsTaskMillisecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := b.c.Enqueue(ctx, newTask(stageA, `{"q":"same ms"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _, _ := strings.Cut(r.StreamID, "-")
+	p, err := topics.EncodeEvent(eventOf(r, topics.SharedOwner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: b.ks.Results(stageA), ID: ms + "-0",
+		Values: []any{topics.FieldUUID, "same-ms", topics.FieldPayload, p}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ev, err := b.c.Await(ctx, r)
+	if err != nil || ev.TaskID != r.TaskID {
+		t.Fatalf("Await = %+v, %v", ev, err)
+	}
+	if d := time.Since(start); d >= 900*time.Millisecond { // the window behind is read after 1 s
+		t.Errorf("Await took %v for an event already in its task's millisecond", d)
+	}
+}
