@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/client"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -147,5 +148,46 @@ func TestAwaitEventInItsTaskMillisecond(t *testing.T) {
 	}
 	if d := time.Since(start); d >= 900*time.Millisecond { // the window behind is read after 1 s
 		t.Errorf("Await took %v for an event already in its task's millisecond", d)
+	}
+}
+
+// TestAwaitOnClusterAllowsSkew: on Redis Cluster, where the task stream and the result stream
+// live on nodes with clocks of their own, an event stamped 100 ms before its task's entry is
+// found at once, not after the window behind is read.
+func TestAwaitOnClusterAllowsSkew(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client()
+	ks := topics.Keyspace{Prefix: redistest.Prefix()}
+	c, err := client.New(client.Config{Client: rdb, Keyspace: ks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := c.Enqueue(ctx, newTask(stageA, `{"q":"skewed"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _, _ := strings.Cut(r.StreamID, "-")
+	own, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := topics.EncodeEvent(eventOf(r, topics.SharedOwner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: ks.Results(stageA), ID: strconv.FormatInt(own-100, 10) + "-0",
+		Values: []any{topics.FieldUUID, "skewed", topics.FieldPayload, p}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ev, err := c.Await(ctx, r)
+	if err != nil || ev.TaskID != r.TaskID {
+		t.Fatalf("Await = %+v, %v", ev, err)
+	}
+	if d := time.Since(start); d >= 900*time.Millisecond { // the window behind is read after 1 s
+		t.Errorf("Await took %v for an event 100 ms before its task on a cluster", d)
 	}
 }

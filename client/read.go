@@ -32,6 +32,9 @@ const (
 	// backScanAfter is how long Await reads forward from its task's own entry time before it
 	// also reads the lookBack window behind it, once.
 	backScanAfter = time.Second
+	// clusterSkew is how far before its task's entry Await starts reading on Redis Cluster,
+	// where the task stream and the result stream may live on nodes with clocks of their own.
+	clusterSkew = 250 * time.Millisecond
 	// Backoff between retries of a failed XREAD.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = 5 * time.Second
@@ -172,7 +175,8 @@ func checkReceipt(r Receipt) error {
 // first one published that matches r, as Receipt.Matches decides. Events of other tasks
 // are skipped.
 //
-// It reads from the task's entry time in r.StreamID, which the same Redis clock stamps, so an
+// It reads from the task's entry time in r.StreamID, which the same Redis clock stamps (on
+// Redis Cluster, whose streams may live on different nodes, from 250 ms before it), so an
 // event published before Await was called is found too; after a second without its event it
 // also reads, once, the 5 s before that time, where an event of a task enqueued just before a
 // failover to a replica whose clock is behind may lie. Without r.StreamID it reads from 5 s
@@ -201,10 +205,12 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	// its task, not the last 5 s of the stream.
 	cur := maps.Clone(from)
 	behind := ""
-	if own, _, ok := parseID(r.StreamID); ok && own <= math.MaxInt64 && int64(own)-1 > start {
-		// XREAD returns the entries after its id: an event in the task's own millisecond
-		// may have sequence 0.
-		cur[stream] = strconv.FormatUint(own-1, 10) + "-0"
+	margin := int64(1) // XREAD returns the entries after its id: an event may be "<own>-0"
+	if _, cluster := c.rdb.(*redis.ClusterClient); cluster {
+		margin = clusterSkew.Milliseconds()
+	}
+	if own, _, ok := parseID(r.StreamID); ok && own <= math.MaxInt64 && int64(own)-margin > start {
+		cur[stream] = strconv.FormatInt(int64(own)-margin, 10) + "-0"
 		behind = cur[stream]
 	}
 	began := time.Now()
