@@ -191,3 +191,79 @@ func TestAwaitOnClusterAllowsSkew(t *testing.T) {
 		t.Errorf("Await took %v for an event 100 ms before its task on a cluster", d)
 	}
 }
+
+// behindTask enqueues a task and returns its receipt, its entry's millisecond and a function
+// that adds its event to the result stream under the id of that millisecond plus delta ms,
+// sequence seq.
+func behindTask(t *testing.T, b *testBundle, ctx context.Context) (client.Receipt, func(delta int64, seq int)) {
+	t.Helper()
+	r, err := b.c.Enqueue(ctx, newTask(stageA, `{"q":"`+t.Name()+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _, _ := strings.Cut(r.StreamID, "-")
+	own, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := topics.EncodeEvent(eventOf(r, topics.SharedOwner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, func(delta int64, seq int) {
+		if err := b.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: b.ks.Results(stageA),
+			ID:     strconv.FormatInt(own+delta, 10) + "-" + strconv.Itoa(seq),
+			Values: []any{topics.FieldUUID, "behind", topics.FieldPayload, p}}).Err(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestAwaitEventLandingBehindLater: on a quiet result stream, an event stamped 2 s behind its
+// task's entry and published after Await first read the window behind (as a node whose clock
+// is behind would publish it) is still found: the window is read again until the stream holds
+// an entry past it.
+func TestAwaitEventLandingBehindLater(t *testing.T) {
+	t.Parallel()
+	b := setup(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, publish := behindTask(t, b, ctx)
+	time.AfterFunc(1800*time.Millisecond, func() { publish(-2000, 0) })
+	ev, err := b.c.Await(ctx, r)
+	if err != nil || ev.TaskID != r.TaskID {
+		t.Fatalf("Await = %+v, %v", ev, err)
+	}
+}
+
+// TestAwaitShortWaitReadsBehind: a wait shorter than a second, such as the gateway's look
+// for a task's event, reads the window behind its task at once.
+func TestAwaitShortWaitReadsBehind(t *testing.T) {
+	t.Parallel()
+	b := setup(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, publish := behindTask(t, b, ctx)
+	publish(-2000, 0)
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	ev, err := b.c.Await(short, r)
+	if err != nil || ev.TaskID != r.TaskID {
+		t.Fatalf("Await with 300 ms = %+v, %v", ev, err)
+	}
+}
+
+// TestAwaitEventAtTheCursor: an event with the id the forward read starts after (the
+// millisecond before its task's, sequence 0) is found, by the read of the window behind.
+func TestAwaitEventAtTheCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, publish := behindTask(t, b, ctx)
+	publish(-1, 0)
+	ev, err := b.c.Await(ctx, r)
+	if err != nil || ev.TaskID != r.TaskID {
+		t.Fatalf("Await = %+v, %v", ev, err)
+	}
+}

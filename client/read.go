@@ -32,6 +32,8 @@ const (
 	// backScanAfter is how long Await reads forward from its task's own entry time before it
 	// also reads the lookBack window behind it, once.
 	backScanAfter = time.Second
+	// scanPage is the XREAD COUNT of the read of the window behind a task.
+	scanPage = 250
 	// clusterSkew is how far before its task's entry Await starts reading on Redis Cluster,
 	// where the task stream and the result stream may live on nodes with clocks of their own.
 	clusterSkew = 250 * time.Millisecond
@@ -172,18 +174,22 @@ func checkReceipt(r Receipt) error {
 }
 
 // Await waits for the terminal event of r's task on ai:results:<r.Stage> and returns the
-// first one published that matches r, as Receipt.Matches decides. Events of other tasks
-// are skipped.
+// first one it reads that matches r, as Receipt.Matches decides. Events of other tasks are
+// skipped.
 //
-// It reads from the task's entry time in r.StreamID, which the same Redis clock stamps (on
-// Redis Cluster, whose streams may live on different nodes, from 250 ms before it), so an
-// event published before Await was called is found too; after a second without its event it
-// also reads, once, the 5 s before that time, where an event of a task enqueued just before a
-// failover to a replica whose clock is behind may lie. Without r.StreamID it reads from 5 s
-// before r.EnqueuedAt, on the client's clock, and without either the whole stream. The result
-// stream is capped. When it was trimmed past that point, the task's event may be gone, and
-// Await returns the outcome stored in the task's flight under r.RequestKey once the flight
-// has one, as an event marked shared "hit". A SUCCEEDED event that carries only resultRef
+// It reads forward from the task's entry time in r.StreamID, which the same Redis clock
+// stamps (on Redis Cluster, whose streams may live on different nodes, from 250 ms before
+// it), so an event published before Await was called is found too. After one to one and a
+// half seconds without its event, or at once when ctx's deadline is nearer than a second, it
+// also reads the 5 s before that time, and what is added there until the stream holds an
+// entry past it: after a failover to a replica whose clock is behind, events may be stamped
+// earlier than their tasks' entries. A wait answered within a second thus costs Redis the
+// events after its task. The event returned is the first one published, unless an earlier
+// one lies behind the task's entry while a later one lies ahead. Without r.StreamID it reads
+// from 5 s before r.EnqueuedAt, on the client's clock, and without either the whole stream.
+// The result stream is capped. When it was trimmed past that point, the task's event may be
+// gone, and Await returns the outcome stored in the task's flight under r.RequestKey once
+// the flight has one, as an event marked shared "hit". A SUCCEEDED event that carries only resultRef
 // gets its Result read from the flight while the flight keeps it.
 //
 // Await blocks in XREAD for at most 500 ms at a time, so a cancelled ctx ends it promptly.
@@ -201,10 +207,10 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	gap := c.gapWatch(ctx, []Receipt{r}, from, func(string) bool { return true },
 		func(ev topics.Event) bool { got = ev; return true })
 	// Read forward from the task's own entry, where its event lies unless a clock went back;
-	// the window behind it is read once, later, so that an await costs Redis the events after
-	// its task, not the last 5 s of the stream.
+	// the window behind it is read later, so that a wait costs Redis the events after its
+	// task, not the last 5 s of the stream.
 	cur := maps.Clone(from)
-	behind := ""
+	behind := ""       // the end of the window behind, "" once it needs no more reading
 	margin := int64(1) // XREAD returns the entries after its id: an event may be "<own>-0"
 	if _, cluster := c.rdb.(*redis.ClusterClient); cluster {
 		margin = clusterSkew.Milliseconds()
@@ -213,22 +219,34 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 		cur[stream] = strconv.FormatInt(int64(own)-margin, 10) + "-0"
 		behind = cur[stream]
 	}
-	began := time.Now()
+	back := previousID(uint64(start), 0) // the window behind is read after this id
+	scanAt := time.Now().Add(backScanAfter)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(scanAt) {
+		scanAt = time.Now() // a short wait reads it at once
+	}
 	tick := func() bool {
 		if gap() {
 			return true
 		}
-		if behind != "" && time.Since(began) >= backScanAfter {
-			ev, ok, err := c.scanBehind(ctx, r, stream, from[stream], behind)
-			if err != nil {
-				c.report(err) // tried again at the next tick
-				return false
+		if behind == "" || time.Now().Before(scanAt) {
+			return false
+		}
+		ev, found, next, passed, err := c.scanBehind(ctx, r, stream, back, behind)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.report(err) // read again from back at the next tick
 			}
+			return false
+		}
+		if found {
+			got = ev
+			return true
+		}
+		back = next
+		// Once the stream holds an entry past the window, every later entry lands after it:
+		// no event can appear behind any more. Until then, each tick reads what was added.
+		if passed || cur[stream] != behind {
 			behind = ""
-			if ok {
-				got = ev
-				return true
-			}
 		}
 		return false
 	}
@@ -255,39 +273,37 @@ func (c *Client) Await(ctx context.Context, r Receipt) (topics.Event, error) {
 	return res.fill(ctx, got), nil
 }
 
-// scanBehind reads stream from start to end, both included, for the first event that
-// matches r. It reads with XREAD, as the rest of Await does, so that a producer's ACL needs
-// no other command.
-func (c *Client) scanBehind(ctx context.Context, r Receipt, stream, start, end string) (topics.Event, bool, error) {
+// scanBehind reads stream after the id after up to end, included, for the first event that
+// matches r. It returns the last id it read (after when none) and whether it saw an entry past
+// end. It reads with XREAD, as the rest of Await does, so that a producer's ACL needs no other
+// command, in pages of scanPage, so that it reads few entries past end.
+func (c *Client) scanBehind(ctx context.Context, r Receipt, stream, after, end string) (ev topics.Event, found bool, last string, passed bool, err error) {
 	endMs, endSeq, _ := parseID(end)
-	after := start
-	if ms, seq, ok := parseID(start); ok {
-		after = previousID(ms, seq)
-	}
+	last = after
 	for {
-		res, err := broker.XRead(ctx, c.rdb, &redis.XReadArgs{Streams: []string{stream, after}, Count: readCount, Block: -1})
+		res, err := broker.XRead(ctx, c.rdb, &redis.XReadArgs{Streams: []string{stream, last}, Count: scanPage, Block: -1})
 		if errors.Is(err, redis.Nil) {
-			return topics.Event{}, false, nil
+			return topics.Event{}, false, last, false, nil
 		}
 		if err != nil {
-			return topics.Event{}, false, fmt.Errorf("client: read %s behind %s: %w", stream, end, err)
+			return topics.Event{}, false, last, false, fmt.Errorf("client: read %s behind %s: %w", stream, end, err)
 		}
 		n := 0
 		for _, xs := range res {
 			for _, m := range xs.Messages {
 				n++
 				if ms, seq, _ := parseID(m.ID); ms > endMs || (ms == endMs && seq > endSeq) {
-					return topics.Event{}, false, nil
+					return topics.Event{}, false, last, true, nil
 				}
 				p, _ := m.Values[topics.FieldPayload].(string)
 				if ev, err := topics.DecodeEvent([]byte(p)); err == nil && r.Matches(ev) {
-					return ev, true, nil
+					return ev, true, m.ID, false, nil
 				}
-				after = m.ID
+				last = m.ID
 			}
 		}
-		if n < readCount {
-			return topics.Event{}, false, nil
+		if n < scanPage {
+			return topics.Event{}, false, last, false, nil
 		}
 	}
 }
@@ -310,9 +326,9 @@ func previousID(ms, seq uint64) string {
 // goroutine, in stream order per stage.
 //
 // Each stage's stream is read from 5 s before its earliest receipt (Await reads that window
-// only after a second without its event), in batches of up to 1000 entries. The work per
-// entry is O(1), so 10k receipts cost about as many entries read. Results that an event carries only as resultRef are read as Await
-// reads them, once per flight run. Receipts whose event was trimmed from a capped result
+// only when its wait is short or its event late), in batches of up to 1000 entries. The work
+// per entry is O(1), so 10k receipts cost about as many entries read. Results that an event
+// carries only as resultRef are read as Await reads them, once per flight run. Receipts whose event was trimmed from a capped result
 // stream get the outcome stored in their flight instead, as Await does.
 //
 // Collect returns nil once every receipt has its event. When ctx ends first, it returns
