@@ -83,8 +83,7 @@ func retryAfter(w http.ResponseWriter, d time.Duration) {
 
 // writeErr maps an error of the enqueue and record paths to its response: an invalid task,
 // a record refusal, Redis refusing the gateway's ACL user a command, or Redis being
-// unavailable. It reports whether the error was the
-// server's, which the caller logs.
+// unavailable. It reports whether the error was the server's, which the caller logs.
 func writeErr(w http.ResponseWriter, err error) (serverErr bool) {
 	if te, ok := errors.AsType[*topics.InvalidTaskError](err); ok {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: te.Error(), Code: codeInvalidTask,
