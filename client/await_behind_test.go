@@ -87,19 +87,7 @@ func TestAwaitEventBehindItsTask(t *testing.T) {
 	b := setup(t, client.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := b.c.Enqueue(ctx, newTask(stageA, `{"q":"behind"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, _, _ := strings.Cut(r.StreamID, "-")
-	own, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := topics.EncodeEvent(eventOf(r, topics.SharedOwner))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, own, publish := behindTask(t, ctx, b.c, b.r.Client, b.ks)
 	// 2,500 other events first, so that the window behind takes more than one read.
 	pipe := b.r.Client.Pipeline()
 	for i := range 2500 {
@@ -110,11 +98,10 @@ func TestAwaitEventBehindItsTask(t *testing.T) {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.ks.Results(stageA), ID: strconv.FormatInt(own-3000, 10) + "-" + strconv.Itoa(i+1),
 			Values: []any{topics.FieldUUID, "other", topics.FieldPayload, o}})
 	}
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.ks.Results(stageA), ID: strconv.FormatInt(own-2000, 10) + "-0",
-		Values: []any{topics.FieldUUID, "behind", topics.FieldPayload, p}})
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
+	publish(-2000, 0)
 	ev, err := b.c.Await(ctx, r)
 	if err != nil || ev.TaskID != r.TaskID {
 		t.Fatalf("Await = %+v, %v; want the event 2 s behind the task's entry", ev, err)
@@ -128,19 +115,8 @@ func TestAwaitEventInItsTaskMillisecond(t *testing.T) {
 	b := setup(t, client.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := b.c.Enqueue(ctx, newTask(stageA, `{"q":"same ms"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, _, _ := strings.Cut(r.StreamID, "-")
-	p, err := topics.EncodeEvent(eventOf(r, topics.SharedOwner))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.r.Client.XAdd(ctx, &redis.XAddArgs{Stream: b.ks.Results(stageA), ID: ms + "-0",
-		Values: []any{topics.FieldUUID, "same-ms", topics.FieldPayload, p}}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	r, _, publish := behindTask(t, ctx, b.c, b.r.Client, b.ks)
+	publish(0, 0)
 	start := time.Now()
 	ev, err := b.c.Await(ctx, r)
 	if err != nil || ev.TaskID != r.TaskID {
@@ -165,23 +141,8 @@ func TestAwaitOnClusterAllowsSkew(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := c.Enqueue(ctx, newTask(stageA, `{"q":"skewed"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, _, _ := strings.Cut(r.StreamID, "-")
-	own, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := topics.EncodeEvent(eventOf(r, topics.SharedOwner))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: ks.Results(stageA), ID: strconv.FormatInt(own-100, 10) + "-0",
-		Values: []any{topics.FieldUUID, "skewed", topics.FieldPayload, p}}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	r, _, publish := behindTask(t, ctx, c, rdb, ks)
+	publish(-100, 0)
 	start := time.Now()
 	ev, err := c.Await(ctx, r)
 	if err != nil || ev.TaskID != r.TaskID {
@@ -192,12 +153,11 @@ func TestAwaitOnClusterAllowsSkew(t *testing.T) {
 	}
 }
 
-// behindTask enqueues a task and returns its receipt, its entry's millisecond and a function
-// that adds its event to the result stream under the id of that millisecond plus delta ms,
-// sequence seq.
-func behindTask(t *testing.T, b *testBundle, ctx context.Context) (client.Receipt, func(delta int64, seq int)) {
+// behindTask enqueues a task through c and returns its receipt, its entry's millisecond, and
+// a function that adds its event to the result stream under the id "<that ms + delta>-<seq>".
+func behindTask(t *testing.T, ctx context.Context, c *client.Client, rdb redis.UniversalClient, ks topics.Keyspace) (client.Receipt, int64, func(delta int64, seq int)) {
 	t.Helper()
-	r, err := b.c.Enqueue(ctx, newTask(stageA, `{"q":"`+t.Name()+`"}`))
+	r, err := c.Enqueue(ctx, newTask(stageA, `{"q":"`+t.Name()+`"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +170,8 @@ func behindTask(t *testing.T, b *testBundle, ctx context.Context) (client.Receip
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r, func(delta int64, seq int) {
-		if err := b.r.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: b.ks.Results(stageA),
+	return r, own, func(delta int64, seq int) {
+		if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: ks.Results(stageA),
 			ID:     strconv.FormatInt(own+delta, 10) + "-" + strconv.Itoa(seq),
 			Values: []any{topics.FieldUUID, "behind", topics.FieldPayload, p}}).Err(); err != nil {
 			t.Error(err)
@@ -219,51 +179,44 @@ func behindTask(t *testing.T, b *testBundle, ctx context.Context) (client.Receip
 	}
 }
 
-// TestAwaitEventLandingBehindLater: on a quiet result stream, an event stamped 2 s behind its
-// task's entry and published after Await first read the window behind (as a node whose clock
-// is behind would publish it) is still found: the window is read again until the stream holds
-// an entry past it.
-func TestAwaitEventLandingBehindLater(t *testing.T) {
+// TestAwaitWindowBehind: events stamped behind their task's entry are found from the window
+// Await reads behind it:
+//   - landing later: on a quiet result stream, an event 2 s behind published after Await
+//     first read the window (as a node whose clock is behind would publish it), since the
+//     window is read again until the stream holds an entry past it;
+//   - short wait: with a wait shorter than a second, such as the gateway's look for a task's
+//     event, at once;
+//   - at the cursor: with the id the forward read starts after (the millisecond before its
+//     task's, sequence 0).
+func TestAwaitWindowBehind(t *testing.T) {
 	t.Parallel()
-	b := setup(t, client.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r, publish := behindTask(t, b, ctx)
-	time.AfterFunc(1800*time.Millisecond, func() { publish(-2000, 0) })
-	ev, err := b.c.Await(ctx, r)
-	if err != nil || ev.TaskID != r.TaskID {
-		t.Fatalf("Await = %+v, %v", ev, err)
-	}
-}
-
-// TestAwaitShortWaitReadsBehind: a wait shorter than a second, such as the gateway's look
-// for a task's event, reads the window behind its task at once.
-func TestAwaitShortWaitReadsBehind(t *testing.T) {
-	t.Parallel()
-	b := setup(t, client.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r, publish := behindTask(t, b, ctx)
-	publish(-2000, 0)
-	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancelShort()
-	ev, err := b.c.Await(short, r)
-	if err != nil || ev.TaskID != r.TaskID {
-		t.Fatalf("Await with 300 ms = %+v, %v", ev, err)
-	}
-}
-
-// TestAwaitEventAtTheCursor: an event with the id the forward read starts after (the
-// millisecond before its task's, sequence 0) is found, by the read of the window behind.
-func TestAwaitEventAtTheCursor(t *testing.T) {
-	t.Parallel()
-	b := setup(t, client.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r, publish := behindTask(t, b, ctx)
-	publish(-1, 0)
-	ev, err := b.c.Await(ctx, r)
-	if err != nil || ev.TaskID != r.TaskID {
-		t.Fatalf("Await = %+v, %v", ev, err)
+	for _, tc := range []struct {
+		name         string
+		delta        int64
+		publishAfter time.Duration // 0: before Await
+		wait         time.Duration
+	}{
+		{"landing later", -2000, 1800 * time.Millisecond, 10 * time.Second},
+		{"short wait", -2000, 0, 300 * time.Millisecond},
+		{"at the cursor", -1, 0, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, client.Config{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, _, publish := behindTask(t, ctx, b.c, b.r.Client, b.ks)
+			if tc.publishAfter > 0 {
+				time.AfterFunc(tc.publishAfter, func() { publish(tc.delta, 0) })
+			} else {
+				publish(tc.delta, 0)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, tc.wait)
+			defer wcancel()
+			ev, err := b.c.Await(wctx, r)
+			if err != nil || ev.TaskID != r.TaskID {
+				t.Fatalf("Await within %v = %+v, %v", tc.wait, ev, err)
+			}
+		})
 	}
 }
