@@ -30,7 +30,7 @@ const (
 	// whose clock is slightly behind.
 	lookBack = 5 * time.Second
 	// backScanAfter is how long Await reads forward from its task's own entry time before it
-	// also reads the lookBack window behind it, once.
+	// also reads the lookBack window behind it.
 	backScanAfter = time.Second
 	// scanPage is the XREAD COUNT of the read of the window behind a task.
 	scanPage = 250
@@ -189,8 +189,8 @@ func checkReceipt(r Receipt) error {
 // from 5 s before r.EnqueuedAt, on the client's clock, and without either the whole stream.
 // The result stream is capped. When it was trimmed past that point, the task's event may be
 // gone, and Await returns the outcome stored in the task's flight under r.RequestKey once
-// the flight has one, as an event marked shared "hit". A SUCCEEDED event that carries only resultRef
-// gets its Result read from the flight while the flight keeps it.
+// the flight has one, as an event marked shared "hit". A SUCCEEDED event that carries only
+// resultRef gets its Result read from the flight while the flight keeps it.
 //
 // Await blocks in XREAD for at most 500 ms at a time, so a cancelled ctx ends it promptly.
 // Redis errors are reported to Config.Errors and retried with backoff until ctx ends. The
@@ -281,28 +281,20 @@ func (c *Client) scanBehind(ctx context.Context, r Receipt, stream, after, end s
 	endMs, endSeq, _ := parseID(end)
 	last = after
 	for {
-		res, err := broker.XRead(ctx, c.rdb, &redis.XReadArgs{Streams: []string{stream, last}, Count: scanPage, Block: -1})
-		if errors.Is(err, redis.Nil) {
-			return topics.Event{}, false, last, false, nil
-		}
+		events, _, err := broker.ReadEvents(ctx, c.rdb, map[string]string{stream: last}, scanPage, -1)
 		if err != nil {
 			return topics.Event{}, false, last, false, fmt.Errorf("client: read %s behind %s: %w", stream, end, err)
 		}
-		n := 0
-		for _, xs := range res {
-			for _, m := range xs.Messages {
-				n++
-				if ms, seq, _ := parseID(m.ID); ms > endMs || (ms == endMs && seq > endSeq) {
-					return topics.Event{}, false, last, true, nil
-				}
-				p, _ := m.Values[topics.FieldPayload].(string)
-				if ev, err := topics.DecodeEvent([]byte(p)); err == nil && r.Matches(ev) {
-					return ev, true, m.ID, false, nil
-				}
-				last = m.ID
+		for _, se := range events {
+			if ms, seq, _ := parseID(se.ID); ms > endMs || (ms == endMs && seq > endSeq) {
+				return topics.Event{}, false, last, true, nil
 			}
+			if se.Err == nil && r.Matches(se.Event) {
+				return se.Event, true, se.ID, false, nil
+			}
+			last = se.ID
 		}
-		if n < scanPage {
+		if len(events) < scanPage {
 			return topics.Event{}, false, last, false, nil
 		}
 	}
@@ -328,8 +320,9 @@ func previousID(ms, seq uint64) string {
 // Each stage's stream is read from 5 s before its earliest receipt (Await reads that window
 // only when its wait is short or its event late), in batches of up to 1000 entries. The work
 // per entry is O(1), so 10k receipts cost about as many entries read. Results that an event
-// carries only as resultRef are read as Await reads them, once per flight run. Receipts whose event was trimmed from a capped result
-// stream get the outcome stored in their flight instead, as Await does.
+// carries only as resultRef are read as Await reads them, once per flight run. Receipts whose
+// event was trimmed from a capped result stream get the outcome stored in their flight
+// instead, as Await does.
 //
 // Collect returns nil once every receipt has its event. When ctx ends first, it returns
 // an error that wraps ctx.Err() and tells how many events are missing. Redis errors are
