@@ -15,6 +15,7 @@ import (
 
 	"github.com/flightdeck-ai/flightdeck/archive/postgres"
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/configdoc"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/pgtest"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
@@ -24,14 +25,9 @@ import (
 // tagged lang, one per element.
 func documentedSQL(t *testing.T, lang string) []string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "SECURITY.md"))
+	block, err := configdoc.CodeBlock(filepath.Join("..", "..", "docs", "SECURITY.md"), lang)
 	if err != nil {
 		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(doc), "\n```"+lang+"\n")
-	block, _, ok2 := strings.Cut(block, "\n```")
-	if !ok || !ok2 {
-		t.Fatalf("docs/SECURITY.md has no %s block", lang)
 	}
 	var stmts []string
 	for _, s := range strings.Split(block, ";") {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/configdoc"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -46,14 +47,9 @@ const securityStages = "interview-evaluation,interview-followup,interview-extrac
 // tagged lang ("acl", "acl-producer").
 func documentedACL(t *testing.T, lang string) string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "SECURITY.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(doc), "\n```"+lang+"\n")
-	block, _, ok2 := strings.Cut(block, "\n```")
-	if !ok || !ok2 || strings.Count(block, "\n") != 0 {
-		t.Fatalf("docs/SECURITY.md has no one-line %s block: %q", lang, block)
+	block, err := configdoc.CodeBlock(filepath.Join("..", "..", "docs", "SECURITY.md"), lang)
+	if err != nil || strings.Count(block, "\n") != 0 {
+		t.Fatalf("docs/SECURITY.md has no one-line %s block: %q (%v)", lang, block, err)
 	}
 	return block
 }

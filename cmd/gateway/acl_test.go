@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/internal/testkit/configdoc"
 	"github.com/flightdeck-ai/flightdeck/internal/testkit/redistest"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
@@ -20,14 +20,11 @@ import (
 // of its "acl-gateway" code block) with password and the key prefix of this test.
 func gatewayACL(t *testing.T, password, prefix string) string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "SECURITY.md"))
+	block, err := configdoc.CodeBlock(filepath.Join("..", "..", "docs", "SECURITY.md"), "acl-gateway")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(doc), "\n```acl-gateway\n")
-	block, _, ok2 := strings.Cut(block, "\n```")
-	if !ok || !ok2 || strings.Count(block, "\n") != 0 || !strings.HasPrefix(block, "user gateway ") ||
-		!strings.Contains(block, " >CHANGE-ME ") {
+	if strings.Count(block, "\n") != 0 || !strings.HasPrefix(block, "user gateway ") || !strings.Contains(block, " >CHANGE-ME ") {
 		t.Fatalf("docs/SECURITY.md has no one-line acl-gateway block for user gateway with >CHANGE-ME: %q", block)
 	}
 	block = strings.Replace(block, " >CHANGE-ME ", " >"+password+" ", 1)
