@@ -243,7 +243,7 @@ end
 -- acqRecord reads the record: its text (the first HEAD bytes, or all of it when needed) and
 -- its fields; nil when there is none.
 local function acqRecord()
-  local v = redis.call('GETRANGE', K[1], 0, HEAD - 1)
+  local v = redis.call('GETRANGE', K[1], '0', HEAD_LAST)
   if v == '' then return nil end
   local m = brief(v)
   if m and m.status == 'SUCCEEDED' then return v, m end -- a hit needs no more of it

@@ -101,11 +101,11 @@ end
 -- joined or parked tasks to answer too, or no task, so that the whole answer runs instead.
 local function compFast()
   if V[11] ~= '' or V[8] == '' or not isWrite() or redis.call('EXISTS', K[2]) == 1 then return false end
-  local maxlen, group, results = string.match(V[1], '^%S+ (%S+) (%S+) %S+ (%S+)$')
+  local a = answerCtx()
   local task, entry = string.match(V[2], '^([^\t]*)\t([^\t]*)\t')
-  xadd(results, maxlen, task or '', 1, V[8])
+  xadd(a.results, a.maxlen, task or '', 1, V[8])
   local id, stream = splitRef(entry or '')
-  if id then redis.call('XACK', stream, group, id) end
+  if id then redis.call('XACK', stream, a.group, id) end
   return true
 end
 
@@ -122,8 +122,8 @@ local function completeCall()
       if ask and takeoverDue(parse(v, false)) then return compReply('LAPSED', st, '0', '') end
       local flags = V[6]
       if fl ~= '' then flags = flagged(fl, V[6], 'hfria') end
-      put('f1\tSUCCEEDED\t' .. tk .. '\t' .. at .. '\t' .. flags .. '\t' .. nowStr .. '\t' .. V[12] .. '\t' ..
-        string.sub(v, e + 1), V[4], V[5])
+      put('f1\tSUCCEEDED\t' .. tk .. '\t' .. at .. '\t' .. flags .. '\t' .. nowStr .. '\t' .. V[12] .. '\t',
+        V[4], V[5], string.sub(v, e + 1))
       if string.find(fl, 'm', 1, true) then
         local _, fenceTTL = string.match(V[7], '^(%d) (%d+)')
         writeFence(V[3], '', fenceTTL)

@@ -98,13 +98,30 @@ local function num(v, d) return tonumber(v or '') or d end
 -- never admitted, and a fence or record holding one is not counted when a token is issued.
 local MAX_TOKEN = 9007199254740992
 
+-- contexts holds answer contexts parsed before, by their text: the calls of one stage share
+-- one, and a lookup costs less than a pattern with captures. nContexts counts them; the table
+-- starts over when it holds 64.
+local contexts, nContexts = {}, 0
+
+-- answerCtx returns the answer context V[1] parsed: { mode, maxlen, group, parking, results }.
+local function answerCtx()
+  local a = contexts[V[1]]
+  if a == nil then
+    local mode, maxlen, group, parking, results = string.match(V[1], '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+    a = { mode = mode, maxlen = maxlen, group = group, parking = parking, results = results }
+    if nContexts >= 64 then contexts, nContexts = {}, 0 end
+    contexts[V[1]], nContexts = a, nContexts + 1
+  end
+  return a
+end
+
 -- ctx returns the answer context and the caller, parsed on first use.
 local function ctx()
   if C == nil then
-    local mode, maxlen, group, parking, results = string.match(V[1], '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+    local a = answerCtx()
     local task, entry, queued, run, inline, tail = string.match(V[2], '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
-    C = { mode = mode, maxlen = maxlen, group = group, parking = parking, results = results, task = task or '', entry = entry or '',
-      queued = queued or '0', run = run or '0', inline = num(inline, 0), tail = tail or '' }
+    C = { mode = a.mode, maxlen = a.maxlen, group = a.group, parking = a.parking, results = a.results, task = task or '',
+      entry = entry or '', queued = queued or '0', run = run or '0', inline = num(inline, 0), tail = tail or '' }
   end
   return C
 end
@@ -143,12 +160,15 @@ local function parse(v, want)
 end
 
 -- HEAD is how much of a record a call reads first: its header lines, and a small result.
+-- HEAD_LAST is its last offset as a string: a number passed to redis.call is formatted with
+-- snprintf, about 2,000 instructions each, a string is not.
 local HEAD = 4096
+local HEAD_LAST = '4095'
 
 -- read returns the record's text, or nil when there is none: its first HEAD bytes when that is
 -- all of it, else all of it.
 local function read()
-  local v = redis.call('GETRANGE', K[1], 0, HEAD - 1)
+  local v = redis.call('GETRANGE', K[1], '0', HEAD_LAST)
   if v == '' then return nil end
   if #v == HEAD then v = redis.call('GET', K[1]) end
   return v
@@ -186,13 +206,15 @@ end
 local BIG = 16384
 
 -- put writes the record head (its three header lines, each ending with a newline) with
--- result for ttl ms. A big result goes from the arguments to Redis as it is: SETRANGE on a
--- key that does not exist makes a string of exactly the size asked.
-local function put(head, result, ttl)
+-- result for ttl ms; the head is head and rest, when given, joined. A big result goes from
+-- the arguments to Redis as it is: SETRANGE on a key that does not exist makes a string of
+-- exactly the size asked. One concatenation makes one string, hashed once.
+local function put(head, result, ttl, rest)
   if #result <= BIG then
-    redis.call('SET', K[1], head .. result, 'PX', ttl)
+    redis.call('SET', K[1], head .. (rest or '') .. result, 'PX', ttl)
     return
   end
+  if rest then head = head .. rest end
   redis.call('DEL', K[1])
   redis.call('SETRANGE', K[1], #head, result)
   redis.call('SETRANGE', K[1], 0, head)
@@ -382,9 +404,17 @@ local function failureOf(m)
   return outcomeOf(m, m.status, nil, m.errorType, m.errorCode, m.error)
 end
 
+-- SMALL holds the decimal strings of 0..64: Lua formats a number it concatenates with
+-- sprintf, and redis.call a number argument with snprintf, about 2,000 instructions each.
+local SMALL = {}
+for i = 0, 64 do SMALL[i] = '' .. i end
+
+-- decimal returns n, an integer, as a decimal string.
+local function decimal(n) return SMALL[n] or fmt(n) end
+
 -- xadd appends event payload p of task taskId, the call's n-th, to results (mode write).
 local function xadd(results, maxlen, taskId, n, p)
-  local id = taskId .. '-' .. nowUsStr .. '-' .. n
+  local id = taskId .. '-' .. nowUsStr .. '-' .. decimal(n)
   if maxlen ~= '0' then
     redis.call('XADD', results, 'MAXLEN', '~', maxlen, '*', '_watermill_message_uuid', id, 'payload', p)
   else
@@ -629,6 +659,11 @@ local function errorOf(e)
   return redis.error_reply(tostring(e))
 end
 
+-- COUNT maps the decimal strings of 0..64 to their numbers: a lookup costs less than
+-- tonumber's strtod.
+local COUNT = {}
+for i = 0, 64 do COUNT[SMALL[i]] = i end
+
 -- batch runs several calls of the library's functions in one FCALL, in order, under one clock:
 -- one call for the acquires of a read batch, one for the completes that are ready together.
 -- ARGV[1] -> n, the number of calls; ARGV[2..1+3n] -> each call's function name (without the
@@ -642,7 +677,7 @@ redis.register_function(FUNCTION_PREFIX .. 'batch', function(keys, args)
   local replies = {}
   for c = 1, n do
     local h = 3 * c - 1
-    local body, nk, na = bodies[args[h]], tonumber(args[h + 1]), tonumber(args[h + 2])
+    local body, nk, na = bodies[args[h]], COUNT[args[h + 1]] or tonumber(args[h + 1]), COUNT[args[h + 2]] or tonumber(args[h + 2])
     -- A table constructor over unpack sizes the table once; filling it one by one would grow it
     -- step by step.
     local k, v = { unpack(keys, ki + 1, ki + nk) }, { unpack(args, ai + 1, ai + na) }

@@ -1,0 +1,65 @@
+package flight_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestAnswerContextsOfManyStages: the scripts keep the answer contexts (result stream, group,
+// parking consumer) they parsed, by their text, and start over after 64. Owners of 70 stages,
+// then the first stages again, each answer into their own stage's result stream and
+// acknowledge their entry in their own task stream.
+func TestAnswerContextsOfManyStages(t *testing.T) {
+	b := setup(t)
+	stages := make([]string, 0, 75)
+	for i := range 70 {
+		stages = append(stages, fmt.Sprintf("stage-%02d", i))
+	}
+	stages = append(stages, stages[:5]...)
+	for i, stage := range stages {
+		stream := b.ks.Tasks(stage)
+		if i < 70 {
+			if err := b.rdb.XGroupCreateMkStream(b.ctx, stream, topics.ConsumerGroup, "$").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := fmt.Sprintf("t%d", i)
+		entry, err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", id}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.XReadGroup(b.ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "c1",
+			Streams: []string{stream, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		task := flight.Task{ID: id, Stream: stream, Entry: entry}
+		d := b.acquireWith(flight.AcquireParams{Key: fmt.Sprintf("k%d", i), Stage: stage, OwnerID: "A", Task: task, Start: true})
+		if d.Owner == nil {
+			t.Fatalf("%s: not the owner: %+v", stage, d)
+		}
+		if _, err := b.complete(*d.Owner, `{"n":1}`); err != nil {
+			t.Fatal(err)
+		}
+		if h := b.holder(task); h != "" {
+			t.Errorf("%s: entry %s still pending under %q", stage, entry, h)
+		}
+	}
+	for i, stage := range stages[:70] {
+		msgs, err := b.rdb.XRange(b.ctx, b.ks.Results(stage), "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if i < 5 {
+			want = 2
+		}
+		if len(msgs) != want {
+			t.Errorf("%s: %d events on its result stream, want %d", stage, len(msgs), want)
+		}
+	}
+}
