@@ -3,6 +3,7 @@ package flight_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -60,6 +61,31 @@ func TestAnswerContextsOfManyStages(t *testing.T) {
 		}
 		if len(msgs) != want {
 			t.Errorf("%s: %d events on its result stream, want %d", stage, len(msgs), want)
+		}
+	}
+}
+
+// TestPinnedPoliciesOfManyFlights: the scripts keep the pinned policies they parsed, by their
+// text, and start over after 64. Each of 70 flights, then the first ones again, is judged by
+// its own pinned running TTL: a follower with another policy hears the owner's end of attempt.
+func TestPinnedPoliciesOfManyFlights(t *testing.T) {
+	b := setup(t)
+	owners := map[int]flight.Decision{}
+	for i := range 75 {
+		k := i % 70
+		key := fmt.Sprintf("pol-%d", k)
+		if _, ok := owners[k]; !ok {
+			pol := b.pol
+			pol.RunningTTL = time.Minute + time.Duration(k)*time.Second
+			owners[k] = b.acquireWith(flight.AcquireParams{Key: key, OwnerID: "A", Task: b.task(fmt.Sprintf("a%d", k)),
+				Start: true, Policy: pol})
+		}
+		other := b.pol
+		other.RunningTTL = 5 * time.Minute
+		got := b.acquireWith(flight.AcquireParams{Key: key, OwnerID: "B", Task: b.task(fmt.Sprintf("b%d", i)), Policy: other})
+		own := owners[k]
+		if got.Action != flight.ActionFollowerWait || !got.ExpireAt.Equal(own.Owner.ExpireAt) {
+			t.Errorf("%s: follower heard %s end at %v, the owner's attempt ends at %v", key, got.Action, got.ExpireAt, own.Owner.ExpireAt)
 		}
 	}
 }

@@ -290,13 +290,13 @@ register('acquire', function()
     return acqReply('CORRUPT', 'unreadable', { flags = '', log = '' }, nil)
   end
   local status = m.status
-  local attempts = num(m.attempts, 0)
-  local pLease, pRunning, pStall, _, _, maxA = pinned(m, nil)
-  local now = nowMs()
-
+  -- A hit, the common case here, needs none of the numbers below.
   if status == 'SUCCEEDED' then
     return acqFinal('RESULT_HIT', m, acqResult(v, m))
   end
+  local attempts = num(m.attempts, 0)
+  local pLease, pRunning, pStall, _, _, maxA = pinned(m, nil)
+  local now = nowMs()
 
   if status == 'FAILED' then
     -- An attempt a limiter stopped before its call (free) does not count.

@@ -253,12 +253,24 @@ local function store(m, ttl, result)
   end
 end
 
+-- policies holds policies parsed before, by their text (the flights of one stage share one):
+-- a lookup costs less than a pattern with six captures and six tonumber. nPolicies counts
+-- them; the table starts over when it holds 64.
+local policies, nPolicies = {}, 0
+
 -- parsePolicy reads a pinned policy string: lease, runningTTL, stall, resultTTL, failureTTL,
 -- maxAttempts; nothing when s is not one.
 local function parsePolicy(s)
-  local l, r, st, res, f, m = string.match(s or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
-  if not l then return nil end
-  return tonumber(l), tonumber(r), tonumber(st), tonumber(res), tonumber(f), tonumber(m)
+  if s == nil then return nil end
+  local p = policies[s]
+  if p == nil then
+    local l, r, st, res, f, m = string.match(s, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    if not l then return nil end
+    p = { tonumber(l), tonumber(r), tonumber(st), tonumber(res), tonumber(f), tonumber(m) }
+    if nPolicies >= 64 then policies, nPolicies = {}, 0 end
+    policies[s], nPolicies = p, nPolicies + 1
+  end
+  return p[1], p[2], p[3], p[4], p[5], p[6]
 end
 
 -- DEFAULT_POLICY stands in for a record without a pinned policy.
