@@ -13,8 +13,8 @@ import (
 
 // TestAnswerContextsOfManyStages: the scripts keep the answer contexts (result stream, group,
 // parking consumer) they parsed, by their text, and start over after 64. Owners of 70 stages,
-// then the first stages again, each answer into their own stage's result stream and
-// acknowledge their entry in their own task stream.
+// then the first stages again, each with a follower parked on its flight, answer both tasks
+// into their own stage's result stream and acknowledge both entries in their own task stream.
 func TestAnswerContextsOfManyStages(t *testing.T) {
 	b := setup(t)
 	stages := make([]string, 0, 75)
@@ -29,25 +29,33 @@ func TestAnswerContextsOfManyStages(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		id := fmt.Sprintf("t%d", i)
-		entry, err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", id}}).Result()
-		if err != nil {
-			t.Fatal(err)
+		task := func(id string) flight.Task {
+			entry, err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", id}}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.rdb.XReadGroup(b.ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "c1",
+				Streams: []string{stream, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return flight.Task{ID: id, Stream: stream, Entry: entry}
 		}
-		if err := b.rdb.XReadGroup(b.ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "c1",
-			Streams: []string{stream, ">"}, Count: 1, Block: -1}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		task := flight.Task{ID: id, Stream: stream, Entry: entry}
-		d := b.acquireWith(flight.AcquireParams{Key: fmt.Sprintf("k%d", i), Stage: stage, OwnerID: "A", Task: task, Start: true})
+		key := fmt.Sprintf("k%d", i)
+		owner, follower := task(fmt.Sprintf("t%d", i)), task(fmt.Sprintf("f%d", i))
+		d := b.acquireWith(flight.AcquireParams{Key: key, Stage: stage, OwnerID: "A", Task: owner, Start: true})
 		if d.Owner == nil {
 			t.Fatalf("%s: not the owner: %+v", stage, d)
+		}
+		if f := b.acquireWith(flight.AcquireParams{Key: key, Stage: stage, OwnerID: "B", Task: follower}); f.Action != flight.ActionFollowerWait {
+			t.Fatalf("%s: follower not parked: %+v", stage, f)
 		}
 		if _, err := b.complete(*d.Owner, `{"n":1}`); err != nil {
 			t.Fatal(err)
 		}
-		if h := b.holder(task); h != "" {
-			t.Errorf("%s: entry %s still pending under %q", stage, entry, h)
+		for _, tk := range []flight.Task{owner, follower} {
+			if h := b.holder(tk); h != "" {
+				t.Errorf("%s: entry %s of %s still pending under %q", stage, tk.Entry, tk.ID, h)
+			}
 		}
 	}
 	for i, stage := range stages[:70] {
@@ -55,9 +63,9 @@ func TestAnswerContextsOfManyStages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 1
+		want := 2 // the owner's task and the parked one
 		if i < 5 {
-			want = 2
+			want = 4
 		}
 		if len(msgs) != want {
 			t.Errorf("%s: %d events on its result stream, want %d", stage, len(msgs), want)
