@@ -98,19 +98,27 @@ local function num(v, d) return tonumber(v or '') or d end
 -- never admitted, and a fence or record holding one is not counted when a token is issued.
 local MAX_TOKEN = 9007199254740992
 
--- contexts holds answer contexts parsed before, by their text: the calls of one stage share
--- one, and a lookup costs less than a pattern with captures. nContexts counts them; the table
--- starts over when it holds 64.
-local contexts, nContexts = {}, 0
+-- A cache keeps values parsed from text, by that text, so that text many calls share (a
+-- stage's answer context, a pinned policy) is parsed once: a lookup costs less than a pattern
+-- with captures. It starts over when it holds 64.
+local function newCache() return { t = {}, n = 0 } end
+
+-- remember keeps v for the text k in cache c.
+local function remember(c, k, v)
+  if c.n >= 64 then c.t, c.n = {}, 0 end
+  c.t[k], c.n = v, c.n + 1
+end
+
+-- contexts holds the answer contexts parsed before.
+local contexts = newCache()
 
 -- answerCtx returns the answer context V[1] parsed: { mode, maxlen, group, parking, results }.
 local function answerCtx()
-  local a = contexts[V[1]]
+  local a = contexts.t[V[1]]
   if a == nil then
     local mode, maxlen, group, parking, results = string.match(V[1], '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
     a = { mode = mode, maxlen = maxlen, group = group, parking = parking, results = results }
-    if nContexts >= 64 then contexts, nContexts = {}, 0 end
-    contexts[V[1]], nContexts = a, nContexts + 1
+    remember(contexts, V[1], a)
   end
   return a
 end
@@ -253,22 +261,20 @@ local function store(m, ttl, result)
   end
 end
 
--- policies holds policies parsed before, by their text (the flights of one stage share one):
--- a lookup costs less than a pattern with six captures and six tonumber. nPolicies counts
--- them; the table starts over when it holds 64.
-local policies, nPolicies = {}, 0
+-- policies holds the pinned policies parsed before (the flights of one stage share one): a
+-- lookup saves a pattern with six captures and six tonumber.
+local policies = newCache()
 
 -- parsePolicy reads a pinned policy string: lease, runningTTL, stall, resultTTL, failureTTL,
 -- maxAttempts; nothing when s is not one.
 local function parsePolicy(s)
   if s == nil then return nil end
-  local p = policies[s]
+  local p = policies.t[s]
   if p == nil then
     local l, r, st, res, f, m = string.match(s, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
     if not l then return nil end
     p = { tonumber(l), tonumber(r), tonumber(st), tonumber(res), tonumber(f), tonumber(m) }
-    if nPolicies >= 64 then policies, nPolicies = {}, 0 end
-    policies[s], nPolicies = p, nPolicies + 1
+    remember(policies, s, p)
   end
   return p[1], p[2], p[3], p[4], p[5], p[6]
 end
