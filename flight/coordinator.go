@@ -93,9 +93,10 @@ type policyArgs struct {
 	// once, since a string put in an interface is allocated each time.
 	metaTTL, resultTTL, fenceTTL any
 	fence                        string
-	// acquireOpts is acquire's ARGV[6] without and with want result; completeFirst complete's
-	// ARGV[7] of a first attempt that asks nothing, the common case.
-	acquireOpts   [2]any
+	// acquireOpts is acquire's ARGV[6] by want: nothing, the result, the result when events
+	// inline it; completeFirst complete's ARGV[7] of a first attempt that asks nothing, the
+	// common case.
+	acquireOpts   [3]any
 	completeFirst any
 }
 
@@ -115,7 +116,7 @@ func (c *Coordinator) policyArgsOf(p Policy) *policyArgs {
 		metaTTL:   strconv.FormatInt(ms(pol.RunningTTL+pol.FailureTTL), 10),
 		resultTTL: strconv.FormatInt(ms(pol.ResultTTL), 10), fence: strconv.FormatInt(ms(pol.FenceTTL()), 10)}
 	a.fenceTTL = a.fence
-	for i, want := range []string{"0", "1"} {
+	for i, want := range []string{"0", "1", "2"} {
 		a.acquireOpts[i] = want + " " + strconv.Itoa(pol.MaxParked) + " " + a.fence
 	}
 	a.completeFirst = "0 " + a.fence + " 1"
@@ -221,8 +222,11 @@ func (c *Coordinator) Acquire(ctx context.Context, p AcquireParams) (Decision, e
 		startArg = startNoDeadline
 	}
 	want := 0
-	if p.WantResult {
+	switch {
+	case p.WantResult:
 		want = 1
+	case p.WantInline:
+		want = 2
 	}
 	keys := c.ks.FlightKeys(p.Key)
 	argv := c.answerArgv(p.Stage, p.Task, p.Run, p.MaxSharedInline)

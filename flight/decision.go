@@ -95,7 +95,8 @@ type Decision struct {
 	OwnerID, OwnerTaskID string
 	// Status is the flight's status after the call.
 	Status Status
-	// Result is the stored result for ActionResultHit, when AcquireParams.WantResult is set.
+	// Result is the stored result for ActionResultHit, when AcquireParams.WantResult is set
+	// (or WantInline, and the events inline it).
 	Result []byte
 	// ErrorType, ErrorCode and Error describe a FAILED, CANCELLED or EXPIRED flight.
 	ErrorType, ErrorCode, Error string
@@ -193,6 +194,10 @@ type AcquireParams struct {
 	Deadline time.Time
 	// WantResult returns the result of ActionResultHit in Decision.Result.
 	WantResult bool
+	// WantInline returns the result of ActionResultHit in Decision.Result only when the events
+	// of other tasks inline it (compact JSON no larger than MaxSharedInline): enough for
+	// Coordinator.FinishedBy.
+	WantInline bool
 	// MaxInline is the largest result the caller's own event inlines once it owns the flight.
 	// It becomes Ownership.MaxInline. Defaults to DefaultMaxInline.
 	MaxInline int

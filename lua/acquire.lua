@@ -11,7 +11,9 @@
 -- ARGV[5] -> "<start> <deadline>": start "1" makes an owner RUNNING at once, else it stays
 --            PENDING until start; deadline: the caller's, Unix ms (0 = none)
 -- ARGV[6] -> "<want result> <maxParked> <fenceTTL>": want result "1" returns the result of
---            RESULT_HIT (in-process callers); maxParked: most entries parked on one flight
+--            RESULT_HIT (in-process callers), "2" only when the events of other tasks inline
+--            it (a consumer that answers its key's later duplicates with hit); maxParked: most
+--            entries parked on one flight
 --            (0 = no cap); fenceTTL in ms: how long the fence outlives the flight's last change
 -- A new owner pins the caller's policy in the record, and the flight is judged by the pinned
 -- values of its current owner, never by the caller's.
@@ -36,16 +38,16 @@
 --   follower), else ""; usage and trace are the record's (lib.lua): what the owner's call used,
 --   and the traceparent of its model-call span.
 
--- acqOpt holds ARGV[6] parsed, per call: { want, maxParked, fenceTTL }.
+-- acqOpt holds ARGV[6] parsed, per call: { want, maxParked, fenceTTL, want inline }.
 local acqOpt = nil
 
 -- acqOpts returns ARGV[6] parsed.
 local function acqOpts()
   if acqOpt == nil then
     local want, maxParked, fenceTTL = string.match(V[6], '^(%d) (%d+) (%d+)$')
-    acqOpt = { want == '1', num(maxParked, 0), num(fenceTTL, 86400000) }
+    acqOpt = { want == '1', num(maxParked, 0), num(fenceTTL, 86400000), want == '2' }
   end
-  return acqOpt[1], acqOpt[2], acqOpt[3]
+  return acqOpt[1], acqOpt[2], acqOpt[3], acqOpt[4]
 end
 
 -- acqReply replies with the flight as m describes it. The lease is the pinned policy's first
@@ -53,8 +55,8 @@ end
 -- attempt is said only of a live flight, whose followers check again once it could lapse.
 local function acqReply(action, reason, m, result)
   local lease = string.match(m.policy or '', '^(%d+) ') or '5000'
-  local want = acqOpts()
-  if not want then result = nil end
+  local want, _, _, inl = acqOpts()
+  if not want and not (inl and result and has(m, 'i') and #result <= ctx().inline) then result = nil end
   local shared = ''
   if out ~= nil then shared = out.caller end
   local exp = '0'
@@ -352,4 +354,28 @@ register('acquire', function()
   if status == 'CANCELLED' then return acqFinal('CANCELLED', m, nil) end
 
   return acqReply('CORRUPT', tostring(status), m, nil)
+end)
+
+-- hit: answer a duplicate of a key whose flight the caller's consumer completed a moment ago,
+-- from that outcome, without the acquire's reading of the whole record (DESIGN.md section 5,
+-- "Late duplicates").
+--
+-- KEYS[1..4] -> the flight keys and the result stream (lib.lua)
+-- ARGV[1..2] -> the answer context and the caller (lib.lua)
+-- ARGV[3] -> the token the flight completed under (decimal)
+-- ARGV[4] -> the caller's event, whole, built by the caller from that outcome
+--
+-- Output: { 'HIT', <answer tail> } when the record is SUCCEEDED under that token: the caller's
+-- task has its event and its entry is acknowledged. { 'MISS', <answer tail> } otherwise: it did
+-- nothing, and the caller acquires. A SUCCEEDED record never changes under its token, so the
+-- event the caller built is the one acquire would build from it.
+register('hit', function()
+  local v = redis.call('GETRANGE', K[1], '0', '47')
+  if string.find(v, 'f1\tSUCCEEDED\t' .. V[3] .. '\t', 1, true) ~= 1 then return tail({ 'MISS' }) end
+  local c = ctx()
+  emit(c.task, V[4])
+  local o = answered()
+  o.caller = 'hit'
+  if c.entry ~= '' then o.acks[#o.acks + 1] = c.entry end
+  return tail({ 'HIT' })
 end)

@@ -1,8 +1,8 @@
 -- lib: the head of the flightdeck function library (Redis Functions, FUNCTION LOAD). lua.go
 -- puts it in front of acquire, start, heartbeat, complete, fail, cancel, handover and the
--- limiter, each of which registers one function with register(). Its helpers are defined once,
--- when the library loads; every call only sets the per-call state (keys K, arguments V, the
--- clock) and runs its body. batch runs several calls in one FCALL under one clock.
+-- limiter, each of which registers one function with register() (acquire.lua also hit). Its
+-- helpers are defined once, when the library loads; every call only sets the per-call state
+-- (keys K, arguments V, the clock) and runs its body. batch runs several calls in one FCALL under one clock.
 --
 -- A flight is one string key, its record (DESIGN.md section 2):
 --

@@ -4,7 +4,8 @@
 // The flight scripts acquire, start, heartbeat, complete, fail, cancel and handover form one
 // Redis Functions library, loaded with FUNCTION LOAD on Redis 7.0 or later. lib.lua holds the
 // helpers they share, such as the clock, the fence rule and the answering of tasks, defined
-// once when the library loads. Each script's file registers one function. A call then runs
+// once when the library loads. Each script's file registers one function (acquire.lua two:
+// acquire and hit, the short answer of a late duplicate). A call then runs
 // only its body, not a prelude, which keeps an owner's two calls per task cheap. The
 // library's name and its functions' names carry a hash of its source, so consumers of two
 // versions run side by side during a rolling deploy. Function.Run loads the library on
@@ -128,6 +129,10 @@ func fn(name string) *Function { return &Function{name: flightLib.prefix + name}
 // Acquire decides who runs a flight: OWNER, FOLLOWER_WAIT, RESULT_HIT, FAILED_FINAL,
 // CANCELLED or EXPIRED, and answers the tasks a final outcome settles. See acquire.lua.
 var Acquire = fn("acquire")
+
+// Hit answers a duplicate of a key from the outcome its consumer completed a moment ago, once
+// the record shows that outcome still stands. See acquire.lua.
+var Hit = fn("hit")
 
 // Start moves a flight from PENDING to RUNNING for the token's owner.
 var Start = fn("start")

@@ -1,0 +1,87 @@
+package flight
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/flightdeck-ai/flightdeck/lua"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// Finished is the outcome of a flight this process completed, kept for a moment so that a
+// later duplicate of its key is answered by Hit instead of a full acquire (DESIGN.md section
+// 5, "Late duplicates").
+type Finished struct {
+	o      Ownership
+	result []byte // the compact result when the events of others inline it, else nil
+}
+
+// Finished returns what Hit needs of the flight o completed with result; o.Usage is what the
+// call reported it used. It keeps the result only when the events of other tasks inline it.
+func (c *Coordinator) Finished(o Ownership, result []byte) *Finished {
+	f := &Finished{o: o}
+	f.o.Joined = nil
+	if compact, err := compactJSON(result); err == nil && len(compact) <= sharedInline(o.MaxSharedInline, o.MaxInline) {
+		f.result = compact
+	}
+	return f
+}
+
+// FinishedBy returns what Hit needs of the flight whose stored outcome answered the acquire p
+// made as a hit (d), or nil when d is no hit. p.WantInline must have been set, so that d
+// carries the result when the events of other tasks inline it.
+func (c *Coordinator) FinishedBy(p AcquireParams, d Decision) *Finished {
+	if d.Action != ActionResultHit || !p.WantInline {
+		return nil
+	}
+	pol := c.policyArgsOf(p.Policy).pol
+	o := Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: d.OwnerID, Task: Task{ID: d.OwnerTaskID},
+		Stage: p.Stage, Tenant: p.Tenant, Policy: pol, MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline,
+		Usage: d.Usage, Trace: d.OwnerTrace}
+	return &Finished{o: o, result: d.Result}
+}
+
+// Hit answers task t, a duplicate of f's key, from f: its event, labelled hit, and the
+// acknowledgement of its entry, in one call that first checks that the flight is still
+// SUCCEEDED under f's token. ok is false when it is not: nothing was written, and the caller
+// acquires as usual. run is the caller's runMs, as in AcquireParams.Run.
+func (c *Coordinator) Hit(ctx context.Context, f *Finished, t Task, run time.Duration) (d Decision, ok bool, err error) {
+	o := f.o
+	if t.ID == "" {
+		return Decision{}, false, nil
+	}
+	ev := make([]byte, 0, 384+len(o.Key)+len(t.ID)+len(f.result))
+	ev = append(ev, `{"taskId":"`...)
+	ev = append(ev, t.ID...)
+	ev = append(ev, `","shared":"hit","queuedMs":`...)
+	ev = strconv.AppendInt(ev, t.Queued.Milliseconds(), 10)
+	ev = append(ev, ',')
+	ev = c.successBody(ev, o, f.result, f.result != nil, run)
+	ev = append(ev, '}')
+	argv := c.answerArgv(o.Stage, t, run, sharedInline(o.MaxSharedInline, o.MaxInline))
+	argv = append(argv, tok(o.Token), ev)
+	cmd, _, _ := c.fcall(ctx, lua.Hit, o.Policy, c.ks.FlightKeys(o.Key), argv)
+	res, err := cmd.Slice()
+	if err != nil {
+		return Decision{}, false, fmt.Errorf("flight: hit %q: %w", o.Key, err)
+	}
+	if len(res) < 1 {
+		return Decision{}, false, fmt.Errorf("%w: hit answered nothing", ErrProtocol)
+	}
+	ans, err := c.parseTail(res, 1)
+	if err != nil {
+		return Decision{}, false, fmt.Errorf("flight: hit %q: %w", o.Key, err)
+	}
+	if code, _ := res[0].(string); code != "HIT" {
+		return Decision{}, false, nil
+	}
+	d = Decision{Action: ActionResultHit, Token: o.Token, Attempts: max(o.Attempts, 1), OwnerID: o.OwnerID,
+		OwnerTaskID: o.Task.ID, Status: StatusSucceeded, Shared: topics.SharedHit, Usage: o.Usage,
+		OwnerTrace: o.Trace, Answered: ans.n, Waited: ans.waited}
+	if err := c.settle(ctx, o.Key, o.Stage, ans); err != nil {
+		return d, true, fmt.Errorf("flight: hit %q: %w", o.Key, err)
+	}
+	return d, true, nil
+}

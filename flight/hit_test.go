@@ -1,0 +1,70 @@
+package flight_test
+
+import (
+	"testing"
+
+	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/topics"
+)
+
+// TestHitAnswersOnlyFromTheRecord: a kept outcome (Finished) answers a duplicate by Hit with
+// the event an acquire's hit would write (shared hit, the owner's token, the result inlined)
+// and acknowledges its entry, while the record is SUCCEEDED under the kept token. Once the
+// record is gone, and once a new run of the key holds it (running, then succeeded under a
+// larger token), Hit writes nothing and leaves the entry pending: the caller acquires.
+func TestHitAnswersOnlyFromTheRecord(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		d, _ := b.own("k-hit")
+		result := []byte(`{"score": 7}`)
+		if _, err := b.c.Complete(b.ctx, *d.Owner, result, 0); err != nil {
+			t.Fatal(err)
+		}
+		fin := b.c.Finished(*d.Owner, result)
+		t1 := b.task("t1")
+		h, ok, err := b.c.Hit(b.ctx, fin, t1, 0)
+		if err != nil || !ok || h.Action != flight.ActionResultHit || h.Token != d.Token || h.Answered != 1 {
+			t.Fatalf("hit on the SUCCEEDED record: %+v, %v, %v", h, ok, err)
+		}
+		d2 := b.acquire("k-hit", "B", b.task("t-acq"))
+		ev, ev2 := b.events()["t1"], b.events()["t-acq"]
+		if len(ev) != 1 || ev[0].Shared != topics.SharedHit || ev[0].OwnerToken != d.Token ||
+			string(ev[0].Result) != `{"score":7}` || ev[0].ResultRef != b.ks.Flight("k-hit") {
+			t.Errorf("hit event %+v", ev)
+		}
+		if d2.Action != flight.ActionResultHit || len(ev2) != 1 || ev2[0].Shared != ev[0].Shared ||
+			ev2[0].OwnerToken != ev[0].OwnerToken || string(ev2[0].Result) != string(ev[0].Result) ||
+			ev2[0].Attempts != ev[0].Attempts || ev2[0].RequestKey != ev[0].RequestKey {
+			t.Errorf("an acquire's hit answered %+v, the short hit %+v: want the same outcome", ev2, ev)
+		}
+		if h := b.holder(t1); h != "" {
+			t.Errorf("t1's entry is still pending under %q", h)
+		}
+
+		miss := func(when string) {
+			t.Helper()
+			tm := b.task("t-" + when)
+			if h, ok, err := b.c.Hit(b.ctx, fin, tm, 0); err != nil || ok {
+				t.Errorf("%s: hit %+v, %v, %v; want no hit", when, h, ok, err)
+			}
+			if e := b.events()[tm.ID]; len(e) != 0 {
+				t.Errorf("%s: events %+v, want none", when, e)
+			}
+			if h := b.holder(tm); h != "c1" {
+				t.Errorf("%s: the entry is held by %q, want c1 still", when, h)
+			}
+		}
+		if err := b.rdb.Del(b.ctx, b.ks.Flight("k-hit")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		miss("gone")
+		d3 := b.acquireWith(flight.AcquireParams{Key: "k-hit", OwnerID: "C", Task: b.task("t-run"), Start: true})
+		if d3.Action != flight.ActionOwner || d3.Token <= d.Token {
+			t.Fatalf("a new run: %+v", d3)
+		}
+		miss("running")
+		if _, err := b.c.Complete(b.ctx, *d3.Owner, result, 0); err != nil {
+			t.Fatal(err)
+		}
+		miss("succeeded-again")
+	})
+}
