@@ -154,7 +154,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		if mdl.Name() == "sim" {
 			c.log.Warn().Str("stage", s.Name).Msg("stage runs the simulated model: its results are made up, no model is called (register a handler or set the stage's model)")
 		}
-		proc := &processor{stage: s, pol: s.Policy, coord: coord, writer: writer, rdb: c.rdb, joins: newJoins(),
+		proc := &processor{stage: s, pol: s.Policy, coord: coord, writer: writer, rdb: c.rdb, joins: newJoins(s.Policy.ResultTTL),
 			ks: cfg.Keyspace, model: mdl, name: cfg.Name, limits: cfg.Limits,
 			log: c.log, metrics: c.metrics, life: c.life, sessions: flight.NewSessionLock(c.rdb, cfg.Keyspace), spool: sp,
 			local: executor.NewLocal[[]byte](executor.LocalConfig{}), breaker: c.breaker, archive: c.archive,

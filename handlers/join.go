@@ -18,10 +18,24 @@ import (
 // reach the flight. Until the complete that answers them, their entries are pending under this
 // consumer like any it holds, so a crash leaves them to be claimed and run like any other.
 
-// joins is the leaders of one processor, by key.
+// joins is the leaders of one processor, by key, and the keys whose flights it completed a
+// moment ago (finished), at most maxFinished of them, each for at most ttl.
 type joins struct {
-	mu sync.Mutex
-	m  map[string]*joinGroup
+	mu       sync.Mutex
+	m        map[string]*joinGroup
+	ttl      time.Duration
+	finished [maxFinished]finishedRef // a ring: next is the oldest
+	next     int
+}
+
+// maxFinished bounds the finished flights a processor keeps to answer late duplicates. Each
+// keeps a result no larger than the events of other tasks inline (1 KiB by default).
+const maxFinished = 1024
+
+// finishedRef is one finished key in the ring of joins.
+type finishedRef struct {
+	key string
+	g   *joinGroup
 }
 
 // joinGroup is one key's leader and the tasks waiting for it.
@@ -29,6 +43,10 @@ type joinGroup struct {
 	closed  bool      // the leader took its joiners or ended, so no task joins any more
 	waiting []*joiner // the joiners the leader has not taken
 	trace   string    // the traceparent of the leader's model call, set by take
+	// fin is the outcome the leader completed, which answers the key's late duplicates until
+	// until (taskRun.hit); nil while the leader runs, or when it did not complete.
+	fin   *flight.Finished
+	until time.Time
 }
 
 // joiner is one task waiting for its key's leader.
@@ -51,27 +69,64 @@ const (
 	// spooled means the complete failed and the leader's spooled outcome carries the task. Its
 	// write-back answers the task, as the complete would have.
 	spooled
+	// finished means the leader's acquire was a hit, and the task is answered from the same
+	// outcome by taskRun.hit.
+	finished
 )
 
-func newJoins() *joins { return &joins{m: map[string]*joinGroup{}} }
+// newJoins returns the joins of a processor whose finished flights answer late duplicates for
+// ttl, the stage's resultTTL.
+func newJoins(ttl time.Duration) *joins { return &joins{m: map[string]*joinGroup{}, ttl: ttl} }
 
 // enter returns g, making the caller key's leader, when no task of key is in flight here.
 // Otherwise it returns j, joining the caller to the leader. It returns neither when the leader
-// already took its joiners, and then the caller acquires.
-func (js *joins) enter(key string, t flight.Task) (g *joinGroup, j *joiner) {
+// already took its joiners, and then the caller acquires; with fin when the leader completed
+// the key's flight, and then the caller tries taskRun.hit first.
+func (js *joins) enter(key string, t flight.Task) (g *joinGroup, j *joiner, fin *flight.Finished) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if cur := js.m[key]; cur != nil {
-		if cur.closed {
-			return nil, nil
+		switch {
+		case cur.fin != nil && time.Now().Before(cur.until):
+			return nil, nil, cur.fin
+		case cur.fin != nil:
+			delete(js.m, key) // too old: the caller leads a new run of the key
+		case cur.closed:
+			return nil, nil, nil
+		default:
+			j = &joiner{g: cur, task: t, done: make(chan joinVerdict, 1)}
+			cur.waiting = append(cur.waiting, j)
+			return nil, j, nil
 		}
-		j = &joiner{g: cur, task: t, done: make(chan joinVerdict, 1)}
-		cur.waiting = append(cur.waiting, j)
-		return nil, j
 	}
 	g = &joinGroup{}
 	js.m[key] = g
-	return g, nil
+	return g, nil, nil
+}
+
+// finish keeps fin, the outcome g's leader completed, to answer the key's late duplicates. It
+// drops the oldest finished key when maxFinished are kept.
+func (js *joins) finish(key string, g *joinGroup, fin *flight.Finished) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.ttl <= 0 || js.m[key] != g {
+		return
+	}
+	g.fin, g.until = fin, time.Now().Add(js.ttl)
+	if old := js.finished[js.next]; old.g != nil && js.m[old.key] == old.g {
+		delete(js.m, old.key)
+	}
+	js.finished[js.next] = finishedRef{key: key, g: g}
+	js.next = (js.next + 1) % maxFinished
+}
+
+// forget drops fin, which no longer answers key's duplicates: the flight changed since.
+func (js *joins) forget(key string, fin *flight.Finished) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if cur := js.m[key]; cur != nil && cur.fin == fin {
+		delete(js.m, key)
+	}
 }
 
 // take closes g to new joiners and returns those waiting. The leader's complete answers them
@@ -103,16 +158,21 @@ func (js *joins) leave(j *joiner) bool {
 	return false
 }
 
-// end removes key's group g once its leader is done. The joiners it did not take acquire.
+// end removes key's group g once its leader is done, unless it keeps the leader's finished
+// outcome. The joiners it did not take acquire.
 func (js *joins) end(key string, g *joinGroup) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	if js.m[key] == g {
+	if js.m[key] == g && g.fin == nil {
 		delete(js.m, key)
 	}
 	g.closed = true
+	v := notAnswered
+	if g.fin != nil {
+		v = finished
+	}
 	for _, j := range g.waiting {
-		j.done <- notAnswered
+		j.done <- v
 	}
 	g.waiting = nil
 }
@@ -162,10 +222,13 @@ func (t *taskRun) canJoin() bool {
 // leader gets its group in t.lead.
 func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 	p := t.p
-	g, j := p.joins.enter(t.key, t.flightTask())
+	g, j, fin := p.joins.enter(t.key, t.flightTask())
 	if g != nil {
 		t.lead = g
 		return false, false
+	}
+	if fin != nil {
+		return t.hit(ctx, fin)
 	}
 	if j == nil {
 		return false, false
@@ -196,6 +259,8 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 		t.traceOutcome("joined")
 	}
 	switch v {
+	case finished:
+		return t.hit(ctx, j.g.fin)
 	case notAnswered:
 		// If the leader ended before taking it, nothing was sent for it. If it was taken but
 		// not answered for sure, its entry is checked first.

@@ -147,6 +147,7 @@ func (t *taskRun) ended(ctx context.Context, e flight.End) (again bool, err erro
 			l.Debug().Dur("runMs", t.runTime).Int("answered", e.Settlement.Events).Msg("owner completed")
 		}
 		t.observeSettled(topics.SharedOwner, topics.StatusSucceeded, e.Settlement)
+		t.keepFinished(e)
 		stream.Acked(t.msg)
 	case flight.EndArchived:
 		status := e.Archived.Status

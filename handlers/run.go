@@ -209,11 +209,13 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 			deadline = dl
 		}
 		actx, asp, call := t.startAcquire(ctx)
+		// A leader asks for a small result with a hit, to answer its key's later duplicates.
+		params := flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
+			Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
+			Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,
+			Run: t.runTime, Trace: call, WantInline: t.lead != nil}
 		d, err := executor.Guard(p.breaker, func() (flight.Decision, error) {
-			return p.coord.Acquire(actx, flight.AcquireParams{Key: t.key, OwnerID: p.name, Task: t.flightTask(),
-				Stage: t.task.Stage, Tenant: t.task.Tenant, SessionID: t.task.SessionID, Policy: p.pol,
-				Start: true, Deadline: deadline, MaxInline: p.stage.MaxInlineResult, MaxSharedInline: p.stage.MaxSharedInlineResult,
-				Run: t.runTime, Trace: call})
+			return p.coord.Acquire(actx, params)
 		})
 		t.endAcquire(asp, d, err)
 		if err != nil {
@@ -257,7 +259,11 @@ func (t *taskRun) acquireLoop(ctx context.Context) error {
 			return nil
 		default:
 			// RESULT_HIT, FAILED_FINAL, CANCELLED, EXPIRED: the script answered the task and
-			// the parked ones and acknowledged their entries.
+			// the parked ones and acknowledged their entries. A hit's outcome answers the tasks
+			// that joined this one, and the key's later duplicates, by hit.
+			if fin := p.coord.FinishedBy(params, d); fin != nil && t.lead != nil {
+				p.joins.finish(t.key, t.lead, fin)
+			}
 			t.recordDecision(d)
 			stream.Acked(t.msg)
 			return nil
