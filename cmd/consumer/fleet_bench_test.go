@@ -47,13 +47,15 @@ const (
 // that only acknowledges; it is done when the group has read every entry and none is pending.
 // load=stock runs the stock binary as a user would: no stage file and no tuning flags, so the
 // processes consume all four built-in stages at their default settings, and the unique-key
-// burst goes to fleetStage.
+// burst goes to fleetStage; load=stock-dup10 sends it 10 tasks per key. reads/task is how
+// many times Redis read from a client per task (INFO stats total_reads_processed): about the
+// round trips, however many commands each carried.
 func BenchmarkFleetBurst(b *testing.B) {
 	redis.SetLogger(fleetQuiet{}) // go-redis's reconnect lines would split the result lines
 	for _, load := range []struct {
 		name         string
 		perKey, conc int
-	}{{"stock", 1, 0}, {"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
+	}{{"stock", 1, 0}, {"stock-dup10", 10, 0}, {"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
 		for _, impl := range []string{"flightdeck", "bare"} {
 			if impl == "bare" && (load.perKey > 1 || load.conc == 0) {
 				continue // the bare consumer knows no keys nor defaults: its figure is the unique one
@@ -158,7 +160,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 	}
 	results := e.ks.Results(fleetStage)
 	var elapsed time.Duration
-	var redisCPU, consumerCPU float64
+	var redisCPU, consumerCPU, reads float64
 	cmds := map[string][2]float64{}
 	b.ResetTimer()
 	for op := range b.N {
@@ -184,7 +186,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 				from = last[0].ID
 			}
 		}
-		cpu0, ccpu0, stats0 := fleetRedisCPU(b, e.rdb), fleetProcCPU(b, pids), fleetCommandStats(b, e.rdb)
+		cpu0, ccpu0, stats0, reads0 := fleetRedisCPU(b, e.rdb), fleetProcCPU(b, pids), fleetCommandStats(b, e.rdb), fleetReads(b, e.rdb)
 		start := time.Now()
 		if _, err := e.w.EnqueueTasks(e.ctx, tasks); err != nil {
 			b.Fatal(err)
@@ -198,6 +200,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 		elapsed += time.Since(start)
 		redisCPU += fleetRedisCPU(b, e.rdb) - cpu0
 		consumerCPU += fleetProcCPU(b, pids) - ccpu0
+		reads += fleetReads(b, e.rdb) - reads0
 		for name, v := range fleetCommandStats(b, e.rdb) {
 			c := cmds[name]
 			cmds[name] = [2]float64{c[0] + v[0] - stats0[name][0], c[1] + v[1] - stats0[name][1]}
@@ -209,6 +212,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 	b.ReportMetric(redisCPU/n*1e6, "redis-us/task")
 	b.ReportMetric(consumerCPU/n*1e6, "consumer-us/task")
 	b.ReportMetric(cmds["fcall"][1]/n, "fcall-us/task")
+	b.ReportMetric(reads/n, "reads/task")
 	if recv != nil {
 		time.Sleep(6 * time.Second) // the consumers export every 5 s by default
 		b.ReportMetric(float64(len(recv.Spans(nil)))/n, "spans/task")
@@ -282,6 +286,17 @@ func fleetRedisCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 		total += n
 	}
 	return total
+}
+
+// fleetReads is how many times Redis has read from its clients so far (INFO stats
+// total_reads_processed): about one per round trip, however many commands it carried.
+func fleetReads(b *testing.B, rdb redis.UniversalClient) float64 {
+	b.Helper()
+	n, err := redistest.InfoNumber(context.Background(), rdb, "stats", "total_reads_processed", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // fleetCommandStats is Redis's INFO commandstats so far: per command, its calls and its µs.
