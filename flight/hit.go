@@ -18,13 +18,22 @@ type Finished struct {
 	result []byte // the compact result when the events of others inline it, else nil
 }
 
+// maxKeptResult is the largest result a Finished keeps: a key whose events inline a larger one
+// is not kept, so that the outcomes a consumer keeps stay small (maxFinished of them per stage).
+const maxKeptResult = 4 << 10
+
 // Finished returns what Hit needs of the flight o completed with result; o.Usage is what the
-// call reported it used. It keeps the result only when the events of other tasks inline it.
+// call reported it used. It keeps the result only when the events of other tasks inline it,
+// and returns nil when that result is larger than 4 KiB.
 func (c *Coordinator) Finished(o Ownership, result []byte) *Finished {
 	f := &Finished{o: o}
 	f.o.Joined = nil
+	f.o.Usage = parseUsage(usageArg(o.Usage).(string)) // as the record keeps it
 	if compact, err := compactJSON(result); err == nil && len(compact) <= sharedInline(o.MaxSharedInline, o.MaxInline) {
 		f.result = compact
+	}
+	if len(f.result) > maxKeptResult {
+		return nil
 	}
 	return f
 }
@@ -40,25 +49,33 @@ func (c *Coordinator) FinishedBy(p AcquireParams, d Decision) *Finished {
 	o := Ownership{Key: p.Key, Token: d.Token, Attempts: d.Attempts, OwnerID: d.OwnerID, Task: Task{ID: d.OwnerTaskID},
 		Stage: p.Stage, Tenant: p.Tenant, Policy: pol, MaxInline: p.MaxInline, MaxSharedInline: p.MaxSharedInline,
 		Usage: d.Usage, Trace: d.OwnerTrace}
+	if len(d.Result) > maxKeptResult {
+		return nil
+	}
 	return &Finished{o: o, result: d.Result}
 }
 
 // Hit answers task t, a duplicate of f's key, from f: its event, labelled hit, and the
 // acknowledgement of its entry, in one call that first checks that the flight is still
-// SUCCEEDED under f's token. ok is false when it is not: nothing was written, and the caller
-// acquires as usual. run is the caller's runMs, as in AcquireParams.Run.
+// SUCCEEDED under f's token. ok and a nil error mean it did; ok false and a nil error that the
+// flight no longer holds f's outcome, nothing was written, and the caller acquires as usual.
+// After an error the call may have answered the task or not. run is the caller's runMs, as in
+// AcquireParams.Run. Like an acquire's hit, the event says no usage, and Decision.Usage is the
+// owner's, which the task avoided.
 func (c *Coordinator) Hit(ctx context.Context, f *Finished, t Task, run time.Duration) (d Decision, ok bool, err error) {
 	o := f.o
 	if t.ID == "" {
 		return Decision{}, false, nil
 	}
+	body := o
+	body.Usage = nil // an event reports usage only for the call that used it
 	ev := make([]byte, 0, 384+len(o.Key)+len(t.ID)+len(f.result))
 	ev = append(ev, `{"taskId":"`...)
 	ev = append(ev, t.ID...)
 	ev = append(ev, `","shared":"hit","queuedMs":`...)
 	ev = strconv.AppendInt(ev, t.Queued.Milliseconds(), 10)
 	ev = append(ev, ',')
-	ev = c.successBody(ev, o, f.result, f.result != nil, run)
+	ev = c.successBody(ev, body, f.result, f.result != nil, run)
 	ev = append(ev, '}')
 	argv := c.answerArgv(o.Stage, t, run, sharedInline(o.MaxSharedInline, o.MaxInline))
 	argv = append(argv, tok(o.Token), ev)

@@ -1,6 +1,7 @@
 package flight_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -16,14 +17,31 @@ func TestHitAnswersOnlyFromTheRecord(t *testing.T) {
 	modes(t, func(t *testing.T, b *bundle) {
 		d, _ := b.own("k-hit")
 		result := []byte(`{"score": 7}`)
-		if _, err := b.c.Complete(b.ctx, *d.Owner, result, 0); err != nil {
+		o := *d.Owner
+		o.Usage = &flight.Usage{PromptTokens: 30, CompletionTokens: 4, Model: "m-1"}
+		if _, err := b.c.Complete(b.ctx, o, result, 0); err != nil {
 			t.Fatal(err)
 		}
-		fin := b.c.Finished(*d.Owner, result)
+		fin := b.c.Finished(o, result)
+		// A task left parked on the finished flight (a settle cut short on Redis Cluster) is
+		// answered by the hit, as by an acquire's.
+		tw := b.task("tw")
+		if err := b.rdb.HSet(b.ctx, b.ks.Waiters("k-hit"), tw.Entry+" "+tw.Stream, strconv.FormatInt(b.now(), 10)+" tw").Err(); err != nil {
+			t.Fatal(err)
+		}
 		t1 := b.task("t1")
 		h, ok, err := b.c.Hit(b.ctx, fin, t1, 0)
-		if err != nil || !ok || h.Action != flight.ActionResultHit || h.Token != d.Token || h.Answered != 1 {
+		if err != nil || !ok || h.Action != flight.ActionResultHit || h.Token != d.Token || h.Answered != 2 {
 			t.Fatalf("hit on the SUCCEEDED record: %+v, %v, %v", h, ok, err)
+		}
+		if h.Usage == nil || *h.Usage != *o.Usage {
+			t.Errorf("the hit's usage %+v, want the owner's %+v (the ledger counts it as avoided)", h.Usage, o.Usage)
+		}
+		if e := b.events()["tw"]; len(e) != 1 || e[0].Shared != topics.SharedFollower || string(e[0].Result) != `{"score":7}` {
+			t.Errorf("the parked task's events %+v, want one follower event with the result", e)
+		}
+		if h := b.holder(tw); h != "" || b.rdb.Exists(b.ctx, b.ks.Waiters("k-hit")).Val() != 0 {
+			t.Errorf("the parked task's entry is held by %q, or its waiter field is left", h)
 		}
 		d2 := b.acquire("k-hit", "B", b.task("t-acq"))
 		ev, ev2 := b.events()["t1"], b.events()["t-acq"]
@@ -33,8 +51,9 @@ func TestHitAnswersOnlyFromTheRecord(t *testing.T) {
 		}
 		if d2.Action != flight.ActionResultHit || len(ev2) != 1 || ev2[0].Shared != ev[0].Shared ||
 			ev2[0].OwnerToken != ev[0].OwnerToken || string(ev2[0].Result) != string(ev[0].Result) ||
-			ev2[0].Attempts != ev[0].Attempts || ev2[0].RequestKey != ev[0].RequestKey {
-			t.Errorf("an acquire's hit answered %+v, the short hit %+v: want the same outcome", ev2, ev)
+			ev2[0].Attempts != ev[0].Attempts || ev2[0].RequestKey != ev[0].RequestKey || ev2[0].Tenant != ev[0].Tenant ||
+			ev2[0].ResultRef != ev[0].ResultRef || ev2[0].Usage != nil || ev[0].Usage != nil {
+			t.Errorf("an acquire's hit answered %+v, the short hit %+v: want the same outcome, without usage", ev2, ev)
 		}
 		if h := b.holder(t1); h != "" {
 			t.Errorf("t1's entry is still pending under %q", h)

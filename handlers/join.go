@@ -29,7 +29,8 @@ type joins struct {
 }
 
 // maxFinished bounds the finished flights a processor keeps to answer late duplicates. Each
-// keeps a result no larger than the events of other tasks inline (1 KiB by default).
+// keeps a result of at most 4 KiB (flight.Finished), no larger than the events of other tasks
+// inline (1 KiB by default).
 const maxFinished = 1024
 
 // finishedRef is one finished key in the ring of joins.
@@ -43,8 +44,9 @@ type joinGroup struct {
 	closed  bool      // the leader took its joiners or ended, so no task joins any more
 	waiting []*joiner // the joiners the leader has not taken
 	trace   string    // the traceparent of the leader's model call, set by take
-	// fin is the outcome the leader completed, which answers the key's late duplicates until
-	// until (taskRun.hit); nil while the leader runs, or when it did not complete.
+	// fin is the outcome the leader completed, or that its acquire found stored (a hit), which
+	// answers the key's late duplicates until until (taskRun.hit); nil while the leader runs,
+	// or when it did neither.
 	fin   *flight.Finished
 	until time.Time
 }
@@ -69,8 +71,8 @@ const (
 	// spooled means the complete failed and the leader's spooled outcome carries the task. Its
 	// write-back answers the task, as the complete would have.
 	spooled
-	// finished means the leader's acquire was a hit, and the task is answered from the same
-	// outcome by taskRun.hit.
+	// finished means the leader ended with an outcome it keeps (its acquire was a hit), and the
+	// task is answered from it by taskRun.hit.
 	finished
 )
 

@@ -365,17 +365,16 @@ end)
 -- ARGV[3] -> the token the flight completed under (decimal)
 -- ARGV[4] -> the caller's event, whole, built by the caller from that outcome
 --
--- Output: { 'HIT', <answer tail> } when the record is SUCCEEDED under that token: the caller's
--- task has its event and its entry is acknowledged. { 'MISS', <answer tail> } otherwise: it did
--- nothing, and the caller acquires. A SUCCEEDED record never changes under its token, so the
--- event the caller built is the one acquire would build from it.
+-- Output: { 'HIT', <answer tail> } when the record is SUCCEEDED under that token: as acquire's
+-- RESULT_HIT, the caller's task has its event, any task still parked on the flight is answered
+-- with the same outcome, and their entries are acknowledged. { 'MISS', <answer tail> }
+-- otherwise: it did nothing, and the caller acquires. A SUCCEEDED record never changes under
+-- its token, so the event the caller built is the one acquire would build from it.
+local function hitOthers() return eventBody(V[4]) end
+
 register('hit', function()
   local v = redis.call('GETRANGE', K[1], '0', '47')
   if string.find(v, 'f1\tSUCCEEDED\t' .. V[3] .. '\t', 1, true) ~= 1 then return tail({ 'MISS' }) end
-  local c = ctx()
-  emit(c.task, V[4])
-  local o = answered()
-  o.caller = 'hit'
-  if c.entry ~= '' then o.acks[#o.acks + 1] = c.entry end
+  answer(nil, 'hit', nil, hitOthers, V[4])
   return tail({ 'HIT' })
 end)

@@ -64,7 +64,7 @@ end
 -- compOthers is the body of the events of the tasks other than the caller's.
 local function compOthers()
   if V[9] ~= '' then return V[9] end
-  return string.match(V[8], '^{"taskId":"[^"]*","shared":"[^"]*","queuedMs":%d+,(.*)}$') or V[8]
+  return eventBody(V[8])
 end
 
 -- compLabel is the shared label of the caller's own event.

@@ -39,7 +39,7 @@
 -- on a single Redis node only, where a script may reach any key; on Redis Cluster they live in
 -- other slots, and the caller writes them (mode return).
 --
--- Answer context of the scripts that answer tasks (acquire, complete, fail, cancel):
+-- Answer context of the scripts that answer tasks (acquire, hit, complete, fail, cancel):
 --   V[1] -> "<mode> <result stream MAXLEN ~, 0: none> <group> <parking consumer> <result
 --           stream>"; mode: write (events and acknowledgements here, one Redis node) or
 --           return (handed back: Redis Cluster)
@@ -415,6 +415,12 @@ local function outcomeOf(m, status, result, etype, ecode, emsg)
   if (ecode or '') ~= '' then s = s .. ',"errorCode":' .. ecode end
   if (emsg or '') ~= '' then s = s .. ',"error":' .. emsg end
   return s
+end
+
+-- eventBody returns the body of event ev, a whole event this library's way (every field but
+-- taskId, shared and queuedMs): what the other tasks an event's outcome answers get.
+local function eventBody(ev)
+  return string.match(ev, '^{"taskId":"[^"]*","shared":"[^"]*","queuedMs":%d+,(.*)}$') or ev
 end
 
 -- failureOf returns the body of the events of a FAILED, CANCELLED or EXPIRED record.
