@@ -1,8 +1,11 @@
 package handlers_test
 
 import (
-	"strconv"
+	"bufio"
+	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,46 +14,68 @@ import (
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// logCalls makes Redis log every command it runs for its clients (SLOWLOG), from now.
-func logCalls(t *testing.T, b *bundle) {
+// recordReads watches Redis (MONITOR, on a connection of its own) and returns a function that
+// stops watching and counts how the flight functions read a record meanwhile: an acquire
+// reads its head (GETRANGE 0 4095), the short hit only its first line (GETRANGE 0 47).
+func recordReads(t *testing.T, b *bundle) (stop func() (acquires, hits int)) {
 	t.Helper()
-	for _, kv := range [][2]string{{"slowlog-max-len", "100000"}, {"slowlog-log-slower-than", "0"}} {
-		if err := b.r.Client.ConfigSet(b.ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.r.Client.Do(b.ctx, "SLOWLOG", "RESET").Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// loggedFunctions counts the flight functions the logged FCALLs ran, by name without the
-// library's prefix; a batch counts each call it carries.
-func loggedFunctions(t *testing.T, b *bundle) map[string]int {
-	t.Helper()
-	logs, err := b.r.Client.SlowLogGet(b.ctx, -1).Result()
+	opt := b.r.Client.Options()
+	conn, err := net.Dial("tcp", opt.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]int{}
-	for _, l := range logs {
-		if len(l.Args) < 2 || !strings.EqualFold(l.Args[0], "fcall") {
-			continue
+	rd := bufio.NewReader(conn)
+	cmd := "*1\r\n$7\r\nMONITOR\r\n"
+	if opt.Password != "" {
+		user := opt.Username
+		if user == "" {
+			user = "default"
 		}
-		name := l.Args[1][strings.LastIndexByte(l.Args[1], '_')+1:]
-		if name != "batch" {
-			out[name]++
-			continue
+		cmd = fmt.Sprintf("*3\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(user), user, len(opt.Password), opt.Password) + cmd
+		if _, err := conn.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
 		}
-		nk, _ := strconv.Atoi(l.Args[2])
-		n, _ := strconv.Atoi(l.Args[3+nk])
-		for i := range n {
-			if at := 4 + nk + 3*i; at < len(l.Args) {
-				out[l.Args[at]]++
-			}
+		if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+			t.Fatalf("AUTH: %q, %v", l, err)
 		}
+	} else if _, err := conn.Write([]byte(cmd)); err != nil {
+		t.Fatal(err)
 	}
-	return out
+	if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q, %v", l, err)
+	}
+	var mu sync.Mutex
+	var a, h int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			l = strings.TrimRight(l, "\r\n")
+			if !strings.Contains(strings.ToLower(l), `"getrange"`) {
+				continue
+			}
+			mu.Lock()
+			switch {
+			case strings.HasSuffix(l, `"0" "4095"`):
+				a++
+			case strings.HasSuffix(l, `"0" "47"`):
+				h++
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() (acquires, hits int) {
+		time.Sleep(200 * time.Millisecond) // the last lines are on their way
+		_ = conn.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return a, h
+	}
 }
 
 // TestLateDuplicateIsAHitWithoutAcquire: duplicates of a key read after this consumer
@@ -64,17 +89,18 @@ func TestLateDuplicateIsAHitWithoutAcquire(t *testing.T) {
 	ev := "interview-evaluation"
 	first := dupTasks(b, "first", 7, 1, 0)
 	onceEach(t, b, first, topics.StatusSucceeded)
-	logCalls(t, b)
+	reads := recordReads(t, b)
 	late := dupTasks(b, "late", 7, 5, 0)
 	shared := onceEach(t, b, late, topics.StatusSucceeded)
+	acquires, hits := reads()
 	if shared[topics.SharedHit] != 5 {
 		t.Errorf("shared %v, want 5 hits", shared)
 	}
 	if b.runs.Load() != 1 {
 		t.Errorf("model runs %d, want 1", b.runs.Load())
 	}
-	if calls := loggedFunctions(t, b); calls["hit"] != 5 || calls["acquire"] != 0 {
-		t.Errorf("flight calls %v for the late duplicates, want 5 hit and no acquire", calls)
+	if acquires != 0 || hits != 5 {
+		t.Errorf("the late duplicates made %d acquires and %d hits, want 5 hits", acquires, hits)
 	}
 	got := b.eventsFor([]string{ev}, late, time.Second)
 	for _, id := range late {
@@ -122,14 +148,15 @@ func TestHitAnswersTheDuplicatesThatJoinedIt(t *testing.T) {
 	onceEach(t, b, dupTasks(b, "first", 9, 1, 0), topics.StatusSucceeded)
 	stop()
 	b.consumer("c2", withStage(prometheus.NewRegistry(), 8, 2*time.Second))
-	logCalls(t, b)
+	reads := recordReads(t, b)
 	late := dupTasks(b, "late", 9, 6, 0)
 	shared := onceEach(t, b, late, topics.StatusSucceeded)
+	acquires, hits := reads()
 	if shared[topics.SharedHit] != 6 || b.runs.Load() != 1 {
 		t.Errorf("shared %v, model runs %d; want 6 hits and the one run", shared, b.runs.Load())
 	}
-	if calls := loggedFunctions(t, b); calls["acquire"] != 1 || calls["hit"] != 5 {
-		t.Errorf("flight calls %v, want 1 acquire and 5 hit", calls)
+	if acquires != 1 || hits != 5 {
+		t.Errorf("%d acquires and %d hits, want 1 acquire and 5 hits", acquires, hits)
 	}
 	got := b.eventsFor([]string{"interview-evaluation"}, late, time.Second)
 	for _, id := range late[1:] {
