@@ -59,7 +59,9 @@ func (c *Coordinator) FinishedBy(p AcquireParams, d Decision) *Finished {
 // acknowledgement of its entry, in one call that first checks that the flight is still
 // SUCCEEDED under f's token. ok and a nil error mean it did; ok false and a nil error that the
 // flight no longer holds f's outcome, nothing was written, and the caller acquires as usual.
-// After an error the call may have answered the task or not. run is the caller's runMs, as in
+// A task whose entry is no longer pending was answered before, by whoever acknowledged it:
+// then Decision.Shared is "" and nothing was written. After an error the call may have
+// answered the task or not. run is the caller's runMs, as in
 // AcquireParams.Run. Like an acquire's hit, the event says no usage, and Decision.Usage is the
 // owner's, which the task avoided.
 func (c *Coordinator) Hit(ctx context.Context, f *Finished, t Task, run time.Duration) (d Decision, ok bool, err error) {
@@ -91,12 +93,16 @@ func (c *Coordinator) Hit(ctx context.Context, f *Finished, t Task, run time.Dur
 	if err != nil {
 		return Decision{}, false, fmt.Errorf("flight: hit %q: %w", o.Key, err)
 	}
-	if code, _ := res[0].(string); code != "HIT" {
+	code, _ := res[0].(string)
+	if code != "HIT" && code != "ANSWERED" {
 		return Decision{}, false, nil
 	}
 	d = Decision{Action: ActionResultHit, Token: o.Token, Attempts: max(o.Attempts, 1), OwnerID: o.OwnerID,
 		OwnerTaskID: o.Task.ID, Status: StatusSucceeded, Shared: topics.SharedHit, Usage: o.Usage,
 		OwnerTrace: o.Trace, Answered: ans.n, Waited: ans.waited}
+	if code == "ANSWERED" {
+		d.Shared = "" // the task was answered before, by another call
+	}
 	if err := c.settle(ctx, o.Key, o.Stage, ans); err != nil {
 		return d, true, fmt.Errorf("flight: hit %q: %w", o.Key, err)
 	}

@@ -10,7 +10,8 @@ import (
 
 // TestHitAnswersOnlyFromTheRecord: a kept outcome (Finished) answers a duplicate by Hit with
 // the event an acquire's hit would write (shared hit, the owner's token, the result inlined)
-// and acknowledges its entry, while the record is SUCCEEDED under the kept token. Once the
+// and acknowledges its entry, while the record is SUCCEEDED under the kept token; on one node
+// never twice. Once the
 // record is gone, and once a new run of the key holds it (running, then succeeded under a
 // larger token), Hit writes nothing and leaves the entry pending: the caller acquires.
 func TestHitAnswersOnlyFromTheRecord(t *testing.T) {
@@ -57,6 +58,15 @@ func TestHitAnswersOnlyFromTheRecord(t *testing.T) {
 		}
 		if h := b.holder(t1); h != "" {
 			t.Errorf("t1's entry is still pending under %q", h)
+		}
+		if b.mode == "write" {
+			// The same hit again (a lost reply, a consumer paused while another answered the
+			// task): the entry is no longer pending, so nothing more is written.
+			h, ok, err := b.c.Hit(b.ctx, fin, t1, 0)
+			if err != nil || !ok || h.Shared != "" || h.Answered != 0 || len(b.events()["t1"]) != 1 {
+				t.Errorf("a second hit of t1: %+v, %v, %v, events %d; want it answered before, nothing written",
+					h, ok, err, len(b.events()["t1"]))
+			}
 		}
 
 		miss := func(when string) {

@@ -55,6 +55,12 @@ func (t *taskRun) hit(ctx context.Context, fin *flight.Finished) (settled, rode 
 		p.joins.forget(t.key, fin)
 		return false, false
 	}
+	if d.Shared == "" {
+		l := t.logger()
+		l.Warn().Msg("the task's entry was answered while this consumer held it; not answering it again")
+		stream.Acked(t.msg)
+		return true, false
+	}
 	t.linkOwner(d.OwnerTrace, linkAnsweredBy)
 	t.token.Store(d.Token)
 	t.observe(d)

@@ -367,14 +367,19 @@ end)
 --
 -- Output: { 'HIT', <answer tail> } when the record is SUCCEEDED under that token: as acquire's
 -- RESULT_HIT, the caller's task has its event, any task still parked on the flight is answered
--- with the same outcome, and their entries are acknowledged. { 'MISS', <answer tail> }
--- otherwise: it did nothing, and the caller acquires. A SUCCEEDED record never changes under
--- its token, so the event the caller built is the one acquire would build from it.
+-- with the same outcome, and their entries are acknowledged. { 'ANSWERED', <answer tail> }
+-- (mode write) when the caller's entry is no longer pending: whoever acknowledged it answered
+-- it (a consumer that claimed it while this one was paused, or this call made before, whose
+-- reply was lost), and nothing is written. { 'MISS', <answer tail> } otherwise: it did
+-- nothing, and the caller acquires. A SUCCEEDED record never changes under its token, so the
+-- event the caller built is the one acquire would build from it.
 local function hitOthers() return eventBody(V[4]) end
 
 register('hit', function()
   local v = redis.call('GETRANGE', K[1], '0', '47')
   if string.find(v, 'f1\tSUCCEEDED\t' .. V[3] .. '\t', 1, true) ~= 1 then return tail({ 'MISS' }) end
+  local entry = ctx().entry
+  if entry ~= '' and answeredBefore(entry) then return tail({ 'ANSWERED' }) end
   answer(nil, 'hit', nil, hitOthers, V[4])
   return tail({ 'HIT' })
 end)
