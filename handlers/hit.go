@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightdeck-ai/flightdeck/executor"
@@ -88,10 +87,7 @@ func endHit(sp trace.Span, d flight.Decision, err error) {
 	if sp == nil {
 		return
 	}
-	if err != nil {
-		sp.RecordError(err)
-		sp.SetStatus(codes.Error, err.Error())
-	} else {
+	if !spanFailed(sp, err) {
 		sp.SetAttributes(attribute.Bool("flightdeck.hit", d.Action != ""), attribute.Int64("flightdeck.token", d.Token))
 	}
 	sp.End()

@@ -88,16 +88,24 @@ func (t *taskRun) startAcquire(ctx context.Context) (context.Context, trace.Span
 	return ctx, sp, call
 }
 
+// spanFailed records err on the span of a Redis call, when there is one, and reports whether
+// there was.
+func spanFailed(sp trace.Span, err error) bool {
+	if err == nil {
+		return false
+	}
+	sp.RecordError(err)
+	sp.SetStatus(codes.Error, err.Error())
+	return true
+}
+
 // endAcquire ends the acquire's span with its decision. A task that follows or was answered
 // links to the model call of the flight's owner.
 func (t *taskRun) endAcquire(sp trace.Span, d flight.Decision, err error) {
 	if sp == nil {
 		return
 	}
-	if err != nil {
-		sp.RecordError(err)
-		sp.SetStatus(codes.Error, err.Error())
-	} else {
+	if !spanFailed(sp, err) {
 		sp.SetAttributes(attribute.String("flightdeck.action", string(d.Action)), attribute.String("flightdeck.reason", string(d.Reason)),
 			attribute.Int64("flightdeck.token", d.Token), attribute.Int("flightdeck.attempt", d.Attempts))
 		switch d.Action {
