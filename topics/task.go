@@ -225,7 +225,10 @@ func (t Task) EncodeWith(lim Limits) ([]byte, error) {
 //
 // The returned Task has Input and Params compacted and Params nil when null, so that
 // DecodeTask(t.Encode()) returns t again.
-func DecodeTask(payload []byte, lim Limits) (Task, error) {
+func DecodeTask(payload []byte, lim Limits) (Task, error) { return decodeTask(payload, lim, true) }
+
+// decodeTask is DecodeTask; plain lets it read plain payloads without reflection (decodePlain).
+func decodeTask(payload []byte, lim Limits, plain bool) (Task, error) {
 	lim.setDefaults()
 	if len(payload) > lim.MaxPayloadBytes {
 		return Task{}, invalid(ReasonPayloadTooLarge, "", fmt.Sprintf("%d bytes, limit %d", len(payload), lim.MaxPayloadBytes))
@@ -242,7 +245,11 @@ func DecodeTask(payload []byte, lim Limits) (Task, error) {
 	}
 
 	var t Task
-	if err := json.Unmarshal(payload, &t); err != nil {
+	if !plain || !decodePlain(payload, &t) {
+		t = Task{}
+		err = json.Unmarshal(payload, &t)
+	}
+	if err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			v := te.Value
 			if len(v) > 40 {

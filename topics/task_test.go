@@ -249,8 +249,9 @@ func TestTaskEncodeTooLarge(t *testing.T) {
 	wantReason(t, err, ReasonPayloadTooLarge)
 }
 
-func FuzzDecodeTask(f *testing.F) {
-	for _, s := range []string{
+// taskPayloadSeeds are the seed payloads of the task decoding fuzz tests.
+func taskPayloadSeeds() []string {
+	seeds := []string{
 		`{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":{"answer":"..."}}`,
 		`{"taskId":"t","stage":"s","tenant":"a","sessionId":"x","requestKey":"k/+=","input":[1,"<&>"],"modelVersion":"m","promptVersion":"p","deadline":"2030-01-02T03:04:05Z","attempt":1,"enqueuedAt":"2030-01-02T03:04:05.000Z","params":{"a":null}}`,
 		`{"taskId":"t","stage":"s","tenant":"a","input":1e999,"params":null,"TASKID":"u"}`,
@@ -279,21 +280,26 @@ func FuzzDecodeTask(f *testing.F) {
 		`{"taskId":"t","stage":"s","tenant":"a","input":1,"deadline":"2030-13-45T99:00:00Z","enqueuedAt":"now"}`,
 		`{"taskId":"t","stage":"s","tenant":"a","input":1,"params":[1]}`,
 		`{"taskId":"t","stage":"s","tenant":"a","input":1,"modelVersion":"gpt 4","promptVersion":"\u00e9"}`,
-	} {
-		f.Add([]byte(s))
 	}
 	for _, c := range strictNameCases { // case variants, folding, escapes, duplicates
-		f.Add([]byte(c.payload))
+		seeds = append(seeds, c.payload)
 	}
 	// Duplicate member names inside input and params: the attack on a derived key (a
 	// duplicate the canonical form drops but a model reads), escaped, in arrays, deep.
-	f.Add([]byte(`{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":` + attackInput + `}`))
+	seeds = append(seeds, `{"taskId":"t-1","stage":"interview-evaluation","tenant":"acme","input":`+attackInput+`}`)
 	for _, c := range duplicateCases {
 		p := `{"taskId":"t","stage":"s","tenant":"a","input":` + c.input
 		if c.params != "" {
 			p += `,"params":` + c.params
 		}
-		f.Add([]byte(p + "}"))
+		seeds = append(seeds, p+"}")
+	}
+	return seeds
+}
+
+func FuzzDecodeTask(f *testing.F) {
+	for _, s := range taskPayloadSeeds() {
+		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		task, err := DecodeTask(payload, Limits{})
