@@ -90,14 +90,17 @@ func BenchmarkFollowerAcquire(b *testing.B) {
 // INFO commandstats (what the scripts cost, without the network); redis-us/op is
 // redis-server's CPU time over the loop (user + sys, INFO cpu). callers=1 makes one call per
 // round trip; callers=8 runs 8 concurrent owners whose calls share pipelines (lua.Batcher), as
-// a consumer's handlers do.
+// a consumer's handlers do. joined=9 is callers=1 with 9 more tasks of the key joined to each
+// owner in its consumer (a burst of 10 duplicates), answered by its complete: what each joined
+// task's event and acknowledgement cost.
 func BenchmarkOwnerPathRedis(b *testing.B) {
 	for _, callers := range []int{1, 8} {
-		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) { benchOwnerPath(b, callers) })
+		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) { benchOwnerPath(b, callers, 0) })
 	}
+	b.Run("joined=9", func(b *testing.B) { benchOwnerPath(b, 1, 9) })
 }
 
-func benchOwnerPath(b *testing.B, callers int) {
+func benchOwnerPath(b *testing.B, callers, joined int) {
 	r := redistest.New(b)
 	ctx := context.Background()
 	ks := topics.Keyspace{Prefix: r.Prefix}
@@ -117,15 +120,16 @@ func benchOwnerPath(b *testing.B, callers int) {
 	if err := c.Load(ctx); err != nil {
 		b.Fatal(err)
 	}
+	per := 1 + joined // entries per owner cycle
 	pipe := r.Client.Pipeline()
-	for i := range b.N {
+	for i := range b.N * per {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "t" + strconv.Itoa(i)}})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
 	}
 	res, err := r.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: "bench-1",
-		Streams: []string{stream, ">"}, Count: int64(b.N)}).Result()
+		Streams: []string{stream, ">"}, Count: int64(b.N * per)}).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -142,13 +146,22 @@ func benchOwnerPath(b *testing.B, callers int) {
 					return nil
 				}
 				d, err := c.Acquire(ctx, flight.AcquireParams{Key: "path-" + r.Prefix + strconv.Itoa(i), OwnerID: "bench-1",
-					Task:  flight.Task{ID: "task-" + strconv.Itoa(i), Stream: stream, Entry: entries[i].ID},
+					Task:  flight.Task{ID: "task-" + strconv.Itoa(i), Stream: stream, Entry: entries[i*per].ID},
 					Stage: "s", Tenant: "acme", Policy: pol, Start: true})
 				if err != nil || d.Action != flight.ActionOwner {
 					return fmt.Errorf("acquire: %v %v", d.Action, err)
 				}
-				if _, err := c.Complete(ctx, *d.Owner, result, 0); err != nil {
+				own := *d.Owner
+				for j := 1; j < per; j++ {
+					own.Joined = append(own.Joined, flight.Task{ID: "task-" + strconv.Itoa(i) + "-" + strconv.Itoa(j),
+						Stream: stream, Entry: entries[i*per+j].ID})
+				}
+				st, err := c.Complete(ctx, own, result, 0)
+				if err != nil {
 					return err
+				}
+				if joined > 0 && !st.JoinedAnswered {
+					return fmt.Errorf("complete left the joined tasks unanswered: %+v", st)
 				}
 			}
 		})

@@ -1,6 +1,7 @@
 package flight_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
@@ -98,6 +99,45 @@ func TestCompleteStaleLeavesJoinedTasks(t *testing.T) {
 		}
 		if evs := b.events()["j1"]; len(evs) != 0 {
 			t.Errorf("the joined task got events: %+v", evs)
+		}
+	})
+}
+
+// TestResultStreamStaysCapped: with ResultMaxLen set, a result stream into which every complete
+// writes the events of many joined tasks stays near the cap (XADD MAXLEN ~ trims whole nodes of up to 100 entries),
+// and the trimming keeps the newest events.
+func TestResultStreamStaysCapped(t *testing.T) {
+	modes(t, func(t *testing.T, b *bundle) {
+		const maxLen, cycles, joined = 20, 40, 9
+		c, err := flight.NewCoordinator(flight.Config{Client: b.rdb, Keyspace: b.ks, Consumer: "test",
+			AnswerAfterScript: b.mode == "return", ResultMaxLen: maxLen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.c = c
+		for i := range cycles {
+			d, _ := b.own("capped-" + strconv.Itoa(i))
+			o := *d.Owner
+			for j := range joined {
+				o.Joined = append(o.Joined, b.task("j"+strconv.Itoa(i)+"-"+strconv.Itoa(j)))
+			}
+			if st, err := b.complete(o, `{"v":1}`); err != nil || !st.JoinedAnswered {
+				t.Fatalf("complete %d: %+v %v", i, st, err)
+			}
+		}
+		n, err := b.rdb.XLen(b.ctx, b.ks.Results(testStage)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Uncapped, the stream would hold cycles*(1+joined) = 400 events.
+		if n > maxLen+100+joined+1 {
+			t.Fatalf("result stream holds %d events; cap %d", n, maxLen)
+		}
+		evs := b.events()
+		for j := range joined {
+			if id := "j" + strconv.Itoa(cycles-1) + "-" + strconv.Itoa(j); len(evs[id]) != 1 {
+				t.Errorf("the last complete's event of %s is missing: %v", id, evs[id])
+			}
 		}
 	})
 }

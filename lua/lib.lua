@@ -436,10 +436,12 @@ for i = 0, 64 do SMALL[i] = '' .. i end
 -- decimal returns n, an integer, as a decimal string.
 local function decimal(n) return SMALL[n] or fmt(n) end
 
--- xadd appends event payload p of task taskId, the call's n-th, to results (mode write).
+-- xadd appends event payload p of task taskId, the call's n-th, to results (mode write). The
+-- call's first event trims the stream (approximate MAXLEN); the others, of the same call, leave
+-- it to the next call: each argument costs a call about 870 instructions.
 local function xadd(results, maxlen, taskId, n, p)
   local id = taskId .. '-' .. nowUsStr .. '-' .. decimal(n)
-  if maxlen ~= '0' then
+  if maxlen ~= '0' and n == 1 then
     redis.call('XADD', results, 'MAXLEN', '~', maxlen, '*', '_watermill_message_uuid', id, 'payload', p)
   else
     redis.call('XADD', results, '*', '_watermill_message_uuid', id, 'payload', p)
