@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/flightdeck-ai/flightdeck/lua"
@@ -14,8 +15,31 @@ import (
 // later duplicate of its key is answered by Hit instead of a full acquire (DESIGN.md section
 // 5, "Late duplicates").
 type Finished struct {
-	o      Ownership
+	o Ownership
+	// raw is the result as the owner's call returned it, until inline compacts it: most kept
+	// outcomes never answer a duplicate, so their results are never parsed again.
+	raw    []byte
+	once   sync.Once
 	result []byte // the compact result when the events of others inline it, else nil
+}
+
+// inline returns the compact result when the events of other tasks inline it, else nil.
+func (f *Finished) inline() []byte {
+	f.once.Do(func() {
+		if f.raw != nil {
+			f.result, f.raw = inlined(f.o, f.raw), nil
+		}
+	})
+	return f.result
+}
+
+// inlined returns result compacted when it is JSON that the events of o's other tasks inline,
+// else nil.
+func inlined(o Ownership, result []byte) []byte {
+	if compact, err := compactJSON(result); err == nil && len(compact) <= sharedInline(o.MaxSharedInline, o.MaxInline) {
+		return compact
+	}
+	return nil
 }
 
 // maxKeptResult is the largest result a Finished keeps: a key whose events inline a larger one
@@ -29,12 +53,15 @@ func (c *Coordinator) Finished(o Ownership, result []byte) *Finished {
 	f := &Finished{o: o}
 	f.o.Joined = nil
 	f.o.Usage = parseUsage(usageArg(o.Usage).(string)) // as the record keeps it
-	if compact, err := compactJSON(result); err == nil && len(compact) <= sharedInline(o.MaxSharedInline, o.MaxInline) {
-		f.result = compact
+	if len(result) <= maxKeptResult {
+		f.raw = result // compacted, if ever, when a duplicate comes
+		return f
 	}
-	if len(f.result) > maxKeptResult {
+	// Compacting may bring a larger result within the bound: it is rare, so it is done now.
+	if f.result = inlined(f.o, result); len(f.result) > maxKeptResult {
 		return nil
 	}
+	f.once.Do(func() {})
 	return f
 }
 
@@ -71,13 +98,14 @@ func (c *Coordinator) Hit(ctx context.Context, f *Finished, t Task, run time.Dur
 	}
 	body := o
 	body.Usage = nil // an event reports usage only for the call that used it
-	ev := make([]byte, 0, 384+len(o.Key)+len(t.ID)+len(f.result))
+	result := f.inline()
+	ev := make([]byte, 0, 384+len(o.Key)+len(t.ID)+len(result))
 	ev = append(ev, `{"taskId":"`...)
 	ev = append(ev, t.ID...)
 	ev = append(ev, `","shared":"hit","queuedMs":`...)
 	ev = strconv.AppendInt(ev, t.Queued.Milliseconds(), 10)
 	ev = append(ev, ',')
-	ev = c.successBody(ev, body, f.result, f.result != nil, run)
+	ev = c.successBody(ev, body, result, result != nil, run)
 	ev = append(ev, '}')
 	argv := c.answerArgv(o.Stage, t, run, sharedInline(o.MaxSharedInline, o.MaxInline))
 	argv = append(argv, tok(o.Token), ev)
