@@ -235,6 +235,9 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 	if j == nil {
 		return false, false
 	}
+	// A joined task holds no handler while it waits, as a parked follower holds none: the
+	// consumer reads more tasks meanwhile (stream.Waiting bounds how many wait so).
+	stream.Waiting(t.msg)
 	start := time.Now()
 	waiting := p.metrics.joined.WithLabelValues(t.task.Stage)
 	waiting.Inc()

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,6 +155,41 @@ func TestJoinedTasksRideTheOwnersComplete(t *testing.T) {
 	until(t, "no entry pending", func() bool {
 		return b.r.Client.XPending(b.ctx, b.ks.Tasks(ev), topics.ConsumerGroup).Val().Count == 0
 	})
+}
+
+// TestJoinedTasksHoldNoHandler: tasks waiting for their key's owner in the consumer hold no
+// handler (stream.Waiting): with 2 handlers, five duplicates join the running owner, and a
+// task of another key behind them is read and answered while the owner's call is still held;
+// the owner's complete then answers the five, none parked.
+func TestJoinedTasksHoldNoHandler(t *testing.T) {
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	gm := newGateModel()
+	b.consumer("c1", func(c *handlers.Config) {
+		withStage(reg, 2, time.Minute)(c)
+		for i := range c.Stages {
+			c.Stages[i].Lease = time.Minute // joinWait is at most the lease
+		}
+		c.Models = map[string]model.Model{"sim": gm}
+	})
+	release := sync.OnceFunc(func() { close(gm.release) })
+	t.Cleanup(release) // a failed check must not leave the consumer's shutdown waiting for the call
+	ev := "interview-evaluation"
+	ids := dupTasks(b, "dup", 1, 6, 0)
+	wait(t, gm.started, "the owner's model call")
+	until(t, "five tasks joined the owner", func() bool { return gaugeValue(t, reg, "flightdeck_joined_waiting", ev) == 5 })
+	b.enqueue(topics.Task{TaskID: "other", Stage: ev, Input: simInput(2, 0)})
+	if e := b.eventsFor([]string{ev}, []string{"other"}, 10*time.Second)["other"]; len(e) != 1 {
+		t.Fatalf("the other key's task: %+v; the joined tasks held the handlers", e)
+	}
+	release()
+	shared := onceEach(t, b, ids, topics.StatusSucceeded)
+	if gm.runs.Load() != 2 || shared[topics.SharedOwner] != 1 || shared[topics.SharedFollower] != 5 {
+		t.Errorf("model runs %d, shared %v; want 2 runs, 1 owner and 5 followers of key 1", gm.runs.Load(), shared)
+	}
+	if oc := outcomes(t, reg, ev, 7); oc["parked"] != 0 {
+		t.Errorf("outcomes %v; want none parked", oc)
+	}
 }
 
 // TestJoinWaitIsBounded: while a key's owner runs a long model call, its duplicates wait in

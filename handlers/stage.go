@@ -67,7 +67,8 @@ type StageConfig struct {
 	// L1Replay keeps a finished result in process memory for a short replay. Defaults per stage.
 	L1Replay *bool `yaml:"l1Replay"`
 	// Concurrency is how many tasks of the stage one consumer process runs at once, and so
-	// its most model calls at once. Defaults to 64.
+	// its most model calls at once; tasks that only wait (joined or parked) do not count. A
+	// joined task that runs after its owner failed may pass it. Defaults to 64.
 	Concurrency int `yaml:"concurrency"`
 	// RateLimit caps model calls per second per consumer in degraded mode. 0 means none.
 	RateLimit float64 `yaml:"rateLimit"`
@@ -102,7 +103,7 @@ type StageConfig struct {
 	// or vanished is answered by whoever checks it. Defaults to twice the lease.
 	ParkCheck time.Duration `yaml:"parkCheck"`
 	// JoinWait is how long a task waits for its key's owner when that owner runs in the same
-	// consumer. The task holds its handler while it waits. The owner's complete answers it too,
+	// consumer. The task holds no handler while it waits. The owner's complete answers it too,
 	// in the same call, and the task makes no call to Redis of its own. After JoinWait it
 	// acquires the flight like any task and parks on it, holding no handler. Defaults to 50 ms,
 	// or the lease when shorter. Negative turns it off. At most the lease.

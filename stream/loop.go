@@ -33,9 +33,10 @@ type heldEntry struct {
 	due        time.Time
 	state      int
 	index      int // position in the delayed heap
-	// finishing is set when the entry is handed out and its handler called Finishing. Its
-	// slot counts as free while the message is not yet settled.
-	finishing bool
+	// finishing is set when the entry is handed out and its handler called Finishing or
+	// Waiting. Its slot counts as free while the message is not yet settled. waiting is set
+	// too when it was Waiting.
+	finishing, waiting bool
 	// note is what the handler of its last delivery left with DelayWith. See MetaNote.
 	note string
 }
@@ -78,7 +79,8 @@ type topicLoop struct {
 	ready      []*heldEntry
 	delayed    delayHeap
 	inflight   int // handed out and holding a slot
-	finishing  int // handed out, finishing: no slot held, not yet settled
+	finishing  int // handed out, finishing or waiting: no slot held, not yet settled
+	waiting    int // of those, waiting (Waiting): not about to settle
 	cands      []Candidate
 	candIDs    map[string]bool
 	recovering bool
@@ -201,7 +203,7 @@ func (l *topicLoop) gather(free int) int {
 	for {
 		l.mu.Lock()
 		free = cfg.Capacity - l.inflight
-		finishing := l.finishing
+		finishing := l.finishing - l.waiting // a waiting handler is not about to free anything
 		l.mu.Unlock()
 		if finishing == 0 || free >= cfg.Capacity {
 			return free
@@ -476,6 +478,10 @@ func (l *topicLoop) redeliver(e *heldEntry, due time.Time, how string) {
 // unout accounts for a handed-out entry that is settled or taken back. Call with l.mu held.
 func (l *topicLoop) unout(e *heldEntry) {
 	if e.finishing {
+		if e.waiting {
+			e.waiting = false
+			l.waiting--
+		}
 		e.finishing = false
 		l.finishing--
 		return
@@ -485,15 +491,25 @@ func (l *topicLoop) unout(e *heldEntry) {
 
 // finish frees the slot of a handed-out entry whose handler called Finishing. The loop may
 // read the next entry while the handler completes this one.
-func (l *topicLoop) finish(e *heldEntry) {
+func (l *topicLoop) finish(e *heldEntry) { l.free(e, false) }
+
+// wait frees the slot of a handed-out entry whose handler called Waiting, unless
+// MaxWaitingPerSlot times Capacity entries wait already.
+func (l *topicLoop) wait(e *heldEntry) { l.free(e, true) }
+
+// free frees e's slot: its handler finishes, or waits for another handler when waiting.
+func (l *topicLoop) free(e *heldEntry, waiting bool) {
 	l.mu.Lock()
-	if e.state != stateOut || e.finishing {
+	if e.state != stateOut || e.finishing || (waiting && l.waiting >= MaxWaitingPerSlot*l.s.cfg.Capacity) {
 		l.mu.Unlock()
 		return
 	}
-	e.finishing = true
+	e.finishing, e.waiting = true, waiting
 	l.inflight--
 	l.finishing++
+	if waiting {
+		l.waiting++
+	}
 	l.mu.Unlock()
 	l.signal()
 }

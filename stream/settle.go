@@ -103,6 +103,22 @@ func Finishing(msg *message.Message) {
 	}
 }
 
+// Waiting tells the subscriber that msg's handler waits for another handler's outcome, as a
+// task joined to its key's running owner does: it holds no slot while it waits, and the
+// subscriber may read the next entry. msg stays held until it is settled. A handler that goes
+// on to real work after all does so beyond Capacity. At most MaxWaitingPerSlot times Capacity
+// messages of a topic wait this way; beyond them, and on a message that is finishing or
+// waiting already or that this package did not hand out, Waiting does nothing.
+func Waiting(msg *message.Message) {
+	if h := handleOf(msg); h != nil {
+		h.l.wait(h.e)
+	}
+}
+
+// MaxWaitingPerSlot bounds the messages of a topic that wait without a slot (Waiting), per
+// slot of its Capacity, so that the entries held in memory stay bounded.
+const MaxWaitingPerSlot = 16
+
 // StillHeld asks Redis whether msg's entry is still pending under this consumer. It is not
 // when the task was answered and the entry acknowledged, or when another consumer claimed
 // it while this process could not touch it, for example while paused or cut off. A handler

@@ -524,6 +524,42 @@ func TestFinishingFreesTheSlot(t *testing.T) {
 	}
 }
 
+// TestWaitingFreesTheSlot: a handler that waits for another's outcome (Waiting) frees its slot
+// for the next entry while its own message stays held; Finishing on it afterwards frees nothing
+// more; at most MaxWaitingPerSlot times Capacity messages wait so, and the next one keeps its
+// slot.
+func TestWaitingFreesTheSlot(t *testing.T) {
+	b := newBench(t)
+	_, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
+	ids := make([]string, stream.MaxWaitingPerSlot+2)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	b.add(ids...)
+	var waiting []*message.Message
+	for i := range stream.MaxWaitingPerSlot {
+		m := next(t, ch)
+		if string(m.Payload) != ids[i] {
+			t.Fatalf("got %s, want %s", m.Payload, ids[i])
+		}
+		stream.Waiting(m)
+		stream.Finishing(m)
+		waiting = append(waiting, m)
+	}
+	last := next(t, ch) // the bound is reached: it keeps its slot
+	stream.Waiting(last)
+	none(t, ch, 300*time.Millisecond)
+	if p := b.pending(); p["a"] != int64(stream.MaxWaitingPerSlot+1) {
+		t.Errorf("pending %v: the waiting entries must stay held until settled", p)
+	}
+	waiting[0].Ack() // settles a waiting one: no slot comes free
+	none(t, ch, 200*time.Millisecond)
+	last.Ack()
+	if m := next(t, ch); string(m.Payload) != ids[len(ids)-1] {
+		t.Fatalf("got %s once the slot came free", m.Payload)
+	}
+}
+
 // TestAddedAfter: an entry read once the subscriber found its stream drained carries the time
 // that read was sent (MetaAddedAfter), even when its producer gave it an id far back; an entry
 // the first read of a backlog returns carries none.
