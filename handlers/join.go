@@ -236,8 +236,14 @@ func (t *taskRun) join(ctx context.Context) (settled, rode bool) {
 		return false, false
 	}
 	// A joined task holds no handler while it waits, as a parked follower holds none: the
-	// consumer reads more tasks meanwhile (stream.Waiting bounds how many wait so).
+	// consumer reads more tasks meanwhile (stream.Waiting bounds how many wait so). One that
+	// goes on to acquire, and maybe run, takes a handler again first.
 	stream.Waiting(t.msg)
+	defer func() {
+		if !settled {
+			stream.Resume(t.msg)
+		}
+	}()
 	start := time.Now()
 	waiting := p.metrics.joined.WithLabelValues(t.task.Stage)
 	waiting.Inc()

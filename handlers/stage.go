@@ -68,7 +68,8 @@ type StageConfig struct {
 	L1Replay *bool `yaml:"l1Replay"`
 	// Concurrency is how many tasks of the stage one consumer process runs at once, and so
 	// its most model calls at once; tasks that only wait (joined or parked) do not count. A
-	// joined task that runs after its owner failed may pass it. Defaults to 64.
+	// joined task that goes on to run after its owner failed counts again, and may pass it
+	// until the consumer is back under it, reading nothing meanwhile. Defaults to 64.
 	Concurrency int `yaml:"concurrency"`
 	// RateLimit caps model calls per second per consumer in degraded mode. 0 means none.
 	RateLimit float64 `yaml:"rateLimit"`

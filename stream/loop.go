@@ -19,6 +19,7 @@ const (
 	stateReady   = iota // waiting for a free handler
 	stateOut            // handed out to a handler
 	stateDelayed        // waiting for its due time
+	stateSettled        // settled and forgotten: nothing its handler says counts any more
 )
 
 // heldEntry is an entry this process holds, pending under its consumer name.
@@ -167,7 +168,9 @@ func (l *topicLoop) run() {
 			continue
 		}
 		var err error
-		free = l.gather(free)
+		if free = l.gather(free); free <= 0 {
+			continue // a handler resumed (Resume) meanwhile and took the slot back
+		}
 		if l.recovering {
 			err = l.recover(free)
 		} else {
@@ -458,6 +461,7 @@ func (l *topicLoop) settle(e *heldEntry, msg *message.Message) {
 	l.mu.Lock()
 	delete(l.held, e.id)
 	l.unout(e)
+	e.state = stateSettled
 	l.settled.Broadcast()
 	l.mu.Unlock()
 	l.signal()
@@ -496,6 +500,20 @@ func (l *topicLoop) finish(e *heldEntry) { l.free(e, false) }
 // wait frees the slot of a handed-out entry whose handler called Waiting, unless
 // MaxWaitingPerSlot times Capacity entries wait already.
 func (l *topicLoop) wait(e *heldEntry) { l.free(e, true) }
+
+// resume takes a slot again for a handed-out entry whose handler was waiting, beyond Capacity
+// when none is free.
+func (l *topicLoop) resume(e *heldEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.state != stateOut || !e.waiting {
+		return
+	}
+	e.finishing, e.waiting = false, false
+	l.finishing--
+	l.waiting--
+	l.inflight++
+}
 
 // free frees e's slot: its handler finishes, or waits for another handler when waiting.
 func (l *topicLoop) free(e *heldEntry, waiting bool) {

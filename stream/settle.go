@@ -106,12 +106,22 @@ func Finishing(msg *message.Message) {
 // Waiting tells the subscriber that msg's handler waits for another handler's outcome, as a
 // task joined to its key's running owner does: it holds no slot while it waits, and the
 // subscriber may read the next entry. msg stays held until it is settled. A handler that goes
-// on to real work after all does so beyond Capacity. At most MaxWaitingPerSlot times Capacity
+// on to work of its own after all calls Resume first. At most MaxWaitingPerSlot times Capacity
 // messages of a topic wait this way; beyond them, and on a message that is finishing or
-// waiting already or that this package did not hand out, Waiting does nothing.
+// waiting already, settled, or not handed out by this package, Waiting does nothing.
 func Waiting(msg *message.Message) {
 	if h := handleOf(msg); h != nil {
 		h.l.wait(h.e)
+	}
+}
+
+// Resume tells the subscriber that msg's handler, which was Waiting, goes on to work of its
+// own: it holds a slot again, beyond Capacity when none is free, and the subscriber hands out
+// no more messages until it is back under Capacity. On a message that is not waiting it does
+// nothing.
+func Resume(msg *message.Message) {
+	if h := handleOf(msg); h != nil {
+		h.l.resume(h.e)
 	}
 }
 

@@ -560,6 +560,30 @@ func TestWaitingFreesTheSlot(t *testing.T) {
 	}
 }
 
+// TestResumeTakesTheSlotBack: a waiting handler that resumes holds a slot again, beyond
+// Capacity when none is free, so nothing more is handed out until the topic is back under
+// Capacity; a second Resume, and Waiting on a settled message, change nothing.
+func TestResumeTakesTheSlotBack(t *testing.T) {
+	b := newBench(t)
+	_, ch := b.sub("a", func(c *stream.Config) { c.Capacity = 1 })
+	b.add("1", "2", "3", "4", "5")
+	first := next(t, ch)
+	stream.Waiting(first)
+	second := next(t, ch)
+	stream.Resume(first) // two out, capacity 1
+	stream.Resume(first)
+	second.Ack()
+	none(t, ch, 300*time.Millisecond) // first holds the only slot again
+	first.Ack()
+	third := next(t, ch)
+	third.Ack()
+	if m := next(t, ch); string(m.Payload) != "4" { // so third is settled
+		t.Fatalf("got %s, want 4", m.Payload)
+	}
+	stream.Waiting(third)             // settled: frees nothing
+	none(t, ch, 300*time.Millisecond) // 4 holds the only slot
+}
+
 // TestAddedAfter: an entry read once the subscriber found its stream drained carries the time
 // that read was sent (MetaAddedAfter), even when its producer gave it an id far back; an entry
 // the first read of a backlog returns carries none.
