@@ -130,6 +130,16 @@ func TestRule4FreshFlightAfterExpiredRecords(t *testing.T) {
 	}
 	h.Failures[0].At = at(2.5) // its meta lived until 4.5 s
 	expectRule(t, h, []int{RuleRuns}, "fresh flight (token 250")
+	// A takeover (token 220) that a limiter made wait 0.25 s at 2 s, and that never ran,
+	// recorded a free failure: the meta lived failureTTL plus the wait, until 4.25 s.
+	h = cleanHistory()
+	withVanishedB(&h, 4.4)
+	h.Failures = []RunFailure{{Key: "B", TaskID: "b1", Token: 220, Consumer: "c2/1", At: at(2), Wait: 250 * time.Millisecond}}
+	if r := Check(h); len(r.Violations) != 0 || r.Figures.FreshVanished != 1 {
+		t.Errorf("violations after a free failure: %v (fresh after vanished records %d)", r.Violations, r.Figures.FreshVanished)
+	}
+	h.Failures[0].Wait = time.Second // its meta lived until 5 s
+	expectRule(t, h, []int{RuleRuns}, "fresh flight (token 250")
 }
 
 func TestRule4FreshFlightAfterDeletedRecords(t *testing.T) {

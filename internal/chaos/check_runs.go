@@ -70,13 +70,14 @@ type runIndex struct {
 	deletes    map[string][]Fault             // key -> delete-flight-keys faults
 	pauses     map[string][]Fault             // key -> pause-under-lease faults
 	lastFail   map[string]map[int64]time.Time // key -> token -> its latest retryable failure
+	free       map[string][]RunFailure        // key -> free failures (limiter waits)
 	losses     *lossView                      // Redis data losses, nil for none
 }
 
 func newRunIndex(h History) *runIndex {
 	ix := &runIndex{handedOver: map[string]map[int64]bool{},
 		deletes: map[string][]Fault{}, pauses: map[string][]Fault{},
-		lastFail: map[string]map[int64]time.Time{}}
+		lastFail: map[string]map[int64]time.Time{}, free: map[string][]RunFailure{}}
 	for _, ho := range h.Handovers {
 		if ix.handedOver[ho.Key] == nil {
 			ix.handedOver[ho.Key] = map[int64]bool{}
@@ -84,6 +85,10 @@ func newRunIndex(h History) *runIndex {
 		ix.handedOver[ho.Key][ho.Token] = true
 	}
 	for _, fl := range h.Failures {
+		if fl.Wait > 0 {
+			ix.free[fl.Key] = append(ix.free[fl.Key], fl)
+			continue
+		}
 		if ix.lastFail[fl.Key] == nil {
 			ix.lastFail[fl.Key] = map[int64]time.Time{}
 		}
@@ -241,7 +246,8 @@ func checkPauses(k string, runs []ModelRun, pauses []Fault, add func(Violation))
 // vanished explains why generation prev of key k could have lost its record and waiters
 // records before start ran, or returns "". Either a delete-flight-keys fault removed them,
 // or they expired. They expire runningTTL + failureTTL after the generation's last
-// acquisition, or failureTTL after a retryable failure of its last token.
+// acquisition, failureTTL after a retryable failure of its last token, or failureTTL plus
+// the wait after a free failure of a later token that never ran.
 func (ix *runIndex) vanished(k string, prev epoch, start ModelRun, h History) string {
 	for _, d := range ix.deletes[k] {
 		// The deleted flight is this generation and the deletion came first. So one
@@ -259,10 +265,28 @@ func (ix *runIndex) vanished(k string, prev epoch, start ModelRun, h History) st
 	if f, ok := ix.lastFail[k][prev.last().Token]; ok && !f.Before(last) {
 		gone = f.Add(h.FailureTTL) // a retryable FAILED lives failureTTL. No retry acquired it.
 	}
+	// An owner that acquired after the last run and that a limiter made wait recorded a free
+	// failure instead of running: its record lived failureTTL plus the wait from then.
+	if f, ok := ix.lastFree(k, prev.last().Token, start.Token); ok && f.At.After(last) {
+		gone = f.At.Add(h.FailureTTL + f.Wait)
+	}
 	if start.At.Before(gone.Add(-vanishSlack)) {
 		return ""
 	}
 	return fmt.Sprintf("records expired by %s", gone.Format(time.StampMilli))
+}
+
+// lastFree returns the latest free failure of key k by a token after the run token after and
+// before the token before.
+func (ix *runIndex) lastFree(k string, after, before int64) (RunFailure, bool) {
+	var last RunFailure
+	found := false
+	for _, f := range ix.free[k] {
+		if f.Token > after && f.Token < before && (!found || f.At.After(last.At)) {
+			last, found = f, true
+		}
+	}
+	return last, found
 }
 
 // generationOpen explains why flight generation j of a key had not ended when start ran,

@@ -34,7 +34,8 @@ type History struct {
 	// log lines. Restored is set when the flight was written back with it.
 	Completions []Completion `json:"completions"`
 	// Failures lists the retryable model failures the flights recorded, from msgRetries log
-	// lines. The meta then lives FailureTTL unless a retry acquires it.
+	// lines, and the free failures of owners a limiter made wait, from msgLimiterWait lines.
+	// The meta then lives FailureTTL (plus the wait) unless a retry acquires it.
 	Failures []RunFailure `json:"failures,omitempty"`
 	// Handovers lists owners that gave their running flight up without spending the attempt,
 	// as a consumer shutting down does. The next run of the flight has reason handover.
@@ -183,6 +184,10 @@ type RunFailure struct {
 	Token    int64     `json:"token"`
 	Consumer string    `json:"consumer"`
 	At       time.Time `json:"at"`
+	// Wait is set for a free failure: an owner that a limiter made wait before its model
+	// call (msgLimiterWait) recorded it, retryable at the end of the wait. Its record then
+	// lives FailureTTL plus Wait, and its token never ran.
+	Wait time.Duration `json:"wait,omitempty"`
 }
 
 // Handover is an owner that gave its running flight up without spending the attempt, or
@@ -313,24 +318,25 @@ func (s *LogStats) add(o LogStats) {
 
 // logLine holds the fields of a consumer's JSON log line that the history needs.
 type logLine struct {
-	Level      string `json:"level"`
-	Message    string `json:"message"`
-	Time       string `json:"time"`
-	RequestKey string `json:"requestKey"`
-	TaskID     string `json:"taskId"`
-	Token      int64  `json:"token"`
-	Reason     string `json:"reason"`
-	Attempt    int    `json:"attempt"`
-	Consumer   string `json:"consumer"`
-	Why        string `json:"why"`
-	Fault      string `json:"fault"`
-	Written    int    `json:"written"`
-	Refused    int    `json:"refused"`
-	Entries    int    `json:"entries"`
-	Outcomes   int    `json:"outcomes"`
-	Status     string `json:"status"`
-	Archived   int64  `json:"archivedToken"`
-	Held       int64  `json:"heldToken"`
+	Level      string  `json:"level"`
+	Message    string  `json:"message"`
+	Time       string  `json:"time"`
+	RequestKey string  `json:"requestKey"`
+	TaskID     string  `json:"taskId"`
+	Token      int64   `json:"token"`
+	Reason     string  `json:"reason"`
+	Attempt    int     `json:"attempt"`
+	Consumer   string  `json:"consumer"`
+	Why        string  `json:"why"`
+	Fault      string  `json:"fault"`
+	Written    int     `json:"written"`
+	Refused    int     `json:"refused"`
+	Entries    int     `json:"entries"`
+	Outcomes   int     `json:"outcomes"`
+	Status     string  `json:"status"`
+	Archived   int64   `json:"archivedToken"`
+	Held       int64   `json:"heldToken"`
+	WaitMs     float64 `json:"wait"` // zerolog's Dur: ms, with a fraction
 }
 
 // Log messages of handlers/owner.go, handlers/consumer.go and stream/ the history reads.
@@ -340,6 +346,7 @@ const (
 	msgRestored      = "the flight was gone when the result arrived; written back"
 	msgMetaBack      = "the flight's meta was gone; written back by its owner"
 	msgRetries       = "model call failed; the flight retries"
+	msgLimiterWait   = "limiter: the call waits"
 	msgFailedCall    = "model call failed" // prefix of msgRetries and "... for good"
 	msgAborted       = "run aborted by the flight"
 	msgHandedOver    = "flight handed over; the attempt is not spent"
@@ -438,6 +445,9 @@ func (p *ParsedLog) parseLine(line []byte, restored *[]string) {
 			p.Failures = append(p.Failures, RunFailure{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
 				Consumer: l.Consumer, At: at})
 		}
+	case l.Message == msgLimiterWait && l.Token != 0 && l.WaitMs > 0:
+		p.Failures = append(p.Failures, RunFailure{Key: l.RequestKey, TaskID: l.TaskID, Token: l.Token,
+			Consumer: l.Consumer, At: at, Wait: time.Duration(l.WaitMs * float64(time.Millisecond))})
 	case strings.HasPrefix(l.Message, msgAborted):
 		st.Aborted++
 	case l.Message == msgHandedOver || strings.HasPrefix(l.Message, msgHandoverFail):
