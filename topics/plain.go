@@ -2,6 +2,7 @@ package topics
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 )
 
@@ -65,48 +66,29 @@ func setPlain(t *Task, name, v []byte) bool {
 	if v[0] == 'n' { // null: encoding/json leaves strings alone and gives raw fields "null"
 		return false
 	}
-	var s *string
-	switch string(name) { // no allocation: the compiler compares the bytes
-	case "taskId":
-		s = &t.TaskID
-	case "stage":
-		s = &t.Stage
-	case "tenant":
-		s = &t.Tenant
-	case "sessionId":
-		s = &t.SessionID
-	case "requestKey":
-		s = &t.RequestKey
-	case "modelVersion":
-		s = &t.ModelVersion
-	case "promptVersion":
-		s = &t.PromptVersion
-	case "deadline":
-		s = &t.Deadline
-	case "enqueuedAt":
-		s = &t.EnqueuedAt
-	case "notBefore":
-		s = &t.NotBefore
-	case "traceparent":
-		s = &t.Traceparent
-	case "tracestate":
-		s = &t.Tracestate
-	case "input":
+	switch f := taskFieldIndex(name); f {
+	case -1:
+		return false
+	case inputField:
 		t.Input = v // DecodeTask compacts it into a copy of its own
-		return true
-	case "params":
+	case paramsField:
 		t.Params = v
-		return true
-	case "attempt":
+	case attemptField:
 		return plainInt(v, &t.Attempt)
 	default:
-		return false
+		if v[0] != '"' || plainStringEnd(v, 0) != len(v) {
+			return false
+		}
+		*t.stringFields()[f] = string(v[1 : len(v)-1])
 	}
-	if v[0] != '"' || plainStringEnd(v, 0) != len(v) {
-		return false
-	}
-	*s = string(v[1 : len(v)-1])
 	return true
+}
+
+// stringFields returns t's string fields by their index in taskFields (nil for the others).
+func (t *Task) stringFields() [len(taskFields)]*string {
+	return [len(taskFields)]*string{&t.TaskID, &t.Stage, &t.Tenant, &t.SessionID, &t.RequestKey, nil,
+		&t.ModelVersion, &t.PromptVersion, &t.Deadline, nil, &t.EnqueuedAt, nil, &t.NotBefore, &t.Traceparent,
+		&t.Tracestate}
 }
 
 // plainInt sets *n to the JSON number v when it is an integer literal that fits an int, as
@@ -149,25 +131,11 @@ func valueEnd(data []byte, i int) int {
 	case '"':
 		return stringEnd(data, i)
 	case '{', '[':
-		depth := 0
-		for j := i; j < len(data); j++ {
-			switch data[j] {
-			case '"':
-				end := stringEnd(data, j)
-				if end < 0 {
-					return -1
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
+		end, _ := skipNested(data, i+1, 1, math.MaxInt) // the offset of the closing bracket
+		if end >= len(data) {
+			return -1
 		}
-		return -1
+		return end + 1
 	}
 	// A literal: a number, true, false or null runs to the next delimiter.
 	j := i

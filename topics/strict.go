@@ -56,6 +56,9 @@ const (
 	paramsField = 11
 )
 
+// attemptField is the index in taskFields of attempt, the one number field.
+const attemptField = 9
+
 // walkTask is walkJSON for a whole task payload: in the same single pass it checks the
 // nesting depth, the member names of the top-level object, which must be task fields
 // spelled exactly, each at most once, and the member names of every object inside input
