@@ -61,8 +61,7 @@ func (c *Coordinator) Finished(o Ownership, result []byte) *Finished {
 	if f.result = inlined(f.o, result); len(f.result) > maxKeptResult {
 		return nil
 	}
-	f.once.Do(func() {})
-	return f
+	return f // raw stays nil: inline has nothing left to compact
 }
 
 // FinishedBy returns what Hit needs of the flight whose stored outcome answered the acquire p
