@@ -121,6 +121,24 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, stage string) floa
 	return 0
 }
 
+// gatedJoinConsumer starts consumer c1 with the evaluation stage at concurrency handlers, a
+// joinWait and lease of a minute, and a model whose first call waits for release. A failed
+// check releases it too, so that the consumer's shutdown does not wait for the call.
+func gatedJoinConsumer(t *testing.T, b *bundle, reg *prometheus.Registry, concurrency int) (*gateModel, func()) {
+	t.Helper()
+	gm := newGateModel()
+	b.consumer("c1", func(c *handlers.Config) {
+		withStage(reg, concurrency, time.Minute)(c)
+		for i := range c.Stages {
+			c.Stages[i].Lease = time.Minute // joinWait is at most the lease
+		}
+		c.Models = map[string]model.Model{"sim": gm}
+	})
+	release := sync.OnceFunc(func() { close(gm.release) })
+	t.Cleanup(release)
+	return gm, release
+}
+
 // TestJoinedTasksRideTheOwnersComplete: duplicates read by the consumer that runs their key's
 // owner wait for it in the consumer and are answered by its complete: one model call, every
 // task one event, and none of them parked on the flight (no call to Redis of their own). The
@@ -128,19 +146,12 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, stage string) floa
 func TestJoinedTasksRideTheOwnersComplete(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
-	gm := newGateModel()
-	b.consumer("c1", func(c *handlers.Config) {
-		withStage(reg, 8, time.Minute)(c)
-		for i := range c.Stages {
-			c.Stages[i].Lease = time.Minute // joinWait is at most the lease
-		}
-		c.Models = map[string]model.Model{"sim": gm}
-	})
+	gm, release := gatedJoinConsumer(t, b, reg, 8)
 	ev := "interview-evaluation"
 	ids := dupTasks(b, "j", 1, 8, 0)
 	wait(t, gm.started, "the owner's model call")
 	until(t, "seven tasks joined the owner", func() bool { return gaugeValue(t, reg, "flightdeck_joined_waiting", ev) == 7 })
-	close(gm.release)
+	release()
 	shared := onceEach(t, b, ids, topics.StatusSucceeded)
 	if gm.runs.Load() != 1 || shared[topics.SharedOwner] != 1 || shared[topics.SharedFollower] != 7 {
 		t.Errorf("model runs %d, shared %v; want 1 run, 1 owner, 7 followers", gm.runs.Load(), shared)
@@ -164,16 +175,7 @@ func TestJoinedTasksRideTheOwnersComplete(t *testing.T) {
 func TestJoinedTasksHoldNoHandler(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
-	gm := newGateModel()
-	b.consumer("c1", func(c *handlers.Config) {
-		withStage(reg, 2, time.Minute)(c)
-		for i := range c.Stages {
-			c.Stages[i].Lease = time.Minute // joinWait is at most the lease
-		}
-		c.Models = map[string]model.Model{"sim": gm}
-	})
-	release := sync.OnceFunc(func() { close(gm.release) })
-	t.Cleanup(release) // a failed check must not leave the consumer's shutdown waiting for the call
+	gm, release := gatedJoinConsumer(t, b, reg, 2)
 	ev := "interview-evaluation"
 	ids := dupTasks(b, "dup", 1, 6, 0)
 	wait(t, gm.started, "the owner's model call")
