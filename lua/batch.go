@@ -28,12 +28,20 @@ const maxBatch = 128
 // pipeline is out leave together in the next one, the flight library's as one FCALL of its
 // batch function (docs/DESIGN.md section 5).
 type Batcher struct {
-	rdb  *redis.Client
-	in   chan *call // plain calls
-	rin  chan *call // replicated calls from FCallReplicated, a lane of their own
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	rdb   *redis.Client
+	plain lane // plain calls
+	repl  lane // replicated calls from FCallReplicated, a lane of their own
+}
+
+// lane queues the calls of one kind. It has no goroutine: the caller that finds no pipeline
+// of the lane in flight sends it, and hands the lane on to the first call queued behind it.
+type lane struct {
+	mu     sync.Mutex
+	idle   sync.Cond // signalled when busy turns false
+	queue  []*call   // calls not yet taken into a pipeline, oldest first
+	spare  []*call   // the backing array of the last pipeline's calls, reused
+	busy   bool      // a caller is sending, or has been handed the lane
+	closed bool
 }
 
 // call is one FCALL waiting for its pipeline.
@@ -43,7 +51,9 @@ type call struct {
 	keys []string
 	args []any
 	cmd  *redis.Cmd
+	// done is closed when cmd holds the reply, or when the call is handed the lane (lead).
 	done chan struct{}
+	lead bool // set under the lane's lock: the caller sends the next pipeline
 	// wait, when positive, asks for a WAIT 1 after the call, as FCallReplicated does. acked
 	// and waitErr are its answer.
 	wait    time.Duration
@@ -51,15 +61,12 @@ type call struct {
 	waitErr error
 }
 
-// NewBatcher returns a running batcher on rdb. The batcher never closes rdb.
+// NewBatcher returns a batcher on rdb. The batcher never closes rdb and runs no goroutine of
+// its own: callers send the pipelines.
 func NewBatcher(rdb *redis.Client) *Batcher {
-	b := &Batcher{rdb: rdb, in: make(chan *call, maxBatch), rin: make(chan *call, maxBatch),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	var lanes sync.WaitGroup
-	lanes.Add(2)
-	go func() { defer lanes.Done(); b.loop(b.in) }()
-	go func() { defer lanes.Done(); b.loop(b.rin) }()
-	go func() { lanes.Wait(); close(b.done) }()
+	b := &Batcher{rdb: rdb}
+	b.plain.idle.L = &b.plain.mu
+	b.repl.idle.L = &b.repl.mu
 	return b
 }
 
@@ -81,104 +88,213 @@ func (b *Batcher) FCallReplicated(ctx context.Context, timeout time.Duration, fu
 	return cmd, c.acked, c.waitErr
 }
 
-// queue hands c to the loop and waits for its reply or for its context. answered is true
-// when c's fields hold the loop's answer.
+// queue adds c to its lane and waits for its reply or for its context. When no pipeline of
+// the lane is out, or when the lane is handed to c, the caller sends the pipeline itself.
+// answered is true when c's fields hold the reply.
 func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	ctx := c.ctx
-	select {
-	case b.lane(c) <- c:
-	case <-ctx.Done():
-		return failed(ctx, ctx.Err()), false
-	case <-b.stop:
+	if err := ctx.Err(); err != nil {
+		return failed(ctx, err), false
+	}
+	l := b.lane(c)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		return failed(ctx, ErrBatcherClosed), false
 	}
+	l.queue = append(l.queue, c)
+	if !l.busy {
+		l.busy = true
+		return b.lead(l, c)
+	}
+	l.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.cmd, true
-	case <-ctx.Done():
-		return failed(ctx, ctx.Err()), false
-	case <-b.done:
-		// Stopped: the call was answered or failed before, or never taken.
-		select {
-		case <-c.done:
+		if !c.lead {
 			return c.cmd, true
-		default:
-			return failed(ctx, ErrBatcherClosed), false
+		}
+		l.mu.Lock()
+		return b.lead(l, c)
+	case <-ctx.Done():
+	}
+	// The caller stops waiting. A call still queued is not sent; a call handed the lane hands
+	// it on; a call already taken is answered to no one.
+	l.mu.Lock()
+	if i := slices.Index(l.queue, c); i >= 0 {
+		l.queue = slices.Delete(l.queue, i, i+1)
+	}
+	next := (*call)(nil)
+	if c.lead {
+		next = l.handOn()
+	}
+	l.mu.Unlock()
+	if next != nil {
+		close(next.done)
+	}
+	return failed(ctx, ctx.Err()), false
+}
+
+// lead sends the lane's pipelines until c has left in one, then hands the lane on. It is
+// called with l.mu held, l.busy set and c in l.queue, and returns with l.mu released. The
+// next sender is woken before the callers of the last pipeline, so that it sends while they
+// are being woken.
+func (b *Batcher) lead(l *lane, c *call) (*redis.Cmd, bool) {
+	for {
+		if l.closed {
+			l.queue = slices.DeleteFunc(l.queue, func(q *call) bool { return q == c })
+			b.failQueued(l)
+			l.busy = false
+			l.idle.Broadcast()
+			l.mu.Unlock()
+			return failed(c.ctx, ErrBatcherClosed), false
+		}
+		batch := l.take()
+		l.mu.Unlock()
+		live := b.send(batch, c)
+		var buf [32]*call
+		answered := append(buf[:0], live...)
+		l.mu.Lock()
+		clear(batch)
+		l.spare = batch[:0]
+		if !slices.Contains(l.queue, c) {
+			next := l.handOn()
+			l.mu.Unlock()
+			if next != nil {
+				close(next.done)
+			}
+			wake(answered, c)
+			break
+		}
+		l.mu.Unlock()
+		wake(answered, c) // c is still queued behind them: a queue longer than maxBatch
+		l.mu.Lock()
+	}
+	if err := c.cmd.Err(); err != nil {
+		if cerr := ended(c.ctx); cerr != nil {
+			return failed(c.ctx, cerr), false // cut short by its own deadline, or not sent
+		}
+		if errors.Is(err, ErrBatcherClosed) {
+			return c.cmd, false // failed by Close while queued behind earlier calls
+		}
+	}
+	return c.cmd, true
+}
+
+// ended is ctx's error, or DeadlineExceeded once its deadline has passed: a read that the
+// deadline cut short can return before the context's own timer has fired.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// wake tells the callers of calls but self that their replies are in.
+func wake(calls []*call, self *call) {
+	for _, c := range calls {
+		if c != self {
+			close(c.done)
 		}
 	}
 }
 
-// Close stops the batcher once the pipeline in flight has returned. Calls queued behind it
-// fail with ErrBatcherClosed.
+// handOn hands the lane to the first queued call, which the caller then wakes by closing its
+// done, or leaves the lane idle when none is queued (or the lane is closed). l.mu is held.
+func (l *lane) handOn() *call {
+	if len(l.queue) == 0 || l.closed {
+		l.busy = false
+		l.idle.Broadcast()
+		return nil
+	}
+	next := l.queue[0]
+	next.lead = true
+	return next
+}
+
+// take removes the first maxBatch calls of l.queue and returns them. l.mu is held.
+func (l *lane) take() []*call {
+	batch := l.spare[:0]
+	l.spare = nil
+	if len(l.queue) <= maxBatch {
+		batch, l.queue = l.queue, batch
+		return batch
+	}
+	batch = append(batch, l.queue[:maxBatch]...)
+	n := copy(l.queue, l.queue[maxBatch:])
+	clear(l.queue[n:])
+	l.queue = l.queue[:n]
+	return batch
+}
+
+// Close fails the calls queued in both lanes with ErrBatcherClosed, and returns once the
+// pipelines in flight have returned. Calls made after it fail the same way.
 func (b *Batcher) Close() error {
-	b.once.Do(func() { close(b.stop) })
-	<-b.done
+	lanes := []*lane{&b.plain, &b.repl}
+	for _, l := range lanes {
+		l.mu.Lock()
+		l.closed = true
+		b.failQueued(l)
+		l.mu.Unlock()
+	}
+	for _, l := range lanes {
+		l.mu.Lock()
+		for l.busy {
+			l.idle.Wait()
+		}
+		l.mu.Unlock()
+	}
 	return nil
 }
 
 // lane is the queue of c's kind.
-func (b *Batcher) lane(c *call) chan *call {
+func (b *Batcher) lane(c *call) *lane {
 	if c.wait > 0 {
-		return b.rin
+		return &b.repl
 	}
-	return b.in
+	return &b.plain
 }
 
-// loop sends the calls of one lane, one pipeline in flight at a time.
-func (b *Batcher) loop(in chan *call) {
-	batch := make([]*call, 0, maxBatch)
-	for {
-		batch = batch[:0]
-		select {
-		case c := <-in:
-			batch = append(batch, c)
-		case <-b.stop:
-			b.failQueued(in)
-			return
-		}
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case c := <-in:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		b.send(batch)
-	}
-}
-
-// send runs the calls whose callers still wait as one pipeline and hands each its reply.
-func (b *Batcher) send(batch []*call) {
-	live := batch[:0:0]
+// send runs the calls whose callers still wait as one pipeline, sets each one's reply and
+// returns them; the caller wakes them. A call whose context has ended is failed and woken
+// here, unless it is self, the sender's own.
+func (b *Batcher) send(batch []*call, self *call) []*call {
+	live := batch[:0] // filtered in place: batch is the sender's own
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.cmd = failed(c.ctx, err)
-			close(c.done)
+			if c != self {
+				close(c.done)
+			}
 			continue
 		}
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return
+		return nil
 	}
 	var wait time.Duration // the lane of replicated calls: the longest timeout of the batch
 	for _, c := range live {
 		wait = max(wait, c.wait)
 	}
 	b.pipeline(live, wait)
+	return live
 }
 
 // pipeline sends calls as one pipeline, followed by WAIT 1 wait when wait is positive, and
-// hands each call its reply. Calls of the flight library leave as one FCALL of its batch
-// function (merge). The client's timeouts bound the pipeline's I/O. A caller whose context
-// ends first stops waiting, and the others still get their replies.
+// sets each call's reply. Calls of the flight library leave as one FCALL of its batch
+// function (merge). The pipeline is bounded by the client's timeouts and by the latest
+// deadline of its calls (none if one has none), so the caller that sends it waits no longer
+// than the last caller it answers would.
 func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
+	ctx, cancel := batchContext(calls)
+	defer cancel()
 	var w *redis.Cmd
 	merged := mergeable(calls)
 	var batch *redis.Cmd
-	_, _ = b.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range calls {
 			if merged[c] {
 				continue
@@ -189,7 +305,7 @@ func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
 			batch = batchCall(p, calls, merged)
 		}
 		if wait > 0 {
-			w = p.Do(context.Background(), "WAIT", 1, waitMillis(wait))
+			w = p.Do(ctx, "WAIT", 1, waitMillis(wait))
 		}
 		return nil
 	})
@@ -203,8 +319,23 @@ func (b *Batcher) pipeline(calls []*call, wait time.Duration) {
 	}
 	for _, c := range calls {
 		c.acked, c.waitErr = acked, werr
-		close(c.done)
 	}
+}
+
+// batchContext returns a context with the latest deadline of calls, or with none when one of
+// them has none. Cancelling one caller's context never cuts the others' replies short.
+func batchContext(calls []*call) (context.Context, context.CancelFunc) {
+	var last time.Time
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.Background(), func() {}
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return context.WithDeadline(context.Background(), last)
 }
 
 // maxMergedArgBytes bounds the argument bytes of one merged FCALL: a call with a large result
@@ -309,17 +440,20 @@ func splitBatch(batch *redis.Cmd, calls []*call, merged map[*call]bool) {
 	}
 }
 
-// failQueued fails the calls still queued in a lane when the batcher stops.
-func (b *Batcher) failQueued(in chan *call) {
-	for {
-		select {
-		case c := <-in:
-			c.cmd = failed(c.ctx, ErrBatcherClosed)
-			close(c.done)
-		default:
-			return
+// failQueued fails the calls still queued in l when the batcher closes, but for one handed
+// the lane: its caller wakes, finds the lane closed and fails its own. l.mu is held.
+func (b *Batcher) failQueued(l *lane) {
+	kept := l.queue[:0]
+	for _, c := range l.queue {
+		if c.lead {
+			kept = append(kept, c)
+			continue
 		}
+		c.cmd = failed(c.ctx, ErrBatcherClosed)
+		close(c.done)
 	}
+	clear(l.queue[len(kept):])
+	l.queue = kept
 }
 
 // failed returns a command that failed with err.

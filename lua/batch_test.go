@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -196,4 +197,164 @@ func fcallCount(t *testing.T, rdb *redis.Client) int64 {
 		t.Fatal(err)
 	}
 	return int64(n)
+}
+
+// TestBatcherRunsNoGoroutine: a batcher has no goroutine of its own; its callers send the
+// pipelines, so an idle batcher costs nothing and a call finds no goroutine to wake.
+func TestBatcherRunsNoGoroutine(t *testing.T) {
+	r := redistest.New(t)
+	before := runtime.NumGoroutine()
+	b := lua.NewBatcher(r.Client)
+	if d := runtime.NumGoroutine() - before; d > 0 {
+		t.Errorf("NewBatcher started %d goroutines, want none", d)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBatcherSenderKeepsItsDeadline: the caller that sends a pipeline waits for it no longer
+// than its deadline when it is the pipeline's only call, as a plain client call would: the
+// pipeline carries the latest deadline of its calls.
+func TestBatcherSenderKeepsItsDeadline(t *testing.T) {
+	r := redistest.New(t)
+	if err := r.Client.FunctionLoadReplace(context.Background(), echoLib).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opt := *r.Client.Options()
+	opt.ContextTimeoutEnabled = true // as the consumer's clients run
+	c := redis.NewClient(&opt)
+	t.Cleanup(func() { _ = c.Close() })
+	b := lua.NewBatcher(c)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := b.FCall(ctx, "slow", nil, 1000).Err()
+	if took := time.Since(start); took > 600*time.Millisecond {
+		t.Errorf("a call with a 100 ms deadline that sent its own pipeline returned after %v", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a call with a 100 ms deadline against a 1 s script: %v, want its deadline", err)
+	}
+}
+
+// TestBatcherCloseWithCallsQueued: Close fails the calls queued behind the pipeline in flight
+// and returns once that pipeline has, whose caller gets its reply; nothing hangs.
+func TestBatcherCloseWithCallsQueued(t *testing.T) {
+	b, _, _ := newBatcher(t)
+	ctx := context.Background()
+	slow := make(chan error, 1)
+	go func() { slow <- b.FCall(ctx, "slow", nil, 300).Err() }()
+	time.Sleep(50 * time.Millisecond)
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- b.FCall(ctx, "echo", nil, "q"+strconv.Itoa(i)).Err() }()
+	}
+	time.Sleep(50 * time.Millisecond) // all queued behind the slow pipeline
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-slow:
+		if err != nil {
+			t.Errorf("the pipeline in flight at Close: %v, want its reply", err)
+		}
+	default:
+		t.Errorf("Close returned after %v, before the pipeline in flight", time.Since(start))
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, lua.ErrBatcherClosed) {
+				t.Errorf("a call queued at Close: %v, want ErrBatcherClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call queued at Close still waits")
+		}
+	}
+}
+
+// TestBatcherCallersComeAndGo: many callers, many of whose deadlines end while they are
+// queued, sending or handed the next pipeline, all return, every caller that waits gets its
+// own reply, and the batcher still answers afterwards (no lane is left without a sender).
+func TestBatcherCallersComeAndGo(t *testing.T) {
+	r := redistest.New(t)
+	if err := r.Client.FunctionLoadReplace(context.Background(), echoLib).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := lua.NewBatcher(r.Client) // closed below: a lane left busy would make Close hang
+	// A round takes a fraction of a second; a lane left without a sender shows in one round
+	// of a few, as the calls without a deadline (every fifth) then never return.
+	for round := range 6 {
+		if !comeAndGo(t, b, round) {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if got, err := b.FCall(ctx, "echo", nil, "after").Text(); err != nil || got != "after" {
+		t.Errorf("a call after the others: %q %v", got, err)
+	}
+	closed := make(chan struct{})
+	go func() { _ = b.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waits after 5 s for a lane to go idle")
+	}
+}
+
+// comeAndGo runs one round of TestBatcherCallersComeAndGo and reports whether it ended well.
+func comeAndGo(t *testing.T, b *lua.Batcher, round int) bool {
+	t.Helper()
+	const callers, calls = 32, 200
+	var wg sync.WaitGroup
+	var answered, cut atomic.Int64
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				want := fmt.Sprintf("%d-%d", g, i)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration((g*7+i*13+round*31)%400)*time.Microsecond)
+				if i%5 == 0 {
+					ctx, cancel = context.WithCancel(context.Background())
+				}
+				got, err := b.FCall(ctx, "echo", nil, want).Text()
+				cancel()
+				switch {
+				case err == nil && got == want:
+					answered.Add(1)
+				case err == nil:
+					errs <- fmt.Errorf("caller %d got %q, want %q", g, got, want)
+					return
+				case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+					cut.Add(1)
+				default:
+					errs <- fmt.Errorf("caller %d: %v", g, err)
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Errorf("round %d: callers still wait after 10 s: a lane was left without a sender", round)
+		return false
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if answered.Load() == 0 || cut.Load() == 0 {
+		t.Errorf("round %d: answered %d, cut short %d: want both kinds", round, answered.Load(), cut.Load())
+	}
+	return !t.Failed()
 }
