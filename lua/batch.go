@@ -20,6 +20,10 @@ type FCaller interface {
 // ErrBatcherClosed is the error of a call made on a closed Batcher.
 var ErrBatcherClosed = errors.New("lua: batcher closed")
 
+// ErrPipelinePanicked is the error of the calls whose pipeline's sender panicked while sending
+// it; the panic goes on up the sender's own stack.
+var ErrPipelinePanicked = errors.New("lua: sending the pipeline panicked")
+
 // maxBatch bounds the calls of one pipeline.
 const maxBatch = 128
 
@@ -111,7 +115,7 @@ func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	select {
 	case <-c.done:
 		if !c.lead {
-			return c.cmd, true
+			return reply(c)
 		}
 		l.mu.Lock()
 		return b.lead(l, c)
@@ -134,50 +138,90 @@ func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	return failed(ctx, ctx.Err()), false
 }
 
-// lead sends the lane's pipelines until c has left in one, then hands the lane on. It is
-// called with l.mu held, l.busy set and c in l.queue, and returns with l.mu released. The
-// next sender is woken before the callers of the last pipeline, so that it sends while they
-// are being woken.
+// lead sends the pipeline of the calls queued first, c's among them, then hands the lane on.
+// It is called with l.mu held, l.busy set and c first in l.queue (a lane is busy whenever
+// calls are queued, and the lane is handed to the first), and returns with l.mu released. The
+// next sender is woken before the callers of this pipeline, so that it sends while they are
+// being woken.
 func (b *Batcher) lead(l *lane, c *call) (*redis.Cmd, bool) {
-	for {
-		if l.closed {
-			l.queue = slices.DeleteFunc(l.queue, func(q *call) bool { return q == c })
-			b.failQueued(l)
-			l.busy = false
-			l.idle.Broadcast()
-			l.mu.Unlock()
-			return failed(c.ctx, ErrBatcherClosed), false
-		}
-		batch := l.take()
+	if l.closed {
+		l.queue = slices.DeleteFunc(l.queue, func(q *call) bool { return q == c })
+		b.failQueued(l)
+		l.busy = false
+		l.idle.Broadcast()
 		l.mu.Unlock()
-		live := b.send(batch, c)
-		var buf [32]*call
-		answered := append(buf[:0], live...)
-		l.mu.Lock()
-		clear(batch)
-		l.spare = batch[:0]
-		if !slices.Contains(l.queue, c) {
-			next := l.handOn()
-			l.mu.Unlock()
-			if next != nil {
-				close(next.done)
-			}
-			wake(answered, c)
-			break
-		}
-		l.mu.Unlock()
-		wake(answered, c) // c is still queued behind them: a queue longer than maxBatch
-		l.mu.Lock()
+		return failed(c.ctx, ErrBatcherClosed), false
 	}
-	if err := c.cmd.Err(); err != nil {
-		if cerr := ended(c.ctx); cerr != nil {
-			return failed(c.ctx, cerr), false // cut short by its own deadline, or not sent
+	batch := l.take()
+	l.mu.Unlock()
+	b.sendOrRelease(l, batch, c)
+	var buf [32]*call
+	answered := append(buf[:0], batch...)
+	l.mu.Lock()
+	clear(batch)
+	l.spare = batch[:0]
+	next := l.handOn()
+	l.mu.Unlock()
+	if next != nil {
+		close(next.done)
+	}
+	wake(answered, c)
+	return reply(c)
+}
+
+// sendOrRelease sends batch. Should sending panic, it fails the calls of batch with
+// ErrPipelinePanicked, hands the lane on and wakes them before the panic goes on up the
+// sender's stack, so that a recovered panic leaves no lane busy without a sender.
+func (b *Batcher) sendOrRelease(l *lane, batch []*call, self *call) {
+	sent := false
+	defer func() {
+		if sent {
+			return
 		}
-		if errors.Is(err, ErrBatcherClosed) {
-			return c.cmd, false // failed by Close while queued behind earlier calls
+		r := recover()
+		for _, q := range batch {
+			q.cmd = failed(q.ctx, fmt.Errorf("%w: %v", ErrPipelinePanicked, r))
 		}
+		l.mu.Lock()
+		next := l.handOn()
+		l.mu.Unlock()
+		if next != nil {
+			close(next.done)
+		}
+		wake(batch, self)
+		panic(r)
+	}()
+	b.send(batch)
+	sent = true
+}
+
+// reply is what the caller of c, answered, gets: its reply, or its context's error when the
+// pipeline was cut short at its deadline or c was not sent.
+func reply(c *call) (*redis.Cmd, bool) {
+	err := c.cmd.Err()
+	if err == nil {
+		return c.cmd, true
+	}
+	if cerr := cutShort(c.ctx, err); cerr != nil {
+		return failed(c.ctx, cerr), false
+	}
+	if errors.Is(err, ErrBatcherClosed) || errors.Is(err, ErrPipelinePanicked) {
+		return c.cmd, false // not answered by Redis: failed by Close, or by a panicked sender
 	}
 	return c.cmd, true
+}
+
+// cutShort is ended(ctx) when err, a call's error, is not an answer of Redis (an error reply
+// or a nil reply), and nil otherwise: a reply read after the caller's deadline is still its
+// reply.
+func cutShort(ctx context.Context, err error) error {
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if _, ok := errors.AsType[redis.Error](err); ok {
+		return nil
+	}
+	return ended(ctx)
 }
 
 // ended is ctx's error, or DeadlineExceeded once its deadline has passed: a read that the
@@ -257,30 +301,27 @@ func (b *Batcher) lane(c *call) *lane {
 	return &b.plain
 }
 
-// send runs the calls whose callers still wait as one pipeline, sets each one's reply and
-// returns them; the caller wakes them. A call whose context has ended is failed and woken
-// here, unless it is self, the sender's own.
-func (b *Batcher) send(batch []*call, self *call) []*call {
-	live := batch[:0] // filtered in place: batch is the sender's own
-	for _, c := range batch {
+// send runs the calls of batch whose contexts have not ended as one pipeline and sets each
+// call's reply; a call whose context has ended is failed and not sent. The sender wakes them.
+func (b *Batcher) send(batch []*call) {
+	n := 0 // the live calls move to the front of batch, in their order
+	for i, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.cmd = failed(c.ctx, err)
-			if c != self {
-				close(c.done)
-			}
 			continue
 		}
-		live = append(live, c)
+		batch[n], batch[i] = batch[i], batch[n]
+		n++
 	}
+	live := batch[:n]
 	if len(live) == 0 {
-		return nil
+		return
 	}
 	var wait time.Duration // the lane of replicated calls: the longest timeout of the batch
 	for _, c := range live {
 		wait = max(wait, c.wait)
 	}
 	b.pipeline(live, wait)
-	return live
 }
 
 // pipeline sends calls as one pipeline, followed by WAIT 1 wait when wait is positive, and

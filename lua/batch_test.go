@@ -18,15 +18,18 @@ import (
 )
 
 // echoLib is a function library for the tests: echo returns its first argument; slow spins
-// for about as many milliseconds as its first argument says.
+// for about as many milliseconds as its first argument says, then returns 1; slowerr and
+// slownil spin the same, then return an error reply and a nil reply.
 const echoLib = `#!lua name=batchtest
 redis.register_function('echo', function(keys, args) return args[1] end)
-redis.register_function('slow', function(keys, args)
+local function spin(ms)
   local t = redis.call('TIME')
-  local stop = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(args[1]) * 1000
+  local stop = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ms) * 1000
   repeat t = redis.call('TIME') until tonumber(t[1]) * 1000000 + tonumber(t[2]) >= stop
-  return 1
-end)`
+end
+redis.register_function('slow', function(keys, args) spin(args[1]); return 1 end)
+redis.register_function('slowerr', function(keys, args) spin(args[1]); return redis.error_reply('STATE stale token') end)
+redis.register_function('slownil', function(keys, args) spin(args[1]); return nil end)`
 
 // countingHook counts the pipelines and single commands a client sends.
 type countingHook struct{ pipelines, singles atomic.Int64 }
@@ -217,15 +220,7 @@ func TestBatcherRunsNoGoroutine(t *testing.T) {
 // than its deadline when it is the pipeline's only call, as a plain client call would: the
 // pipeline carries the latest deadline of its calls.
 func TestBatcherSenderKeepsItsDeadline(t *testing.T) {
-	r := redistest.New(t)
-	if err := r.Client.FunctionLoadReplace(context.Background(), echoLib).Err(); err != nil {
-		t.Fatal(err)
-	}
-	opt := *r.Client.Options()
-	opt.ContextTimeoutEnabled = true // as the consumer's clients run
-	c := redis.NewClient(&opt)
-	t.Cleanup(func() { _ = c.Close() })
-	b := lua.NewBatcher(c)
+	b := lua.NewBatcher(consumerClient(t))
 	t.Cleanup(func() { _ = b.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -257,13 +252,16 @@ func TestBatcherCloseWithCallsQueued(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Errorf("Close returned after %v, before the pipeline in flight (about 200 ms more)", took)
+	}
 	select {
 	case err := <-slow:
 		if err != nil {
 			t.Errorf("the pipeline in flight at Close: %v, want its reply", err)
 		}
-	default:
-		t.Errorf("Close returned after %v, before the pipeline in flight", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Error("the caller of the pipeline in flight at Close still waits")
 	}
 	for range n {
 		select {
@@ -281,11 +279,7 @@ func TestBatcherCloseWithCallsQueued(t *testing.T) {
 // queued, sending or handed the next pipeline, all return, every caller that waits gets its
 // own reply, and the batcher still answers afterwards (no lane is left without a sender).
 func TestBatcherCallersComeAndGo(t *testing.T) {
-	r := redistest.New(t)
-	if err := r.Client.FunctionLoadReplace(context.Background(), echoLib).Err(); err != nil {
-		t.Fatal(err)
-	}
-	b := lua.NewBatcher(r.Client) // closed below: a lane left busy would make Close hang
+	b := lua.NewBatcher(consumerClient(t)) // closed below: a lane left busy would make Close hang
 	// A round takes a fraction of a second; a lane left without a sender shows in one round
 	// of a few, as the calls without a deadline (every fifth) then never return.
 	for round := range 6 {
