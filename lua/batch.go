@@ -124,9 +124,7 @@ func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	// The caller stops waiting. A call still queued is not sent; a call handed the lane hands
 	// it on; a call already taken is answered to no one.
 	l.mu.Lock()
-	if i := slices.Index(l.queue, c); i >= 0 {
-		l.queue = slices.Delete(l.queue, i, i+1)
-	}
+	l.remove(c)
 	next := (*call)(nil)
 	if c.lead {
 		next = l.handOn()
@@ -145,7 +143,7 @@ func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 // being woken.
 func (b *Batcher) lead(l *lane, c *call) (*redis.Cmd, bool) {
 	if l.closed {
-		l.queue = slices.DeleteFunc(l.queue, func(q *call) bool { return q == c })
+		l.remove(c)
 		b.failQueued(l)
 		l.busy = false
 		l.idle.Broadcast()
@@ -256,6 +254,13 @@ func (l *lane) handOn() *call {
 	next := l.queue[0]
 	next.lead = true
 	return next
+}
+
+// remove takes c out of l.queue if it is there. l.mu is held.
+func (l *lane) remove(c *call) {
+	if i := slices.Index(l.queue, c); i >= 0 {
+		l.queue = slices.Delete(l.queue, i, i+1)
+	}
 }
 
 // take removes the first maxBatch calls of l.queue and returns them. l.mu is held.

@@ -287,18 +287,7 @@ func TestBatcherCallersComeAndGo(t *testing.T) {
 			break
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if got, err := b.FCall(ctx, "echo", nil, "after").Text(); err != nil || got != "after" {
-		t.Errorf("a call after the others: %q %v", got, err)
-	}
-	closed := make(chan struct{})
-	go func() { _ = b.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close still waits after 5 s for a lane to go idle")
-	}
+	answersThenCloses(t, b, "after callers that came and went")
 }
 
 // comeAndGo runs one round of TestBatcherCallersComeAndGo and reports whether it ended well.
