@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -108,7 +109,13 @@ func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	}
 	l.queue = append(l.queue, c)
 	if !l.busy {
+		// The lane is this caller's. It yields once before it takes the queue, so that the
+		// goroutines ready to run, as the handlers of one read batch are, queue their calls
+		// behind it and leave in this pipeline rather than in the next.
 		l.busy = true
+		l.mu.Unlock()
+		runtime.Gosched()
+		l.mu.Lock()
 		return b.lead(l, c)
 	}
 	l.mu.Unlock()
