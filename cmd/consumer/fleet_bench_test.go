@@ -40,9 +40,10 @@ const (
 // 50 handlers each, the concurrency of each asynq server in the asynq burst). tasks/s runs
 // from the first XADD to the last terminal event; redis-us/task is Redis's CPU time (INFO cpu,
 // user + sys) over the same span, per task, consumer-us/task the consumer processes' CPU
-// time (user + sys, /proc/<pid>/stat), and fcall-us/task the time Redis spent in the flight
-// functions (INFO commandstats). FLEET_COMMANDSTATS=1 logs every command's calls and µs per
-// task (with -v). impl=bare is the same number of bare
+// time (user + sys, /proc/<pid>/stat), consumer-cs/task their threads' context switches
+// (voluntary and involuntary, /proc/<pid>/task/*/status), and fcall-us/task the time Redis
+// spent in the flight functions (INFO commandstats). FLEET_COMMANDSTATS=1 logs every
+// command's calls and µs per task (with -v). impl=bare is the same number of bare
 // watermill-redisstream consumer processes with fleetConcurrency subscribers each and a handler
 // that only acknowledges; it is done when the group has read every entry and none is pending.
 // load=stock runs the stock binary as a user would: no stage file and no tuning flags, so the
@@ -160,7 +161,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 	}
 	results := e.ks.Results(fleetStage)
 	var elapsed time.Duration
-	var redisCPU, consumerCPU, reads float64
+	var redisCPU, consumerCPU, reads, switches float64
 	cmds := map[string][2]float64{}
 	b.ResetTimer()
 	for op := range b.N {
@@ -187,6 +188,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 			}
 		}
 		cpu0, ccpu0, stats0, reads0 := fleetRedisCPU(b, e.rdb), fleetProcCPU(b, pids), fleetCommandStats(b, e.rdb), fleetReads(b, e.rdb)
+		cs0 := fleetProcSwitches(b, pids)
 		start := time.Now()
 		if _, err := e.w.EnqueueTasks(e.ctx, tasks); err != nil {
 			b.Fatal(err)
@@ -200,6 +202,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 		elapsed += time.Since(start)
 		redisCPU += fleetRedisCPU(b, e.rdb) - cpu0
 		consumerCPU += fleetProcCPU(b, pids) - ccpu0
+		switches += fleetProcSwitches(b, pids) - cs0
 		reads += fleetReads(b, e.rdb) - reads0
 		for name, v := range fleetCommandStats(b, e.rdb) {
 			c := cmds[name]
@@ -211,6 +214,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 	b.ReportMetric(n/elapsed.Seconds(), "tasks/s")
 	b.ReportMetric(redisCPU/n*1e6, "redis-us/task")
 	b.ReportMetric(consumerCPU/n*1e6, "consumer-us/task")
+	b.ReportMetric(switches/n, "consumer-cs/task")
 	b.ReportMetric(cmds["fcall"][1]/n, "fcall-us/task")
 	b.ReportMetric(reads/n, "reads/task")
 	if recv != nil {
@@ -342,6 +346,34 @@ func fleetProcCPU(b *testing.B, pids []int) float64 {
 		utime, _ := strconv.ParseFloat(f[11], 64)
 		stime, _ := strconv.ParseFloat(f[12], 64)
 		total += (utime + stime) / 100 // clock ticks (USER_HZ is 100 on Linux)
+	}
+	return total
+}
+
+// fleetProcSwitches is how many times the threads of the processes pids have given up their
+// CPU so far, waiting (voluntary_ctxt_switches) or preempted (nonvoluntary_ctxt_switches).
+// Each is a sleep and a wake-up of a thread: unlike CPU time, the count hardly moves with the
+// load of a shared machine.
+func fleetProcSwitches(b *testing.B, pids []int) float64 {
+	b.Helper()
+	var total float64
+	for _, pid := range pids {
+		dirs, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, d := range dirs {
+			raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + d.Name() + "/status")
+			if err != nil {
+				continue // the thread ended meanwhile
+			}
+			for _, line := range strings.Split(string(raw), "\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+					n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					total += n
+				}
+			}
+		}
 	}
 	return total
 }
