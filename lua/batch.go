@@ -111,8 +111,9 @@ func (b *Batcher) queue(c *call) (cmd *redis.Cmd, answered bool) {
 	if !l.busy {
 		// The lane is this caller's. It yields once before it takes the queue, so that the
 		// goroutines ready to run, as the handlers of one read batch are, queue their calls
-		// behind it and leave in this pipeline rather than in the next.
-		l.busy = true
+		// behind it and leave in this pipeline rather than in the next. Marked as handed the
+		// lane, its call stays queued should Close run meanwhile, and lead fails it.
+		l.busy, c.lead = true, true
 		l.mu.Unlock()
 		runtime.Gosched()
 		l.mu.Lock()

@@ -278,6 +278,39 @@ func TestBatcherSenderKeepsItsDeadline(t *testing.T) {
 	}
 }
 
+// TestBatcherCloseWhileTheSenderYields: Close that runs while the caller that found the lane
+// idle yields before sending fails that call with ErrBatcherClosed and returns; nothing hangs
+// and nothing is answered twice. One processor puts Close in that window.
+func TestBatcherCloseWhileTheSenderYields(t *testing.T) {
+	_, _, rdb := newBatcher(t)
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	for range 20 {
+		b := lua.NewBatcher(rdb)
+		called := make(chan error, 1)
+		go func() { called <- b.FCall(context.Background(), "echo", nil, "x").Err() }()
+		runtime.Gosched() // the caller runs until it yields
+		closed := make(chan error, 1)
+		go func() { closed <- b.Close() }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not return while a sender yielded")
+		}
+		select {
+		case err := <-called:
+			if err != nil && !errors.Is(err, lua.ErrBatcherClosed) {
+				t.Fatalf("the yielding caller got %v, want its reply or ErrBatcherClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the yielding caller did not return")
+		}
+	}
+}
+
 // TestBatcherCloseWithCallsQueued: Close fails the calls queued behind the pipeline in flight
 // and returns once that pipeline has, whose caller gets its reply; nothing hangs.
 func TestBatcherCloseWithCallsQueued(t *testing.T) {
