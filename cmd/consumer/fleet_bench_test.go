@@ -352,8 +352,8 @@ func fleetProcCPU(b *testing.B, pids []int) float64 {
 
 // fleetProcSwitches is how many times the threads of the processes pids have given up their
 // CPU so far, waiting (voluntary_ctxt_switches) or preempted (nonvoluntary_ctxt_switches).
-// Each is a sleep and a wake-up of a thread: unlike CPU time, the count hardly moves with the
-// load of a shared machine.
+// A voluntary one is a sleep and a wake-up of a thread. The count moves far less with the load
+// of a shared machine than CPU time does.
 func fleetProcSwitches(b *testing.B, pids []int) float64 {
 	b.Helper()
 	var total float64
