@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/internal/broker"
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
@@ -69,7 +70,7 @@ func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(
 		}
 		events, _, err := broker.ReadEvents(ctx, c.rdb, cur, readCount, block)
 		if err != nil {
-			if cerr := ctxErr(ctx); cerr != nil {
+			if cerr := redisconn.ContextErr(ctx); cerr != nil {
 				return cerr
 			}
 			c.report(fmt.Errorf("client: read %s: %w", streamNames(cur), err))
@@ -87,19 +88,6 @@ func (c *Client) follow(ctx context.Context, cur map[string]string, handle func(
 			}
 		}
 	}
-}
-
-// ctxErr returns ctx's error, or context.DeadlineExceeded when its deadline has passed but
-// its timer has not fired yet, as after a read that failed with an i/o timeout at the
-// deadline.
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 func (c *Client) report(err error) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 )
 
 // FCaller sends FCALLs: a client, or a Batcher.
@@ -217,7 +219,7 @@ func reply(c *call) (*redis.Cmd, bool) {
 	return c.cmd, true
 }
 
-// cutShort is ended(ctx) when err, a call's error, is not an answer of Redis (an error reply
+// cutShort is redisconn.ContextErr(ctx) when err, a call's error, is not an answer of Redis (an error reply
 // or a nil reply), and nil otherwise: a reply read after the caller's deadline is still its
 // reply.
 func cutShort(ctx context.Context, err error) error {
@@ -227,19 +229,7 @@ func cutShort(ctx context.Context, err error) error {
 	if _, ok := errors.AsType[redis.Error](err); ok {
 		return nil
 	}
-	return ended(ctx)
-}
-
-// ended is ctx's error, or DeadlineExceeded once its deadline has passed: a read that the
-// deadline cut short can return before the context's own timer has fired.
-func ended(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
+	return redisconn.ContextErr(ctx)
 }
 
 // wake tells the callers of calls but self that their replies are in.
