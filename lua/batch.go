@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flightdeck-ai/flightdeck/internal/guard"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 )
 
@@ -177,18 +178,14 @@ func (b *Batcher) lead(l *lane, c *call) (*redis.Cmd, bool) {
 	return reply(c)
 }
 
-// sendOrRelease sends batch. Should sending panic, it fails the calls of batch with
-// ErrPipelinePanicked, hands the lane on and wakes them before the panic goes on up the
-// sender's stack, so that a recovered panic leaves no lane busy without a sender.
+// sendOrRelease sends batch. Should sending panic, or call runtime.Goexit, it fails the calls
+// of batch with ErrPipelinePanicked, hands the lane on and wakes them before the panic goes on
+// up the sender's stack, so that a recovered panic leaves no lane busy without a sender. The
+// panic goes on as the *guard.PanicError that guard.Run made of it.
 func (b *Batcher) sendOrRelease(l *lane, batch []*call, self *call) {
-	sent := false
-	defer func() {
-		if sent {
-			return
-		}
-		r := recover()
+	release := func(p *guard.PanicError) {
 		for _, q := range batch {
-			q.cmd = failed(q.ctx, fmt.Errorf("%w: %v", ErrPipelinePanicked, r))
+			q.cmd = failed(q.ctx, fmt.Errorf("%w: %v", ErrPipelinePanicked, p.Value))
 		}
 		l.mu.Lock()
 		next := l.handOn()
@@ -197,10 +194,11 @@ func (b *Batcher) sendOrRelease(l *lane, batch []*call, self *call) {
 			close(next.done)
 		}
 		wake(batch, self)
-		panic(r)
-	}()
-	b.send(batch)
-	sent = true
+	}
+	if p, _ := guard.Run(func() error { b.send(batch); return nil }, release); p != nil {
+		release(p)
+		panic(p)
+	}
 }
 
 // reply is what the caller of c, answered, gets: its reply, or its context's error when the
