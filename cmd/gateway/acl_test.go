@@ -81,9 +81,15 @@ func TestGatewayUnderLeastACL(t *testing.T) {
 	var sched receiptOf
 	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	call(t, "POST", tasks, acmeToken, `{"input":{"answer":"later"},"notBefore":"`+later+`"}`).decode(t, &sched)
-	if r := call(t, "GET", base+"/v1/keys/"+sched.RequestKey, acmeToken, ""); r.status != http.StatusOK ||
-		!strings.Contains(string(r.body), `"SCHEDULED"`) {
-		t.Errorf("GET the scheduled key: %d %s", r.status, r.body)
+	// The key is scheduled once a consumer has read its task; until then it answers 404.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := call(t, "GET", base+"/v1/keys/"+sched.RequestKey, acmeToken, "")
+		if r.status == http.StatusOK && strings.Contains(string(r.body), `"SCHEDULED"`) {
+			break
+		}
+		if r.status != http.StatusNotFound || time.Now().After(deadline) {
+			t.Fatalf("GET the scheduled key: %d %s", r.status, r.body)
+		}
 	}
 	if r := call(t, "POST", base+"/v1/keys/"+sched.RequestKey+"/cancel", acmeToken, ""); r.status != http.StatusOK ||
 		!strings.Contains(string(r.body), `"scheduled":1`) {
