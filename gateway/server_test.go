@@ -101,7 +101,13 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
 	var st keyState
-	r = b.do("GET", "/v1/keys/"+rc.RequestKey, acmeSecret, nil)
+	// The key is scheduled once the consumer has read its task; until then it answers 404.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r = b.do("GET", "/v1/keys/"+rc.RequestKey, acmeSecret, nil)
+		if r.status != http.StatusNotFound || time.Now().After(deadline) {
+			break
+		}
+	}
 	r.json(t, &st)
 	if r.status != http.StatusOK || st.Status != "SCHEDULED" || len(st.Scheduled) != 1 || st.Tenant != "acme" {
 		t.Errorf("GET scheduled key: %d %s", r.status, r.body)
