@@ -76,13 +76,14 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
 # bench-compare: the fleet burst (2 consumer processes) beside bare watermill-redisstream
-# processes and asynq (bench/asynq, its own module), interleaved, RUNS times
+# processes and asynq (bench/asynq, its own module: its burst, and its workers' CPU per task
+# draining a queue filled first), interleaved, RUNS times
 # (docs/BENCHMARKS.md, "Fleet throughput").
 RUNS ?= 5
 bench-compare: deps
 	@for i in $$(seq 1 $(RUNS)); do \
 		$(GO) test -run '^$$' -bench FleetBurst -benchtime 3x -count 1 ./cmd/consumer/ | grep '^Benchmark' || exit 1; \
-		(cd bench/asynq && $(GO) test -run '^$$' -bench 'AsynqBurst/servers=2' -benchtime 3x -count 1 | grep '^Benchmark') || exit 1; \
+		(cd bench/asynq && $(GO) test -run '^$$' -bench 'Asynq(Burst|Drain)/servers=2' -benchtime 3x -count 1 | grep '^Benchmark') || exit 1; \
 	done
 
 # chaos: the seeded fault-injection run (cmd/chaos): its own redis-server with AOF, its own
