@@ -2,8 +2,9 @@ package main_test
 
 // BenchmarkFleetBurst is the fleet measurement of docs/BENCHMARKS.md: consumer processes (not
 // in-process consumers) draining a burst of tasks that were all enqueued at once, the way a
-// deployment sees a backlog. Its asynq twin is bench/asynq (BenchmarkAsynqBurst), a separate
-// module, so that this module does not depend on asynq; `make bench-compare` runs both.
+// deployment sees a backlog. Its asynq twins are in bench/asynq (BenchmarkAsynqBurst, and
+// BenchmarkAsynqDrain for the workers' CPU per task beside consumer-us/task), a separate
+// module, so that this module does not depend on asynq; `make bench-compare` runs them all.
 //
 //	go test -run '^$' -bench FleetBurst -benchtime 5x ./cmd/consumer/
 
