@@ -18,9 +18,9 @@ import (
 // consumer-us/task. Each op enqueues burstTasks tasks while no server runs, then starts two
 // asynq servers of workers each (in this process, as BenchmarkAsynqBurst runs them) and
 // waits until they have run every task. worker-us/task is this process's CPU time (user +
-// sys, getrusage) from just before the servers start, after a GC, until the last handler returns, per
-// task: the servers' workers and their Redis clients, with nothing else running.
-// tasks/s is the drain's rate and redis-us/task Redis's CPU time over the drain.
+// sys, getrusage) from just before the servers start, after a GC, until the last handler
+// returns, per task: the servers' workers and their Redis clients, with nothing else
+// running. tasks/s is the drain's rate and redis-us/task Redis's CPU time over the drain.
 func BenchmarkAsynqDrain(b *testing.B) {
 	rs := redistest.Start(b, nil)
 	for _, workers := range []int{8, concurrency} {
