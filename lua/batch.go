@@ -217,9 +217,9 @@ func reply(c *call) (*redis.Cmd, bool) {
 	return c.cmd, true
 }
 
-// cutShort is redisconn.ContextErr(ctx) when err, a call's error, is not an answer of Redis (an error reply
-// or a nil reply), and nil otherwise: a reply read after the caller's deadline is still its
-// reply.
+// cutShort is redisconn.ContextErr(ctx) when err, a call's error, is not an answer of Redis
+// (an error reply or a nil reply), and nil otherwise: a reply read after the caller's deadline
+// is still its reply.
 func cutShort(ctx context.Context, err error) error {
 	if errors.Is(err, redis.Nil) {
 		return nil
