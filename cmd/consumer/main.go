@@ -49,6 +49,7 @@ import (
 )
 
 func main() {
+	keepMonitorAwake()
 	// go-redis logs dial failures on its own, outside the JSON log. The consumer reports
 	// Redis errors itself.
 	redis.SetLogger(quietLogger{})

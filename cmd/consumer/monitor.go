@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// monitorAwake is the GODEBUG setting the consumer runs under unless GODEBUG names schedtrace
+// itself. Any schedtrace above zero keeps the Go runtime's system monitor out of its deep
+// sleep; this one is the largest the runtime takes, so its scheduler line is printed at most
+// once every 24.8 days. See docs/DESIGN.md, section 5.
+const monitorAwake = "schedtrace=2147483647"
+
+// monitorGODEBUG returns the GODEBUG value to start the consumer again with, given the one it
+// has, and false when it has one that already names schedtrace, which then stays.
+func monitorGODEBUG(env string) (string, bool) {
+	if env == "" {
+		return monitorAwake, true
+	}
+	for _, field := range strings.Split(env, ",") {
+		if key, _, _ := strings.Cut(field, "="); key == "schedtrace" {
+			return "", false
+		}
+	}
+	return env + "," + monitorAwake, true
+}
+
+// keepMonitorAwake replaces the process with itself under monitorGODEBUG's setting, keeping its
+// process id, arguments and the rest of its environment. The runtime reads GODEBUG's schedtrace
+// only at start, hence the exec. When GODEBUG already names schedtrace, or the exec fails, it
+// returns and the consumer runs as it is.
+func keepMonitorAwake() {
+	godebug, ok := monitorGODEBUG(os.Getenv("GODEBUG"))
+	if !ok {
+		return
+	}
+	exe := "/proc/self/exe" // the running binary even when its file was replaced or removed
+	if runtime.GOOS != "linux" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return
+		}
+	}
+	env := []string{"GODEBUG=" + godebug}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GODEBUG=") {
+			env = append(env, kv)
+		}
+	}
+	_ = syscall.Exec(exe, os.Args, env) // returns only when the exec failed
+}
