@@ -57,10 +57,12 @@ func TestRuntimeMonitorAwake(t *testing.T) {
 		}
 		return n
 	}
-	if n := napping(awake); n < samples*3/4 {
-		t.Errorf("the awake consumer's monitor napped in %d of %d samples, want at least %d", n, samples, samples*3/4)
+	a, k := napping(awake), napping(kept)
+	t.Logf("samples with a thread in nanosleep: awake %d, kept %d, of %d", a, k, samples)
+	if a < samples*3/4 {
+		t.Errorf("the awake consumer's monitor napped in %d of %d samples, want at least %d", a, samples, samples*3/4)
 	}
-	if n := napping(kept); n >= samples/2 {
-		t.Errorf("the consumer with schedtrace=0 had a thread in nanosleep in %d of %d samples, want fewer than %d", n, samples, samples/2)
+	if k >= samples/2 {
+		t.Errorf("the consumer with schedtrace=0 had a thread in nanosleep in %d of %d samples, want fewer than %d", k, samples, samples/2)
 	}
 }
