@@ -28,20 +28,13 @@ func monitorGODEBUG(env string) (string, bool) {
 }
 
 // keepMonitorAwake replaces the process with itself under monitorGODEBUG's setting, keeping its
-// process id, arguments and the rest of its environment. The runtime reads GODEBUG's schedtrace
-// only at start, hence the exec. When GODEBUG already names schedtrace, or the exec fails, it
-// returns and the consumer runs as it is.
+// process id, name, arguments and the rest of its environment. The runtime reads GODEBUG's
+// schedtrace only at start, hence the exec. When GODEBUG already names schedtrace, or no exec
+// succeeds, it returns and the consumer runs as it is.
 func keepMonitorAwake() {
 	godebug, ok := monitorGODEBUG(os.Getenv("GODEBUG"))
 	if !ok {
 		return
-	}
-	exe := "/proc/self/exe" // the running binary even when its file was replaced or removed
-	if runtime.GOOS != "linux" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return
-		}
 	}
 	env := []string{"GODEBUG=" + godebug}
 	for _, kv := range os.Environ() {
@@ -49,5 +42,12 @@ func keepMonitorAwake() {
 			env = append(env, kv)
 		}
 	}
-	_ = syscall.Exec(exe, os.Args, env) // returns only when the exec failed
+	// The binary's own path first, so that the process keeps its name (ps, top, pgrep); then,
+	// on Linux, the running binary itself, for when its file was removed or replaced since.
+	if exe, err := os.Executable(); err == nil {
+		_ = syscall.Exec(exe, os.Args, env) // returns only when the exec failed
+	}
+	if runtime.GOOS == "linux" {
+		_ = syscall.Exec("/proc/self/exe", os.Args, env)
+	}
 }

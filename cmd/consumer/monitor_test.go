@@ -10,7 +10,7 @@ import (
 )
 
 // TestRuntimeMonitorAwake: a consumer started as a user starts it runs, under its own process
-// id, with schedtrace added to the GODEBUG it was given, and its Go runtime's system monitor
+// id and name, with schedtrace added to the GODEBUG it was given, and its Go runtime's system monitor
 // then naps (a thread in nanosleep) instead of sleeping deeply while the process is idle; a
 // consumer given GODEBUG=schedtrace=0 keeps it, and its monitor sleeps deeply.
 func TestRuntimeMonitorAwake(t *testing.T) {
@@ -37,6 +37,14 @@ func TestRuntimeMonitorAwake(t *testing.T) {
 		}
 		if len(godebug) != 1 || godebug[0] != c.want {
 			t.Errorf("consumer %s runs with %q, want [%q]", c.p.name, godebug, c.want)
+		}
+		// The process keeps its name: the binary's, as the kernel keeps it (15 bytes at most).
+		comm, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.p.cmd.Process.Pid), "comm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Base(binary); string(bytes.TrimSpace(comm)) != want[:min(len(want), 15)] {
+			t.Errorf("consumer %s runs as %q, want %q", c.p.name, bytes.TrimSpace(comm), want[:min(len(want), 15)])
 		}
 	}
 
