@@ -49,7 +49,6 @@ import (
 )
 
 func main() {
-	keepMonitorAwake()
 	// go-redis logs dial failures on its own, outside the JSON log. The consumer reports
 	// Redis errors itself.
 	redis.SetLogger(quietLogger{})
