@@ -63,15 +63,7 @@ func benchDrain(b *testing.B, rs *redistest.Server, workers int) {
 		runtime.GC() // the enqueue's garbage is not the workers' to collect
 		cpu0 := processCPU(b)
 		start := time.Now()
-		var servers []*asynq.Server
-		for range 2 {
-			srv := asynq.NewServer(conn, asynq.Config{Concurrency: workers, TaskCheckInterval: 10 * time.Millisecond,
-				LogLevel: asynq.FatalLevel})
-			if err := srv.Start(mux); err != nil {
-				b.Fatalf("start asynq server: %v", err)
-			}
-			servers = append(servers, srv)
-		}
+		servers := startServers(b, conn, mux, 2, workers)
 		select {
 		case <-bu.done:
 		case <-time.After(2 * time.Minute):
