@@ -47,6 +47,9 @@ const (
 // command's calls and µs per task (with -v). impl=bare is the same number of bare
 // watermill-redisstream consumer processes with fleetConcurrency subscribers each and a handler
 // that only acknowledges; it is done when the group has read every entry and none is pending.
+// impl=floor is the same number of processes of the least loop that makes a read batch's
+// round trips, read, acquire and complete, and writes each task's event (floor_bench_test.go):
+// what the round trips, the runtime and the client cost on this machine, in the same run.
 // load=stock runs the stock binary as a user would: no stage file and no tuning flags, so the
 // processes consume all four built-in stages at their default settings, and the unique-key
 // burst goes to fleetStage; load=stock-dup10 sends it 10 tasks per key. reads/task is how
@@ -58,9 +61,9 @@ func BenchmarkFleetBurst(b *testing.B) {
 		name         string
 		perKey, conc int
 	}{{"stock", 1, 0}, {"stock-dup10", 10, 0}, {"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
-		for _, impl := range []string{"flightdeck", "bare"} {
-			if impl == "bare" && (load.perKey > 1 || load.conc == 0) {
-				continue // the bare consumer knows no keys nor defaults: its figure is the unique one
+		for _, impl := range []string{"flightdeck", "bare", "floor"} {
+			if impl != "flightdeck" && (load.perKey > 1 || load.conc == 0) {
+				continue // the bare consumer and the floor know no defaults: their figure is the unique one
 			}
 			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) {
 				fleetBurst(b, impl, load.perKey, load.conc, fleetTasks, 0)
@@ -159,6 +162,12 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 			c := repStartBareN(b, e.url, stream, "bare-"+strconv.Itoa(i+1), "noop", conc)
 			pids = append(pids, c.cmd.Process.Pid)
 		}
+	case "floor":
+		b.Setenv(repResultsEnv, e.ks.Results(fleetStage))
+		for i := range fleetProcesses {
+			c := repStartBareN(b, e.url, stream, "floor-"+strconv.Itoa(i+1), "floor", conc)
+			pids = append(pids, c.cmd.Process.Pid)
+		}
 	}
 	results := e.ks.Results(fleetStage)
 	var elapsed time.Duration
@@ -195,7 +204,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 			b.Fatal(err)
 		}
 		switch impl {
-		case "flightdeck", "flightdeck-archive", "flightdeck-traced", "flightdeck-traced-10pct":
+		case "flightdeck", "flightdeck-archive", "flightdeck-traced", "flightdeck-traced-10pct", "floor":
 			fleetAwaitEvents(b, e.rdb, results, from, nTasks)
 		case "bare":
 			fleetAwaitDrained(b, e.rdb, stream)
