@@ -76,9 +76,9 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
 # bench-compare: the fleet burst (2 consumer processes) beside bare watermill-redisstream
-# processes, the floor (the least loop that makes the same round trips) and asynq (bench/asynq, its own module: its burst, and its workers' CPU per task
-# draining a queue filled first), interleaved, RUNS times
-# (docs/BENCHMARKS.md, "Fleet throughput").
+# processes, the floor (the least loop that makes the same round trips) and asynq
+# (bench/asynq, its own module: its burst, and its workers' CPU per task draining a queue
+# filled first), interleaved, RUNS times (docs/BENCHMARKS.md, "Fleet throughput").
 RUNS ?= 5
 bench-compare: deps
 	@for i in $$(seq 1 $(RUNS)); do \

@@ -63,7 +63,7 @@ func BenchmarkFleetBurst(b *testing.B) {
 	}{{"stock", 1, 0}, {"stock-dup10", 10, 0}, {"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
 		for _, impl := range []string{"flightdeck", "bare", "floor"} {
 			if impl != "flightdeck" && (load.perKey > 1 || load.conc == 0) {
-				continue // the bare consumer and the floor know no defaults: their figure is the unique one
+				continue // the bare consumer and the floor know no defaults nor shared keys: their figure is the unique one
 			}
 			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) {
 				fleetBurst(b, impl, load.perKey, load.conc, fleetTasks, 0)
@@ -164,6 +164,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 		}
 	case "floor":
 		b.Setenv(repResultsEnv, e.ks.Results(fleetStage))
+		b.Setenv(repPrefixEnv, e.ks.Prefix)
 		for i := range fleetProcesses {
 			c := repStartBareN(b, e.url, stream, "floor-"+strconv.Itoa(i+1), "floor", conc)
 			pids = append(pids, c.cmd.Process.Pid)

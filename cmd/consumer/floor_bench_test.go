@@ -4,12 +4,14 @@ package main_test
 // with go-redis when each read batch costs the round trips Flightdeck's does. It is this test
 // binary again, in a child mode (repBareEnv=floor), running one loop per process: XREADGROUP
 // of as many entries as it has handlers, decode and key each task, one script call that
-// takes every key of the batch (GET, SET with a TTL), the model call of each task on its own
-// goroutine, and one script call that stores each result, writes its event and acknowledges
-// its entry. It has no fencing, lease, heartbeat, join, retry, dead letter, metrics or
-// overlap of one batch's complete with the next read: what it costs is what the round trips,
-// the runtime and the client cost on this machine, beside which the consumer's figure can be
-// read in the same run.
+// takes every key of the batch (GET, SET with a TTL), the simulated model of the consumer's
+// benchmark (model.Sim) for each task on a goroutine of its own, and one script call that
+// stores each result, writes its event (built in the script, trimming the stream as the
+// consumer's first event of a call does) and acknowledges the batch's entries with one XACK.
+// It runs at the consumer's default garbage-collector target. It has no fencing, lease,
+// heartbeat, join, retry, dead letter, metrics or overlap of one batch's complete with the
+// next read: what it costs is what the round trips, the runtime and the client cost on this
+// machine, beside which the consumer's figure can be read in the same run.
 
 import (
 	"context"
@@ -18,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
@@ -26,15 +29,23 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
+	"github.com/flightdeck-ai/flightdeck/handlers/model"
 	"github.com/flightdeck-ai/flightdeck/internal/redisconn"
 	"github.com/flightdeck-ai/flightdeck/topics"
 )
 
-// repResultsEnv names the floor child's result stream.
-const repResultsEnv = "FLIGHTDECK_REPORT_RESULTS"
+// Environment of the floor child, beside repStreamEnv, repNameEnv and repSubsEnv.
+const (
+	repResultsEnv = "FLIGHTDECK_REPORT_RESULTS" // the result stream
+	repPrefixEnv  = "FLIGHTDECK_REPORT_PREFIX"  // the run's key prefix, for the floor's keys
+)
 
-// floorAcquire takes each key of a batch that nobody holds, as an acquire that makes its
-// caller the owner does.
+// floorGCPercent is the consumer's default garbage-collector target (defaultGCPercent in
+// gc.go), so that the floor pays for its garbage as the consumer does.
+const floorGCPercent = 400
+
+// floorAcquire takes each key of a batch: it sets the key, with the task as its holder, when
+// nobody holds it, as an acquire that makes its caller the owner does.
 var floorAcquire = redis.NewScript(`local out = {}
 for i = 1, #KEYS do
   if not redis.call('GET', KEYS[i]) then redis.call('SET', KEYS[i], ARGV[i], 'PX', 60000) end
@@ -42,18 +53,37 @@ for i = 1, #KEYS do
 end
 return out`)
 
-// floorComplete stores each result, writes its event and acknowledges its entry: ARGV holds
-// the result stream, the task stream and the group, then entry id, event and result per key.
-var floorComplete = redis.NewScript(`for i = 1, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[3 + 3*i], 'PX', 60000)
-  redis.call('XADD', ARGV[1], '*', 'event', ARGV[2 + 3*i])
-  redis.call('XACK', ARGV[2], ARGV[3], ARGV[1 + 3*i])
+// floorComplete stores each result, writes its event and acknowledges the entries. KEYS holds
+// the result stream, the task stream, then the batch's keys; ARGV the group, the result
+// stream's MAXLEN, then entry id, task id and result per key.
+var floorComplete = redis.NewScript(`local results, stream = KEYS[1], KEYS[2]
+local ids = {}
+for i = 3, #KEYS do
+  local a = 3 * i - 6
+  local task, result = ARGV[a + 1], ARGV[a + 2]
+  redis.call('SET', KEYS[i], result, 'PX', 60000)
+  local p = '{"taskId":"' .. task .. '","shared":"owner","status":"SUCCEEDED","result":' .. result .. '}'
+  if i == 3 then
+    redis.call('XADD', results, 'MAXLEN', '~', ARGV[2], '*', '_watermill_message_uuid', task, 'payload', p)
+  else
+    redis.call('XADD', results, '*', '_watermill_message_uuid', task, 'payload', p)
+  end
+  ids[#ids + 1] = ARGV[a]
 end
-return #KEYS`)
+redis.call('XACK', stream, ARGV[1], unpack(ids))
+return #ids`)
+
+// floorLoop is one floor child's connection and streams.
+type floorLoop struct {
+	rdb                           *redis.Client
+	stream, results, name, prefix string
+	sim                           *model.Sim
+}
 
 // repFloorChild runs the floor loop with $FLIGHTDECK_REPORT_SUBS handlers on
 // $FLIGHTDECK_REPORT_STREAM until SIGTERM. It prints READY once its group exists.
 func repFloorChild() int {
+	debug.SetGCPercent(floorGCPercent)
 	opt, err := redis.ParseURL(os.Getenv("REDIS_URL"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -61,33 +91,33 @@ func repFloorChild() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	rdb := redisconn.NewClient(opt)
-	defer func() { _ = rdb.Close() }()
-	stream, results, name := os.Getenv(repStreamEnv), os.Getenv(repResultsEnv), os.Getenv(repNameEnv)
+	f := &floorLoop{rdb: redisconn.NewClient(opt), stream: os.Getenv(repStreamEnv), results: os.Getenv(repResultsEnv),
+		name: os.Getenv(repNameEnv), prefix: os.Getenv(repPrefixEnv), sim: &model.Sim{}}
+	defer func() { _ = f.rdb.Close() }()
 	handlers, err := strconv.Atoi(os.Getenv(repSubsEnv))
 	if err != nil || handlers <= 0 {
 		handlers = 8
 	}
-	if err := rdb.XGroupCreateMkStream(ctx, stream, topics.ConsumerGroup, "0").Err(); err != nil &&
+	if err := f.rdb.XGroupCreateMkStream(ctx, f.stream, topics.ConsumerGroup, "0").Err(); err != nil &&
 		!redis.HasErrorPrefix(err, "BUSYGROUP") {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	for _, s := range []*redis.Script{floorAcquire, floorComplete} {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
+		if err := s.Load(ctx, f.rdb).Err(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
 	fmt.Println("READY")
 	for ctx.Err() == nil {
-		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: name,
-			Streams: []string{stream, ">"}, Count: int64(handlers), Block: time.Second}).Result()
+		res, err := f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: f.name,
+			Streams: []string{f.stream, ">"}, Count: int64(handlers), Block: time.Second}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
 		if err == nil && len(res) > 0 {
-			err = floorBatch(ctx, rdb, stream, results, res[0].Messages)
+			err = f.batch(ctx, res[0].Messages)
 		}
 		if err != nil && ctx.Err() == nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -97,9 +127,9 @@ func repFloorChild() int {
 	return 0
 }
 
-// floorBatch handles one read batch: decode and key, acquire all, call the model of each,
+// batch handles one read batch: decode and key, acquire all, call the model of each,
 // complete all.
-func floorBatch(ctx context.Context, rdb *redis.Client, stream, results string, msgs []redis.XMessage) error {
+func (f *floorLoop) batch(ctx context.Context, msgs []redis.XMessage) error {
 	tasks := make([]topics.Task, len(msgs))
 	keys := make([]string, len(msgs))
 	owners := make([]any, len(msgs))
@@ -113,28 +143,30 @@ func floorBatch(ctx context.Context, rdb *redis.Client, stream, results string, 
 		if err != nil {
 			return fmt.Errorf("floor: entry %s: %w", m.ID, err)
 		}
-		tasks[i], keys[i], owners[i] = t, "floor:"+key, t.TaskID
+		tasks[i], keys[i], owners[i] = t, f.prefix+":floor:"+key, t.TaskID
 	}
-	if err := floorAcquire.EvalSha(ctx, rdb, keys, owners...).Err(); err != nil {
+	if err := floorAcquire.EvalSha(ctx, f.rdb, keys, owners...).Err(); err != nil {
 		return fmt.Errorf("floor: acquire: %w", err)
 	}
-	out := make([][]byte, len(msgs))
+	out := make([]json.RawMessage, len(msgs))
+	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
-	for i := range msgs {
-		wg.Go(func() { out[i] = []byte(`{"score":7,"rationale":"floor"}`) })
+	for i, t := range tasks {
+		wg.Go(func() {
+			out[i], errs[i] = f.sim.Call(ctx, model.Request{Stage: t.Stage, TaskID: t.TaskID, Tenant: t.Tenant,
+				Input: t.Input, Attempt: 1, Consumer: f.name}, func() {})
+		})
 	}
 	wg.Wait()
-	args := make([]any, 0, 3+3*len(msgs))
-	args = append(args, results, stream, topics.ConsumerGroup)
-	for i, m := range msgs {
-		ev, err := json.Marshal(map[string]any{"taskId": tasks[i].TaskID, "status": "SUCCEEDED",
-			"result": json.RawMessage(out[i])})
-		if err != nil {
-			return err
-		}
-		args = append(args, m.ID, ev, out[i])
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("floor: model: %w", err)
 	}
-	if err := floorComplete.EvalSha(ctx, rdb, keys, args...).Err(); err != nil {
+	args := make([]any, 0, 2+3*len(msgs))
+	args = append(args, topics.ConsumerGroup, topics.DefaultResultMaxLen)
+	for i, m := range msgs {
+		args = append(args, m.ID, tasks[i].TaskID, []byte(out[i]))
+	}
+	if err := floorComplete.EvalSha(ctx, f.rdb, append([]string{f.results, f.stream}, keys...), args...).Err(); err != nil {
 		return fmt.Errorf("floor: complete: %w", err)
 	}
 	return nil
