@@ -48,8 +48,9 @@ const (
 // watermill-redisstream consumer processes with fleetConcurrency subscribers each and a handler
 // that only acknowledges; it is done when the group has read every entry and none is pending.
 // impl=floor is the same number of processes of the least loop that makes a read batch's
-// round trips, read, acquire and complete, and writes each task's event (floor_bench_test.go):
-// what the round trips, the runtime and the client cost on this machine, in the same run.
+// round trips, read, acquire and complete, runs the same simulated model and writes each
+// task's event (floor_bench_test.go): what the round trips, the runtime, the client and the
+// model's stand-in cost on this machine, in the same run.
 // load=stock runs the stock binary as a user would: no stage file and no tuning flags, so the
 // processes consume all four built-in stages at their default settings, and the unique-key
 // burst goes to fleetStage; load=stock-dup10 sends it 10 tasks per key. reads/task is how
