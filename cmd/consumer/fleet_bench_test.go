@@ -50,7 +50,9 @@ const (
 // impl=floor is the same number of processes of the least loop that makes a read batch's
 // round trips, read, acquire and complete, runs the same simulated model and writes each
 // task's event (floor_bench_test.go): what the round trips, the runtime, the client and the
-// model's stand-in cost on this machine, in the same run.
+// model's stand-in cost on this machine, in the same run. impl=floor-scripts is that loop with
+// the consumer's own acquire and complete through a Batcher, each task on a goroutine
+// (floor_scripts_bench_test.go): what the flight calls add, without the rest of the lifecycle.
 // load=stock runs the stock binary as a user would: no stage file and no tuning flags, so the
 // processes consume all four built-in stages at their default settings, and the unique-key
 // burst goes to fleetStage; load=stock-dup10 sends it 10 tasks per key. reads/task is how
@@ -62,7 +64,7 @@ func BenchmarkFleetBurst(b *testing.B) {
 		name         string
 		perKey, conc int
 	}{{"stock", 1, 0}, {"stock-dup10", 10, 0}, {"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
-		for _, impl := range []string{"flightdeck", "bare", "floor"} {
+		for _, impl := range []string{"flightdeck", "bare", "floor", "floor-scripts"} {
 			if impl != "flightdeck" && (load.perKey > 1 || load.conc == 0) {
 				continue // the bare consumer and the floor know no defaults nor shared keys: their figure is the unique one
 			}
@@ -163,11 +165,12 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 			c := repStartBareN(b, e.url, stream, "bare-"+strconv.Itoa(i+1), "noop", conc)
 			pids = append(pids, c.cmd.Process.Pid)
 		}
-	case "floor":
+	case "floor", "floor-scripts":
 		b.Setenv(repResultsEnv, e.ks.Results(fleetStage))
 		b.Setenv(repPrefixEnv, e.ks.Prefix)
+		b.Setenv(repStageEnv, fleetStage)
 		for i := range fleetProcesses {
-			c := repStartBareN(b, e.url, stream, "floor-"+strconv.Itoa(i+1), "floor", conc)
+			c := repStartBareN(b, e.url, stream, impl+"-"+strconv.Itoa(i+1), impl, conc)
 			pids = append(pids, c.cmd.Process.Pid)
 		}
 	}
@@ -206,7 +209,7 @@ func fleetBurstOn(b *testing.B, e *e2e, impl string, perKey, conc, nTasks, laten
 			b.Fatal(err)
 		}
 		switch impl {
-		case "flightdeck", "flightdeck-archive", "flightdeck-traced", "flightdeck-traced-10pct", "floor":
+		case "flightdeck", "flightdeck-archive", "flightdeck-traced", "flightdeck-traced-10pct", "floor", "floor-scripts":
 			fleetAwaitEvents(b, e.rdb, results, from, nTasks)
 		case "bare":
 			fleetAwaitDrained(b, e.rdb, stream)

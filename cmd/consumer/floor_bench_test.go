@@ -38,6 +38,7 @@ import (
 const (
 	repResultsEnv = "FLIGHTDECK_REPORT_RESULTS" // the result stream
 	repPrefixEnv  = "FLIGHTDECK_REPORT_PREFIX"  // the run's key prefix, for the floor's keys
+	repStageEnv   = "FLIGHTDECK_REPORT_STAGE"   // the stage whose policy floor-scripts runs
 )
 
 // floorGCPercent is the consumer's default garbage-collector target (defaultGCPercent in
@@ -81,8 +82,9 @@ type floorLoop struct {
 }
 
 // repFloorChild runs the floor loop with $FLIGHTDECK_REPORT_SUBS handlers on
-// $FLIGHTDECK_REPORT_STREAM until SIGTERM. It prints READY once its group exists.
-func repFloorChild() int {
+// $FLIGHTDECK_REPORT_STREAM until SIGTERM, with the floor's scripts or, in mode
+// "floor-scripts", the consumer's flight calls. It prints READY once its group exists.
+func repFloorChild(mode string) int {
 	debug.SetGCPercent(floorGCPercent)
 	opt, err := redis.ParseURL(os.Getenv("REDIS_URL"))
 	if err != nil {
@@ -109,6 +111,11 @@ func repFloorChild() int {
 			return 1
 		}
 	}
+	run, err := floorMode(ctx, f, mode)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	fmt.Println("READY")
 	for ctx.Err() == nil {
 		res, err := f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: f.name,
@@ -117,7 +124,7 @@ func repFloorChild() int {
 			continue
 		}
 		if err == nil && len(res) > 0 {
-			err = f.batch(ctx, res[0].Messages)
+			err = run.batch(ctx, res[0].Messages)
 		}
 		if err != nil && ctx.Err() == nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -134,14 +141,9 @@ func (f *floorLoop) batch(ctx context.Context, msgs []redis.XMessage) error {
 	keys := make([]string, len(msgs))
 	owners := make([]any, len(msgs))
 	for i, m := range msgs {
-		payload, _ := m.Values[topics.FieldPayload].(string)
-		t, err := topics.DecodeTask([]byte(payload), topics.Limits{})
+		t, key, err := floorDecode(m)
 		if err != nil {
-			return fmt.Errorf("floor: entry %s: %w", m.ID, err)
-		}
-		key, err := flight.TaskKey(t)
-		if err != nil {
-			return fmt.Errorf("floor: entry %s: %w", m.ID, err)
+			return err
 		}
 		tasks[i], keys[i], owners[i] = t, f.prefix+":floor:"+key, t.TaskID
 	}
@@ -170,4 +172,18 @@ func (f *floorLoop) batch(ctx context.Context, msgs []redis.XMessage) error {
 		return fmt.Errorf("floor: complete: %w", err)
 	}
 	return nil
+}
+
+// floorDecode decodes the task of entry m and derives its flight key, as a consumer does.
+func floorDecode(m redis.XMessage) (topics.Task, string, error) {
+	payload, _ := m.Values[topics.FieldPayload].(string)
+	t, err := topics.DecodeTask([]byte(payload), topics.Limits{})
+	if err != nil {
+		return topics.Task{}, "", fmt.Errorf("floor: entry %s: %w", m.ID, err)
+	}
+	key, err := flight.TaskKey(t)
+	if err != nil {
+		return topics.Task{}, "", fmt.Errorf("floor: entry %s: %w", m.ID, err)
+	}
+	return t, key, nil
 }

@@ -42,7 +42,7 @@ import (
 
 // Environment of the bare child process.
 const (
-	repBareEnv   = "FLIGHTDECK_REPORT_BARE" // "block": handlers never return; "noop": they ack; "floor": the fleet's floor
+	repBareEnv   = "FLIGHTDECK_REPORT_BARE" // "block": handlers never return; "noop": they ack; "floor", "floor-scripts": the fleet's floors
 	repStreamEnv = "FLIGHTDECK_REPORT_STREAM"
 	repNameEnv   = "FLIGHTDECK_REPORT_NAME"
 	repSubsEnv   = "FLIGHTDECK_REPORT_SUBS" // subscribers of the child (default 4)
@@ -51,8 +51,8 @@ const (
 // init turns this test binary into a bare watermill consumer when repBareEnv is set; it runs
 // before TestMain, so the child builds nothing and runs no test.
 func init() {
-	if mode := os.Getenv(repBareEnv); mode == "floor" {
-		os.Exit(repFloorChild())
+	if mode := os.Getenv(repBareEnv); mode == "floor" || mode == "floor-scripts" {
+		os.Exit(repFloorChild(mode))
 	} else if mode != "" {
 		os.Exit(repBareChild(mode))
 	}
