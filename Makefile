@@ -76,7 +76,8 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
 # bench-compare: the fleet burst (2 consumer processes) beside bare watermill-redisstream
-# processes, the floor (the least loop that makes the same round trips) and asynq
+# processes, the floors (the least loop that makes the same round trips, and that loop with
+# the consumer's own flight calls) and asynq
 # (bench/asynq, its own module: its burst, and its workers' CPU per task draining a queue
 # filled first), interleaved, RUNS times (docs/BENCHMARKS.md, "Fleet throughput").
 RUNS ?= 5

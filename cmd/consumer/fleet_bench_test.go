@@ -66,7 +66,7 @@ func BenchmarkFleetBurst(b *testing.B) {
 	}{{"stock", 1, 0}, {"stock-dup10", 10, 0}, {"unique", 1, fleetConcurrency}, {"dup10", 10, fleetConcurrency}, {"unique-c50", 1, 50}, {"dup10-c50", 10, 50}} {
 		for _, impl := range []string{"flightdeck", "bare", "floor", "floor-scripts"} {
 			if impl != "flightdeck" && (load.perKey > 1 || load.conc == 0) {
-				continue // the bare consumer and the floor know no defaults nor shared keys: their figure is the unique one
+				continue // the bare consumer and the floors know no defaults nor shared keys: their figure is the unique one
 			}
 			b.Run("load="+load.name+"/impl="+impl, func(b *testing.B) {
 				fleetBurst(b, impl, load.perKey, load.conc, fleetTasks, 0)

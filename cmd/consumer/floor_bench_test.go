@@ -143,7 +143,7 @@ func (f *floorLoop) batch(ctx context.Context, msgs []redis.XMessage) error {
 	for i, m := range msgs {
 		t, key, err := floorDecode(m)
 		if err != nil {
-			return err
+			return fmt.Errorf("floor: %w", err)
 		}
 		tasks[i], keys[i], owners[i] = t, f.prefix+":floor:"+key, t.TaskID
 	}
@@ -179,11 +179,11 @@ func floorDecode(m redis.XMessage) (topics.Task, string, error) {
 	payload, _ := m.Values[topics.FieldPayload].(string)
 	t, err := topics.DecodeTask([]byte(payload), topics.Limits{})
 	if err != nil {
-		return topics.Task{}, "", fmt.Errorf("floor: entry %s: %w", m.ID, err)
+		return topics.Task{}, "", fmt.Errorf("entry %s: %w", m.ID, err)
 	}
 	key, err := flight.TaskKey(t)
 	if err != nil {
-		return topics.Task{}, "", fmt.Errorf("floor: entry %s: %w", m.ID, err)
+		return topics.Task{}, "", fmt.Errorf("entry %s: %w", m.ID, err)
 	}
 	return t, key, nil
 }

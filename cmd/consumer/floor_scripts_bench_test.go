@@ -67,13 +67,15 @@ func (s *floorScripts) batch(ctx context.Context, msgs []redis.XMessage) error {
 func (s *floorScripts) task(ctx context.Context, m redis.XMessage) error {
 	t, key, err := floorDecode(m)
 	if err != nil {
-		return err
+		return fmt.Errorf("floor-scripts: %w", err)
 	}
+	queued, _ := t.EntryQueueWait(m.ID, time.Time{}, time.Now())
 	actx, cancel := context.WithTimeout(ctx, s.stage.Lease)
 	defer cancel()
+	// As the consumer's leader of its key asks, with WantInline, for the result of a hit.
 	d, err := s.coord.Acquire(actx, flight.AcquireParams{Key: key, OwnerID: s.name,
-		Task:  flight.Task{ID: t.TaskID, Stream: s.stream, Entry: m.ID},
-		Stage: t.Stage, Tenant: t.Tenant, Policy: s.stage.Policy, Start: true,
+		Task:  flight.Task{ID: t.TaskID, Stream: s.stream, Entry: m.ID, Queued: queued},
+		Stage: t.Stage, Tenant: t.Tenant, Policy: s.stage.Policy, Start: true, WantInline: true,
 		MaxInline: s.stage.MaxInlineResult, MaxSharedInline: s.stage.MaxSharedInlineResult})
 	if err != nil {
 		return fmt.Errorf("floor-scripts: acquire %s: %w", t.TaskID, err)
