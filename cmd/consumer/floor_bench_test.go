@@ -96,9 +96,9 @@ func repFloorChild(mode string) int {
 	f := &floorLoop{rdb: redisconn.NewClient(opt), stream: os.Getenv(repStreamEnv), results: os.Getenv(repResultsEnv),
 		name: os.Getenv(repNameEnv), prefix: os.Getenv(repPrefixEnv), sim: &model.Sim{}}
 	defer func() { _ = f.rdb.Close() }()
-	handlers, err := strconv.Atoi(os.Getenv(repSubsEnv))
-	if err != nil || handlers <= 0 {
-		handlers = 8
+	slots, err := strconv.Atoi(os.Getenv(repSubsEnv))
+	if err != nil || slots <= 0 {
+		slots = 8
 	}
 	if err := f.rdb.XGroupCreateMkStream(ctx, f.stream, topics.ConsumerGroup, "0").Err(); err != nil &&
 		!redis.HasErrorPrefix(err, "BUSYGROUP") {
@@ -119,7 +119,7 @@ func repFloorChild(mode string) int {
 	fmt.Println("READY")
 	for ctx.Err() == nil {
 		res, err := f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: topics.ConsumerGroup, Consumer: f.name,
-			Streams: []string{f.stream, ">"}, Count: int64(handlers), Block: time.Second}).Result()
+			Streams: []string{f.stream, ">"}, Count: int64(slots), Block: time.Second}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
