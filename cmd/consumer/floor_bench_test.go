@@ -105,12 +105,6 @@ func repFloorChild(mode string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	for _, s := range []*redis.Script{floorAcquire, floorComplete} {
-		if err := s.Load(ctx, f.rdb).Err(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
 	run, err := floorMode(ctx, f, mode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -186,4 +180,14 @@ func floorDecode(m redis.XMessage) (topics.Task, string, error) {
 		return topics.Task{}, "", fmt.Errorf("entry %s: %w", m.ID, err)
 	}
 	return t, key, nil
+}
+
+// loadScripts loads the floor's two scripts, so that their EVALSHA calls find them.
+func (f *floorLoop) loadScripts(ctx context.Context) error {
+	for _, s := range []*redis.Script{floorAcquire, floorComplete} {
+		if err := s.Load(ctx, f.rdb).Err(); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+	}
+	return nil
 }

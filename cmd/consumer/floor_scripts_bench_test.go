@@ -100,11 +100,11 @@ type floorBatcher interface {
 	batch(ctx context.Context, msgs []redis.XMessage) error
 }
 
-// floorMode returns the loop's batch handler for the child's mode: the floor's scripts, or
-// with "floor-scripts" the consumer's flight calls.
+// floorMode returns the loop's batch handler for the child's mode: the floor's scripts, loaded
+// here, or with "floor-scripts" the consumer's flight calls.
 func floorMode(ctx context.Context, f *floorLoop, mode string) (floorBatcher, error) {
 	if mode != "floor-scripts" {
-		return f, nil
+		return f, f.loadScripts(ctx)
 	}
 	return newFloorScripts(ctx, f, os.Getenv(repStageEnv))
 }
