@@ -210,7 +210,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server exited: %v: %s", err, logBuf.String())
 		default:
 		}
-		if s.ping() == nil {
+		if s.ping() == nil && s.answersAs(cmd.Process.Pid) {
 			s.mu.Lock()
 			s.cmd = cmd
 			s.mu.Unlock()
@@ -220,6 +220,28 @@ func (s *Server) start() error {
 	}
 	_ = cmd.Process.Kill()
 	return errors.New("redis-server did not answer PING within 10s")
+}
+
+// answersAs reports whether the server on s's port is the process pid. Another test's server
+// may win the race for a port freePort returned, and answer PING before this one fails to bind
+// and exits. A server that may not be asked (NOPERM) counts as pid.
+func (s *Server) answersAs(pid int) bool {
+	opt := s.options()
+	opt.MaxRetries, opt.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return strings.HasPrefix(err.Error(), "NOPERM")
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return v == strconv.Itoa(pid)
+		}
+	}
+	return true // no process_id line (a sentinel answers with one too): nothing to compare
 }
 
 func (s *Server) ping() error {
