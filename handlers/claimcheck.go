@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"strconv"
+	"sync"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/stream"
@@ -17,9 +18,12 @@ import (
 //     whose pinned lease has not lapsed. Then the owner still runs it. That happens when the
 //     owner is paused for less than its lease, or its touches fail while its heartbeats
 //     succeed.
-//   - A parked entry is claimed when its flight ended, to answer it, or vanished, to run it.
-//     It is also claimed when the flight has had no owner heartbeat for two leases, since
-//     its owner's entry is gone too. Otherwise it is kept parked until the next check.
+//   - A parked entry is claimed when its flight ended, to answer it. It is also claimed when
+//     the flight has had no owner heartbeat for two leases, since its owner's entry is gone
+//     too. When its flight vanished, it is claimed, to run it, only once this consumer has
+//     found the flight gone for longer than the stage's lease: a live owner writes its
+//     flight back at its next heartbeat (see goneFlights). Otherwise it is kept parked until
+//     the next check.
 //   - Entries whose task cannot be read are claimed, and the handler dead-letters them.
 func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []stream.Verdict {
 	out := make([]stream.Verdict, len(cands))
@@ -62,20 +66,31 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		return out
 	}
 	nowMs := now.UnixMilli()
+	lease := p.stage.Lease.Milliseconds()
+	p.gone.prune(nowMs - 4*lease - p.stage.ParkCheck.Milliseconds())
 	for j, i := range at {
 		m := metas[j]
 		if m == nil {
 			m = map[string]string{} // gone, or unreadable: its acquire decides
 		}
-		out[i] = verdict(cands[i], m, nowMs)
+		var goneFor int64
+		if c := cands[i]; c.Parked {
+			goneFor = p.gone.seen(c.Stream+" "+c.ID, m["status"] == "", nowMs)
+		}
+		out[i] = verdict(cands[i], m, nowMs, goneFor, lease)
 	}
 	return out
 }
 
 // verdict applies the claim rule to one candidate whose flight meta is m, empty when gone.
-func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict {
+// goneFor is how long this consumer has found a parked candidate's flight gone, and
+// stageLease the stage's lease, both in ms.
+func verdict(c stream.Candidate, m map[string]string, now, goneFor, stageLease int64) stream.Verdict {
 	status := m["status"]
 	if status == "" {
+		if c.Parked && goneFor <= stageLease {
+			return stream.Keep // its owner, if alive, writes the flight back meanwhile
+		}
 		return stream.Claim // the flight vanished: whoever gets the task acquires anew
 	}
 	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
@@ -106,4 +121,48 @@ func verdict(c stream.Candidate, m map[string]string, now int64) stream.Verdict 
 		return stream.Keep
 	}
 	return stream.Claim // ended: the acquire answers it
+}
+
+// goneFlights remembers, per parked entry, when this consumer's claim check first found the
+// entry's flight gone. A flight's record can vanish while its owner runs (lost writes, an
+// eviction); the owner writes it back at its next heartbeat, and a parked task claimed before
+// then would become a second owner. So a parked entry of a vanished flight is claimed only
+// once the flight has been gone, by this consumer's checks, for longer than a lease: the
+// same rule that lets a live owner's flight be taken over only after a lease without a
+// heartbeat. Safe for concurrent use.
+type goneFlights struct {
+	mu sync.Mutex
+	at map[string]int64 // entry ref -> Redis time in ms of the first check that found it gone
+}
+
+// seen records the check at now of ref's flight, gone or not, and returns how long (ms) the
+// flight has been found gone: 0 when it is not gone or was found gone first now.
+func (g *goneFlights) seen(ref string, gone bool, now int64) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !gone {
+		delete(g.at, ref)
+		return 0
+	}
+	first, ok := g.at[ref]
+	if !ok {
+		if g.at == nil {
+			g.at = map[string]int64{}
+		}
+		g.at[ref] = now
+		return 0
+	}
+	return now - first
+}
+
+// prune forgets the entries first found gone before before: another consumer claimed them,
+// or they were acknowledged.
+func (g *goneFlights) prune(before int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for ref, at := range g.at {
+		if at < before {
+			delete(g.at, ref)
+		}
+	}
 }

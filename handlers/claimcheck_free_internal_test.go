@@ -11,7 +11,45 @@ import (
 func TestClaimKeepsAFreeFailure(t *testing.T) {
 	m := map[string]string{"status": "FAILED", "retryable": "1", "free": "1", "attempts": "1",
 		"policy": "5000 120000 0 600000 60000 1", "updatedAt": "1000", "heartbeatAt": "1000"}
-	if v := verdict(stream.Candidate{Parked: true, ID: "1-0", Stream: "s"}, m, 1500); v != stream.Keep {
+	if v := verdict(stream.Candidate{Parked: true, ID: "1-0", Stream: "s"}, m, 1500, 0, 5000); v != stream.Keep {
 		t.Errorf("verdict %v, want Keep (the flight retries after its limiter wait)", v)
+	}
+}
+
+// TestClaimWaitsALeaseForAVanishedFlight: a parked entry whose flight is gone is kept until
+// this consumer has found the flight gone for longer than the lease, since a live owner
+// writes its flight back at its next heartbeat; a flight found again starts the count over.
+// An entry of another consumer's task with no flight is claimed at once: its holder stopped
+// touching it for a lease already.
+func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
+	var g goneFlights
+	c := stream.Candidate{Parked: true, ID: "1-0", Stream: "s"}
+	gone := map[string]string{}
+	check := func(now int64, m map[string]string) stream.Verdict {
+		return verdict(c, m, now, g.seen(c.Stream+" "+c.ID, m["status"] == "", now), 1500)
+	}
+	for _, step := range []struct {
+		now  int64
+		m    map[string]string
+		want stream.Verdict
+	}{
+		{1000, gone, stream.Keep},
+		{2000, gone, stream.Keep},
+		{2500, gone, stream.Keep},
+		{2501, gone, stream.Claim},
+		{3000, map[string]string{"status": "RUNNING", "heartbeatAt": "2900", "policy": "1500 3000 0 30000 1000 3"}, stream.Keep},
+		{3500, gone, stream.Keep},
+		{5001, gone, stream.Claim},
+	} {
+		if v := check(step.now, step.m); v != step.want {
+			t.Fatalf("at %d (status %q): verdict %v, want %v", step.now, step.m["status"], v, step.want)
+		}
+	}
+	g.prune(3501)
+	if n := len(g.at); n != 0 {
+		t.Errorf("%d entries remembered after prune, want 0", n)
+	}
+	if v := verdict(stream.Candidate{ID: "2-0", Stream: "s"}, gone, 1000, 0, 1500); v != stream.Claim {
+		t.Errorf("another consumer's idle entry of a vanished flight: %v, want Claim", v)
 	}
 }

@@ -78,6 +78,7 @@ type processor struct {
 	archive   *archive.Writer // nil without an archive
 	owner     *flight.Owner   // the owner lifecycle of the stage's flights
 	joins     *joins          // the keys' leaders among the running tasks, see join.go
+	gone      goneFlights     // parked entries whose flight the claim check found gone
 }
 
 // entry is the stream entry a handler run holds.

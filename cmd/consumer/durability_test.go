@@ -173,6 +173,51 @@ func TestVanishedFlightMidRun(t *testing.T) {
 	e.expectDrained(10 * time.Second)
 }
 
+// TestVanishedFlightPausedOwner: the record and waiters of a running flight disappear while
+// its owner is paused for less than its lease. Another consumer that checks the parked task
+// meanwhile finds no flight, and must not run the task before the owner could have written
+// the flight back: the owner resumes, writes it back, and the model runs once.
+func TestVanishedFlightPausedOwner(t *testing.T) {
+	e := newE2E(t)
+	e.stages = "interview-evaluation"
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 3s
+    runningTTL: 8s
+    failureTTL: 1s
+    resultTTL: 30s
+    parkCheck: 300ms
+`)
+	a := e.startConfig("a", cfg)
+	owner := task("w0", "interview-evaluation", 5, 3000)
+	e.enqueue(owner)
+	key := keyOf(t, owner)
+	e.waitOwned([]string{key}, "a", 10*time.Second)
+	b := e.startConfig("b", cfg)
+	e.enqueue(task("w1", "interview-evaluation", 5, 3000))
+	e.waitParked(key, 1, 10*time.Second)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Del(e.ctx, e.ks.Flight(key), e.ks.Waiters(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// b checks the parked task several times (parkCheck 300ms) while a is paused.
+	time.Sleep(2 * time.Second)
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	got := e.expectAnswered(ids("w", 2), 30*time.Second)
+	if n := a.modelCalls(t) + b.modelCalls(t); n != 1 {
+		t.Errorf("model ran %d times, want 1", n)
+	}
+	if ev := got["w0"]; len(ev) != 1 || ev[0].Consumer != "a" || ev[0].Attempts != 1 {
+		t.Errorf("owner's events %+v, want a's result on attempt 1", ev)
+	}
+	e.expectDrained(10 * time.Second)
+}
+
 // TestRollingDeployKeepsTheOwnersPolicy: during a rolling deploy a consumer configured with a
 // 1 s lease runs beside an owner that heartbeats every 2 s under a 5 s lease: it never takes
 // the live owner's flight over; its duplicate follows; the model runs once for the key.
