@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/flightdeck-ai/flightdeck/flight"
 	"github.com/flightdeck-ai/flightdeck/stream"
@@ -20,10 +21,12 @@ import (
 //     succeed.
 //   - A parked entry is claimed when its flight ended, to answer it. It is also claimed when
 //     the flight has had no owner heartbeat for two leases, since its owner's entry is gone
-//     too. When its flight vanished, it is claimed, to run it, only once this consumer has
-//     found the flight gone for longer than the stage's lease: a live owner writes its
-//     flight back at its next heartbeat (see goneFlights). Otherwise it is kept parked until
-//     the next check.
+//     too. Otherwise it is kept parked until the next check.
+//   - A parked entry whose flight vanished is claimed, to run it, only once this consumer has
+//     found the flight gone for longer than the stage's lease: a live owner writes its flight
+//     back at its next heartbeat (see goneFlights). Until then it is skipped, not kept, so it
+//     stays a candidate of every consumer's next pass and the first whose count is due claims
+//     it.
 //   - Entries whose task cannot be read are claimed, and the handler dead-letters them.
 func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []stream.Verdict {
 	out := make([]stream.Verdict, len(cands))
@@ -67,7 +70,7 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 	}
 	nowMs := now.UnixMilli()
 	lease := p.stage.Lease.Milliseconds()
-	p.gone.prune(nowMs - 4*lease - p.stage.ParkCheck.Milliseconds())
+	p.gone.prune(nowMs - max(goneForget.Milliseconds(), 4*lease+p.stage.ParkCheck.Milliseconds()))
 	for j, i := range at {
 		m := metas[j]
 		if m == nil {
@@ -89,7 +92,9 @@ func verdict(c stream.Candidate, m map[string]string, now, goneFor, stageLease i
 	status := m["status"]
 	if status == "" {
 		if c.Parked && goneFor <= stageLease {
-			return stream.Keep // its owner, if alive, writes the flight back meanwhile
+			// Its owner, if alive, writes the flight back meanwhile. Untouched, the entry is
+			// looked at again at every consumer's next pass.
+			return stream.Skip
 		}
 		return stream.Claim // the flight vanished: whoever gets the task acquires anew
 	}
@@ -123,17 +128,25 @@ func verdict(c stream.Candidate, m map[string]string, now, goneFor, stageLease i
 	return stream.Claim // ended: the acquire answers it
 }
 
-// goneFlights remembers, per parked entry, when this consumer's claim check first found the
-// entry's flight gone. A flight's record can vanish while its owner runs (lost writes, an
-// eviction); the owner writes it back at its next heartbeat, and a parked task claimed before
-// then would become a second owner. So a parked entry of a vanished flight is claimed only
-// once the flight has been gone, by this consumer's checks, for longer than a lease: the
-// same rule that lets a live owner's flight be taken over only after a lease without a
-// heartbeat. Safe for concurrent use.
+// goneFlights remembers, per parked entry, when this consumer's claim check first and last
+// found the entry's flight gone. A flight's record can vanish while its owner runs (lost
+// writes, an eviction); the owner writes it back at its next heartbeat, and a parked task
+// claimed before then would become a second owner. So a parked entry of a vanished flight is
+// claimed only once the flight has been gone, by this consumer's checks, for longer than a
+// lease: the same rule that lets a live owner's flight be taken over only after a lease
+// without a heartbeat. Safe for concurrent use.
 type goneFlights struct {
 	mu sync.Mutex
-	at map[string]int64 // entry ref -> Redis time in ms of the first check that found it gone
+	at map[string]goneSpan // entry ref -> the checks that found its flight gone
 }
+
+// goneForget is how long an entry's record is kept after the last check that found its flight
+// gone, at least: far longer than any claim interval, so a count never starts over while the
+// entry waits.
+const goneForget = 10 * time.Minute
+
+// goneSpan is the Redis time in ms of the first and the last check that found a flight gone.
+type goneSpan struct{ first, last int64 }
 
 // seen records the check at now of ref's flight, gone or not, and returns how long (ms) the
 // flight has been found gone: 0 when it is not gone or was found gone first now.
@@ -144,24 +157,26 @@ func (g *goneFlights) seen(ref string, gone bool, now int64) int64 {
 		delete(g.at, ref)
 		return 0
 	}
-	first, ok := g.at[ref]
+	sp, ok := g.at[ref]
 	if !ok {
 		if g.at == nil {
-			g.at = map[string]int64{}
+			g.at = map[string]goneSpan{}
 		}
-		g.at[ref] = now
+		g.at[ref] = goneSpan{first: now, last: now}
 		return 0
 	}
-	return now - first
+	sp.last = now
+	g.at[ref] = sp
+	return now - sp.first
 }
 
-// prune forgets the entries first found gone before before: another consumer claimed them,
-// or they were acknowledged.
+// prune forgets the entries last found gone before before: checks that find an entry gone
+// come at every pass until it is claimed, so these were claimed, or acknowledged, meanwhile.
 func (g *goneFlights) prune(before int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for ref, at := range g.at {
-		if at < before {
+	for ref, sp := range g.at {
+		if sp.last < before {
 			delete(g.at, ref)
 		}
 	}

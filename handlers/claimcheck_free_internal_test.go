@@ -16,11 +16,11 @@ func TestClaimKeepsAFreeFailure(t *testing.T) {
 	}
 }
 
-// TestClaimWaitsALeaseForAVanishedFlight: a parked entry whose flight is gone is kept until
-// this consumer has found the flight gone for longer than the lease, since a live owner
-// writes its flight back at its next heartbeat; a flight found again starts the count over.
-// An entry of another consumer's task with no flight is claimed at once: its holder stopped
-// touching it for a lease already.
+// TestClaimWaitsALeaseForAVanishedFlight: a parked entry whose flight is gone is skipped,
+// untouched, until this consumer has found the flight gone for longer than the lease, since a
+// live owner writes its flight back at its next heartbeat; a flight found again starts the
+// count over. An entry of another consumer's task with no flight is claimed at once: its
+// holder stopped touching it for a lease already.
 func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 	var g goneFlights
 	c := stream.Candidate{Parked: true, ID: "1-0", Stream: "s"}
@@ -33,21 +33,26 @@ func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 		m    map[string]string
 		want stream.Verdict
 	}{
-		{1000, gone, stream.Keep},
-		{2000, gone, stream.Keep},
-		{2500, gone, stream.Keep},
+		{1000, gone, stream.Skip},
+		{2000, gone, stream.Skip},
+		{2500, gone, stream.Skip},
 		{2501, gone, stream.Claim},
 		{3000, map[string]string{"status": "RUNNING", "heartbeatAt": "2900", "policy": "1500 3000 0 30000 1000 3"}, stream.Keep},
-		{3500, gone, stream.Keep},
+		{3500, gone, stream.Skip},
 		{5001, gone, stream.Claim},
 	} {
 		if v := check(step.now, step.m); v != step.want {
 			t.Fatalf("at %d (status %q): verdict %v, want %v", step.now, step.m["status"], v, step.want)
 		}
 	}
-	g.prune(3501)
+	// An entry is forgotten only after no check found it gone for a while.
+	g.prune(5001)
+	if n := len(g.at); n != 1 {
+		t.Errorf("%d entries remembered after a prune before their last check, want 1", n)
+	}
+	g.prune(5002)
 	if n := len(g.at); n != 0 {
-		t.Errorf("%d entries remembered after prune, want 0", n)
+		t.Errorf("%d entries remembered after a prune past their last check, want 0", n)
 	}
 	if v := verdict(stream.Candidate{ID: "2-0", Stream: "s"}, gone, 1000, 0, 1500); v != stream.Claim {
 		t.Errorf("another consumer's idle entry of a vanished flight: %v, want Claim", v)

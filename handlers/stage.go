@@ -101,7 +101,8 @@ type StageConfig struct {
 	ArchiveRetention time.Duration `yaml:"archiveRetention"`
 	// ParkCheck is how long a parked task rests between checks of its flight by the claim
 	// loops. Normally the flight's owner answers a parked task at once. One whose flight ended
-	// or vanished is answered by whoever checks it. Defaults to twice the lease.
+	// is answered by whoever checks it, and one whose flight vanished once its owner could have
+	// written the flight back (a lease). Defaults to twice the lease.
 	ParkCheck time.Duration `yaml:"parkCheck"`
 	// JoinWait is how long a task waits for its key's owner when that owner runs in the same
 	// consumer. The task holds no handler while it waits. The owner's complete answers it too,

@@ -184,18 +184,19 @@ func TestVanishedFlightPausedOwner(t *testing.T) {
   interview-evaluation:
     heartbeatInterval: 250ms
     lease: 3s
-    runningTTL: 8s
+    runningTTL: 10s
     failureTTL: 1s
     resultTTL: 30s
     parkCheck: 300ms
 `)
 	a := e.startConfig("a", cfg)
-	owner := task("w0", "interview-evaluation", 5, 3000)
+	// A long run: b starts and w1 parks well before it ends.
+	owner := task("w0", "interview-evaluation", 5, 5000)
 	e.enqueue(owner)
 	key := keyOf(t, owner)
 	e.waitOwned([]string{key}, "a", 10*time.Second)
 	b := e.startConfig("b", cfg)
-	e.enqueue(task("w1", "interview-evaluation", 5, 3000))
+	e.enqueue(task("w1", "interview-evaluation", 5, 5000))
 	e.waitParked(key, 1, 10*time.Second)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -214,6 +215,56 @@ func TestVanishedFlightPausedOwner(t *testing.T) {
 	}
 	if ev := got["w0"]; len(ev) != 1 || ev[0].Consumer != "a" || ev[0].Attempts != 1 {
 		t.Errorf("owner's events %+v, want a's result on attempt 1", ev)
+	}
+	e.expectDrained(10 * time.Second)
+}
+
+// TestVanishedOutcomeAcrossAFleet: a parked task outlives both its waiters record and its
+// flight's outcome (lost writes, an eviction) on a stage run by four consumers, whose claim
+// loops take turns at the parked entry: one of them runs it once the flight has been gone for
+// a lease, and it is answered.
+func TestVanishedOutcomeAcrossAFleet(t *testing.T) {
+	e := newE2E(t)
+	e.stages = "interview-evaluation"
+	cfg := e.stageConfig(`stages:
+  interview-evaluation:
+    heartbeatInterval: 250ms
+    lease: 1s
+    runningTTL: 6s
+    failureTTL: 1s
+    resultTTL: 30s
+    parkCheck: 2s
+`)
+	a := e.startConfig("a", cfg)
+	owner := task("x0", "interview-evaluation", 6, 2000)
+	e.enqueue(owner)
+	key := keyOf(t, owner)
+	e.waitOwned([]string{key}, "a", 10*time.Second)
+	procs := []*proc{a}
+	e.enqueue(task("x1", "interview-evaluation", 6, 2000))
+	e.waitParked(key, 1, 10*time.Second)
+	// The parked task's waiters record is lost: the owner's outcome does not answer it.
+	if err := e.rdb.Del(e.ctx, e.ks.Waiters(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"b", "c", "d"} {
+		procs = append(procs, e.startConfig(name, cfg))
+	}
+	e.expectAnswered(map[string]bool{"x0": true}, 20*time.Second)
+	// Then the outcome is lost too.
+	if err := e.rdb.Del(e.ctx, e.ks.Flight(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.collect([]string{"interview-evaluation"}, map[string]bool{"x1": true}, 30*time.Second)
+	if evs := got["x1"]; len(evs) != 1 || evs[0].Status != topics.StatusSucceeded {
+		t.Fatalf("x1's events %+v, want one SUCCEEDED", evs)
+	}
+	n := 0
+	for _, p := range procs {
+		n += p.modelCalls(t)
+	}
+	if n != 2 {
+		t.Errorf("model ran %d times, want 2 (x0, then x1 once its outcome was lost)", n)
 	}
 	e.expectDrained(10 * time.Second)
 }
