@@ -25,8 +25,7 @@ import (
 //   - A parked entry whose flight vanished is claimed, to run it, only once this consumer has
 //     found the flight gone for longer than the stage's lease: a live owner writes its flight
 //     back at its next heartbeat (see goneFlights). Until then it is skipped, not kept, so it
-//     stays a candidate of every consumer's next pass and the first whose count is due claims
-//     it.
+//     stays idle, the claim loops list it again, and the first whose count is due claims it.
 //   - Entries whose task cannot be read are claimed, and the handler dead-letters them.
 func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []stream.Verdict {
 	out := make([]stream.Verdict, len(cands))
@@ -70,7 +69,7 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 	}
 	nowMs := now.UnixMilli()
 	lease := p.stage.Lease.Milliseconds()
-	p.gone.prune(nowMs - max(goneForget.Milliseconds(), 4*lease+p.stage.ParkCheck.Milliseconds()))
+	p.gone.prune(nowMs - goneForget.Milliseconds())
 	for j, i := range at {
 		m := metas[j]
 		if m == nil {
@@ -78,7 +77,7 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		}
 		var goneFor int64
 		if c := cands[i]; c.Parked {
-			goneFor = p.gone.seen(c.Stream+" "+c.ID, m["status"] == "", nowMs)
+			goneFor = p.gone.seen(c.Stream+" "+c.ID, m["status"] == "", c.Idle.Milliseconds(), nowMs)
 		}
 		out[i] = verdict(cands[i], m, nowMs, goneFor, lease)
 	}
@@ -133,24 +132,27 @@ func verdict(c stream.Candidate, m map[string]string, now, goneFor, stageLease i
 // writes, an eviction); the owner writes it back at its next heartbeat, and a parked task
 // claimed before then would become a second owner. So a parked entry of a vanished flight is
 // claimed only once the flight has been gone, by this consumer's checks, for longer than a
-// lease: the same rule that lets a live owner's flight be taken over only after a lease
-// without a heartbeat. Safe for concurrent use.
+// lease. A check that keeps the entry touches it, so an entry touched since this consumer's
+// last check was found alive meanwhile, and its count starts over. Safe for concurrent use.
 type goneFlights struct {
 	mu sync.Mutex
 	at map[string]goneSpan // entry ref -> the checks that found its flight gone
 }
 
-// goneForget is how long an entry's record is kept after the last check that found its flight
-// gone, at least: far longer than any claim interval, so a count never starts over while the
-// entry waits.
-const goneForget = 10 * time.Minute
+// goneForget is how long an entry's count is kept after the last check that found its flight
+// gone. Checks of an entry that waits come at every pass of the claim loops, unless tens of
+// thousands wait at once and the loops' cursors take that long to come back to it.
+const goneForget = time.Hour
 
 // goneSpan is the Redis time in ms of the first and the last check that found a flight gone.
 type goneSpan struct{ first, last int64 }
 
 // seen records the check at now of ref's flight, gone or not, and returns how long (ms) the
-// flight has been found gone: 0 when it is not gone or was found gone first now.
-func (g *goneFlights) seen(ref string, gone bool, now int64) int64 {
+// flight has been found gone: 0 when it is not gone or was found gone first now. idle is how
+// long the entry had gone untouched when it was listed: shorter than the time since the last
+// check that found the flight gone, the entry was touched since, by a check that found its
+// flight alive.
+func (g *goneFlights) seen(ref string, gone bool, idle, now int64) int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !gone {
@@ -158,7 +160,7 @@ func (g *goneFlights) seen(ref string, gone bool, now int64) int64 {
 		return 0
 	}
 	sp, ok := g.at[ref]
-	if !ok {
+	if !ok || idle < now-sp.last {
 		if g.at == nil {
 			g.at = map[string]goneSpan{}
 		}
@@ -170,8 +172,8 @@ func (g *goneFlights) seen(ref string, gone bool, now int64) int64 {
 	return now - sp.first
 }
 
-// prune forgets the entries last found gone before before: checks that find an entry gone
-// come at every pass until it is claimed, so these were claimed, or acknowledged, meanwhile.
+// prune forgets the entries last found gone before before: they were claimed or acknowledged
+// meanwhile.
 func (g *goneFlights) prune(before int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -18,39 +18,44 @@ func TestClaimKeepsAFreeFailure(t *testing.T) {
 
 // TestClaimWaitsALeaseForAVanishedFlight: a parked entry whose flight is gone is skipped,
 // untouched, until this consumer has found the flight gone for longer than the lease, since a
-// live owner writes its flight back at its next heartbeat; a flight found again starts the
-// count over. An entry of another consumer's task with no flight is claimed at once: its
-// holder stopped touching it for a lease already.
+// live owner writes its flight back at its next heartbeat. A flight found again, by this
+// consumer or by another whose check touched the entry, starts the count over. An entry of
+// another consumer's task with no flight is claimed at once: its holder stopped touching it
+// for a lease already.
 func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 	var g goneFlights
 	c := stream.Candidate{Parked: true, ID: "1-0", Stream: "s"}
 	gone := map[string]string{}
-	check := func(now int64, m map[string]string) stream.Verdict {
-		return verdict(c, m, now, g.seen(c.Stream+" "+c.ID, m["status"] == "", now), 1500)
-	}
+	running := map[string]string{"status": "RUNNING", "heartbeatAt": "2900", "policy": "1500 3000 0 30000 1000 3"}
 	for _, step := range []struct {
-		now  int64
-		m    map[string]string
-		want stream.Verdict
+		now, idle int64 // idle: how long the entry went untouched when listed
+		m         map[string]string
+		want      stream.Verdict
 	}{
-		{1000, gone, stream.Skip},
-		{2000, gone, stream.Skip},
-		{2500, gone, stream.Skip},
-		{2501, gone, stream.Claim},
-		{3000, map[string]string{"status": "RUNNING", "heartbeatAt": "2900", "policy": "1500 3000 0 30000 1000 3"}, stream.Keep},
-		{3500, gone, stream.Skip},
-		{5001, gone, stream.Claim},
+		{1000, 1000, gone, stream.Skip},
+		{2000, 2000, gone, stream.Skip},
+		{2500, 2500, gone, stream.Skip},
+		{2501, 2501, gone, stream.Claim},
+		{3000, 3000, running, stream.Keep}, // found alive: kept, touched at 3000
+		{3500, 500, gone, stream.Skip},
+		{5001, 2001, gone, stream.Claim},
+		// Another consumer found the flight alive at 5500 and touched the entry; this one did not
+		// see it, so its count starts over.
+		{6000, 500, gone, stream.Skip},
+		{7000, 1500, gone, stream.Skip},
+		{7501, 2001, gone, stream.Claim},
 	} {
-		if v := check(step.now, step.m); v != step.want {
+		goneFor := g.seen(c.Stream+" "+c.ID, step.m["status"] == "", step.idle, step.now)
+		if v := verdict(c, step.m, step.now, goneFor, 1500); v != step.want {
 			t.Fatalf("at %d (status %q): verdict %v, want %v", step.now, step.m["status"], v, step.want)
 		}
 	}
 	// An entry is forgotten only after no check found it gone for a while.
-	g.prune(5001)
+	g.prune(7501)
 	if n := len(g.at); n != 1 {
 		t.Errorf("%d entries remembered after a prune before their last check, want 1", n)
 	}
-	g.prune(5002)
+	g.prune(7502)
 	if n := len(g.at); n != 0 {
 		t.Errorf("%d entries remembered after a prune past their last check, want 0", n)
 	}

@@ -48,7 +48,7 @@ type Unmarshaller interface {
 type Verdict int
 
 const (
-	// Skip leaves the entry where it is, untouched: it is a candidate again at the next pass.
+	// Skip leaves the entry where it is, untouched, so it stays idle and is listed again.
 	Skip Verdict = iota
 	// Claim takes the entry over when a handler is free. Its holder is gone, or its flight
 	// ended, vanished or lapsed.
