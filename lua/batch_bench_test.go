@@ -69,3 +69,36 @@ func processCPU(tb testing.TB) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkExplicitPipeline: one goroutine sends the calls of each set of `calls` as one
+// pipeline, as an explicit batch would, for comparison with BenchmarkBatcher.
+func BenchmarkExplicitPipeline(b *testing.B) {
+	r := redistest.New(b)
+	ctx := context.Background()
+	if err := r.Client.FunctionLoadReplace(ctx, echoLib).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for _, calls := range []int{8, 64} {
+		b.Run("calls="+strconv.Itoa(calls), func(b *testing.B) {
+			c := redis.NewClient(r.Client.Options())
+			defer func() { _ = c.Close() }()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU(b)
+			rounds := b.N/calls + 1
+			for range rounds {
+				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for range calls {
+						p.FCall(ctx, "echo", nil, "v")
+					}
+					return nil
+				})
+				if err != nil || len(cmds) != calls {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(rounds*calls), "cpu-ns/call")
+		})
+	}
+}
