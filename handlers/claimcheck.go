@@ -77,7 +77,8 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		}
 		var goneFor int64
 		if c := cands[i]; c.Parked {
-			goneFor = p.gone.seen(c.Stream+" "+c.ID, m["status"] == "", c.Idle.Milliseconds(), nowMs)
+			goneFor = p.gone.seen(c.Stream+" "+c.ID, m["status"] == "", nowMs-c.Idle.Milliseconds(), nowMs,
+				p.stage.ParkCheck.Milliseconds()/2)
 		}
 		out[i] = verdict(cands[i], m, nowMs, goneFor, lease)
 	}
@@ -133,7 +134,8 @@ func verdict(c stream.Candidate, m map[string]string, now, goneFor, stageLease i
 // claimed before then would become a second owner. So a parked entry of a vanished flight is
 // claimed only once the flight has been gone, by this consumer's checks, for longer than a
 // lease. A check that keeps the entry touches it, so an entry touched since this consumer's
-// last check was found alive meanwhile, and its count starts over. Safe for concurrent use.
+// last check was found alive meanwhile by another consumer, and its count starts over. Safe
+// for concurrent use.
 type goneFlights struct {
 	mu sync.Mutex
 	at map[string]goneSpan // entry ref -> the checks that found its flight gone
@@ -144,15 +146,18 @@ type goneFlights struct {
 // thousands wait at once and the loops' cursors take that long to come back to it.
 const goneForget = time.Hour
 
-// goneSpan is the Redis time in ms of the first and the last check that found a flight gone.
-type goneSpan struct{ first, last int64 }
+// goneSpan is the Redis time in ms of the first and the last check that found a flight gone,
+// and when the entry was last touched as the last check saw it.
+type goneSpan struct{ first, last, touched int64 }
 
 // seen records the check at now of ref's flight, gone or not, and returns how long (ms) the
-// flight has been found gone: 0 when it is not gone or was found gone first now. idle is how
-// long the entry had gone untouched when it was listed: shorter than the time since the last
-// check that found the flight gone, the entry was touched since, by a check that found its
-// flight alive.
-func (g *goneFlights) seen(ref string, gone bool, idle, now int64) int64 {
+// flight has been found gone: 0 when it is not gone or was found gone first now. touched is
+// now less the entry's idle time when it was listed: when the entry was last touched, late by
+// the time between the listing and now. A touch later than the one the last check saw by more
+// than slack starts the count over: a check listed the entry only when it had been idle at
+// least ParkCheck, so a touch after that listing is later by more than ParkCheck, and slack
+// (half of it) absorbs the difference in the checks' delays.
+func (g *goneFlights) seen(ref string, gone bool, touched, now, slack int64) int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !gone {
@@ -160,11 +165,11 @@ func (g *goneFlights) seen(ref string, gone bool, idle, now int64) int64 {
 		return 0
 	}
 	sp, ok := g.at[ref]
-	if !ok || idle < now-sp.last {
+	if !ok || touched-sp.touched > slack {
 		if g.at == nil {
 			g.at = map[string]goneSpan{}
 		}
-		g.at[ref] = goneSpan{first: now, last: now}
+		g.at[ref] = goneSpan{first: now, last: now, touched: touched}
 		return 0
 	}
 	sp.last = now

@@ -27,8 +27,9 @@ func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 	c := stream.Candidate{Parked: true, ID: "1-0", Stream: "s"}
 	gone := map[string]string{}
 	running := map[string]string{"status": "RUNNING", "heartbeatAt": "2900", "policy": "1500 3000 0 30000 1000 3"}
+	const slack = 500 // half a parkCheck of 1 s
 	for _, step := range []struct {
-		now, idle int64 // idle: how long the entry went untouched when listed
+		now, idle int64 // idle: how long the entry went untouched when listed, delay before now
 		m         map[string]string
 		want      stream.Verdict
 	}{
@@ -37,25 +38,39 @@ func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 		{2500, 2500, gone, stream.Skip},
 		{2501, 2501, gone, stream.Claim},
 		{3000, 3000, running, stream.Keep}, // found alive: kept, touched at 3000
-		{3500, 500, gone, stream.Skip},
-		{5001, 2001, gone, stream.Claim},
-		// Another consumer found the flight alive at 5500 and touched the entry; this one did not
+		{4000, 1000, gone, stream.Skip},
+		{5501, 2501, gone, stream.Claim},
+		// Another consumer found the flight alive at 5800 and touched the entry; this one did not
 		// see it, so its count starts over.
-		{6000, 500, gone, stream.Skip},
-		{7000, 1500, gone, stream.Skip},
-		{7501, 2001, gone, stream.Claim},
+		{6900, 1100, gone, stream.Skip},
+		{8000, 2200, gone, stream.Skip},
+		{8401, 2601, gone, stream.Claim},
 	} {
-		goneFor := g.seen(c.Stream+" "+c.ID, step.m["status"] == "", step.idle, step.now)
+		goneFor := g.seen(c.Stream+" "+c.ID, step.m["status"] == "", step.now-step.idle, step.now, slack)
 		if v := verdict(c, step.m, step.now, goneFor, 1500); v != step.want {
 			t.Fatalf("at %d (status %q): verdict %v, want %v", step.now, step.m["status"], v, step.want)
 		}
 	}
+	// A touch that lands after a check's listing but before it reads the time is seen at the next
+	// check: listed at 1000 (idle since 0), read at 1400; touched by another consumer at 1100;
+	// listed again at 2100 (idle since 1100), read at 2105: the count starts over.
+	var late goneFlights
+	for _, step := range []struct{ now, idle, want int64 }{
+		{1400, 1000, 0},
+		{2105, 1000, 0},
+		{3005, 1900, 900},
+		{3606, 2500, 1501},
+	} {
+		if got := late.seen("s 1-0", true, step.now-step.idle, step.now, slack); got != step.want {
+			t.Fatalf("at %d: gone for %d ms, want %d", step.now, got, step.want)
+		}
+	}
 	// An entry is forgotten only after no check found it gone for a while.
-	g.prune(7501)
+	g.prune(8401)
 	if n := len(g.at); n != 1 {
 		t.Errorf("%d entries remembered after a prune before their last check, want 1", n)
 	}
-	g.prune(7502)
+	g.prune(8402)
 	if n := len(g.at); n != 0 {
 		t.Errorf("%d entries remembered after a prune past their last check, want 0", n)
 	}
