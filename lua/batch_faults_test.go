@@ -137,11 +137,14 @@ func TestBatcherWaiterCutByItsDeadline(t *testing.T) {
 		first := make(chan error, 1)
 		go func() { first <- b.FCall(bg, "slow", nil, 40).Err() }()
 		time.Sleep(10 * time.Millisecond)
-		sctx, scancel := context.WithTimeout(bg, 60*time.Millisecond)
+		// Deadlines well past the first call's end, so that under load the sender's call is still
+		// live when the lane is handed to it and goes out: a call whose deadline ended before is
+		// not sent, and the waiter's would then leave alone and be answered.
+		sctx, scancel := context.WithTimeout(bg, 200*time.Millisecond)
 		sent := make(chan error, 1)
-		go func() { sent <- b.FCall(sctx, "slow", nil, 200).Err() }() // handed the lane next
+		go func() { sent <- b.FCall(sctx, "slow", nil, 600).Err() }() // handed the lane next
 		time.Sleep(5 * time.Millisecond)
-		wctx, wcancel := context.WithTimeout(bg, 100*time.Millisecond)
+		wctx, wcancel := context.WithTimeout(bg, 300*time.Millisecond)
 		werr := b.FCall(wctx, "echo", nil, "w").Err() // waits in that pipeline
 		serr := <-sent
 		<-first
@@ -150,7 +153,7 @@ func TestBatcherWaiterCutByItsDeadline(t *testing.T) {
 		if !errors.Is(werr, context.DeadlineExceeded) || !errors.Is(serr, context.DeadlineExceeded) {
 			t.Errorf("round %d: waiter %v, sender %v; want both DeadlineExceeded", i, werr, serr)
 		}
-		time.Sleep(250 * time.Millisecond) // the slow script ends
+		time.Sleep(450 * time.Millisecond) // the slow script ends
 	}
 }
 
