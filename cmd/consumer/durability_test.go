@@ -221,7 +221,7 @@ func TestVanishedFlightPausedOwner(t *testing.T) {
 
 // TestVanishedOutcomeAcrossAFleet: a task is parked, but its flight's record and waiters
 // are gone and no owner holds an entry (lost writes, an eviction after the owner finished) on
-// a stage run by four consumers, whose claim loops take turns at the parked entry: one of
+// a stage run by four consumers, whose claim loops all check the parked entry: one of
 // them runs it once the flight has been gone for a lease, and it is answered.
 func TestVanishedOutcomeAcrossAFleet(t *testing.T) {
 	e := newE2E(t)

@@ -147,6 +147,24 @@ func (e *e2e) start(name string) *proc {
 // ready (/readyz; wait false: it only starts it).
 func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *proc {
 	e.t.Helper()
+	for attempt := 1; ; attempt++ {
+		p, portTaken := e.launch(name, env, wait, extra...)
+		// Another process may take the --http port freeAddr found free before the consumer
+		// binds it; the consumer then exits at start, and runs again on another port.
+		if !portTaken || attempt == 3 {
+			if portTaken {
+				b, _ := os.ReadFile(p.logPath)
+				e.t.Fatalf("consumer %s exited at start:\n%s", name, b)
+			}
+			return p
+		}
+	}
+}
+
+// launch runs one consumer process as startWith describes. portTaken reports that it exited at
+// start because its --http port was taken.
+func (e *e2e) launch(name string, env []string, wait bool, extra ...string) (_ *proc, portTaken bool) {
+	e.t.Helper()
 	p := &proc{name: name, http: freeAddr(e.t), logPath: filepath.Join(e.t.TempDir(), name+".log"), done: make(chan struct{})}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
@@ -184,7 +202,7 @@ func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *
 		}
 	})
 	if !wait {
-		return p
+		return p, false
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -192,12 +210,15 @@ func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return p
+				return p, false
 			}
 		}
 		select {
 		case <-p.done:
 			b, _ := os.ReadFile(p.logPath)
+			if strings.Contains(string(b), "--http "+p.http+": listen tcp "+p.http+": bind: address already in use") {
+				return p, true
+			}
 			e.t.Fatalf("consumer %s exited at start:\n%s", name, b)
 		default:
 		}
