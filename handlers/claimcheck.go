@@ -56,6 +56,7 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		}
 	}
 	now, err := p.rdb.Time(ctx).Result()
+	localNow := time.Now() // now, by this process's clock
 	var metas []map[string]string
 	if err == nil {
 		metas, err = flight.RecordHeaders(ctx, p.rdb, records)
@@ -77,8 +78,12 @@ func (p *processor) claimCheck(ctx context.Context, cands []stream.Candidate) []
 		}
 		var goneFor int64
 		if c := cands[i]; c.Parked {
-			goneFor = p.gone.seen(c.Stream+" "+c.ID, m["status"] == "", nowMs-c.Idle.Milliseconds(), nowMs,
-				p.stage.ParkCheck.Milliseconds()/2)
+			// When the entry was last touched: Redis's time at the listing, less its idle time.
+			listedAt := nowMs
+			if !c.Listed.IsZero() {
+				listedAt -= localNow.Sub(c.Listed).Milliseconds()
+			}
+			goneFor = p.gone.seen(c.Stream+" "+c.ID, m["status"] == "", listedAt-c.Idle.Milliseconds(), nowMs)
 		}
 		out[i] = verdict(cands[i], m, nowMs, goneFor, lease)
 	}
@@ -147,17 +152,17 @@ type goneFlights struct {
 const goneForget = time.Hour
 
 // goneSpan is the Redis time in ms of the first and the last check that found a flight gone,
-// and when the entry was last touched as the last check saw it.
+// and when the entry was last touched as the check that started the count saw it.
 type goneSpan struct{ first, last, touched int64 }
 
 // seen records the check at now of ref's flight, gone or not, and returns how long (ms) the
 // flight has been found gone: 0 when it is not gone or was found gone first now. touched is
-// now less the entry's idle time when it was listed: when the entry was last touched, late by
-// the time between the listing and now. A touch later than the one the last check saw by more
-// than slack starts the count over: a check listed the entry only when it had been idle at
-// least ParkCheck, so a touch after that listing is later by more than ParkCheck, and slack
-// (half of it) absorbs the difference in the checks' delays.
-func (g *goneFlights) seen(ref string, gone bool, touched, now, slack int64) int64 {
+// when the entry was last touched, as its listing's idle time says (off by the clocks' and the
+// round trips' error). A touch after the last check's listing moves it on by more than the
+// entry's idle time at that check, while those errors move it by little; so a move by more
+// than half the time since the touch the count started from starts the count over. An entry
+// left untouched grows idle with every check, so the bar rises.
+func (g *goneFlights) seen(ref string, gone bool, touched, now int64) int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !gone {
@@ -165,7 +170,7 @@ func (g *goneFlights) seen(ref string, gone bool, touched, now, slack int64) int
 		return 0
 	}
 	sp, ok := g.at[ref]
-	if !ok || touched-sp.touched > slack {
+	if !ok || touched-sp.touched > (sp.last-sp.touched)/2 {
 		if g.at == nil {
 			g.at = map[string]goneSpan{}
 		}

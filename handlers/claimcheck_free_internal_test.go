@@ -27,7 +27,6 @@ func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 	c := stream.Candidate{Parked: true, ID: "1-0", Stream: "s"}
 	gone := map[string]string{}
 	running := map[string]string{"status": "RUNNING", "heartbeatAt": "2900", "policy": "1500 3000 0 30000 1000 3"}
-	const slack = 500 // half a parkCheck of 1 s
 	for _, step := range []struct {
 		now, idle int64 // idle: how long the entry went untouched when listed, delay before now
 		m         map[string]string
@@ -46,7 +45,7 @@ func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 		{8000, 2200, gone, stream.Skip},
 		{8401, 2601, gone, stream.Claim},
 	} {
-		goneFor := g.seen(c.Stream+" "+c.ID, step.m["status"] == "", step.now-step.idle, step.now, slack)
+		goneFor := g.seen(c.Stream+" "+c.ID, step.m["status"] == "", step.now-step.idle, step.now)
 		if v := verdict(c, step.m, step.now, goneFor, 1500); v != step.want {
 			t.Fatalf("at %d (status %q): verdict %v, want %v", step.now, step.m["status"], v, step.want)
 		}
@@ -61,7 +60,21 @@ func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 		{3005, 1900, 900},
 		{3606, 2500, 1501},
 	} {
-		if got := late.seen("s 1-0", true, step.now-step.idle, step.now, slack); got != step.want {
+		if got := late.seen("s 1-0", true, step.now-step.idle, step.now); got != step.want {
+			t.Fatalf("at %d: gone for %d ms, want %d", step.now, got, step.want)
+		}
+	}
+	// A check whose time reading comes late (listed at 2000, read at 2600) may start the count
+	// over once, early on; the entry's idle time grows with each check, and later delays do not.
+	var slow goneFlights
+	for _, step := range []struct{ now, idle, want int64 }{
+		{1000, 1000, 0},
+		{2600, 2000, 0},
+		{3000, 3000, 400},
+		{3500, 2800, 900},
+		{4301, 3600, 1701},
+	} {
+		if got := slow.seen("s 1-0", true, step.now-step.idle, step.now); got != step.want {
 			t.Fatalf("at %d: gone for %d ms, want %d", step.now, got, step.want)
 		}
 	}

@@ -69,6 +69,7 @@ func (l *topicLoop) scan(ctx context.Context, cursors map[string]string) error {
 		if err != nil {
 			return err
 		}
+		listed := time.Now()
 		if len(pend) < cfg.ClaimBatch {
 			delete(cursors, c.Name) // the next pass starts over
 		} else {
@@ -82,7 +83,7 @@ func (l *topicLoop) scan(ctx context.Context, cursors map[string]string) error {
 				continue
 			}
 			cands = append(cands, Candidate{Stream: l.topic, ID: p.ID, Consumer: c.Name,
-				Parked: c.Name == cfg.Parking, Idle: p.Idle, Deliveries: p.RetryCount})
+				Parked: c.Name == cfg.Parking, Idle: p.Idle, Listed: listed, Deliveries: p.RetryCount})
 		}
 	}
 	if len(mine) > 0 {

@@ -64,8 +64,10 @@ type Candidate struct {
 	// Consumer holds the entry now. Parked is true for the parking consumer.
 	Consumer string
 	Parked   bool
-	// Idle is how long nobody touched it. Deliveries counts its deliveries so far.
+	// Idle is how long nobody touched it when it was listed, at Listed (this process's
+	// clock). Deliveries counts its deliveries so far.
 	Idle       time.Duration
+	Listed     time.Time
 	Deliveries int64
 	// Values are the entry's fields, or nil when the entry is gone from the stream.
 	Values map[string]any
