@@ -133,18 +133,20 @@ func TestBatcherWaiterCutByItsDeadline(t *testing.T) {
 	b := lua.NewBatcher(consumerClient(t))
 	t.Cleanup(func() { _ = b.Close() })
 	bg := context.Background()
-	for i := range 10 {
+	for i := range 8 {
+		// The first call spins 150 ms, so that the sender and the waiter queue behind it and
+		// leave in one pipeline, even when their goroutines start late under load.
 		first := make(chan error, 1)
-		go func() { first <- b.FCall(bg, "slow", nil, 40).Err() }()
+		go func() { first <- b.FCall(bg, "slow", nil, 150).Err() }()
 		time.Sleep(10 * time.Millisecond)
-		// Deadlines well past the first call's end, so that under load the sender's call is still
-		// live when the lane is handed to it and goes out: a call whose deadline ended before is
-		// not sent, and the waiter's would then leave alone and be answered.
-		sctx, scancel := context.WithTimeout(bg, 200*time.Millisecond)
+		// Deadlines well past the first call's end, so that the sender's call is still live when
+		// the lane is handed to it and goes out: a call whose deadline ended before is not sent,
+		// and the waiter's would then leave alone and be answered.
+		sctx, scancel := context.WithTimeout(bg, 300*time.Millisecond)
 		sent := make(chan error, 1)
-		go func() { sent <- b.FCall(sctx, "slow", nil, 600).Err() }() // handed the lane next
+		go func() { sent <- b.FCall(sctx, "slow", nil, 800).Err() }() // handed the lane next
 		time.Sleep(5 * time.Millisecond)
-		wctx, wcancel := context.WithTimeout(bg, 300*time.Millisecond)
+		wctx, wcancel := context.WithTimeout(bg, 400*time.Millisecond)
 		werr := b.FCall(wctx, "echo", nil, "w").Err() // waits in that pipeline
 		serr := <-sent
 		<-first
@@ -153,7 +155,7 @@ func TestBatcherWaiterCutByItsDeadline(t *testing.T) {
 		if !errors.Is(werr, context.DeadlineExceeded) || !errors.Is(serr, context.DeadlineExceeded) {
 			t.Errorf("round %d: waiter %v, sender %v; want both DeadlineExceeded", i, werr, serr)
 		}
-		time.Sleep(450 * time.Millisecond) // the slow script ends
+		time.Sleep(800 * time.Millisecond) // the slow script ends
 	}
 }
 
