@@ -147,8 +147,10 @@ func (e *e2e) start(name string) *proc {
 // ready (/readyz; wait false: it only starts it).
 func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *proc {
 	e.t.Helper()
+	// One log across attempts: what a failed attempt did at start stays in it.
+	logPath := filepath.Join(e.t.TempDir(), name+".log")
 	for attempt := 1; ; attempt++ {
-		p, portTaken := e.launch(name, env, wait, extra...)
+		p, portTaken := e.launch(name, logPath, env, wait, extra...)
 		// Another process may take the --http port freeAddr found free before the consumer
 		// binds it; the consumer then exits at start, and runs again on another port.
 		if !portTaken || attempt == 3 {
@@ -161,12 +163,12 @@ func (e *e2e) startWith(name string, env []string, wait bool, extra ...string) *
 	}
 }
 
-// launch runs one consumer process as startWith describes. portTaken reports that it exited at
-// start because its --http port was taken.
-func (e *e2e) launch(name string, env []string, wait bool, extra ...string) (_ *proc, portTaken bool) {
+// launch runs one consumer process as startWith describes, appending to its log at logPath.
+// portTaken reports that it exited at start because its --http port was taken.
+func (e *e2e) launch(name, logPath string, env []string, wait bool, extra ...string) (_ *proc, portTaken bool) {
 	e.t.Helper()
-	p := &proc{name: name, http: freeAddr(e.t), logPath: filepath.Join(e.t.TempDir(), name+".log"), done: make(chan struct{})}
-	logf, err := os.Create(p.logPath)
+	p := &proc{name: name, http: freeAddr(e.t), logPath: logPath, done: make(chan struct{})}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -209,7 +211,8 @@ func (e *e2e) launch(name string, env []string, wait bool, extra ...string) (_ *
 		resp, err := http.Get("http://" + p.http + "/readyz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			// Ready, and not another process that took the port: this one logged its listener.
+			if b, _ := os.ReadFile(p.logPath); resp.StatusCode == 200 && strings.Contains(string(b), `"addr":"`+p.http+`"`) {
 				return p, false
 			}
 		}
