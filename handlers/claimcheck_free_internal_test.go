@@ -50,32 +50,24 @@ func TestClaimWaitsALeaseForAVanishedFlight(t *testing.T) {
 			t.Fatalf("at %d (status %q): verdict %v, want %v", step.now, step.m["status"], v, step.want)
 		}
 	}
-	// A touch that lands after a check's listing but before it reads the time is seen at the next
-	// check: listed at 1000 (idle since 0), read at 1400; touched by another consumer at 1100;
-	// listed again at 2100 (idle since 1100), read at 2105: the count starts over.
-	var late goneFlights
-	for _, step := range []struct{ now, idle, want int64 }{
-		{1400, 1000, 0},
-		{2105, 1000, 0},
-		{3005, 1900, 900},
-		{3606, 2500, 1501},
+	type step struct{ now, idle, want int64 } // want: how long seen says the flight is gone
+	for _, sc := range []struct {
+		name  string
+		steps []step
+	}{
+		// A touch that lands after a check's listing but before it reads the time is seen at the
+		// next check: listed at 1000 (idle since 0), read at 1400; touched by another consumer at
+		// 1100; listed again at 2100 (idle since 1100), read at 2105: the count starts over.
+		{"a touch before a late time reading", []step{{1400, 1000, 0}, {2105, 1000, 0}, {3005, 1900, 900}, {3606, 2500, 1501}}},
+		// A check whose time reading comes late (listed at 2000, read at 2600) may start the count
+		// over once, early on; the entry's idle time grows with each check, and later delays do not.
+		{"late time readings", []step{{1000, 1000, 0}, {2600, 2000, 0}, {3000, 3000, 400}, {3500, 2800, 900}, {4301, 3600, 1701}}},
 	} {
-		if got := late.seen("s 1-0", true, step.now-step.idle, step.now); got != step.want {
-			t.Fatalf("at %d: gone for %d ms, want %d", step.now, got, step.want)
-		}
-	}
-	// A check whose time reading comes late (listed at 2000, read at 2600) may start the count
-	// over once, early on; the entry's idle time grows with each check, and later delays do not.
-	var slow goneFlights
-	for _, step := range []struct{ now, idle, want int64 }{
-		{1000, 1000, 0},
-		{2600, 2000, 0},
-		{3000, 3000, 400},
-		{3500, 2800, 900},
-		{4301, 3600, 1701},
-	} {
-		if got := slow.seen("s 1-0", true, step.now-step.idle, step.now); got != step.want {
-			t.Fatalf("at %d: gone for %d ms, want %d", step.now, got, step.want)
+		var g goneFlights
+		for _, st := range sc.steps {
+			if got := g.seen("s 1-0", true, st.now-st.idle, st.now); got != st.want {
+				t.Fatalf("%s, at %d: gone for %d ms, want %d", sc.name, st.now, got, st.want)
+			}
 		}
 	}
 	// An entry is forgotten only after no check found it gone for a while.

@@ -210,7 +210,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server exited: %v: %s", err, logBuf.String())
 		default:
 		}
-		if s.ping() == nil && s.answersAs(cmd.Process.Pid) {
+		if s.answersAs(cmd.Process.Pid) {
 			s.mu.Lock()
 			s.cmd = cmd
 			s.mu.Unlock()
@@ -222,36 +222,45 @@ func (s *Server) start() error {
 	return errors.New("redis-server did not answer PING within 10s")
 }
 
-// answersAs reports whether the server on s's port is the process pid. Another test's server
-// may win the race for a port freePort returned, and answer PING before this one fails to bind
-// and exits. A server that may not be asked (NOPERM) counts as pid.
+// answersAs reports whether the server on s's port answers PING and is the process pid.
+// Another test's server may win the race for a port freePort returned, and answer PING before
+// this one fails to bind and exits. A server that may not be asked INFO (NOPERM) counts as pid.
 func (s *Server) answersAs(pid int) bool {
-	opt := s.options()
-	opt.MaxRetries, opt.DialTimeout = -1, 200*time.Millisecond
-	c := redis.NewClient(opt)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return strings.HasPrefix(err.Error(), "NOPERM")
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			return v == strconv.Itoa(pid)
+	own := false
+	_ = s.probe(func(ctx context.Context, c *redis.Client) error {
+		if c.Ping(ctx).Err() != nil {
+			return nil
 		}
-	}
-	return true // no process_id line (a sentinel answers with one too): nothing to compare
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			own = strings.HasPrefix(err.Error(), "NOPERM")
+			return nil
+		}
+		own = true // no process_id line (a sentinel answers with one too): nothing to compare
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+				own = v == strconv.Itoa(pid)
+				break
+			}
+		}
+		return nil
+	})
+	return own
 }
 
 func (s *Server) ping() error {
+	return s.probe(func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+}
+
+// probe runs f on a client of its own with short timeouts and no retries.
+func (s *Server) probe(f func(context.Context, *redis.Client) error) error {
 	opt := s.options()
 	opt.MaxRetries, opt.DialTimeout = -1, 200*time.Millisecond
 	c := redis.NewClient(opt)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	return c.Ping(ctx).Err()
+	return f(ctx, c)
 }
 
 // Stop kills the server with SIGKILL, like a crash, so there is no shutdown save. Keys are lost.
